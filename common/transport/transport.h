@@ -1,0 +1,114 @@
+// Message transport between coordinator and clients.
+//
+// The coordinator owns one ServerTransport (a ZeroMQ ROUTER socket); each client owns one
+// ClientTransport (a DEALER). CURVE encryption is on unless `insecure` is set; the server
+// authenticates clients against an allow-list directory of public keys through a ZAP handler
+// and reports each refusal as an AuthEvent. Payloads are opaque bytes (common/wire encodes
+// them). Nothing outside common/transport/ includes zmq.hpp.
+//
+// Threading: a transport object belongs to the thread that created it; all calls except
+// ServerTransport::takeAuthEvents() (thread safe) must come from that thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedfleet::transport {
+
+// A CURVE key pair in Z85 text (40 characters each).
+struct KeyPair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+// Generates a fresh CURVE key pair (libzmq/libsodium).
+Result<KeyPair> generateKeyPair();
+
+// Writes `<dir>/<name>.key` (public, mode 0644) and `<dir>/<name>.key_secret` (secret, mode
+// 0600), creating `dir` (mode 0700) if needed. Refuses to overwrite existing files unless
+// `overwrite`.
+Status writeKeyPair(const std::string& dir, const std::string& name, const KeyPair& keys,
+                    bool overwrite = false);
+// Reads a key pair written by writeKeyPair (`<dir>/<name>.key` and `.key_secret`).
+Result<KeyPair> readKeyPair(const std::string& dir, const std::string& name);
+// Reads one public key file: the first non-comment line holding a 40-character Z85 key.
+Result<std::string> readPublicKeyFile(const std::string& path);
+
+struct ServerOptions {
+  std::string endpoint = "tcp://127.0.0.1:7700";  // bind address
+  bool insecure = false;                          // plain text; logs a warning
+  KeyPair server_keys;                            // required unless insecure
+  std::string allow_dir;       // directory of allowed client public keys (*.key); required unless insecure
+  uint64_t max_message_bytes = 512ull << 20;  // ZMQ_MAXMSGSIZE
+  int heartbeat_ivl_ms = 1000;                // ZMQ_HEARTBEAT_IVL
+  int heartbeat_timeout_ms = 5000;            // ZMQ_HEARTBEAT_TIMEOUT
+  int io_threads = 2;                         // CURVE runs on ZeroMQ's I/O threads
+};
+
+struct ClientOptions {
+  std::string endpoint = "tcp://127.0.0.1:7700";  // coordinator address
+  bool insecure = false;
+  KeyPair client_keys;             // required unless insecure
+  std::string server_public_key;   // required unless insecure
+  std::string routing_id;          // stable identity (the client id); empty: ZeroMQ picks one
+  uint64_t max_message_bytes = 512ull << 20;
+  int heartbeat_ivl_ms = 1000;
+  int heartbeat_timeout_ms = 5000;
+  int reconnect_ivl_ms = 100;
+  int reconnect_ivl_max_ms = 2000;
+  int io_threads = 1;
+};
+
+// A message received by the server.
+struct Envelope {
+  std::string peer;     // ZeroMQ routing id of the sender connection
+  std::string user_id;  // CURVE public key (Z85) the ZAP handler authenticated; empty if insecure
+  std::string payload;
+};
+
+// A connection refused by the ZAP handler.
+struct AuthEvent {
+  std::string peer_address;  // remote IP address as ZAP reports it
+  std::string public_key;    // Z85 public key that was refused
+  std::string reason;
+};
+
+class ServerTransport {
+ public:
+  virtual ~ServerTransport() = default;
+
+  // Waits up to `timeout_ms` (0: poll, -1: forever) for one message. Returns std::nullopt on
+  // timeout; a non-OK Status only if the socket failed (not for a peer's bad payload).
+  virtual Result<std::optional<Envelope>> receive(int timeout_ms) = 0;
+
+  // Queues `payload` to `peer`. kUnavailable when the peer is not connected (ROUTER_MANDATORY).
+  virtual Status send(const std::string& peer, const std::string& payload) = 0;
+
+  // Returns and clears the refusals recorded by the ZAP handler since the last call.
+  virtual std::vector<AuthEvent> takeAuthEvents() = 0;
+
+  // The endpoint actually bound (resolves a port of 0 / "*").
+  virtual std::string boundEndpoint() const = 0;
+};
+
+class ClientTransport {
+ public:
+  virtual ~ClientTransport() = default;
+  // As ServerTransport::receive, for messages from the coordinator.
+  virtual Result<std::optional<std::string>> receive(int timeout_ms) = 0;
+  virtual Status send(const std::string& payload) = 0;
+};
+
+// Binds a ROUTER socket. Fails with a clear Status on a bad endpoint, missing keys or an
+// unreadable allow-list directory.
+Result<std::unique_ptr<ServerTransport>> createServer(const ServerOptions& options);
+
+// Connects a DEALER socket (connection is asynchronous; sends queue until it is up).
+Result<std::unique_ptr<ClientTransport>> createClient(const ClientOptions& options);
+
+}  // namespace fedfleet::transport

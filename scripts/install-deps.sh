@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package fedfleet needs to build, test and run.
+# Idempotent: when all packages are present it only checks and returns.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential g++ cmake pkg-config ccache git
+  libzmq3-dev cppzmq-dev libsodium-dev
+  capnproto libcapnp-dev
+  libtorch-dev libopenblas0-openmp
+  libssl-dev libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
+  libcpp-httplib-dev zlib1g-dev
+  dataset-fashion-mnist
+  python3-torch python3-numpy
+  procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
