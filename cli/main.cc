@@ -1,1 +1,4 @@
-int main() { return 0; }
+// fedfleet: the one program. Subcommands: coordinator, client, keygen, history.
+#include "cli/commands.h"
+
+int main(int argc, char** argv) { return fedfleet::cli::main(argc, argv); }

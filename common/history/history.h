@@ -5,6 +5,28 @@
 // transaction per round) and MemoryHistory the in-process one for tests and quick simulations.
 // Every method returns a Status; a failing write (full disk, read-only file, SQLITE_BUSY past
 // the busy timeout) is reported, never dropped.
+//
+// Both backends behave the same, down to the error codes:
+//   kNotFound            a write names a run_id that beginRun never returned; latestCheckpoint
+//                        with no checkpoint for the run
+//   kFailedPrecondition  commitRound for a (run_id, round) already committed (never overwritten);
+//                        a SQLite file with an unknown schema version
+//   kInvalidArgument     a status string outside the documented values, update/checkpoint rows
+//                        whose run_id/round differ from the round's, an empty client_id
+//   kIoError             file-system/database failure; a full disk says "disk is full"
+//   kTimeout             the database stayed locked by another connection past the busy timeout
+//   kCorrupt             the file is not a SQLite database or is damaged
+// A failed write changes nothing. Query results are ordered: runs by run_id, rounds by round,
+// updates and events in insertion order, clients by client_id.
+//
+// Numbers: uint64_t fields round-trip exactly (SQLite stores their bit pattern as INTEGER).
+// Doubles round-trip exactly, except that SQLite stores NaN as NULL: a NaN in a plain double
+// field reads back as NaN, a NaN std::optional reads back as std::nullopt (the memory backend
+// applies the same rule).
+//
+// Threads: a store object is not thread-safe; use it from one thread at a time (the coordinator
+// owns it on its event-loop thread). Several processes may open the same SQLite file (WAL lets
+// `fedfleet history` read while a coordinator writes).
 #pragma once
 
 #include <cstdint>
@@ -35,7 +57,8 @@ struct RoundRecord {
   uint32_t late = 0;
   uint32_t dropped = 0;
   uint32_t rejected = 0;
-  std::string status = "ok";  // "ok" or "failed" (quorum not met)
+  std::string status = "ok";  // "ok", "failed" (quorum not met) or "initial" (round 0: the
+                              // starting model, evaluated before any training)
   double train_loss = 0;      // sample-weighted mean of the clients' mean losses
   std::optional<double> test_loss;
   std::optional<double> test_accuracy;  // fraction in [0, 1]
@@ -92,14 +115,18 @@ class HistoryStore {
  public:
   virtual ~HistoryStore() = default;
 
-  // Creates a run; fills and returns its run_id.
+  // Creates a run and returns its run_id (run.run_id is ignored). Ids increase: a later run
+  // always has a larger id.
   virtual Result<int64_t> beginRun(const RunRecord& run) = 0;
-  // Inserts or updates a client (by client_id).
+  // Inserts or updates a client (by client_id). An existing row keeps its first_seen; every
+  // other field, last_seen included, takes the new value.
   virtual Status upsertClient(const ClientRecord& client) = 0;
   // Writes a round, its update rows and, when given, a checkpoint in one transaction: either
-  // all of it is committed or none of it.
+  // all of it is committed or none of it. round.status is "initial", "ok" or "failed"; each
+  // update's status is "completed", "late", "dropped" or "rejected" (else kInvalidArgument).
   virtual Status commitRound(const RoundRecord& round, const std::vector<UpdateRecord>& updates,
                              const std::optional<CheckpointRecord>& checkpoint) = 0;
+  // Records an event; run_id 0 ties it to no run, an unknown run_id is kNotFound.
   virtual Status recordEvent(const EventRecord& event) = 0;
 
   // Queries (used by resume, `fedfleet history` and tests).
@@ -108,13 +135,32 @@ class HistoryStore {
   virtual Result<std::vector<UpdateRecord>> updates(int64_t run_id,
                                                     std::optional<uint32_t> round) = 0;
   virtual Result<std::vector<ClientRecord>> clients() = 0;
+  // All events when run_id is nullopt; run_id 0 selects the events not tied to a run.
   virtual Result<std::vector<EventRecord>> events(std::optional<int64_t> run_id) = 0;
   // The checkpoint with the highest round of `run_id`; kNotFound if none.
   virtual Result<CheckpointRecord> latestCheckpoint(int64_t run_id) = 0;
+
+  // The rounds of `run_id` that have a checkpoint, ascending (empty for an unknown run). The
+  // default implementation (for test doubles) returns kFailedPrecondition; both backends
+  // override it.
+  virtual Result<std::vector<uint32_t>> checkpointRounds(int64_t /*run_id*/) {
+    return failedPrecondition("checkpointRounds is not supported by this history backend");
+  }
+  // Deletes the checkpoints of `run_id` except the `keep_last` with the highest rounds (rounds
+  // and updates stay). keep_last == 0 is kInvalidArgument: resume needs the latest checkpoint.
+  // A run with fewer checkpoints, or an unknown run, is left alone and gives OK. The default
+  // implementation (for test doubles) returns kFailedPrecondition; both backends override it.
+  virtual Status pruneCheckpoints(int64_t /*run_id*/, uint32_t /*keep_last*/) {
+    return failedPrecondition("pruneCheckpoints is not supported by this history backend");
+  }
 };
 
 // Opens (creating if needed) a SQLite history at `path`: WAL mode, foreign keys on, schema
 // created or checked against the schema_version table (a newer or unknown version is an error).
+// Fails with kIoError when the file cannot be opened or created (missing directory, no
+// permission), kCorrupt when it is not a SQLite database, kFailedPrecondition on a schema
+// version other than this build's or a database that is not a fedfleet history.
+// common/history/sqlite_history.h has an overload taking options.
 Result<std::unique_ptr<HistoryStore>> openSqliteHistory(const std::string& path);
 
 // An in-memory store with the same behaviour, for tests.

@@ -31,12 +31,16 @@ Result<KeyPair> generateKeyPair();
 
 // Writes `<dir>/<name>.key` (public, mode 0644) and `<dir>/<name>.key_secret` (secret, mode
 // 0600), creating `dir` (mode 0700) if needed. Refuses to overwrite existing files unless
-// `overwrite`.
+// `overwrite` (kFailedPrecondition). Files are text: `#` comment lines, then
+// `public-key = "<Z85>"` (and `secret-key = "<Z85>"` in the secret file).
+// kInvalidArgument for a bad name or keys that are not a matching Z85 pair.
 Status writeKeyPair(const std::string& dir, const std::string& name, const KeyPair& keys,
                     bool overwrite = false);
-// Reads a key pair written by writeKeyPair (`<dir>/<name>.key` and `.key_secret`).
+// Reads a key pair written by writeKeyPair (`<dir>/<name>.key` and `.key_secret`). kNotFound
+// for a missing file; kCorrupt for a file without a valid key or halves that do not match.
 Result<KeyPair> readKeyPair(const std::string& dir, const std::string& name);
-// Reads one public key file: the first non-comment line holding a 40-character Z85 key.
+// Reads one public key file: the first non-comment line holding a 40-character Z85 key, either
+// bare or as `public-key = "<key>"`. kNotFound if missing; kCorrupt if it holds no such key.
 Result<std::string> readPublicKeyFile(const std::string& path);
 
 struct ServerOptions {
@@ -86,7 +90,8 @@ class ServerTransport {
   // timeout; a non-OK Status only if the socket failed (not for a peer's bad payload).
   virtual Result<std::optional<Envelope>> receive(int timeout_ms) = 0;
 
-  // Queues `payload` to `peer`. kUnavailable when the peer is not connected (ROUTER_MANDATORY).
+  // Queues `payload` to `peer`. kUnavailable when the peer is not connected (ROUTER_MANDATORY);
+  // kTimeout when the peer's queue stays full for 5 s.
   virtual Status send(const std::string& peer, const std::string& payload) = 0;
 
   // Returns and clears the refusals recorded by the ZAP handler since the last call.
@@ -101,6 +106,10 @@ class ClientTransport {
   virtual ~ClientTransport() = default;
   // As ServerTransport::receive, for messages from the coordinator.
   virtual Result<std::optional<std::string>> receive(int timeout_ms) = 0;
+  // Queues `payload` for the coordinator. kTimeout when the queue stays full for 5 s;
+  // kPermissionDenied after the coordinator refused this client's key: the client then
+  // reconnects by itself every reconnect_ivl_max_ms (receive() and send() drive this), so a key
+  // added to the allow-list later is picked up without recreating the transport.
   virtual Status send(const std::string& payload) = 0;
 };
 

@@ -137,7 +137,12 @@ struct DecodeLimits {
   uint32_t nesting_limit = 16;
 };
 
-// Serialises `message` to bytes (Cap'n Proto, unpacked, single segment where possible).
+// Largest bytes/text field Cap'n Proto can hold (its list size limit, 2^29 - 1 elements).
+constexpr uint64_t kMaxFieldBytes = (1ull << 29) - 1;
+
+// Serialises `message` to bytes (Cap'n Proto, unpacked framing; one segment, plus one per large
+// word-aligned bytes field, which is copied only once).
+// A field longer than kMaxFieldBytes is a caller bug and aborts (FEDFLEET_CHECK).
 std::string encode(const Message& message);
 
 // Parses bytes produced by encode(). Any malformed input, including truncation, an unknown

@@ -1,0 +1,356 @@
+#include "cli/commands.h"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "client/client_runtime.h"
+#include "common/config/config.h"
+#include "common/history/format.h"
+#include "common/history/history.h"
+#include "common/transport/transport.h"
+#include "coordinator/coordinator_service.h"
+
+namespace fedfleet::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+coordinator::CoordinatorService* g_coordinator = nullptr;
+client::ClientRuntime* g_client = nullptr;
+
+void onSignal(int) {
+  g_stop.store(true);
+  if (g_coordinator) g_coordinator->stop();
+  if (g_client) g_client->stop();
+}
+
+void installSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+void setupLogging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("fedfleet");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+// Flags shared by coordinator and client: config file(s) and overrides.
+struct ConfigFlags {
+  std::vector<std::string> files;
+  std::vector<std::string> sets;
+  std::string log_level = "info";
+};
+
+void addConfigFlags(CLI::App* app, ConfigFlags& f) {
+  app->add_option("-c,--config", f.files, "TOML config file (repeatable; later files win)")
+      ->check(CLI::ExistingFile);
+  app->add_option("--set", f.sets, "Override one key: section.key=value (repeatable)");
+  app->add_option("--log-level", f.log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+// Loads files, then the named flags (kept as "key=value" overrides), then --set overrides.
+Status buildConfig(const ConfigFlags& f, const std::vector<std::string>& flag_overrides,
+                   config::Config& config) {
+  for (const auto& file : f.files) FEDFLEET_RETURN_IF_ERROR(config.loadFile(file));
+  for (const auto& s : flag_overrides) FEDFLEET_RETURN_IF_ERROR(config.set(s));
+  for (const auto& s : f.sets) FEDFLEET_RETURN_IF_ERROR(config.set(s));
+  return config.validate();
+}
+
+// Registers `--name VALUE` as an override of `key`.
+template <typename T>
+void addOverride(CLI::App* app, std::vector<std::string>& overrides, const std::string& flag,
+                 const std::string& key, const std::string& help) {
+  app->add_option_function<T>(
+      flag,
+      [&overrides, key](const T& v) {
+        if constexpr (std::is_same_v<T, std::string>) {
+          std::string q = "\"";
+          for (char ch : v) {
+            if (ch == '"' || ch == '\\') q.push_back('\\');
+            q.push_back(ch);
+          }
+          overrides.push_back(key + "=" + q + "\"");
+        } else {
+          overrides.push_back(key + "=" + std::to_string(v));
+        }
+      },
+      help + " (" + key + ")");
+}
+
+void addFlagOverride(CLI::App* app, std::vector<std::string>& overrides, const std::string& flag,
+                     const std::string& key, const std::string& help) {
+  app->add_flag_callback(flag, [&overrides, key] { overrides.push_back(key + "=true"); },
+                         help + " (" + key + ")");
+}
+
+int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrides,
+                   const std::string& endpoint_file) {
+  config::Config config;
+  Status st = buildConfig(f, overrides, config);
+  if (!st.isOk()) {
+    std::cerr << "fedfleet coordinator: " << st.message() << "\n";
+    return 2;
+  }
+  if (config.coordinator.insecure) {
+    spdlog::warn("--insecure: the coordinator accepts plain-text connections from anyone; "
+                 "traffic and models are not encrypted");
+  }
+  auto service = coordinator::CoordinatorService::create(config);
+  if (!service.isOk()) {
+    std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
+    return service.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!endpoint_file.empty()) {
+    // Written after binding, so a script that waits for this file can connect at once.
+    std::string tmp = endpoint_file + ".tmp";
+    std::ofstream(tmp) << (*service)->boundEndpoint() << "\n";
+    std::filesystem::rename(tmp, endpoint_file);
+  }
+  g_coordinator = service->get();
+  installSignalHandlers();
+  st = (*service)->run();
+  g_coordinator = nullptr;
+  if (!st.isOk()) {
+    std::cerr << "fedfleet coordinator: " << st.toString() << "\n";
+    return 1;
+  }
+  std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
+            << (*service)->runId() << ")\n";
+  return 0;
+}
+
+int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides,
+              bool insecure_flag) {
+  config::Config config;
+  Status st = buildConfig(f, overrides, config);
+  if (!st.isOk()) {
+    std::cerr << "fedfleet client: " << st.message() << "\n";
+    return 2;
+  }
+  const auto& cc = config.client;
+  client::ClientRuntimeOptions o;
+  o.client_id = cc.id.empty() ? "client-" + std::to_string(getpid()) : cc.id;
+  o.device = cc.device;
+  o.data_dir = config.data.dir;
+  o.torchscript_path = config.model.path;
+  o.threads = cc.threads;
+  o.partition = static_cast<int32_t>(cc.partition);
+  o.heartbeat_s = cc.heartbeat_s;
+  o.liveness_s = std::max(5.0, 5 * cc.heartbeat_s);
+  o.exit_idle_s = cc.exit_idle_s;
+  o.transport.endpoint = cc.coordinator;
+  o.transport.routing_id = o.client_id;
+  o.transport.insecure = insecure_flag || config.coordinator.insecure;
+  if (o.transport.insecure) {
+    spdlog::warn("--insecure: this client talks to the coordinator in plain text");
+  } else {
+    auto keys = transport::readKeyPair(cc.keys_dir, o.client_id);
+    if (!keys.isOk()) {
+      std::cerr << "fedfleet client: " << keys.status().message()
+                << " (create keys with `fedfleet keygen --dir " << cc.keys_dir << " --name "
+                << o.client_id << "`)\n";
+      return 2;
+    }
+    o.transport.client_keys = *keys;
+    auto server_key = transport::readPublicKeyFile(cc.keys_dir + "/coordinator.key");
+    if (!server_key.isOk()) {
+      std::cerr << "fedfleet client: coordinator public key: " << server_key.status().message()
+                << "\n";
+      return 2;
+    }
+    o.transport.server_public_key = *server_key;
+  }
+  auto rt = client::ClientRuntime::create(o);
+  if (!rt.isOk()) {
+    std::cerr << "fedfleet client: " << rt.status().toString() << "\n";
+    return rt.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  g_client = rt->get();
+  installSignalHandlers();
+  st = (*rt)->run();
+  g_client = nullptr;
+  if (!st.isOk()) {
+    std::cerr << "fedfleet client: " << st.toString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t clients,
+              const std::string& prefix, bool coordinator, bool force) {
+  for (uint32_t i = 1; i <= clients; ++i) names.push_back(prefix + std::to_string(i));
+  if (coordinator) names.insert(names.begin(), "coordinator");
+  if (names.empty()) {
+    std::cerr << "fedfleet keygen: nothing to do: give --coordinator, --name or --clients\n";
+    return 2;
+  }
+  for (const auto& name : names) {
+    auto keys = transport::generateKeyPair();
+    if (!keys.isOk()) {
+      std::cerr << "fedfleet keygen: " << keys.status().toString() << "\n";
+      return 1;
+    }
+    Status st = transport::writeKeyPair(dir, name, *keys, force);
+    if (st.isOk() && name != "coordinator") {
+      // The public key file also goes into the coordinator's allow-list directory.
+      std::error_code ec;
+      std::filesystem::create_directories(dir + "/clients", ec);
+      if (!ec) {
+        std::filesystem::copy_file(dir + "/" + name + ".key", dir + "/clients/" + name + ".key",
+                                   force ? std::filesystem::copy_options::overwrite_existing
+                                         : std::filesystem::copy_options::none,
+                                   ec);
+      }
+      if (ec) st = ioError("allow-list copy of " + name + ".key: " + ec.message());
+    }
+    if (!st.isOk()) {
+      std::cerr << "fedfleet keygen: " << st.toString() << "\n";
+      return 1;
+    }
+    std::cout << dir << "/" << name << ".key\n";
+  }
+  return 0;
+}
+
+int runHistory(const std::string& db, const std::string& format, int64_t run) {
+  auto fmt = history::parseFormat(format);
+  if (!fmt.isOk()) {
+    std::cerr << "fedfleet history: " << fmt.status().message() << "\n";
+    return 2;
+  }
+  if (!std::filesystem::exists(db)) {
+    std::cerr << "fedfleet history: " << db << ": no such file\n";
+    return 2;
+  }
+  auto store = history::openSqliteHistory(db);
+  if (!store.isOk()) {
+    std::cerr << "fedfleet history: " << store.status().toString() << "\n";
+    return 1;
+  }
+  if (run <= 0) {
+    auto runs = (*store)->runs();
+    if (!runs.isOk()) {
+      std::cerr << "fedfleet history: " << runs.status().toString() << "\n";
+      return 1;
+    }
+    if (runs->empty()) {
+      std::cerr << "fedfleet history: " << db << " holds no runs\n";
+      return 1;
+    }
+    run = runs->back().run_id;
+  }
+  auto rounds = (*store)->rounds(run);
+  if (!rounds.isOk()) {
+    std::cerr << "fedfleet history: " << rounds.status().toString() << "\n";
+    return 1;
+  }
+  std::cout << history::formatRounds(*rounds, *fmt);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fedfleet: federated training on heterogeneous fleets"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fedfleet 0.1.0");
+
+  // coordinator
+  ConfigFlags coord_flags;
+  std::vector<std::string> coord_overrides;
+  auto* coord = app.add_subcommand("coordinator", "Run a coordinator: sample clients, aggregate, record");
+  addConfigFlags(coord, coord_flags);
+  addOverride<std::string>(coord, coord_overrides, "--bind", "coordinator.bind", "Bind address");
+  addOverride<std::string>(coord, coord_overrides, "--keys", "coordinator.keys_dir", "Key directory");
+  addOverride<std::string>(coord, coord_overrides, "--allow", "coordinator.allow_dir", "Allowed client keys");
+  addOverride<std::string>(coord, coord_overrides, "--db", "history.db", "SQLite history file");
+  addOverride<std::string>(coord, coord_overrides, "--model", "model.name", "Model");
+  addOverride<std::string>(coord, coord_overrides, "--model-path", "model.path", "TorchScript file");
+  addOverride<std::string>(coord, coord_overrides, "--data-dir", "data.dir", "Fashion-MNIST directory");
+  addOverride<std::string>(coord, coord_overrides, "--name", "run.name", "Run name");
+  addOverride<int64_t>(coord, coord_overrides, "--rounds", "run.rounds", "Rounds");
+  addOverride<int64_t>(coord, coord_overrides, "--seed", "run.seed", "Seed");
+  addOverride<int64_t>(coord, coord_overrides, "--clients-per-round", "coordinator.clients_per_round", "K");
+  addOverride<int64_t>(coord, coord_overrides, "--min-clients", "coordinator.min_clients", "Clients needed to start");
+  addOverride<double>(coord, coord_overrides, "--deadline", "coordinator.deadline_s", "Round deadline, seconds");
+  addFlagOverride(coord, coord_overrides, "--insecure", "coordinator.insecure", "Plain text, no CURVE");
+  std::string endpoint_file;
+  coord->add_option("--endpoint-file", endpoint_file,
+                    "Write the bound endpoint (with the port actually chosen) to this file");
+  addFlagOverride(coord, coord_overrides, "--resume", "coordinator.resume", "Resume the latest run of this name");
+
+  // client
+  ConfigFlags client_flags;
+  std::vector<std::string> client_overrides;
+  bool client_insecure = false;
+  auto* cl = app.add_subcommand("client", "Run a client: train the tasks a coordinator sends");
+  addConfigFlags(cl, client_flags);
+  addOverride<std::string>(cl, client_overrides, "--coordinator", "client.coordinator", "Coordinator address");
+  addOverride<std::string>(cl, client_overrides, "--id", "client.id", "Client id (also its key name)");
+  addOverride<std::string>(cl, client_overrides, "--keys", "client.keys_dir", "Key directory");
+  addOverride<std::string>(cl, client_overrides, "--device", "client.device", "auto, cpu or cuda");
+  addOverride<std::string>(cl, client_overrides, "--data-dir", "data.dir", "Fashion-MNIST directory");
+  addOverride<std::string>(cl, client_overrides, "--model-path", "model.path", "TorchScript file");
+  addOverride<int64_t>(cl, client_overrides, "--threads", "client.threads", "LibTorch threads");
+  addOverride<int64_t>(cl, client_overrides, "--partition", "client.partition", "Ask for this partition");
+  addOverride<double>(cl, client_overrides, "--exit-idle", "client.exit_idle_s", "Exit after this much coordinator silence");
+  cl->add_flag("--insecure", client_insecure, "Plain text, no CURVE");
+
+  // keygen
+  std::string key_dir = "keys";
+  std::vector<std::string> key_names;
+  uint32_t key_clients = 0;
+  std::string key_prefix = "client-";
+  bool key_coordinator = false, key_force = false;
+  auto* kg = app.add_subcommand("keygen", "Write CURVE key pairs (secret files mode 0600)");
+  kg->add_option("--dir", key_dir, "Key directory (client public keys also go to DIR/clients/)");
+  kg->add_flag("--coordinator", key_coordinator, "Write the coordinator's key pair");
+  kg->add_option("--name", key_names, "Write a client key pair of this name (repeatable)");
+  kg->add_option("--clients", key_clients, "Write N client key pairs named PREFIX1..PREFIXN");
+  kg->add_option("--prefix", key_prefix, "Client name prefix for --clients");
+  kg->add_flag("--force", key_force, "Overwrite existing key files");
+
+  // history
+  std::string hist_db = "fedfleet.db", hist_format = "table", hist_level = "warn";
+  int64_t hist_run = 0;
+  auto* hist = app.add_subcommand("history", "Print the rounds of a run from a history database");
+  hist->add_option("--db", hist_db, "SQLite history file");
+  hist->add_option("--format", hist_format, "table, csv or json");
+  hist->add_option("--run", hist_run, "Run id (default: the latest)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (coord->parsed()) {
+    setupLogging(coord_flags.log_level);
+    return runCoordinator(coord_flags, coord_overrides, endpoint_file);
+  }
+  if (cl->parsed()) {
+    setupLogging(client_flags.log_level);
+    return runClient(client_flags, client_overrides, client_insecure);
+  }
+  setupLogging(hist_level);
+  if (kg->parsed()) {
+    return runKeygen(key_dir, key_names, key_clients, key_prefix, key_coordinator, key_force);
+  }
+  if (hist->parsed()) return runHistory(hist_db, hist_format, hist_run);
+  return 2;
+}
+
+}  // namespace fedfleet::cli

@@ -1,0 +1,83 @@
+// Trainer: local SGD on one client's shard, from a given flat model, to a delta and statistics.
+//
+// Pure computation (no I/O, no clock other than measuring itself): the client runtime calls it
+// with the model of a task, the simulator calls it directly for each virtual client. The result
+// carries what the coordinator needs for FedAvg/FedNova (delta, n, steps) and for Oort
+// (mean loss, sum of squared per-sample losses).
+//
+// Batches: on the CPU each step gathers its samples through a lookup table straight into a
+// reused float buffer (no allocation per step). On a GPU the whole shard goes over once per call
+// as bytes, each epoch's permutation once per epoch, and each step gathers and normalises on the
+// device, so the host never waits inside an epoch. Per-sample losses stay on the device and are
+// read once at the end.
+//
+// Unlike common/model/*.h, this header includes <torch/torch.h>: client code that trains speaks
+// LibTorch (torch::Device, torch::set_num_threads) and gets it from here.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "common/data/dataset.h"
+#include "common/model/model.h"
+#include "common/status.h"
+
+namespace fedfleet::client {
+
+struct TrainOptions {
+  uint32_t epochs = 1;
+  uint32_t max_steps = 0;  // > 0: exactly this many steps (passes repeat as needed); epochs unused
+  uint32_t batch_size = 32;
+  float lr = 0.05f;
+  float momentum = 0;
+  float weight_decay = 0;
+  uint64_t seed = 0;  // seeds the per-epoch shuffle (std::mt19937_64)
+};
+
+struct TrainResult {
+  std::vector<float> delta;  // final flat parameters - start, in the model's layout
+  uint64_t n_samples = 0;    // samples processed (a sample seen in two epochs counts twice)
+  uint64_t steps = 0;        // optimizer steps taken
+  double mean_loss = 0;      // mean per-sample cross-entropy over the processed samples
+  double sum_sq_loss = 0;    // sum over processed samples of the squared per-sample loss
+  double compute_seconds = 0;
+  bool stopped_early = false;  // the stop flag ended training before the planned steps
+};
+
+class Trainer {
+ public:
+  // How batches reach the device. kAuto: kHostGather on the CPU, kDeviceShard elsewhere. The
+  // two give bit-identical inputs; forcing kDeviceShard on the CPU lets CPU-only tests cover it.
+  enum class BatchSource { kAuto, kHostGather, kDeviceShard };
+
+  explicit Trainer(c10::Device device, BatchSource source = BatchSource::kAuto);
+
+  // Local SGD from `start` (flat parameters in the layout of `model`): sets the model to
+  // `start`, then runs `opts.epochs` passes over `indices` of `ds` (or exactly opts.max_steps
+  // steps when > 0) in minibatches of opts.batch_size (the last batch of a pass may be smaller),
+  // reshuffled at the start of every pass with std::mt19937_64(opts.seed), with
+  // torch::optim::SGD(lr, momentum, weight_decay) on the mean cross-entropy of each batch. The
+  // model is moved to this trainer's device first if it is elsewhere, is in train mode while
+  // training, and is left holding the trained parameters in its previous train/eval mode.
+  // `stop`, when non-null, is read before every step; once true, training ends after the step
+  // in progress, and the result holds the work done with stopped_early = true. Same inputs and
+  // seed on the CPU give a bit-identical result (with the same LibTorch thread count).
+  // Failures: start.size() != model's parameter count, empty indices, an index >= ds.size(),
+  // batch_size == 0, epochs == 0 with max_steps == 0, or an empty image shape ->
+  // kInvalidArgument; a LibTorch failure (model/input mismatch, out of memory) -> kInternal.
+  // Safe to call concurrently from several threads with different models.
+  Result<TrainResult> train(model::Model& model, const std::vector<float>& start,
+                            const data::Dataset& ds, const std::vector<uint32_t>& indices,
+                            const TrainOptions& opts, const std::atomic<bool>* stop = nullptr);
+
+  const c10::Device& device() const { return device_; }
+
+ private:
+  c10::Device device_;
+  BatchSource source_;
+};
+
+}  // namespace fedfleet::client

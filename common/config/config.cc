@@ -1,0 +1,313 @@
+#include "common/config/config.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <type_traits>
+
+#include <toml++/toml.h>
+
+namespace fedfleet::config {
+namespace {
+
+// Calls f("section.key", member) for every field, in documentation order. The one list of keys.
+template <typename C, typename F>
+void forEachField(C& c, F&& f) {
+  f("run.name", c.run.name);
+  f("run.seed", c.run.seed);
+  f("run.rounds", c.run.rounds);
+  f("coordinator.bind", c.coordinator.bind);
+  f("coordinator.insecure", c.coordinator.insecure);
+  f("coordinator.keys_dir", c.coordinator.keys_dir);
+  f("coordinator.allow_dir", c.coordinator.allow_dir);
+  f("coordinator.min_clients", c.coordinator.min_clients);
+  f("coordinator.clients_per_round", c.coordinator.clients_per_round);
+  f("coordinator.quorum", c.coordinator.quorum);
+  f("coordinator.deadline_s", c.coordinator.deadline_s);
+  f("coordinator.liveness_s", c.coordinator.liveness_s);
+  f("coordinator.wait_clients_s", c.coordinator.wait_clients_s);
+  f("coordinator.sample_from", c.coordinator.sample_from);
+  f("coordinator.server_lr", c.coordinator.server_lr);
+  f("coordinator.checkpoint_every", c.coordinator.checkpoint_every);
+  f("coordinator.keep_checkpoints", c.coordinator.keep_checkpoints);
+  f("coordinator.chunk_kib", c.coordinator.chunk_kib);
+  f("coordinator.resume", c.coordinator.resume);
+  f("model.name", c.model.name);
+  f("model.path", c.model.path);
+  f("data.dataset", c.data.dataset);
+  f("data.dir", c.data.dir);
+  f("data.partition", c.data.partition);
+  f("data.alpha", c.data.alpha);
+  f("data.labels_per_client", c.data.labels_per_client);
+  f("data.partitions", c.data.partitions);
+  f("data.train_subset", c.data.train_subset);
+  f("data.test_subset", c.data.test_subset);
+  f("train.epochs", c.train.epochs);
+  f("train.steps", c.train.steps);
+  f("train.batch", c.train.batch);
+  f("train.lr", c.train.lr);
+  f("train.momentum", c.train.momentum);
+  f("train.weight_decay", c.train.weight_decay);
+  f("client.coordinator", c.client.coordinator);
+  f("client.id", c.client.id);
+  f("client.keys_dir", c.client.keys_dir);
+  f("client.device", c.client.device);
+  f("client.threads", c.client.threads);
+  f("client.partition", c.client.partition);
+  f("client.heartbeat_s", c.client.heartbeat_s);
+  f("client.exit_idle_s", c.client.exit_idle_s);
+  f("history.db", c.history.db);
+}
+
+template <typename T>
+const char* typeName() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean";
+  else if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_floating_point_v<T>) return "a number";
+  else if constexpr (std::is_unsigned_v<T>) return "a non-negative integer";
+  else return "an integer";
+}
+
+std::string nodeTypeName(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a floating-point number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date or time";
+  }
+}
+
+// Assigns a TOML value to a field, checking type and range.
+template <typename T>
+Status assign(const toml::node& node, T& out, const std::string& key) {
+  auto wrongType = [&] {
+    return invalidArgument("'" + key + "' must be " + typeName<T>() + ", got " +
+                           nodeTypeName(node));
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    auto v = node.value_exact<bool>();
+    if (!v) return wrongType();
+    out = *v;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    auto v = node.value_exact<std::string>();
+    if (!v) return wrongType();
+    out = *v;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    auto v = node.value<double>();  // accepts integers too
+    if (!v || node.is_boolean()) return wrongType();
+    if (!std::isfinite(*v)) return invalidArgument("'" + key + "' must be finite");
+    out = static_cast<T>(*v);
+  } else {
+    auto v = node.value_exact<int64_t>();
+    if (!v) return wrongType();
+    if (std::is_unsigned_v<T> && *v < 0) {
+      return invalidArgument("'" + key + "' must not be negative, got " + std::to_string(*v));
+    }
+    if (static_cast<uint64_t>(*v) > static_cast<uint64_t>(std::numeric_limits<T>::max()) &&
+        *v > 0) {
+      return invalidArgument("'" + key + "' is too large: " + std::to_string(*v));
+    }
+    out = static_cast<T>(*v);
+  }
+  return Status::ok();
+}
+
+std::string where(const toml::node& node, const std::string& origin) {
+  const auto& src = node.source();
+  std::ostringstream s;
+  s << origin;
+  if (src.begin.line > 0) s << ":" << src.begin.line;
+  return s.str();
+}
+
+Status applyTable(Config& config, const toml::table& root, const std::string& origin) {
+  std::map<std::string, std::string> sections;
+  forEachField(config, [&](const std::string& key, auto&) {
+    sections[key.substr(0, key.find('.'))] = "";
+  });
+  for (const auto& [section_key, section_node] : root) {
+    std::string section(section_key.str());
+    if (!sections.count(section)) {
+      std::string known;
+      for (const auto& [name, _] : sections) known += (known.empty() ? "" : ", ") + name;
+      return invalidArgument(where(section_node, origin) + ": unknown section '" + section +
+                             "' (known: " + known + ")");
+    }
+    const toml::table* table = section_node.as_table();
+    if (!table) {
+      return invalidArgument(where(section_node, origin) + ": '" + section +
+                             "' must be a table ([" + section + "])");
+    }
+    for (const auto& [key_name, value] : *table) {
+      std::string key = section + "." + std::string(key_name.str());
+      bool found = false;
+      Status status;
+      forEachField(config, [&](const std::string& name, auto& member) {
+        if (found || name != key) return;
+        found = true;
+        status = assign(value, member, key);
+      });
+      if (!found) {
+        return invalidArgument(where(value, origin) + ": unknown key '" + key + "'");
+      }
+      if (!status.isOk()) return status.withContext(where(value, origin));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Config::loadString(const std::string& toml_text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+      << e.description();
+    return invalidArgument(s.str());
+  }
+  return applyTable(*this, root, origin);
+}
+
+Status Config::loadFile(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << path << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+      << e.description();
+    return invalidArgument(s.str());
+  }
+  return applyTable(*this, root, path);
+}
+
+Status Config::set(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    return invalidArgument("override '" + assignment + "' must look like section.key=value");
+  }
+  std::string section = assignment.substr(0, dot);
+  std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  std::string value = assignment.substr(eq + 1);
+  std::string text = "[" + section + "]\n" + key + " = " + value + "\n";
+  Status st = loadString(text, "--set " + assignment);
+  if (!st.isOk() && !value.empty() && value.front() != '"') {
+    // A bare word such as `cnn` or `tcp://...`: take it as a string.
+    std::string quoted = "\"";
+    for (char ch : value) {
+      if (ch == '\\' || ch == '"') quoted.push_back('\\');
+      quoted.push_back(ch);
+    }
+    quoted += "\"";
+    Status as_string =
+        loadString("[" + section + "]\n" + key + " = " + quoted + "\n", "--set " + assignment);
+    if (as_string.isOk()) return as_string;
+  }
+  return st;
+}
+
+uint32_t Config::minClients() const {
+  return coordinator.min_clients > 0 ? coordinator.min_clients : coordinator.clients_per_round;
+}
+
+uint32_t Config::quorum() const {
+  return coordinator.quorum > 0 ? coordinator.quorum : (coordinator.clients_per_round + 1) / 2;
+}
+
+uint32_t Config::partitions() const {
+  return data.partitions > 0 ? data.partitions : minClients();
+}
+
+std::string Config::allowDir() const {
+  return coordinator.allow_dir.empty() ? coordinator.keys_dir + "/clients"
+                                       : coordinator.allow_dir;
+}
+
+Status Config::validate() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return invalidArgument("'" + key + "' " + why);
+  };
+  if (run.rounds == 0) return bad("run.rounds", "must be at least 1");
+  if (coordinator.clients_per_round == 0) return bad("coordinator.clients_per_round", "must be at least 1");
+  if (quorum() > coordinator.clients_per_round) {
+    return bad("coordinator.quorum", "(" + std::to_string(quorum()) +
+                                         ") must not exceed coordinator.clients_per_round (" +
+                                         std::to_string(coordinator.clients_per_round) + ")");
+  }
+  if (minClients() < coordinator.clients_per_round && coordinator.sample_from == "clients") {
+    // Allowed: rounds then sample min(K, connected) clients.
+  }
+  if (!(coordinator.deadline_s > 0)) return bad("coordinator.deadline_s", "must be > 0");
+  if (!(coordinator.liveness_s > 0)) return bad("coordinator.liveness_s", "must be > 0");
+  if (!(coordinator.wait_clients_s > 0)) return bad("coordinator.wait_clients_s", "must be > 0");
+  if (coordinator.sample_from != "clients" && coordinator.sample_from != "partitions") {
+    return bad("coordinator.sample_from", "must be \"clients\" or \"partitions\", got \"" +
+                                              coordinator.sample_from + "\"");
+  }
+  if (coordinator.sample_from == "partitions" && partitions() < coordinator.clients_per_round) {
+    return bad("data.partitions", "must be at least coordinator.clients_per_round when sampling partitions");
+  }
+  if (!(coordinator.server_lr > 0)) return bad("coordinator.server_lr", "must be > 0");
+  if (coordinator.chunk_kib == 0 || coordinator.chunk_kib > 256 * 1024) {
+    return bad("coordinator.chunk_kib", "must be between 1 and 262144");
+  }
+  static const char* kModels[] = {"logreg", "mlp", "cnn", "lenet", "torchscript"};
+  bool model_ok = false;
+  for (const char* m : kModels) model_ok |= model.name == m;
+  if (!model_ok) {
+    return bad("model.name", "must be one of logreg, mlp, cnn, lenet, torchscript; got \"" +
+                                 model.name + "\"");
+  }
+  if (model.name == "torchscript" && model.path.empty()) {
+    return bad("model.path", "is required when model.name = \"torchscript\"");
+  }
+  if (data.dataset != "fashion-mnist") {
+    return bad("data.dataset", "must be \"fashion-mnist\", got \"" + data.dataset + "\"");
+  }
+  if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels") {
+    return bad("data.partition", "must be iid, dirichlet or labels; got \"" + data.partition + "\"");
+  }
+  if (!(data.alpha > 0)) return bad("data.alpha", "must be > 0");
+  if (data.labels_per_client == 0 || data.labels_per_client > 10) {
+    return bad("data.labels_per_client", "must be between 1 and 10");
+  }
+  if (train.epochs == 0 && train.steps == 0) return bad("train.epochs", "or train.steps must be > 0");
+  if (train.batch == 0) return bad("train.batch", "must be at least 1");
+  if (!(train.lr > 0)) return bad("train.lr", "must be > 0");
+  if (train.momentum < 0 || train.momentum >= 1) return bad("train.momentum", "must be in [0, 1)");
+  if (train.weight_decay < 0) return bad("train.weight_decay", "must be >= 0");
+  if (client.device != "auto" && client.device != "cpu" && client.device != "cuda") {
+    return bad("client.device", "must be auto, cpu or cuda; got \"" + client.device + "\"");
+  }
+  if (client.threads == 0) return bad("client.threads", "must be at least 1");
+  if (!(client.heartbeat_s > 0)) return bad("client.heartbeat_s", "must be > 0");
+  if (client.exit_idle_s < 0) return bad("client.exit_idle_s", "must be >= 0");
+  if (history.db.empty()) return bad("history.db", "must not be empty");
+  return Status::ok();
+}
+
+nlohmann::json Config::toJson() const {
+  nlohmann::json j = nlohmann::json::object();
+  forEachField(*this, [&](const std::string& key, const auto& member) {
+    auto dot = key.find('.');
+    j[key.substr(0, dot)][key.substr(dot + 1)] = member;
+  });
+  return j;
+}
+
+std::vector<std::string> Config::keys() {
+  std::vector<std::string> out;
+  Config c;
+  forEachField(c, [&](const std::string& key, auto&) { out.push_back(key); });
+  return out;
+}
+
+}  // namespace fedfleet::config

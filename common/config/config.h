@@ -1,0 +1,119 @@
+// Run configuration: TOML files with command-line overrides.
+//
+// One Config holds every section; each subcommand reads the sections it needs. Keys are
+// "section.key" (for example "train.lr"). Loading rejects unknown sections and keys, values of
+// the wrong type and out-of-range values with a message naming the key and the file, so a typo
+// fails at start-up instead of being silently ignored. docs/CONFIG.md (README's config
+// reference) lists every key; `Config::keys()` is the source of that list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace fedfleet::config {
+
+struct RunSection {
+  std::string name = "fedfleet";  // run name recorded in the history
+  uint64_t seed = 1;              // seeds sampling, model init, partitions, shuffling
+  uint32_t rounds = 5;            // rounds to run (failed rounds count)
+};
+
+struct CoordinatorSection {
+  std::string bind = "tcp://127.0.0.1:7700";  // ROUTER bind address
+  bool insecure = false;                      // plain text (no CURVE); logs a warning
+  std::string keys_dir = "keys";  // holds coordinator.key / coordinator.key_secret
+  std::string allow_dir;          // allowed client public keys (*.key); default <keys_dir>/clients
+  uint32_t min_clients = 0;       // connected clients needed to start a round; 0: clients_per_round
+  uint32_t clients_per_round = 2;  // K, sampled uniformly each round
+  uint32_t quorum = 0;  // completed updates needed for a round to count; 0: ceil(K / 2)
+  double deadline_s = 60;       // a round ends this long after its tasks were sent
+  double liveness_s = 6;        // a client silent this long is treated as gone
+  double wait_clients_s = 300;  // give up when min_clients are not connected for this long
+  std::string sample_from = "clients";  // "clients": each client trains its own partition;
+                                        // "partitions": sample K of data.partitions, any client
+                                        // trains the partition named in its task
+  double server_lr = 1.0;      // eta_g
+  uint32_t checkpoint_every = 1;  // rounds between checkpoints in the history (0: never)
+  uint32_t keep_checkpoints = 3;  // checkpoints kept per run
+  uint32_t chunk_kib = 1024;      // upload chunk size asked of clients
+  bool resume = false;            // continue the latest run of this name from its checkpoint
+};
+
+struct ModelSection {
+  std::string name = "mlp";  // logreg, mlp, cnn, lenet, torchscript
+  std::string path;          // TorchScript file when name = "torchscript"
+};
+
+struct DataSection {
+  std::string dataset = "fashion-mnist";
+  std::string dir;                   // IDX files; default: the dataset-fashion-mnist package
+  std::string partition = "dirichlet";  // iid, dirichlet, labels
+  double alpha = 0.5;                // Dirichlet concentration
+  uint32_t labels_per_client = 2;    // for partition = "labels"
+  uint32_t partitions = 0;           // number of partitions; 0: min_clients
+  uint32_t train_subset = 0;         // use the first N training samples (0: all)
+  uint32_t test_subset = 0;          // evaluate on the first N test samples (0: all 10k)
+};
+
+struct TrainSection {
+  uint32_t epochs = 1;
+  uint32_t steps = 0;  // if > 0: local steps instead of epochs
+  uint32_t batch = 32;
+  double lr = 0.05;
+  double momentum = 0;
+  double weight_decay = 0;
+};
+
+struct ClientSection {
+  std::string coordinator = "tcp://127.0.0.1:7700";  // coordinator address
+  std::string id;          // client id; default: the key name or host-pid
+  std::string keys_dir = "keys";  // holds <id>.key / <id>.key_secret and coordinator.key
+  std::string device = "auto";    // auto, cpu, cuda
+  uint32_t threads = 1;           // LibTorch intra-op threads
+  int64_t partition = -1;         // ask for this partition (-1: coordinator assigns)
+  double heartbeat_s = 1;         // heartbeat period
+  double exit_idle_s = 0;         // exit when the coordinator is silent this long (0: never)
+};
+
+struct HistorySection {
+  std::string db = "fedfleet.db";
+};
+
+struct Config {
+  RunSection run;
+  CoordinatorSection coordinator;
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  ClientSection client;
+  HistorySection history;
+
+  // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors
+  // return kInvalidArgument naming the file, line and key; the Config may then be partly set.
+  Status loadFile(const std::string& path);
+  // Parses TOML text (the same rules; `origin` names it in messages).
+  Status loadString(const std::string& toml_text, const std::string& origin);
+  // Applies one override "section.key=value"; the value is TOML ("0.1", "true", "\"text\"";
+  // a bare word that is not a number or boolean is taken as a string).
+  Status set(const std::string& assignment);
+
+  // Checks ranges and cross-field rules (for example quorum <= clients_per_round).
+  Status validate() const;
+
+  // Effective values after defaults are resolved.
+  uint32_t minClients() const;
+  uint32_t quorum() const;
+  uint32_t partitions() const;
+  std::string allowDir() const;
+
+  nlohmann::json toJson() const;
+  // Every "section.key" with its default value's type, in order.
+  static std::vector<std::string> keys();
+};
+
+}  // namespace fedfleet::config

@@ -1,0 +1,56 @@
+// Labelled image data sets held in memory as bytes, and the IDX reader that fills them.
+//
+// A Dataset is plain bytes (no LibTorch types) so that partitioners, the simulator and the
+// coordinator can hold and slice it without linking LibTorch; common/model/batch.h turns a set of
+// its samples into tensors. Fashion-MNIST (the default data set) comes from the Debian package
+// dataset-fashion-mnist as gzip-compressed IDX files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedfleet::data {
+
+// A labelled set of grey-scale images, one byte per pixel.
+struct Dataset {
+  uint32_t rows = 0, cols = 0, num_classes = 10;
+  std::vector<uint8_t> images;  // size() * rows * cols bytes, row-major, sample after sample
+  std::vector<uint8_t> labels;  // one label per sample, each < num_classes
+
+  size_t size() const { return labels.size(); }
+  size_t imageBytes() const { return static_cast<size_t>(rows) * cols; }
+  // Precondition: i < size().
+  const uint8_t* image(size_t i) const { return images.data() + i * rows * cols; }
+};
+
+// File names of the Fashion-MNIST package.
+inline constexpr const char* kFashionMnistTrainImages = "train-images-idx3-ubyte.gz";
+inline constexpr const char* kFashionMnistTrainLabels = "train-labels-idx1-ubyte.gz";
+inline constexpr const char* kFashionMnistTestImages = "t10k-images-idx3-ubyte.gz";
+inline constexpr const char* kFashionMnistTestLabels = "t10k-labels-idx1-ubyte.gz";
+
+// $FEDFLEET_FASHION_MNIST_DIR when set and non-empty, else /usr/share/datasets/fashion-mnist.
+std::string defaultFashionMnistDir();
+
+// Reads an IDX image file (magic 0x00000803: uint8, 3 dimensions count x rows x cols) and an IDX
+// label file (magic 0x00000801: uint8, 1 dimension count). Each file may be gzip-compressed or
+// plain (zlib reads both). Validates the magic numbers, that dimensions are non-zero, that both
+// files hold the same count, that each file holds exactly the bytes its header announces (no
+// less, no more). `limit` > 0 keeps only the first `limit` samples (the whole files are still
+// read and validated). num_classes is max(10, largest kept label + 1).
+// Failures: kNotFound when a file does not exist; kCorrupt (message names the file) for a bad
+// magic number, zero or absurd dimensions, a count mismatch, a truncated or over-long file, or a
+// damaged gzip stream; kIoError when a file exists but cannot be read.
+Result<Dataset> loadIdx(const std::string& images_path, const std::string& labels_path,
+                        size_t limit = 0);
+
+// Loads Fashion-MNIST from `dir`: train=true reads train-images-idx3-ubyte.gz and
+// train-labels-idx1-ubyte.gz (60000 samples), train=false the t10k-* files (10000 samples).
+// Failures as for loadIdx.
+Result<Dataset> loadFashionMnist(const std::string& dir, bool train, size_t limit = 0);
+
+}  // namespace fedfleet::data

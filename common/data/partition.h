@@ -1,0 +1,50 @@
+// Partitioners: how a labelled data set is split among clients (IID and the NIID-Bench label
+// skews, Li et al., ICDE 2022).
+//
+// Every partitioner works on the label vector alone and returns sample indices, so the same code
+// splits Fashion-MNIST, a synthetic set, or a test's hand-made labels. Every random choice comes
+// from a std::mt19937_64 seeded with spec.seed, so the same spec gives the same split.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedfleet::data {
+
+struct PartitionSpec {
+  std::string scheme = "iid";      // "iid", "dirichlet", "labels"
+  double alpha = 0.5;              // dirichlet: concentration of Dir(alpha) per class over clients
+  uint32_t labels_per_client = 2;  // labels: the "#C=c" of NIID-Bench
+  uint32_t num_partitions = 1;
+  uint64_t seed = 0;
+  uint32_t min_samples = 10;  // dirichlet: resample until every partition has at least this many
+};
+
+// The scheme names partitionIndices accepts.
+std::vector<std::string> partitionSchemeNames();
+
+// Splits sample indices 0..labels.size()-1 into spec.num_partitions disjoint lists, each sorted
+// ascending. Deterministic for a given spec (seed included).
+//  - "iid": a seeded shuffle cut into near-equal parts (sizes differ by at most 1); covers all.
+//  - "dirichlet": for each class k, p ~ Dir(alpha) over partitions; the class's shuffled
+//    indices are cut at the cumulative proportions. As in NIID-Bench, a partition that already
+//    holds more than n / num_partitions samples gets no share of later classes. The whole draw is
+//    repeated until every partition holds >= min_samples; covers all.
+//  - "labels" (#C=c): partition i holds label i % K and c-1 further distinct labels drawn at
+//    random (labels not yet held by any partition are drawn first, so every class is held when
+//    num_partitions * c >= K); each class's shuffled samples are split evenly among the
+//    partitions holding it. Samples of a class held by nobody (only when
+//    num_partitions * c < K) are left out. A partition has exactly c distinct labels whenever
+//    every class has at least as many samples as partitions holding it.
+// Failures (kInvalidArgument, message says which): unknown scheme; num_partitions == 0 or more
+// than the number of samples; a label >= num_classes; num_classes == 0; alpha <= 0 or not
+// finite; labels_per_client == 0 or > num_classes; dirichlet unable to give every partition
+// min_samples after 1000 draws (or num_partitions * min_samples > samples).
+Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<uint8_t>& labels,
+                                                            uint32_t num_classes,
+                                                            const PartitionSpec& spec);
+
+}  // namespace fedfleet::data

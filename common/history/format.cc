@@ -1,0 +1,373 @@
+#include "common/history/format.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <variant>
+
+namespace fedfleet::history {
+namespace {
+
+// One field of a record in the machine formats (CSV, JSON).
+using Value = std::variant<std::monostate, int64_t, uint64_t, double, std::string>;
+
+template <typename Record>
+struct Field {
+  const char* name;
+  Value (*get)(const Record&);
+};
+
+// One column of the table format.
+template <typename Record>
+struct Column {
+  const char* name;
+  bool right_aligned;
+  std::string (*get)(const Record&);
+};
+
+Value optionalValue(const std::optional<double>& v) {
+  if (!v) return std::monostate{};
+  return *v;
+}
+
+// Shortest text that parses back to the same double. Like JavaScript's number printing,
+// plain digits for magnitudes in [1e-6, 1e21) ("1700000000", "0.1") and exponent notation
+// outside ("1e-300"), so unix times stay readable; "nan", "inf", "-inf" for the rest.
+std::string fullPrecision(double v) {
+  char buf[128];  // fixed notation in that range needs at most ~30 characters
+  const double magnitude = std::fabs(v);
+  const bool plain = magnitude == 0.0 || (magnitude >= 1e-6 && magnitude < 1e21);
+  auto [end, ec] = std::isfinite(v) && plain
+                       ? std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed)
+                       : std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  if (ec != std::errc()) return "nan";  // cannot happen: the buffer holds any such value
+  std::string text(buf, end);
+  // "1e+21" -> "1e21"; the exponent's sign is kept only when negative.
+  if (auto plus = text.find("e+"); plus != std::string::npos) text.erase(plus + 1, 1);
+  return text;
+}
+
+std::string csvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+std::string csvValue(const Value& v) {
+  struct Visitor {
+    std::string operator()(std::monostate) const { return ""; }
+    std::string operator()(int64_t x) const { return std::to_string(x); }
+    std::string operator()(uint64_t x) const { return std::to_string(x); }
+    std::string operator()(double x) const { return fullPrecision(x); }
+    std::string operator()(const std::string& x) const { return csvField(x); }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+nlohmann::ordered_json jsonValue(const Value& v) {
+  struct Visitor {
+    nlohmann::ordered_json operator()(std::monostate) const { return nullptr; }
+    nlohmann::ordered_json operator()(int64_t x) const { return x; }
+    nlohmann::ordered_json operator()(uint64_t x) const { return x; }
+    nlohmann::ordered_json operator()(double x) const { return x; }
+    nlohmann::ordered_json operator()(const std::string& x) const { return x; }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string optionalFixed(const std::optional<double>& v, int decimals) {
+  return v ? fixed(*v, decimals) : "-";
+}
+
+// UTC "YYYY-MM-DD HH:MM:SS" of unix seconds; "-" when not representable.
+std::string utcTime(double unix_seconds) {
+  if (!std::isfinite(unix_seconds) || std::fabs(unix_seconds) > 1e12) return "-";
+  std::time_t t = static_cast<std::time_t>(std::floor(unix_seconds));
+  std::tm tm{};
+  if (gmtime_r(&t, &tm) == nullptr) return "-";
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// Text for one table cell: control characters escaped so a row stays on one line.
+std::string tableText(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// Width on a terminal, counting UTF-8 code points rather than bytes.
+size_t displayWidth(const std::string& text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+template <typename Record>
+std::string renderTable(const std::vector<Record>& records,
+                        const std::vector<Column<Record>>& columns) {
+  std::vector<std::vector<std::string>> cells;
+  cells.reserve(records.size() + 1);
+  cells.emplace_back();
+  for (const auto& column : columns) cells.back().push_back(column.name);
+  for (const Record& record : records) {
+    cells.emplace_back();
+    for (const auto& column : columns) cells.back().push_back(tableText(column.get(record)));
+  }
+  std::vector<size_t> widths(columns.size(), 0);
+  for (const auto& row : cells) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], displayWidth(row[i]));
+  }
+  std::string out;
+  for (const auto& row : cells) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      const std::string pad(widths[i] - displayWidth(row[i]), ' ');
+      if (i > 0) line += "  ";
+      if (columns[i].right_aligned) {
+        line += pad + row[i];
+      } else {
+        line += row[i];
+        if (i + 1 < row.size()) line += pad;  // no trailing blanks
+      }
+    }
+    out += line;
+    out += '\n';
+  }
+  return out;
+}
+
+template <typename Record>
+std::string renderCsv(const std::vector<Record>& records,
+                      const std::vector<Field<Record>>& fields) {
+  std::string out;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) out += ',';
+    out += csvField(fields[i].name);
+  }
+  out += "\r\n";
+  for (const Record& record : records) {
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (i > 0) out += ',';
+      out += csvValue(fields[i].get(record));
+    }
+    out += "\r\n";
+  }
+  return out;
+}
+
+template <typename Record>
+std::string renderJson(const std::vector<Record>& records,
+                       const std::vector<Field<Record>>& fields) {
+  nlohmann::ordered_json array = nlohmann::ordered_json::array();
+  for (const Record& record : records) {
+    nlohmann::ordered_json object = nlohmann::ordered_json::object();
+    for (const auto& field : fields) object[field.name] = jsonValue(field.get(record));
+    array.push_back(std::move(object));
+  }
+  // `replace`: invalid UTF-8 becomes U+FFFD instead of a thrown type_error.
+  return array.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+template <typename Record>
+std::string render(const std::vector<Record>& records, Format format,
+                   const std::vector<Field<Record>>& fields,
+                   const std::vector<Column<Record>>& columns) {
+  switch (format) {
+    case Format::kTable:
+      return renderTable(records, columns);
+    case Format::kCsv:
+      return renderCsv(records, fields);
+    case Format::kJson:
+      return renderJson(records, fields);
+  }
+  return renderTable(records, columns);
+}
+
+std::string str(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+Result<Format> parseFormat(std::string_view name) {
+  if (name == "table") return Format::kTable;
+  if (name == "csv") return Format::kCsv;
+  if (name == "json") return Format::kJson;
+  return invalidArgument("unknown output format '" + std::string(name) +
+                         "'; valid formats are table, csv, json");
+}
+
+std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) {
+  using R = RoundRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"round", [](const R& r) -> Value { return uint64_t{r.round}; }},
+      {"start_time", [](const R& r) -> Value { return r.start_time; }},
+      {"end_time", [](const R& r) -> Value { return r.end_time; }},
+      {"selected", [](const R& r) -> Value { return uint64_t{r.selected}; }},
+      {"completed", [](const R& r) -> Value { return uint64_t{r.completed}; }},
+      {"late", [](const R& r) -> Value { return uint64_t{r.late}; }},
+      {"dropped", [](const R& r) -> Value { return uint64_t{r.dropped}; }},
+      {"rejected", [](const R& r) -> Value { return uint64_t{r.rejected}; }},
+      {"status", [](const R& r) -> Value { return r.status; }},
+      {"train_loss", [](const R& r) -> Value { return r.train_loss; }},
+      {"test_loss", [](const R& r) -> Value { return optionalValue(r.test_loss); }},
+      {"test_accuracy", [](const R& r) -> Value { return optionalValue(r.test_accuracy); }},
+      {"bytes_up", [](const R& r) -> Value { return r.bytes_up; }},
+      {"bytes_down", [](const R& r) -> Value { return r.bytes_down; }},
+      {"model_version", [](const R& r) -> Value { return r.model_version; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"round", true, [](const R& r) { return str(r.round); }},
+      {"status", false, [](const R& r) { return r.status; }},
+      {"selected", true, [](const R& r) { return str(r.selected); }},
+      {"completed", true, [](const R& r) { return str(r.completed); }},
+      {"late", true, [](const R& r) { return str(r.late); }},
+      {"dropped", true, [](const R& r) { return str(r.dropped); }},
+      {"train_loss", true, [](const R& r) { return fixed(r.train_loss, 4); }},
+      {"test_loss", true, [](const R& r) { return optionalFixed(r.test_loss, 4); }},
+      {"test_acc", true,
+       [](const R& r) {
+         return r.test_accuracy ? fixed(*r.test_accuracy * 100.0, 2) + "%" : std::string("-");
+       }},
+      {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
+      {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
+      {"seconds", true, [](const R& r) { return fixed(r.end_time - r.start_time, 2); }},
+  };
+  return render(rounds, format, kFields, kColumns);
+}
+
+std::string formatRuns(const std::vector<RunRecord>& runs, Format format) {
+  using R = RunRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"name", [](const R& r) -> Value { return r.name; }},
+      {"config_json", [](const R& r) -> Value { return r.config_json; }},
+      {"started_at", [](const R& r) -> Value { return r.started_at; }},
+      {"seed", [](const R& r) -> Value { return r.seed; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"run_id", true, [](const R& r) { return std::to_string(r.run_id); }},
+      {"name", false, [](const R& r) { return r.name; }},
+      {"started_at", false, [](const R& r) { return utcTime(r.started_at); }},
+      {"seed", true, [](const R& r) { return str(r.seed); }},
+  };
+  return render(runs, format, kFields, kColumns);
+}
+
+std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format format) {
+  using R = UpdateRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"round", [](const R& r) -> Value { return uint64_t{r.round}; }},
+      {"client_id", [](const R& r) -> Value { return r.client_id; }},
+      {"partition", [](const R& r) -> Value { return int64_t{r.partition}; }},
+      {"n_samples", [](const R& r) -> Value { return r.n_samples; }},
+      {"steps", [](const R& r) -> Value { return r.steps; }},
+      {"loss", [](const R& r) -> Value { return r.loss; }},
+      {"compute_s", [](const R& r) -> Value { return r.compute_s; }},
+      {"upload_s", [](const R& r) -> Value { return r.upload_s; }},
+      {"bytes_up", [](const R& r) -> Value { return r.bytes_up; }},
+      {"bytes_down", [](const R& r) -> Value { return r.bytes_down; }},
+      {"weight", [](const R& r) -> Value { return r.weight; }},
+      {"status", [](const R& r) -> Value { return r.status; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"round", true, [](const R& r) { return str(r.round); }},
+      {"client_id", false, [](const R& r) { return r.client_id; }},
+      {"status", false, [](const R& r) { return r.status; }},
+      {"partition", true, [](const R& r) { return std::to_string(r.partition); }},
+      {"n_samples", true, [](const R& r) { return str(r.n_samples); }},
+      {"steps", true, [](const R& r) { return str(r.steps); }},
+      {"loss", true, [](const R& r) { return fixed(r.loss, 4); }},
+      {"compute_s", true, [](const R& r) { return fixed(r.compute_s, 2); }},
+      {"upload_s", true, [](const R& r) { return fixed(r.upload_s, 2); }},
+      {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
+      {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
+      {"weight", true, [](const R& r) { return fixed(r.weight, 4); }},
+  };
+  return render(updates, format, kFields, kColumns);
+}
+
+std::string formatClients(const std::vector<ClientRecord>& clients, Format format) {
+  using R = ClientRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"client_id", [](const R& r) -> Value { return r.client_id; }},
+      {"public_key", [](const R& r) -> Value { return r.public_key; }},
+      {"device_kind", [](const R& r) -> Value { return r.device_kind; }},
+      {"device_name", [](const R& r) -> Value { return r.device_name; }},
+      {"cores", [](const R& r) -> Value { return uint64_t{r.cores}; }},
+      {"memory_bytes", [](const R& r) -> Value { return r.memory_bytes; }},
+      {"data_size", [](const R& r) -> Value { return r.data_size; }},
+      {"first_seen", [](const R& r) -> Value { return r.first_seen; }},
+      {"last_seen", [](const R& r) -> Value { return r.last_seen; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"client_id", false, [](const R& r) { return r.client_id; }},
+      {"device_kind", false, [](const R& r) { return r.device_kind; }},
+      {"device_name", false, [](const R& r) { return r.device_name; }},
+      {"cores", true, [](const R& r) { return str(r.cores); }},
+      {"memory_bytes", true, [](const R& r) { return str(r.memory_bytes); }},
+      {"data_size", true, [](const R& r) { return str(r.data_size); }},
+      {"first_seen", false, [](const R& r) { return utcTime(r.first_seen); }},
+      {"last_seen", false, [](const R& r) { return utcTime(r.last_seen); }},
+  };
+  return render(clients, format, kFields, kColumns);
+}
+
+std::string formatEvents(const std::vector<EventRecord>& events, Format format) {
+  using R = EventRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id",
+       [](const R& r) -> Value {
+         if (r.run_id == 0) return std::monostate{};
+         return r.run_id;
+       }},
+      {"time", [](const R& r) -> Value { return r.time; }},
+      {"kind", [](const R& r) -> Value { return r.kind; }},
+      {"client_id", [](const R& r) -> Value { return r.client_id; }},
+      {"detail", [](const R& r) -> Value { return r.detail; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"run_id", true,
+       [](const R& r) { return r.run_id == 0 ? std::string("-") : std::to_string(r.run_id); }},
+      {"time", false, [](const R& r) { return utcTime(r.time); }},
+      {"kind", false, [](const R& r) { return r.kind; }},
+      {"client_id", false, [](const R& r) { return r.client_id; }},
+      {"detail", false, [](const R& r) { return r.detail; }},
+  };
+  return render(events, format, kFields, kColumns);
+}
+
+}  // namespace fedfleet::history

@@ -1,0 +1,49 @@
+// Rendering history records for people and for other programs (`fedfleet history`, reports).
+//
+// Three formats, one function per record type:
+//   kTable  aligned columns under a header line, for a terminal. Numbers are right-aligned and
+//           rounded for reading (losses 4 decimals, seconds 2, accuracy as a percentage with 2
+//           decimals, times as UTC "YYYY-MM-DD HH:MM:SS"); a missing value is "-"; control
+//           characters in text are shown escaped (\n, \r, \t). Long fields (config_json,
+//           public_key) are left out; use CSV or JSON for them.
+//   kCsv    RFC 4180: a header line, then one line per record, every line ended by CRLF; a field
+//           containing a comma, a double quote, CR or LF is quoted with its quotes doubled. All
+//           record fields, numbers in full precision (shortest text that reads back to the same
+//           double), a missing value as an empty field.
+//   kJson   a JSON array of objects with the CSV's field names in the same order, indented by
+//           two spaces, followed by a newline; missing values (and NaN) are null; text that is
+//           not valid UTF-8 is written with U+FFFD in place of the bad bytes.
+// The functions never throw and never fail: any record can be rendered in any format.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/history/history.h"
+#include "common/status.h"
+
+namespace fedfleet::history {
+
+enum class Format { kTable, kCsv, kJson };
+
+// "table", "csv" or "json" (exactly, lower case); anything else is kInvalidArgument naming the
+// valid values.
+Result<Format> parseFormat(std::string_view name);
+
+// Table columns: round, status, selected, completed, late, dropped, train_loss, test_loss,
+// test_acc, bytes_up, bytes_down, seconds (end_time - start_time).
+std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format);
+// Table columns: run_id, name, started_at, seed.
+std::string formatRuns(const std::vector<RunRecord>& runs, Format format);
+// Table columns: round, client_id, status, partition, n_samples, steps, loss, compute_s,
+// upload_s, bytes_up, bytes_down, weight.
+std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format format);
+// Table columns: client_id, device_kind, device_name, cores, memory_bytes, data_size,
+// first_seen, last_seen.
+std::string formatClients(const std::vector<ClientRecord>& clients, Format format);
+// Table columns: run_id ("-" when not tied to a run), time, kind, client_id, detail. An event
+// with run_id 0 has an empty run_id in CSV and null in JSON.
+std::string formatEvents(const std::vector<EventRecord>& events, Format format);
+
+}  // namespace fedfleet::history

@@ -1,0 +1,173 @@
+// MemoryHistory: HistoryStore in plain containers, with the SQLite backend's semantics (same
+// checks, same error codes, same ordering, same NaN rule), so tests and quick simulations can
+// swap one for the other.
+
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "common/history/history.h"
+#include "common/history/record_checks.h"
+
+namespace fedfleet::history {
+namespace {
+
+// SQLite stores NaN as NULL, which an optional reads back as absent; do the same here.
+std::optional<double> storedOptional(const std::optional<double>& v) {
+  if (v && std::isnan(*v)) return std::nullopt;
+  return v;
+}
+
+class MemoryHistory final : public HistoryStore {
+ public:
+  Result<int64_t> beginRun(const RunRecord& run) override {
+    RunRecord stored = run;
+    stored.run_id = next_run_id_++;
+    runs_.emplace(stored.run_id, stored);
+    return stored.run_id;
+  }
+
+  Status upsertClient(const ClientRecord& client) override {
+    if (client.client_id.empty()) return invalidArgument("upsertClient: empty client_id");
+    auto it = clients_.find(client.client_id);
+    if (it == clients_.end()) {
+      clients_.emplace(client.client_id, client);
+    } else {
+      double first_seen = it->second.first_seen;
+      it->second = client;
+      it->second.first_seen = first_seen;
+    }
+    return Status::ok();
+  }
+
+  Status commitRound(const RoundRecord& round, const std::vector<UpdateRecord>& updates,
+                     const std::optional<CheckpointRecord>& checkpoint) override {
+    // Every check comes before the first write, so a failure leaves nothing behind.
+    FEDFLEET_RETURN_IF_ERROR(checkCommitArguments(round, updates, checkpoint));
+    const std::string ctx = commitContext(round);
+    if (runs_.count(round.run_id) == 0) {
+      return notFound(ctx + ": run " + std::to_string(round.run_id) + " does not exist");
+    }
+    const auto key = std::make_pair(round.run_id, round.round);
+    if (rounds_.count(key) != 0) {
+      return failedPrecondition(ctx + ": the round is already committed (rounds are never " +
+                                "overwritten)");
+    }
+    if (!isRoundStatus(round.status)) {
+      return invalidArgument(ctx + ": insert round: status '" + round.status +
+                             "' is not 'initial', 'ok' or 'failed'");
+    }
+    for (size_t i = 0; i < updates.size(); ++i) {
+      if (!isUpdateStatus(updates[i].status)) {
+        return invalidArgument(ctx + ": insert update " + std::to_string(i) + " (client '" +
+                               updates[i].client_id + "', status '" + updates[i].status +
+                               "'): status must be completed, late, dropped or rejected");
+      }
+    }
+    RoundRecord stored = round;
+    stored.test_loss = storedOptional(round.test_loss);
+    stored.test_accuracy = storedOptional(round.test_accuracy);
+    rounds_.emplace(key, std::move(stored));
+    updates_.insert(updates_.end(), updates.begin(), updates.end());
+    if (checkpoint) checkpoints_.emplace(key, *checkpoint);
+    return Status::ok();
+  }
+
+  Status recordEvent(const EventRecord& event) override {
+    if (event.run_id != 0 && runs_.count(event.run_id) == 0) {
+      return notFound("recordEvent('" + event.kind + "'): run " + std::to_string(event.run_id) +
+                      " does not exist");
+    }
+    events_.push_back(event);
+    return Status::ok();
+  }
+
+  Result<std::vector<RunRecord>> runs() override {
+    std::vector<RunRecord> out;
+    for (const auto& [id, run] : runs_) out.push_back(run);
+    return out;
+  }
+
+  Result<std::vector<RoundRecord>> rounds(int64_t run_id) override {
+    std::vector<RoundRecord> out;
+    for (auto it = rounds_.lower_bound({run_id, 0});
+         it != rounds_.end() && it->first.first == run_id; ++it) {
+      out.push_back(it->second);
+    }
+    return out;
+  }
+
+  Result<std::vector<UpdateRecord>> updates(int64_t run_id,
+                                            std::optional<uint32_t> round) override {
+    std::vector<UpdateRecord> out;
+    for (const UpdateRecord& u : updates_) {
+      if (u.run_id == run_id && (!round || u.round == *round)) out.push_back(u);
+    }
+    return out;
+  }
+
+  Result<std::vector<ClientRecord>> clients() override {
+    std::vector<ClientRecord> out;
+    for (const auto& [id, client] : clients_) out.push_back(client);
+    return out;
+  }
+
+  Result<std::vector<EventRecord>> events(std::optional<int64_t> run_id) override {
+    std::vector<EventRecord> out;
+    for (const EventRecord& e : events_) {
+      if (!run_id || e.run_id == *run_id) out.push_back(e);
+    }
+    return out;
+  }
+
+  Result<CheckpointRecord> latestCheckpoint(int64_t run_id) override {
+    auto it = checkpoints_.upper_bound({run_id, UINT32_MAX});
+    if (it == checkpoints_.begin() || std::prev(it)->first.first != run_id) {
+      return notFound("latestCheckpoint(" + std::to_string(run_id) + "): run has no checkpoint");
+    }
+    return std::prev(it)->second;
+  }
+
+  Result<std::vector<uint32_t>> checkpointRounds(int64_t run_id) override {
+    std::vector<uint32_t> out;
+    for (auto it = checkpoints_.lower_bound({run_id, 0});
+         it != checkpoints_.end() && it->first.first == run_id; ++it) {
+      out.push_back(it->first.second);
+    }
+    return out;
+  }
+
+  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override {
+    if (keep_last == 0) {
+      return invalidArgument("pruneCheckpoints(" + std::to_string(run_id) +
+                             ", 0): keep_last must be at least 1");
+    }
+    auto first = checkpoints_.lower_bound({run_id, 0});
+    auto end = checkpoints_.upper_bound({run_id, UINT32_MAX});
+    size_t count = static_cast<size_t>(std::distance(first, end));
+    if (count <= keep_last) return Status::ok();
+    auto last_erased = std::next(first, static_cast<std::ptrdiff_t>(count - keep_last));
+    checkpoints_.erase(first, last_erased);
+    return Status::ok();
+  }
+
+ private:
+  using RoundKey = std::pair<int64_t, uint32_t>;
+
+  int64_t next_run_id_ = 1;
+  std::map<int64_t, RunRecord> runs_;
+  std::map<RoundKey, RoundRecord> rounds_;
+  std::vector<UpdateRecord> updates_;  // insertion order
+  std::map<std::string, ClientRecord> clients_;
+  std::map<RoundKey, CheckpointRecord> checkpoints_;
+  std::vector<EventRecord> events_;  // insertion order
+};
+
+}  // namespace
+
+std::unique_ptr<HistoryStore> createMemoryHistory() { return std::make_unique<MemoryHistory>(); }
+
+}  // namespace fedfleet::history

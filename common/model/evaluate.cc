@@ -1,0 +1,87 @@
+#include "common/model/evaluate.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace fedfleet::model {
+namespace {
+
+// Puts a model in eval mode on a device for the life of the guard, then restores both.
+class EvalScope {
+ public:
+  EvalScope(Model& model, const c10::Device& device)
+      : model_(model), was_training_(model.isTraining()), old_device_(model.device()) {
+    model_.train(false);
+    if (old_device_ != device) model_.to(device);
+  }
+  ~EvalScope() {
+    try {
+      if (model_.device() != old_device_) model_.to(old_device_);
+      model_.train(was_training_);
+    } catch (...) {  // a destructor must not throw; the evaluation's own error is reported
+    }
+  }
+
+ private:
+  Model& model_;
+  bool was_training_;
+  c10::Device old_device_;
+};
+
+Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const uint32_t* indices,
+                                   size_t n, size_t batch_size, const c10::Device& device) {
+  if (batch_size == 0) return invalidArgument("evaluate: batch_size must be > 0");
+  if (n == 0) return invalidArgument("evaluate: no samples to evaluate");
+  try {
+    EvalScope scope(model, device);
+    c10::NoGradGuard no_grad;
+    BatchBuilder builder(ds, device);
+    const auto on_device = at::TensorOptions().device(device);
+    at::Tensor loss_sum = at::zeros({}, on_device.dtype(at::kDouble));
+    at::Tensor correct = at::zeros({}, on_device.dtype(at::kLong));
+    for (size_t pos = 0; pos < n; pos += batch_size) {
+      const size_t b = std::min(batch_size, n - pos);
+      auto [x, y] = builder.build(indices + pos, b);
+      const at::Tensor logits = model.forward(x);
+      loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).to(at::kDouble);
+      correct += logits.argmax(1).eq(y).sum();
+    }
+    EvalResult r;
+    r.n = n;
+    r.loss = loss_sum.item<double>() / static_cast<double>(n);
+    r.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(n);
+    return r;
+  } catch (const c10::Error& e) {
+    return internalError(std::string("evaluate: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return internalError(std::string("evaluate: ") + e.what());
+  }
+}
+
+}  // namespace
+
+Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit,
+                            size_t batch_size, const c10::Device& device) {
+  const size_t n = limit == 0 ? ds.size() : std::min(limit, ds.size());
+  std::vector<uint32_t> indices(n);
+  std::iota(indices.begin(), indices.end(), 0u);
+  return evaluateSamples(model, ds, indices.data(), n, batch_size, device);
+}
+
+Result<EvalResult> evaluateIndices(Model& model, const data::Dataset& ds,
+                                   const std::vector<uint32_t>& indices, size_t batch_size,
+                                   const c10::Device& device) {
+  for (uint32_t i : indices) {
+    if (i >= ds.size()) {
+      return invalidArgument("evaluate: index " + std::to_string(i) + " outside the " +
+                             std::to_string(ds.size()) + "-sample data set");
+    }
+  }
+  return evaluateSamples(model, ds, indices.data(), indices.size(), batch_size, device);
+}
+
+}  // namespace fedfleet::model

@@ -1,0 +1,38 @@
+// Evaluation: mean cross-entropy and accuracy of a model on (part of) a data set.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/data/dataset.h"
+#include "common/model/batch.h"
+#include "common/model/model.h"
+#include "common/status.h"
+
+namespace fedfleet::model {
+
+struct EvalResult {
+  double loss = 0;      // mean cross-entropy over the evaluated samples
+  double accuracy = 0;  // fraction predicted correctly (argmax of the logits)
+  uint64_t n = 0;       // samples evaluated
+};
+
+// Evaluates `model` on the first `limit` samples of `ds` (0 = all) in batches of `batch_size`,
+// in eval mode under a no-grad guard, with batches on `device`. If the model's parameters live
+// on another device it is moved to `device` for the evaluation and back afterwards. Restores the
+// previous train/eval mode. Reads the device once at the end (no per-batch sync).
+// Failures: batch_size == 0 or no samples -> kInvalidArgument; LibTorch failure (wrong input
+// shape for the model, out of memory) -> kInternal with LibTorch's message.
+Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit = 0,
+                            size_t batch_size = 1000, const c10::Device& device = c10::kCPU);
+
+// As evaluate(), over the samples `indices` of `ds` (each must be < ds.size(), else
+// kInvalidArgument).
+Result<EvalResult> evaluateIndices(Model& model, const data::Dataset& ds,
+                                   const std::vector<uint32_t>& indices, size_t batch_size = 1000,
+                                   const c10::Device& device = c10::kCPU);
+
+}  // namespace fedfleet::model

@@ -1,0 +1,333 @@
+#include "common/model/model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <dlfcn.h>
+#include <torch/cuda.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "common/check.h"
+
+namespace fedfleet::model {
+namespace {
+
+namespace nn = torch::nn;
+
+// A built-in network: a named Sequential, so parameter names read "conv1.weight".
+class BuiltinModel final : public Model {
+ public:
+  BuiltinModel(std::string name, nn::Sequential net) : name_(std::move(name)), net_(std::move(net)) {}
+
+  at::Tensor forward(const at::Tensor& x) override { return net_->forward(x); }
+  std::vector<at::Tensor> parameters() override { return net_->parameters(); }
+  std::vector<std::string> parameterNames() override { return net_->named_parameters().keys(); }
+  void train(bool on) override { net_->train(on); }
+  bool isTraining() override { return net_->is_training(); }
+  void to(const c10::Device& device) override { net_->to(device); }
+  std::string name() const override { return name_; }
+
+  // PyTorch's default init for Linear and Conv2d (kaiming_uniform with a = sqrt(5), and the
+  // bias rule) is uniform in +-1/sqrt(fan_in) for weight and bias alike; drawn here from a
+  // local generator so that construction neither reads nor advances the global one.
+  void initialise(uint64_t seed) {
+    torch::NoGradGuard no_grad;
+    at::Generator gen = at::detail::createCPUGenerator(seed);
+    double bound = 0;
+    for (auto& p : net_->parameters()) {
+      if (p.dim() >= 2) bound = 1.0 / std::sqrt(static_cast<double>(p.numel() / p.size(0)));
+      FEDFLEET_CHECK_MSG(bound > 0, "a bias before its weight");
+      p.uniform_(-bound, bound, gen);
+    }
+  }
+
+ private:
+  std::string name_;
+  nn::Sequential net_;
+};
+
+nn::Sequential buildNet(const std::string& name) {
+  using nn::Conv2dOptions;
+  if (name == "logreg") {
+    return nn::Sequential({{"flatten", nn::Flatten()}, {"fc", nn::Linear(784, 10)}});
+  }
+  if (name == "mlp") {
+    return nn::Sequential({{"flatten", nn::Flatten()},
+                           {"fc1", nn::Linear(784, 200)},
+                           {"relu1", nn::ReLU()},
+                           {"fc2", nn::Linear(200, 200)},
+                           {"relu2", nn::ReLU()},
+                           {"fc3", nn::Linear(200, 10)}});
+  }
+  if (name == "cnn") {  // the CNN of McMahan et al. (FedAvg), 'same' padding
+    return nn::Sequential({{"conv1", nn::Conv2d(Conv2dOptions(1, 32, 5).padding(2))},
+                           {"relu1", nn::ReLU()},
+                           {"pool1", nn::MaxPool2d(2)},
+                           {"conv2", nn::Conv2d(Conv2dOptions(32, 64, 5).padding(2))},
+                           {"relu2", nn::ReLU()},
+                           {"pool2", nn::MaxPool2d(2)},
+                           {"flatten", nn::Flatten()},
+                           {"fc1", nn::Linear(7 * 7 * 64, 512)},
+                           {"relu3", nn::ReLU()},
+                           {"fc2", nn::Linear(512, 10)}});
+  }
+  if (name == "lenet") {  // LeNet-5 with ReLU; padding 2 keeps 28x28 -> 5x5x16 = 400 features
+    return nn::Sequential({{"conv1", nn::Conv2d(Conv2dOptions(1, 6, 5).padding(2))},
+                           {"relu1", nn::ReLU()},
+                           {"pool1", nn::MaxPool2d(2)},
+                           {"conv2", nn::Conv2d(Conv2dOptions(6, 16, 5))},
+                           {"relu2", nn::ReLU()},
+                           {"pool2", nn::MaxPool2d(2)},
+                           {"flatten", nn::Flatten()},
+                           {"fc1", nn::Linear(400, 120)},
+                           {"relu3", nn::ReLU()},
+                           {"fc2", nn::Linear(120, 84)},
+                           {"relu4", nn::ReLU()},
+                           {"fc3", nn::Linear(84, 10)}});
+  }
+  return nullptr;
+}
+
+// A TorchScript module exported from Python (examples/models/export_torchscript.py).
+class TorchScriptModel final : public Model {
+ public:
+  explicit TorchScriptModel(torch::jit::script::Module module) : module_(std::move(module)) {}
+
+  at::Tensor forward(const at::Tensor& x) override {
+    return module_.forward({x}).toTensor();
+  }
+  std::vector<at::Tensor> parameters() override {
+    std::vector<at::Tensor> out;
+    for (const auto& p : module_.parameters()) out.push_back(p);
+    return out;
+  }
+  std::vector<std::string> parameterNames() override {
+    std::vector<std::string> out;
+    for (const auto& np : module_.named_parameters()) out.push_back(np.name);
+    return out;
+  }
+  void train(bool on) override { module_.train(on); }
+  bool isTraining() override { return module_.is_training(); }
+  void to(const c10::Device& device) override { module_.to(device); }
+  std::string name() const override { return "torchscript"; }
+
+ private:
+  torch::jit::script::Module module_;
+};
+
+Result<std::unique_ptr<Model>> loadTorchScript(const std::string& path) {
+  if (path.empty()) return invalidArgument("model 'torchscript' needs a TorchScript file path");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return notFound("TorchScript model file not found: " + path);
+  }
+  torch::jit::script::Module module;
+  try {
+    module = torch::jit::load(path, torch::kCPU);
+  } catch (const c10::Error& e) {
+    return invalidArgument("cannot load TorchScript model " + path + ": " +
+                           e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return invalidArgument("cannot load TorchScript model " + path + ": " + e.what());
+  }
+  if (!module.find_method("forward")) {
+    return invalidArgument("TorchScript model " + path + " has no forward method");
+  }
+  auto model = std::make_unique<TorchScriptModel>(std::move(module));
+  if (model->parameters().empty()) {
+    return invalidArgument("TorchScript model " + path + " has no parameters to train");
+  }
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+std::string joinedBuiltinNames() {
+  std::string out;
+  for (const auto& n : builtinModelNames()) out += (out.empty() ? "" : ", ") + n;
+  return out + ", torchscript";
+}
+
+// The CUDA driver's name for a device, asked through libcuda.so.1 at run time so that this
+// library needs neither CUDA headers nor a CUDA build of LibTorch. Empty if unavailable.
+std::string cudaDriverDeviceName(int ordinal) {
+  using CuInit = int (*)(unsigned);
+  using CuDeviceGet = int (*)(int*, int);
+  using CuDeviceGetName = int (*)(char*, int, int);
+  static void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (lib == nullptr) return "";
+  auto init = reinterpret_cast<CuInit>(dlsym(lib, "cuInit"));
+  auto get = reinterpret_cast<CuDeviceGet>(dlsym(lib, "cuDeviceGet"));
+  auto get_name = reinterpret_cast<CuDeviceGetName>(dlsym(lib, "cuDeviceGetName"));
+  if (init == nullptr || get == nullptr || get_name == nullptr || init(0) != 0) return "";
+  int dev = 0;
+  char name[256] = {0};
+  if (get(&dev, ordinal) != 0 || get_name(name, sizeof(name) - 1, dev) != 0) return "";
+  return name;
+}
+
+}  // namespace
+
+c10::Device Model::device() {
+  const auto params = parameters();
+  return params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+}
+
+Layout Model::layout() {
+  Layout out;
+  const auto params = parameters();
+  const auto names = parameterNames();
+  FEDFLEET_CHECK_MSG(params.size() == names.size(), "parameter names do not match parameters");
+  out.tensors.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    TensorSpec spec;
+    spec.name = names[i];
+    spec.shape = params[i].sizes().vec();
+    spec.numel = static_cast<size_t>(params[i].numel());
+    spec.offset = out.total;
+    out.total += spec.numel;
+    out.tensors.push_back(std::move(spec));
+  }
+  return out;
+}
+
+size_t Model::numParameters() {
+  size_t total = 0;
+  for (const auto& p : parameters()) total += static_cast<size_t>(p.numel());
+  return total;
+}
+
+std::vector<float> Model::flatParameters() {
+  std::vector<float> out;
+  flatParameters(out);
+  return out;
+}
+
+void Model::flatParameters(std::vector<float>& out) {
+  try {
+    torch::NoGradGuard no_grad;
+    const auto params = parameters();
+    size_t total = 0;
+    bool all_cpu_float = true;
+    for (const auto& p : params) {
+      total += static_cast<size_t>(p.numel());
+      all_cpu_float = all_cpu_float && p.is_cpu() && p.scalar_type() == at::kFloat;
+    }
+    out.resize(total);
+    if (all_cpu_float) {
+      size_t offset = 0;
+      for (const auto& p : params) {
+        const at::Tensor c = p.contiguous();
+        std::memcpy(out.data() + offset, c.data_ptr<float>(), c.numel() * sizeof(float));
+        offset += static_cast<size_t>(c.numel());
+      }
+      return;
+    }
+    // One concatenation on the device, then one transfer.
+    std::vector<at::Tensor> flat;
+    flat.reserve(params.size());
+    for (const auto& p : params) flat.push_back(p.detach().reshape({-1}).to(at::kFloat));
+    const at::Tensor all = torch::cat(flat).to(torch::kCPU).contiguous();
+    std::memcpy(out.data(), all.data_ptr<float>(), total * sizeof(float));
+  } catch (const c10::Error& e) {
+    // Copying parameters out cannot fail in a sound process: treat it as a broken invariant.
+    FEDFLEET_CHECK_MSG(false, e.what_without_backtrace());
+  }
+}
+
+Status Model::setFlatParameters(const float* data, size_t n) {
+  try {
+    const auto params = parameters();
+    size_t total = 0;
+    bool all_cpu = true;
+    for (const auto& p : params) {
+      total += static_cast<size_t>(p.numel());
+      all_cpu = all_cpu && p.is_cpu();
+    }
+    if (n != total) {
+      return invalidArgument("setFlatParameters: got " + std::to_string(n) +
+                             " values, model '" + name() + "' has " + std::to_string(total));
+    }
+    torch::NoGradGuard no_grad;
+    at::Tensor src = torch::from_blob(const_cast<float*>(data), {static_cast<int64_t>(n)},
+                                      torch::kFloat);
+    if (!all_cpu && !params.empty()) src = src.to(params.front().device());  // one transfer
+    int64_t offset = 0;
+    for (auto& p : params) {
+      const int64_t k = p.numel();
+      p.detach().copy_(src.narrow(0, offset, k).view(p.sizes()));
+      offset += k;
+    }
+    return Status::ok();
+  } catch (const c10::Error& e) {
+    return internalError(std::string("setFlatParameters: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return internalError(std::string("setFlatParameters: ") + e.what());
+  }
+}
+
+std::vector<std::string> builtinModelNames() { return {"logreg", "mlp", "cnn", "lenet"}; }
+
+Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
+                                           const std::string& torchscript_path) {
+  if (name == "torchscript") return loadTorchScript(torchscript_path);
+  try {
+    nn::Sequential net = buildNet(name);
+    if (net.is_empty()) {
+      return invalidArgument("unknown model '" + name + "' (valid: " + joinedBuiltinNames() + ")");
+    }
+    auto model = std::make_unique<BuiltinModel>(name, std::move(net));
+    model->initialise(seed);
+    return std::unique_ptr<Model>(std::move(model));
+  } catch (const c10::Error& e) {
+    return internalError("building model '" + name + "': " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return internalError("building model '" + name + "': " + e.what());
+  }
+}
+
+Result<c10::Device> resolveDevice(const std::string& spec) {
+  try {
+    if (spec == "cpu") return c10::Device(c10::kCPU);
+    if (spec == "auto") {
+      return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+    }
+    if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
+      int index = 0;
+      if (spec != "cuda") {
+        const std::string digits = spec.substr(5);
+        if (digits.empty() || digits.size() > 3 ||
+            digits.find_first_not_of("0123456789") != std::string::npos) {
+          return invalidArgument("bad device '" + spec + "' (valid: auto, cpu, cuda, cuda:N)");
+        }
+        index = std::stoi(digits);
+      }
+      if (!torch::cuda::is_available()) {
+        return unavailable("device '" + spec + "' requested but CUDA is not available" +
+                           " (LibTorch built without CUDA, or no GPU/driver)");
+      }
+      if (index >= static_cast<int>(torch::cuda::device_count())) {
+        return unavailable("device '" + spec + "' requested but only " +
+                           std::to_string(torch::cuda::device_count()) + " CUDA device(s) exist");
+      }
+      return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+    }
+    return invalidArgument("bad device '" + spec + "' (valid: auto, cpu, cuda, cuda:N)");
+  } catch (const c10::Error& e) {
+    return internalError("resolving device '" + spec + "': " + e.what_without_backtrace());
+  }
+}
+
+std::string deviceName(const c10::Device& device) {
+  if (device.is_cpu()) return "cpu";
+  if (device.is_cuda()) {
+    const int index = device.has_index() ? device.index() : 0;
+    std::string name = cudaDriverDeviceName(index);
+    return name.empty() ? "cuda:" + std::to_string(index) : name;
+  }
+  return device.str();
+}
+
+}  // namespace fedfleet::model

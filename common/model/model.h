@@ -1,0 +1,99 @@
+// Models: a trainable network with a fixed, ordered parameter list, and its view as one flat
+// fp32 buffer.
+//
+// The flat buffer is what travels: the coordinator aggregates flat vectors, codecs compress
+// them, checkpoints store them. Layout() fixes the order (parameters() order) and the offset of
+// every tensor in it. Built-in models ("logreg", "mlp", "cnn", "lenet") and TorchScript modules
+// exported from Python implement the same interface.
+//
+// This header includes only the light ATen/c10 headers (at::Tensor is torch::Tensor, c10::Device
+// is torch::Device), so files that merely pass models around compile quickly; code that builds
+// tensors includes <torch/torch.h> itself.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fedfleet::model {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t numel = 0;
+  size_t offset = 0;  // in elements, within the flat buffer
+};
+
+struct Layout {
+  std::vector<TensorSpec> tensors;
+  size_t total = 0;  // elements in the flat buffer
+};
+
+// A trainable network. Not thread-safe: one thread uses a Model at a time.
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // x: [N, 1, 28, 28] float on the model's device -> logits [N, 10]. May throw c10::Error (callers
+  // such as Trainer and evaluate() catch it).
+  virtual at::Tensor forward(const at::Tensor& x) = 0;
+  // The trainable parameters, the same tensors in the same order on every call.
+  virtual std::vector<at::Tensor> parameters() = 0;
+  // Names matching parameters() one to one ("fc1.weight", ...).
+  virtual std::vector<std::string> parameterNames() = 0;
+  virtual void train(bool on) = 0;
+  virtual bool isTraining() = 0;
+  // Moves the parameters (in place: tensors from parameters() stay valid handles) to `device`.
+  virtual void to(const c10::Device& device) = 0;
+  // "logreg", "mlp", "cnn", "lenet" or "torchscript".
+  virtual std::string name() const = 0;
+
+  // The device of the first parameter (CPU for a model without parameters).
+  c10::Device device();
+  // The names, shapes and offsets of parameters() in the flat buffer.
+  Layout layout();
+  // Number of elements in the flat buffer (layout().total).
+  size_t numParameters();
+  // Copies all parameters (from any device, any floating dtype) into one fp32 CPU buffer in
+  // layout order.
+  std::vector<float> flatParameters();
+  // As flatParameters(), into `out` (resized to the total).
+  void flatParameters(std::vector<float>& out);
+  // Copies `n` floats into the parameters (on their device), without recording autograd.
+  // kInvalidArgument if n != layout().total; kInternal if LibTorch fails.
+  Status setFlatParameters(const float* data, size_t n);
+  Status setFlatParameters(const std::vector<float>& flat) {
+    return setFlatParameters(flat.data(), flat.size());
+  }
+};
+
+// {"logreg", "mlp", "cnn", "lenet"}.
+std::vector<std::string> builtinModelNames();
+
+// Builds a model on the CPU. Built-in models get PyTorch's default initialisation (every weight
+// and bias uniform in +-1/sqrt(fan_in)) drawn from a generator seeded with `seed`: the same seed
+// gives the same weights, on any thread, without touching LibTorch's global generator.
+// name == "torchscript" loads `torchscript_path` with torch::jit::load (weights from the file;
+// `seed` is unused).
+// Failures: unknown name -> kInvalidArgument listing the valid names; torchscript file missing
+// -> kNotFound with the path; not a loadable TorchScript module, no forward method or no
+// parameters -> kInvalidArgument with the path.
+Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
+                                           const std::string& torchscript_path = "");
+
+// "auto": cuda if torch::cuda::is_available() else cpu; "cpu"; "cuda" or "cuda:N".
+// Failures: cuda (or device N) not available -> kUnavailable; anything else -> kInvalidArgument.
+Result<c10::Device> resolveDevice(const std::string& spec);
+
+// "cpu", or for CUDA the device's product name as the driver reports it (e.g. "NVIDIA H200"),
+// falling back to "cuda:N" when the driver cannot be asked.
+std::string deviceName(const c10::Device& device);
+
+}  // namespace fedfleet::model

@@ -1,0 +1,464 @@
+// ZeroMQ implementation of common/transport/transport.h.
+//
+// Server: ROUTER socket; every message arrives as [routing id][payload]. ROUTER_MANDATORY makes a
+// send to an unknown peer fail (kUnavailable) instead of vanishing; ROUTER_HANDOVER lets a client
+// that reconnects with the same routing id take over its old connection. Unless insecure, the
+// socket is a CURVE server and every handshake is checked by a ZapAuthenticator running in the
+// same context. Client: DEALER socket; every message is one frame [payload].
+//
+// Sizes: ZMQ_MAXMSGSIZE applies to the frames on the wire, which under CURVE carry
+// kCurveOverheadBytes more than the payload. The socket limit therefore gets that slack, and
+// receive() drops (with a warning) any payload over max_message_bytes; a frame over the socket
+// limit makes libzmq drop the connection (the peer reconnects).
+//
+// Shutdown order (destructor): close the data socket (linger 0), shut the context down (so the
+// ZAP thread wakes with ETERM), join the ZAP thread, terminate the context.
+
+#include <spdlog/spdlog.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/transport/key_files.h"
+#include "common/transport/transport.h"
+#include "common/transport/zap_authenticator.h"
+
+#ifndef ZMQ_ZAP_ENFORCE_DOMAIN
+#define ZMQ_ZAP_ENFORCE_DOMAIN 93  // draft option in libzmq 4.3; accepted by its non-draft builds
+#endif
+
+namespace fedfleet::transport {
+namespace {
+
+constexpr const char* kZapDomain = "fedfleet";
+constexpr int kHighWaterMark = 10000;  // messages queued per peer before send blocks
+constexpr int kSendTimeoutMs = 5000;   // send() gives up with kTimeout after this
+// A CURVE MESSAGE command adds "\x07MESSAGE" (8), a short nonce (8), a flags byte and the box
+// MAC (16) to the payload.
+constexpr uint64_t kCurveOverheadBytes = 64;
+
+std::string zmqText(int err) { return zmq_strerror(err); }
+
+// Status for a failed bind/connect of `endpoint`.
+Status endpointError(const char* what, const std::string& endpoint, int err) {
+  std::string message = std::string(what) + " " + endpoint + ": " + zmqText(err);
+  if (err == EADDRINUSE) return unavailable(message);
+  return invalidArgument(message);
+}
+
+int64_t socketSizeLimit(uint64_t max_message_bytes, bool curve) {
+  const uint64_t limit = max_message_bytes + (curve ? kCurveOverheadBytes : 0);
+  return static_cast<int64_t>(std::min<uint64_t>(limit, INT64_MAX));
+}
+
+void setHeartbeats(zmq::socket_t& socket, int ivl_ms, int timeout_ms) {
+  if (ivl_ms <= 0) return;
+  socket.set(zmq::sockopt::heartbeat_ivl, ivl_ms);
+  if (timeout_ms > 0) {
+    socket.set(zmq::sockopt::heartbeat_timeout, timeout_ms);
+    // The TTL tells the peer when to give up on us; libzmq keeps it in deciseconds.
+    socket.set(zmq::sockopt::heartbeat_ttl,
+               std::clamp((timeout_ms + 99) / 100 * 100, 100, 6553500));
+  }
+}
+
+// Outcome of reading one multipart message.
+struct Frames {
+  std::vector<zmq::message_t> parts;  // the first kKeepParts frames
+  size_t count = 0;                   // all frames of the message
+};
+
+// Waits up to `timeout_ms` for a message and reads all its frames (keeping the first
+// `keep_parts`). nullopt on timeout or EINTR; kUnavailable if the socket failed.
+Result<std::optional<Frames>> receiveFrames(zmq::socket_t& socket, int timeout_ms,
+                                            size_t keep_parts) {
+  zmq_pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+  const int rc = zmq_poll(&item, 1, timeout_ms < 0 ? -1 : timeout_ms);
+  if (rc < 0) {
+    if (zmq_errno() == EINTR) return std::optional<Frames>();
+    return unavailable("poll: " + zmqText(zmq_errno()));
+  }
+  if (rc == 0 || (item.revents & ZMQ_POLLIN) == 0) return std::optional<Frames>();
+
+  Frames frames;
+  bool more = true;
+  while (more) {
+    zmq::message_t frame;
+    if (zmq_msg_recv(frame.handle(), socket.handle(), ZMQ_DONTWAIT) < 0) {
+      const int err = zmq_errno();
+      // The rest of a multipart message is always there once its first frame is; EINTR can
+      // still interrupt the call, so retry. Before the first frame, EAGAIN/EINTR are a timeout.
+      if (err == EINTR && frames.count > 0) continue;
+      if ((err == EAGAIN || err == EINTR) && frames.count == 0) return std::optional<Frames>();
+      return unavailable("receive: " + zmqText(err));
+    }
+    more = frame.more();
+    ++frames.count;
+    if (frames.parts.size() < keep_parts) frames.parts.push_back(std::move(frame));
+  }
+  return std::optional<Frames>(std::move(frames));
+}
+
+// Sends one frame; kTimeout when the send timeout runs out (peer's queue full).
+Status sendFrame(zmq::socket_t& socket, const void* data, size_t size, int flags,
+                 const char* what) {
+  zmq::message_t frame(data, size);
+  while (zmq_msg_send(frame.handle(), socket.handle(), flags) < 0) {
+    const int err = zmq_errno();
+    if (err == EINTR) continue;
+    if (err == EAGAIN) {
+      return timeoutError(std::string("send ") + what + ": queue full for " +
+                          std::to_string(kSendTimeoutMs) + " ms");
+    }
+    if (err == EHOSTUNREACH)
+      return unavailable(std::string("send ") + what + ": peer not connected");
+    return unavailable(std::string("send ") + what + ": " + zmqText(err));
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class ZmqServerTransport final : public ServerTransport {
+ public:
+  explicit ZmqServerTransport(const ServerOptions& options)
+      : context_(std::max(1, options.io_threads)),
+        insecure_(options.insecure),
+        max_message_bytes_(options.max_message_bytes) {}
+
+  ~ZmqServerTransport() override {
+    socket_.close();
+    if (zap_) {
+      context_.shutdown();
+      zap_.reset();
+    }
+    context_.close();
+  }
+
+  // Starts the ZAP handler (unless insecure), then creates and binds the ROUTER socket.
+  Status start(const ServerOptions& options) {
+    if (!insecure_) {
+      FEDFLEET_ASSIGN_OR_RETURN(zap_, ZapAuthenticator::start(context_, options.allow_dir));
+    }
+    try {
+      socket_ = zmq::socket_t(context_, zmq::socket_type::router);
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.set(zmq::sockopt::router_mandatory, 1);
+      socket_.set(zmq::sockopt::router_handover, 1);
+      socket_.set(zmq::sockopt::sndhwm, kHighWaterMark);
+      socket_.set(zmq::sockopt::rcvhwm, kHighWaterMark);
+      socket_.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+      socket_.set(zmq::sockopt::maxmsgsize,
+                  socketSizeLimit(options.max_message_bytes, !options.insecure));
+      setHeartbeats(socket_, options.heartbeat_ivl_ms, options.heartbeat_timeout_ms);
+      if (!insecure_) {
+        socket_.set(zmq::sockopt::curve_server, 1);
+        socket_.set(zmq::sockopt::curve_secretkey, options.server_keys.secret_key);
+        socket_.set(zmq::sockopt::zap_domain, kZapDomain);
+        // Fail closed should the ZAP handler ever be missing (see ZapAuthenticator::run).
+        const int one = 1;
+        zmq_setsockopt(socket_.handle(), ZMQ_ZAP_ENFORCE_DOMAIN, &one, sizeof(one));
+      }
+    } catch (const zmq::error_t& e) {
+      return internalError(std::string("configuring server socket: ") + e.what());
+    }
+    if (zmq_bind(socket_.handle(), options.endpoint.c_str()) != 0) {
+      return endpointError("bind", options.endpoint, zmq_errno());
+    }
+    try {
+      bound_endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+    } catch (const zmq::error_t&) {
+      bound_endpoint_ = options.endpoint;
+    }
+    if (insecure_) {
+      spdlog::warn("plain-text transport: traffic is not encrypted (server {})", bound_endpoint_);
+    }
+    return Status::ok();
+  }
+
+  Result<std::optional<Envelope>> receive(int timeout_ms) override {
+    FEDFLEET_ASSIGN_OR_RETURN(std::optional<Frames> frames,
+                              receiveFrames(socket_, timeout_ms, /*keep_parts=*/2));
+    if (!frames) return std::optional<Envelope>();
+    if (frames->count != 2) {
+      spdlog::warn("server: dropped a message of {} frames (expected routing id + payload)",
+                   frames->count);
+      return std::optional<Envelope>();
+    }
+    zmq::message_t& id = frames->parts[0];
+    zmq::message_t& payload = frames->parts[1];
+    Envelope env;
+    env.peer.assign(id.data<char>(), id.size());
+    if (const char* user_id = zmq_msg_gets(payload.handle(), "User-Id")) env.user_id = user_id;
+    if (!insecure_ && env.user_id.empty()) {
+      spdlog::error("server: dropped a message from {} that no ZAP check authenticated", env.peer);
+      return std::optional<Envelope>();
+    }
+    if (payload.size() > max_message_bytes_) {
+      spdlog::warn("server: dropped a {}-byte message from {} (limit {} bytes)", payload.size(),
+                   env.peer, max_message_bytes_);
+      return std::optional<Envelope>();
+    }
+    env.payload.assign(payload.data<char>(), payload.size());
+    return std::optional<Envelope>(std::move(env));
+  }
+
+  Status send(const std::string& peer, const std::string& payload) override {
+    if (peer.empty()) return unavailable("send: empty peer id");
+    Status st = sendFrame(socket_, peer.data(), peer.size(), ZMQ_SNDMORE, "routing id");
+    if (!st.isOk()) return st.withContext("peer " + peer);
+    // Once the routing id is accepted, ROUTER queues the rest of the message without blocking.
+    return sendFrame(socket_, payload.data(), payload.size(), 0, "payload");
+  }
+
+  std::vector<AuthEvent> takeAuthEvents() override {
+    return zap_ ? zap_->takeEvents() : std::vector<AuthEvent>();
+  }
+
+  std::string boundEndpoint() const override { return bound_endpoint_; }
+
+ private:
+  zmq::context_t context_;
+  std::unique_ptr<ZapAuthenticator> zap_;  // null when insecure
+  zmq::socket_t socket_;
+  const bool insecure_;
+  const uint64_t max_message_bytes_;
+  std::string bound_endpoint_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+// libzmq 4.3 ends a connection for good when the ZAP handler refuses its key: the DEALER never
+// reconnects, and later sends block. So that a client whose key is added to the allow-list
+// later gets in without a restart, the client watches its handshakes (a socket monitor) and,
+// after a refusal, replaces the socket after reconnect_ivl_max_ms. Until then send() fails fast
+// with kPermissionDenied.
+class ZmqClientTransport final : public ClientTransport {
+ public:
+  explicit ZmqClientTransport(const ClientOptions& options)
+      : options_(options), context_(std::max(1, options.io_threads)) {}
+
+  ~ZmqClientTransport() override {
+    closeSocket();
+    context_.close();
+  }
+
+  // Creates the DEALER socket (and its handshake monitor) and connects it.
+  Status open() {
+    try {
+      socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+      socket_.set(zmq::sockopt::linger, 0);
+      socket_.set(zmq::sockopt::sndhwm, kHighWaterMark);
+      socket_.set(zmq::sockopt::rcvhwm, kHighWaterMark);
+      socket_.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+      socket_.set(zmq::sockopt::maxmsgsize,
+                  socketSizeLimit(options_.max_message_bytes, !options_.insecure));
+      socket_.set(zmq::sockopt::reconnect_ivl, std::max(1, options_.reconnect_ivl_ms));
+      socket_.set(zmq::sockopt::reconnect_ivl_max, std::max(0, options_.reconnect_ivl_max_ms));
+      setHeartbeats(socket_, options_.heartbeat_ivl_ms, options_.heartbeat_timeout_ms);
+      if (!options_.routing_id.empty()) socket_.set(zmq::sockopt::routing_id, options_.routing_id);
+      if (!options_.insecure) {
+        socket_.set(zmq::sockopt::curve_serverkey, options_.server_public_key);
+        socket_.set(zmq::sockopt::curve_publickey, options_.client_keys.public_key);
+        socket_.set(zmq::sockopt::curve_secretkey, options_.client_keys.secret_key);
+        // One monitor endpoint per socket generation; inproc names are per context.
+        const std::string monitor_endpoint =
+            "inproc://fedfleet-client-monitor-" + std::to_string(++generation_);
+        if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+          return internalError("socket monitor: " + zmqText(zmq_errno()));
+        }
+        monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+        monitor_.set(zmq::sockopt::linger, 0);
+        monitor_.connect(monitor_endpoint);
+      }
+    } catch (const zmq::error_t& e) {
+      return internalError(std::string("configuring client socket: ") + e.what());
+    }
+    if (zmq_connect(socket_.handle(), options_.endpoint.c_str()) != 0) {
+      return endpointError("connect", options_.endpoint, zmq_errno());
+    }
+    return Status::ok();
+  }
+
+  Result<std::optional<std::string>> receive(int timeout_ms) override {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
+    while (true) {
+      FEDFLEET_RETURN_IF_ERROR(checkRefusal());
+      int wait_ms = timeout_ms < 0 ? -1 : remainingMs(deadline);
+      if (refused_)
+        wait_ms = wait_ms < 0 ? remainingMs(retry_at_) : std::min(wait_ms, remainingMs(retry_at_));
+      zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+      const int rc = zmq_poll(items, monitor_ ? 2 : 1, wait_ms);
+      if (rc < 0) {
+        if (zmq_errno() == EINTR) return std::optional<std::string>();
+        return unavailable("poll: " + zmqText(zmq_errno()));
+      }
+      if (items[0].revents & ZMQ_POLLIN) {
+        FEDFLEET_ASSIGN_OR_RETURN(std::optional<Frames> frames,
+                                  receiveFrames(socket_, 0, /*keep_parts=*/1));
+        if (frames) return unpack(*frames);
+      }
+      if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline) {
+        return std::optional<std::string>();
+      }
+    }
+  }
+
+  Status send(const std::string& payload) override {
+    FEDFLEET_RETURN_IF_ERROR(checkRefusal());
+    if (refused_) {
+      return permissionDenied(
+          "the coordinator refused this client's key (not in its allow-list); "
+          "retrying in " +
+          std::to_string(remainingMs(retry_at_)) + " ms");
+    }
+    return sendFrame(socket_, payload.data(), payload.size(), 0, "payload");
+  }
+
+ private:
+  static int remainingMs(std::chrono::steady_clock::time_point until) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
+  }
+
+  void closeSocket() {
+    monitor_.close();
+    socket_.close();
+  }
+
+  Result<std::optional<std::string>> unpack(const Frames& frames) {
+    if (frames.count != 1) {
+      spdlog::warn("client: dropped a message of {} frames (expected 1)", frames.count);
+      return std::optional<std::string>();
+    }
+    const zmq::message_t& payload = frames.parts[0];
+    if (payload.size() > options_.max_message_bytes) {
+      spdlog::warn("client: dropped a {}-byte message (limit {} bytes)", payload.size(),
+                   options_.max_message_bytes);
+      return std::optional<std::string>();
+    }
+    return std::optional<std::string>(std::string(payload.data<char>(), payload.size()));
+  }
+
+  // Reads pending handshake events; after a refusal, replaces the socket once retry_at_ passes.
+  // Fails only if a new socket cannot be made.
+  Status checkRefusal() {
+    while (monitor_) {
+      zmq::message_t event;
+      if (zmq_msg_recv(event.handle(), monitor_.handle(), ZMQ_DONTWAIT) < 0) break;
+      const bool more = event.more();
+      if (event.size() >= 6) {
+        uint16_t id;
+        uint32_t value;
+        std::memcpy(&id, event.data(), 2);
+        std::memcpy(&value, event.data<char>() + 2, 4);
+        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && !refused_) {
+          refused_ = true;
+          const int delay_ms =
+              std::max({kMinRetryMs, options_.reconnect_ivl_ms, options_.reconnect_ivl_max_ms});
+          retry_at_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+          spdlog::warn("client: {} refused this client's key (status {}); retrying in {} ms",
+                       options_.endpoint, value, delay_ms);
+        }
+      }
+      if (more) {  // the event's second frame: the endpoint
+        zmq::message_t endpoint;
+        zmq_msg_recv(endpoint.handle(), monitor_.handle(), ZMQ_DONTWAIT);
+      }
+    }
+    if (refused_ && std::chrono::steady_clock::now() >= retry_at_) {
+      closeSocket();
+      refused_ = false;
+      return open();
+    }
+    return Status::ok();
+  }
+
+  static constexpr int kMinRetryMs = 100;
+
+  const ClientOptions options_;
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // handshake events of socket_ (CURVE only)
+  int generation_ = 0;
+  bool refused_ = false;
+  std::chrono::steady_clock::time_point retry_at_{};
+};
+
+Status checkCommon(const std::string& endpoint, int io_threads, uint64_t max_message_bytes) {
+  if (endpoint.empty()) return invalidArgument("endpoint is empty");
+  if (io_threads < 1) return invalidArgument("io_threads must be at least 1");
+  if (max_message_bytes == 0) return invalidArgument("max_message_bytes must be positive");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ServerTransport>> createServer(const ServerOptions& options) {
+  FEDFLEET_RETURN_IF_ERROR(
+      checkCommon(options.endpoint, options.io_threads, options.max_message_bytes));
+  if (!options.insecure) {
+    if (!zmq_has("curve")) return failedPrecondition("libzmq was built without CURVE support");
+    if (!isZ85Key(options.server_keys.secret_key)) {
+      return invalidArgument("server_keys: secret key is not a 40-character Z85 key");
+    }
+    if (!options.server_keys.public_key.empty()) {
+      FEDFLEET_RETURN_IF_ERROR(checkKeyPair(options.server_keys, "server_keys"));
+    }
+    if (options.allow_dir.empty()) return invalidArgument("allow_dir is required unless insecure");
+  }
+  try {
+    auto server = std::make_unique<ZmqServerTransport>(options);
+    FEDFLEET_RETURN_IF_ERROR(server->start(options));
+    return std::unique_ptr<ServerTransport>(std::move(server));
+  } catch (const zmq::error_t& e) {
+    return internalError(std::string("creating server: ") + e.what());
+  } catch (const std::exception& e) {
+    return internalError(std::string("creating server: ") + e.what());
+  }
+}
+
+Result<std::unique_ptr<ClientTransport>> createClient(const ClientOptions& options) {
+  FEDFLEET_RETURN_IF_ERROR(
+      checkCommon(options.endpoint, options.io_threads, options.max_message_bytes));
+  if (options.routing_id.size() > 255) return invalidArgument("routing_id is over 255 bytes");
+  if (!options.routing_id.empty() && options.routing_id[0] == '\0') {
+    return invalidArgument("routing_id must not start with a zero byte (reserved by ZeroMQ)");
+  }
+  if (!options.insecure) {
+    if (!zmq_has("curve")) return failedPrecondition("libzmq was built without CURVE support");
+    FEDFLEET_RETURN_IF_ERROR(checkKeyPair(options.client_keys, "client_keys"));
+    if (!isZ85Key(options.server_public_key)) {
+      return invalidArgument("server_public_key is not a 40-character Z85 key");
+    }
+  }
+  try {
+    auto client = std::make_unique<ZmqClientTransport>(options);
+    FEDFLEET_RETURN_IF_ERROR(client->open());
+    if (options.insecure) {
+      spdlog::warn("plain-text transport: traffic is not encrypted (client to {})",
+                   options.endpoint);
+    }
+    return std::unique_ptr<ClientTransport>(std::move(client));
+  } catch (const zmq::error_t& e) {
+    return internalError(std::string("creating client: ") + e.what());
+  } catch (const std::exception& e) {
+    return internalError(std::string("creating client: ") + e.what());
+  }
+}
+
+}  // namespace fedfleet::transport

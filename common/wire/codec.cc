@@ -1,0 +1,435 @@
+// Cap'n Proto encoding of the plain message structs (common/wire/messages.h).
+//
+// encode() builds one Envelope (common/wire/fedfleet.capnp) in a first segment sized from the
+// message; a large word-aligned bytes field is referenced in place as a segment of its own. It
+// then writes the standard unpacked stream framing (segment table + segments) straight into the
+// output string, so each byte of a model or payload is copied once. decode() reads the bytes in
+// place when they are word aligned (copying them once into a word buffer otherwise), under the
+// caller's traversal and nesting limits; every Cap'n Proto exception becomes a kCorrupt Status.
+// Bytes fields are copied into std::string once.
+
+#include <capnp/message.h>
+#include <capnp/orphan.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <kj/io.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <new>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "common/check.h"
+#include "common/wire/fedfleet.capnp.h"
+#include "common/wire/messages.h"
+
+namespace fedfleet::wire {
+namespace {
+
+template <typename... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <typename... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// ---------------------------------------------------------------------------------------------
+// encode
+
+capnp::Text::Reader asText(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+
+capnp::Data::Reader asData(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
+}
+
+// A large bytes field that starts on a word boundary and fills whole words is not copied into
+// the builder: it becomes a segment of its own, referencing the caller's string, and is copied
+// once, by writeMessage. (A size that is not a multiple of 8 would expose the bytes after the
+// string's end, so such fields are copied.)
+constexpr size_t kReferenceMinBytes = 64 * 1024;
+
+bool canReference(const std::string& s) {
+  return s.size() >= kReferenceMinBytes && s.size() % sizeof(capnp::word) == 0 &&
+         reinterpret_cast<uintptr_t>(s.data()) % alignof(capnp::word) == 0;
+}
+
+// An orphan that points at `s` in place (see canReference).
+template <typename StructBuilder>
+capnp::Orphan<capnp::Data> referenceBlob(StructBuilder b, const std::string& s) {
+  return capnp::Orphanage::getForMessageContaining(b).referenceExternalData(asData(s));
+}
+
+// Words a blob takes in the builder's first segment, rounded up, plus slack for its pointer.
+size_t blobWords(const std::string& s) { return canReference(s) ? 2 : (s.size() + 1 + 7) / 8 + 1; }
+
+// An upper bound on the segment words `message` needs, so that it is built in one segment
+// (one allocation, no far pointers). Fixed-size parts are covered by the constant.
+size_t estimateWords(const Message& message) {
+  constexpr size_t kFixedWords = 128;
+  return kFixedWords + std::visit(Overloaded{
+                                      [](const Hello& m) {
+                                        return blobWords(m.client_id) + blobWords(m.public_key) +
+                                               blobWords(m.device_name);
+                                      },
+                                      [](const Task& m) {
+                                        return blobWords(m.model_name) + blobWords(m.model_bytes) +
+                                               blobWords(m.data.dataset) +
+                                               blobWords(m.data.scheme) + blobWords(m.codec) + 8;
+                                      },
+                                      [](const Chunk& m) { return blobWords(m.payload); },
+                                      [](const Summary&) { return size_t{0}; },
+                                      [](const Cancel& m) { return blobWords(m.reason); },
+                                      [](const Heartbeat&) { return size_t{0}; },
+                                      [](const Bye& m) { return blobWords(m.reason); },
+                                      [](const Error& m) { return blobWords(m.message); },
+                                  },
+                                  message);
+}
+
+// Enum values go over the wire as their numbers (the schema enums list the same values in the same
+// order), so an out-of-range value reaches the receiver, which refuses it.
+static_assert(static_cast<uint16_t>(schema::DeviceKind::CPU) ==
+              static_cast<uint16_t>(DeviceKind::kCpu));
+static_assert(static_cast<uint16_t>(schema::DeviceKind::CUDA) ==
+              static_cast<uint16_t>(DeviceKind::kCuda));
+static_assert(static_cast<uint16_t>(schema::ErrorCode::MALFORMED) ==
+              static_cast<uint16_t>(ErrorCode::kMalformed));
+static_assert(static_cast<uint16_t>(schema::ErrorCode::INTERNAL) ==
+              static_cast<uint16_t>(ErrorCode::kInternal));
+
+schema::DeviceKind toSchema(DeviceKind kind) {
+  return static_cast<schema::DeviceKind>(static_cast<uint16_t>(kind));
+}
+
+void fill(schema::Hello::Builder b, const Hello& m) {
+  b.setClientId(asText(m.client_id));
+  b.setPublicKey(asText(m.public_key));
+  b.setDeviceKind(toSchema(m.device_kind));
+  b.setDeviceName(asText(m.device_name));
+  b.setCores(m.cores);
+  b.setMemoryBytes(m.memory_bytes);
+  b.setDataSize(m.data_size);
+  b.setProtocolVersion(m.protocol_version);
+  b.setRequestedPartition(m.requested_partition);
+}
+
+void fill(schema::Task::Builder b, const Task& m) {
+  b.setRunId(m.run_id);
+  b.setRound(m.round);
+  b.setModelVersion(m.model_version);
+  b.setModelName(asText(m.model_name));
+  if (canReference(m.model_bytes)) {
+    b.adoptModelBytes(referenceBlob(b, m.model_bytes));
+  } else {
+    b.setModelBytes(asData(m.model_bytes));
+  }
+  b.setModelSha256(capnp::Data::Reader(m.model_sha256.data(), m.model_sha256.size()));
+  auto h = b.initHparams();
+  h.setEpochs(m.hparams.epochs);
+  h.setMaxSteps(m.hparams.max_steps);
+  h.setBatchSize(m.hparams.batch_size);
+  h.setLr(m.hparams.lr);
+  h.setMomentum(m.hparams.momentum);
+  h.setWeightDecay(m.hparams.weight_decay);
+  h.setSeed(m.hparams.seed);
+  auto d = b.initData();
+  d.setDataset(asText(m.data.dataset));
+  d.setScheme(asText(m.data.scheme));
+  d.setAlpha(m.data.alpha);
+  d.setLabelsPerClient(m.data.labels_per_client);
+  d.setNumPartitions(m.data.num_partitions);
+  d.setIndex(m.data.index);
+  d.setSeed(m.data.seed);
+  d.setSubset(m.data.subset);
+  b.setDeadlineS(m.deadline_s);
+  b.setCodec(asText(m.codec));
+  b.setTaskToken(m.task_token);
+  b.setChunkBytes(m.chunk_bytes);
+}
+
+void fill(schema::Chunk::Builder b, const Chunk& m) {
+  b.setTaskToken(m.task_token);
+  b.setTensorIndex(m.tensor_index);
+  b.setOffset(m.offset);
+  if (canReference(m.payload)) {
+    b.adoptPayload(referenceBlob(b, m.payload));
+  } else {
+    b.setPayload(asData(m.payload));
+  }
+  b.setLast(m.last);
+}
+
+void fill(schema::Summary::Builder b, const Summary& m) {
+  b.setTaskToken(m.task_token);
+  b.setNSamples(m.n_samples);
+  b.setSteps(m.steps);
+  b.setMeanLoss(m.mean_loss);
+  b.setSumSqLoss(m.sum_sq_loss);
+  b.setComputeSeconds(m.compute_seconds);
+  b.setUploadSeconds(m.upload_seconds);
+}
+
+void fill(schema::Cancel::Builder b, const Cancel& m) {
+  b.setTaskToken(m.task_token);
+  b.setReason(asText(m.reason));
+}
+
+void fill(schema::Heartbeat::Builder b, const Heartbeat& m) { b.setSeq(m.seq); }
+
+void fill(schema::Bye::Builder b, const Bye& m) { b.setReason(asText(m.reason)); }
+
+void fill(schema::Error::Builder b, const Error& m) {
+  b.setCode(static_cast<schema::ErrorCode>(static_cast<uint16_t>(m.code)));
+  b.setMessage(asText(m.message));
+  b.setTaskToken(m.task_token);
+}
+
+void fillEnvelope(schema::Envelope::Builder env, const Message& message) {
+  std::visit(Overloaded{
+                 [&](const Hello& m) { fill(env.initHello(), m); },
+                 [&](const Task& m) { fill(env.initTask(), m); },
+                 [&](const Chunk& m) { fill(env.initChunk(), m); },
+                 [&](const Summary& m) { fill(env.initSummary(), m); },
+                 [&](const Cancel& m) { fill(env.initCancel(), m); },
+                 [&](const Heartbeat& m) { fill(env.initHeartbeat(), m); },
+                 [&](const Bye& m) { fill(env.initBye(), m); },
+                 [&](const Error& m) { fill(env.initError(), m); },
+             },
+             message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// decode
+
+std::string toString(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
+std::string toString(capnp::Data::Reader d) {
+  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
+}
+
+Result<Message> read(schema::Hello::Reader r) {
+  Hello m;
+  m.client_id = toString(r.getClientId());
+  m.public_key = toString(r.getPublicKey());
+  switch (r.getDeviceKind()) {
+    case schema::DeviceKind::CPU:
+      m.device_kind = DeviceKind::kCpu;
+      break;
+    case schema::DeviceKind::CUDA:
+      m.device_kind = DeviceKind::kCuda;
+      break;
+    default:
+      return corrupt("Hello: unknown device kind " +
+                     std::to_string(static_cast<uint16_t>(r.getDeviceKind())));
+  }
+  m.device_name = toString(r.getDeviceName());
+  m.cores = r.getCores();
+  m.memory_bytes = r.getMemoryBytes();
+  m.data_size = r.getDataSize();
+  m.protocol_version = r.getProtocolVersion();
+  m.requested_partition = r.getRequestedPartition();
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Task::Reader r) {
+  Task m;
+  auto sha = r.getModelSha256();
+  if (sha.size() != m.model_sha256.size()) {
+    return corrupt("Task: model_sha256 is " + std::to_string(sha.size()) + " bytes, expected 32");
+  }
+  std::memcpy(m.model_sha256.data(), sha.begin(), sha.size());
+  m.run_id = r.getRunId();
+  m.round = r.getRound();
+  m.model_version = r.getModelVersion();
+  m.model_name = toString(r.getModelName());
+  m.model_bytes = toString(r.getModelBytes());
+  auto h = r.getHparams();
+  m.hparams.epochs = h.getEpochs();
+  m.hparams.max_steps = h.getMaxSteps();
+  m.hparams.batch_size = h.getBatchSize();
+  m.hparams.lr = h.getLr();
+  m.hparams.momentum = h.getMomentum();
+  m.hparams.weight_decay = h.getWeightDecay();
+  m.hparams.seed = h.getSeed();
+  auto d = r.getData();
+  m.data.dataset = toString(d.getDataset());
+  m.data.scheme = toString(d.getScheme());
+  m.data.alpha = d.getAlpha();
+  m.data.labels_per_client = d.getLabelsPerClient();
+  m.data.num_partitions = d.getNumPartitions();
+  m.data.index = d.getIndex();
+  m.data.seed = d.getSeed();
+  m.data.subset = d.getSubset();
+  m.deadline_s = r.getDeadlineS();
+  m.codec = toString(r.getCodec());
+  m.task_token = r.getTaskToken();
+  m.chunk_bytes = r.getChunkBytes();
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Chunk::Reader r) {
+  Chunk m;
+  m.task_token = r.getTaskToken();
+  m.tensor_index = r.getTensorIndex();
+  m.offset = r.getOffset();
+  m.payload = toString(r.getPayload());
+  m.last = r.getLast();
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Summary::Reader r) {
+  Summary m;
+  m.task_token = r.getTaskToken();
+  m.n_samples = r.getNSamples();
+  m.steps = r.getSteps();
+  m.mean_loss = r.getMeanLoss();
+  m.sum_sq_loss = r.getSumSqLoss();
+  m.compute_seconds = r.getComputeSeconds();
+  m.upload_seconds = r.getUploadSeconds();
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Cancel::Reader r) {
+  Cancel m;
+  m.task_token = r.getTaskToken();
+  m.reason = toString(r.getReason());
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Heartbeat::Reader r) {
+  Heartbeat m;
+  m.seq = r.getSeq();
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Bye::Reader r) {
+  Bye m;
+  m.reason = toString(r.getReason());
+  return Message(std::move(m));
+}
+
+Result<Message> read(schema::Error::Reader r) {
+  Error m;
+  auto code = static_cast<uint16_t>(r.getCode());
+  // A code this build does not know (a newer peer) reads as kUnknown: the message text still
+  // says what went wrong, and refusing the whole Error would hide it.
+  m.code = code <= static_cast<uint16_t>(ErrorCode::kInternal) ? static_cast<ErrorCode>(code)
+                                                               : ErrorCode::kUnknown;
+  m.message = toString(r.getMessage());
+  m.task_token = r.getTaskToken();
+  return Message(std::move(m));
+}
+
+Result<Message> readEnvelope(schema::Envelope::Reader env) {
+  switch (env.which()) {
+    case schema::Envelope::HELLO:
+      return read(env.getHello());
+    case schema::Envelope::TASK:
+      return read(env.getTask());
+    case schema::Envelope::CHUNK:
+      return read(env.getChunk());
+    case schema::Envelope::SUMMARY:
+      return read(env.getSummary());
+    case schema::Envelope::CANCEL:
+      return read(env.getCancel());
+    case schema::Envelope::HEARTBEAT:
+      return read(env.getHeartbeat());
+    case schema::Envelope::BYE:
+      return read(env.getBye());
+    case schema::Envelope::ERROR:
+      return read(env.getError());
+  }
+  return corrupt("unknown message kind (union tag " +
+                 std::to_string(static_cast<uint16_t>(env.which())) + ")");
+}
+
+}  // namespace
+
+const char* deviceKindName(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kCuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+const char* messageName(const Message& message) {
+  static constexpr const char* kNames[] = {"Hello",  "Task",      "Chunk", "Summary",
+                                           "Cancel", "Heartbeat", "Bye",   "Error"};
+  static_assert(std::size(kNames) == std::variant_size_v<Message>);
+  return kNames[message.index()];
+}
+
+std::string encode(const Message& message) {
+  try {
+    capnp::MallocMessageBuilder builder(
+        static_cast<unsigned int>(std::min<size_t>(estimateWords(message), UINT_MAX / 2)),
+        capnp::AllocationStrategy::GROW_HEURISTICALLY);
+    fillEnvelope(builder.initRoot<schema::Envelope>(), message);
+    auto segments = builder.getSegmentsForOutput();
+    std::string out(capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word), '\0');
+    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
+    capnp::writeMessage(stream, segments);
+    FEDFLEET_CHECK(stream.getArray().size() == out.size());
+    return out;
+  } catch (const kj::Exception& e) {
+    // Only a field over Cap'n Proto's size limits (kMaxFieldBytes) gets here: a caller bug.
+    FEDFLEET_CHECK_MSG(false, e.getDescription().cStr());
+  } catch (const std::exception& e) {
+    FEDFLEET_CHECK_MSG(false, e.what());  // out of memory: nothing sensible to return
+  }
+  return {};
+}
+
+Result<Message> decode(std::string_view bytes, const DecodeLimits& limits) {
+  if (bytes.size() > limits.max_bytes) {
+    return resourceExhausted("frame of " + std::to_string(bytes.size()) +
+                             " bytes exceeds limit of " + std::to_string(limits.max_bytes));
+  }
+  if (bytes.empty()) return corrupt("empty frame");
+  if (bytes.size() % sizeof(capnp::word) != 0) {
+    return corrupt("frame of " + std::to_string(bytes.size()) +
+                   " bytes is not a whole number of 8-byte words");
+  }
+  try {
+    const size_t n_words = bytes.size() / sizeof(capnp::word);
+    kj::Array<capnp::word> aligned_copy;
+    kj::ArrayPtr<const capnp::word> words;
+    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
+      words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), n_words);
+    } else {
+      aligned_copy = kj::heapArray<capnp::word>(n_words);
+      std::memcpy(aligned_copy.begin(), bytes.data(), bytes.size());
+      words = aligned_copy;
+    }
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = limits.traversal_limit_words;
+    options.nestingLimit = static_cast<int>(std::min<uint32_t>(limits.nesting_limit, INT_MAX));
+    capnp::FlatArrayMessageReader reader(words, options);
+    if (reader.getEnd() != words.end()) {
+      return corrupt("frame has " +
+                     std::to_string((words.end() - reader.getEnd()) * sizeof(capnp::word)) +
+                     " bytes after the message");
+    }
+    return readEnvelope(reader.getRoot<schema::Envelope>());
+  } catch (const kj::Exception& e) {
+    return corrupt(std::string("malformed frame: ") + e.getDescription().cStr());
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("out of memory decoding a frame of " + std::to_string(bytes.size()) +
+                             " bytes");
+  } catch (const std::exception& e) {
+    return corrupt(std::string("malformed frame: ") + e.what());
+  } catch (...) {
+    return corrupt("malformed frame");
+  }
+}
+
+}  // namespace fedfleet::wire

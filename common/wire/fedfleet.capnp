@@ -1,0 +1,124 @@
+# The fedfleet wire schema: one Envelope per ZeroMQ frame, a union over the protocol messages.
+#
+# Only common/wire/codec.cc uses the generated code; everything else sees the plain structs of
+# common/wire/messages.h. Field meanings are documented there. Compatibility rules: never renumber
+# or retype a field; add new fields with the next ordinal; add new messages as new union members
+# (an old reader reports an unknown member as a corrupt frame).
+
+@0xff8cacb19154ce26;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("fedfleet::wire::schema");
+
+enum DeviceKind {
+  cpu @0;
+  cuda @1;
+}
+
+enum ErrorCode {
+  unknown @0;
+  malformed @1;
+  unknownClient @2;
+  staleTask @3;
+  badVersion @4;
+  rejected @5;
+  internal @6;
+}
+
+struct Hello {
+  clientId @0 :Text;
+  publicKey @1 :Text;
+  deviceKind @2 :DeviceKind;
+  deviceName @3 :Text;
+  cores @4 :UInt32;
+  memoryBytes @5 :UInt64;
+  dataSize @6 :UInt64;
+  protocolVersion @7 :UInt32;
+  requestedPartition @8 :Int32 = -1;
+}
+
+struct HyperParams {
+  epochs @0 :UInt32;
+  maxSteps @1 :UInt32;
+  batchSize @2 :UInt32;
+  lr @3 :Float32;
+  momentum @4 :Float32;
+  weightDecay @5 :Float32;
+  seed @6 :UInt64;
+}
+
+struct DataSpec {
+  dataset @0 :Text;
+  scheme @1 :Text;
+  alpha @2 :Float64;
+  labelsPerClient @3 :UInt32;
+  numPartitions @4 :UInt32;
+  index @5 :UInt32;
+  seed @6 :UInt64;
+  subset @7 :UInt32;
+}
+
+struct Task {
+  runId @0 :UInt64;
+  round @1 :UInt32;
+  modelVersion @2 :UInt64;
+  modelName @3 :Text;
+  modelBytes @4 :Data;
+  modelSha256 @5 :Data;  # exactly 32 bytes
+  hparams @6 :HyperParams;
+  data @7 :DataSpec;
+  deadlineS @8 :Float64;
+  codec @9 :Text;
+  taskToken @10 :UInt64;
+  chunkBytes @11 :UInt32;
+}
+
+struct Chunk {
+  taskToken @0 :UInt64;
+  tensorIndex @1 :UInt32;
+  offset @2 :UInt64;
+  payload @3 :Data;
+  last @4 :Bool;
+}
+
+struct Summary {
+  taskToken @0 :UInt64;
+  nSamples @1 :UInt64;
+  steps @2 :UInt64;
+  meanLoss @3 :Float64;
+  sumSqLoss @4 :Float64;
+  computeSeconds @5 :Float64;
+  uploadSeconds @6 :Float64;
+}
+
+struct Cancel {
+  taskToken @0 :UInt64;
+  reason @1 :Text;
+}
+
+struct Heartbeat {
+  seq @0 :UInt64;
+}
+
+struct Bye {
+  reason @0 :Text;
+}
+
+struct Error {
+  code @0 :ErrorCode;
+  message @1 :Text;
+  taskToken @2 :UInt64;
+}
+
+struct Envelope {
+  union {
+    hello @0 :Hello;
+    task @1 :Task;
+    chunk @2 :Chunk;
+    summary @3 :Summary;
+    cancel @4 :Cancel;
+    heartbeat @5 :Heartbeat;
+    bye @6 :Bye;
+    error @7 :Error;
+  }
+}

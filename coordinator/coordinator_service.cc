@@ -1,0 +1,402 @@
+#include "coordinator/coordinator_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "common/data/dataset.h"
+#include "common/history/history.h"
+#include "common/model/evaluate.h"
+#include "common/model/model.h"
+#include "common/transport/transport.h"
+#include "common/wire/messages.h"
+#include "coordinator/round_engine.h"
+
+namespace fedfleet::coordinator {
+namespace {
+
+double unixNow() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+bool validClientId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (unsigned char ch : id) {
+    if (!(std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '@')) return false;
+  }
+  return true;
+}
+
+std::string printablePeer(const std::string& peer) {
+  std::string out;
+  for (unsigned char ch : peer) {
+    if (std::isprint(ch)) {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+class ZmqCoordinator final : public CoordinatorService {
+ public:
+  Status init(const config::Config& config);
+  Status run() override;
+  void stop() override { stop_.store(true); }
+  std::string boundEndpoint() const override { return server_->boundEndpoint(); }
+  int64_t runId() const override { return run_id_; }
+
+ private:
+  void handleEnvelope(const transport::Envelope& env, double now);
+  Status carryOut(double now);
+  void sendTo(const ClientId& id, const wire::Message& message, double now);
+  void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
+                   double now);
+
+  config::Config config_;
+  std::unique_ptr<transport::ServerTransport> server_;
+  std::unique_ptr<history::HistoryStore> history_;
+  std::unique_ptr<model::Model> model_;
+  data::Dataset test_set_;
+  std::unique_ptr<RoundEngine> engine_;
+  int64_t run_id_ = 0;
+  std::atomic<bool> stop_{false};
+
+  std::map<std::string, ClientId> client_of_peer_;  // routing id -> client id
+  std::map<ClientId, std::string> peer_of_client_;
+  std::map<ClientId, std::string> key_of_client_;   // public key seen at first Hello
+  std::set<std::string> warned_peers_;
+  Status fatal_;
+  bool finished_ = false;
+  bool run_ok_ = false;
+  std::string finish_message_;
+};
+
+Status ZmqCoordinator::init(const config::Config& config) {
+  config_ = config;
+  FEDFLEET_RETURN_IF_ERROR(config_.validate());
+  const auto& cc = config_.coordinator;
+
+  // Model and test set (server-side evaluation).
+  FEDFLEET_ASSIGN_OR_RETURN(model_, model::createModel(config_.model.name, config_.run.seed,
+                                                       config_.model.path));
+  const std::string data_dir =
+      config_.data.dir.empty() ? data::defaultFashionMnistDir() : config_.data.dir;
+  FEDFLEET_ASSIGN_OR_RETURN(test_set_,
+                            data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
+  std::vector<float> params = model_->flatParameters();
+
+  // History: a new run, or the latest run of this name resumed from its checkpoint.
+  FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
+  EngineOptions eo;
+  if (cc.resume) {
+    FEDFLEET_ASSIGN_OR_RETURN(auto runs, history_->runs());
+    const history::RunRecord* found = nullptr;
+    for (const auto& r : runs) {
+      if (r.name == config_.run.name) found = &r;
+    }
+    if (!found) {
+      return notFound("--resume: no run named '" + config_.run.name + "' in " + config_.history.db);
+    }
+    run_id_ = found->run_id;
+    auto cp = history_->latestCheckpoint(run_id_);
+    if (cp.isOk()) {
+      if (cp->blob.size() != params.size() * sizeof(float)) {
+        return invalidArgument("--resume: checkpoint of run " + std::to_string(run_id_) +
+                               " holds " + std::to_string(cp->blob.size() / 4) +
+                               " values but model '" + config_.model.name + "' has " +
+                               std::to_string(params.size()));
+      }
+      std::memcpy(params.data(), cp->blob.data(), cp->blob.size());
+      eo.first_round = cp->round + 1;
+      eo.model_version = cp->model_version;
+      spdlog::info("resuming run {} after round {} (model version {})", run_id_, cp->round,
+                   cp->model_version);
+    } else if (cp.status().code() != StatusCode::kNotFound) {
+      return cp.status();
+    }
+  } else {
+    history::RunRecord run;
+    run.name = config_.run.name;
+    run.config_json = config_.toJson().dump();
+    run.started_at = unixNow();
+    run.seed = config_.run.seed;
+    FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+  }
+
+  // Transport.
+  transport::ServerOptions so;
+  so.endpoint = cc.bind;
+  so.insecure = cc.insecure;
+  if (!cc.insecure) {
+    FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));
+    so.allow_dir = config_.allowDir();
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(server_, transport::createServer(so));
+
+  // Engine.
+  eo.run_id = run_id_;
+  eo.rounds = config_.run.rounds;
+  eo.clients_per_round = cc.clients_per_round;
+  eo.min_clients = config_.minClients();
+  eo.quorum = config_.quorum();
+  eo.deadline_s = cc.deadline_s;
+  eo.liveness_s = cc.liveness_s;
+  eo.wait_clients_s = cc.wait_clients_s;
+  eo.sample_partitions = cc.sample_from == "partitions";
+  eo.num_partitions = config_.partitions();
+  eo.server_lr = cc.server_lr;
+  eo.checkpoint_every = cc.checkpoint_every;
+  eo.seed = config_.run.seed;
+  eo.model_name = config_.model.name;
+  eo.hparams.epochs = config_.train.epochs;
+  eo.hparams.max_steps = config_.train.steps;
+  eo.hparams.batch_size = config_.train.batch;
+  eo.hparams.lr = static_cast<float>(config_.train.lr);
+  eo.hparams.momentum = static_cast<float>(config_.train.momentum);
+  eo.hparams.weight_decay = static_cast<float>(config_.train.weight_decay);
+  eo.data.dataset = config_.data.dataset;
+  eo.data.scheme = config_.data.partition;
+  eo.data.alpha = config_.data.alpha;
+  eo.data.labels_per_client = config_.data.labels_per_client;
+  eo.data.seed = config_.run.seed;
+  eo.data.subset = config_.data.train_subset;
+  eo.chunk_bytes = cc.chunk_kib * 1024;
+
+  Evaluator evaluator = [this](const std::vector<float>& p) -> std::optional<EvalOutcome> {
+    Status st = model_->setFlatParameters(p.data(), p.size());
+    if (!st.isOk()) {
+      spdlog::error("evaluation: {}", st.toString());
+      return std::nullopt;
+    }
+    auto r = model::evaluate(*model_, test_set_);
+    if (!r.isOk()) {
+      spdlog::error("evaluation: {}", r.status().toString());
+      return std::nullopt;
+    }
+    return EvalOutcome{r->loss, r->accuracy};
+  };
+  engine_ = std::make_unique<RoundEngine>(eo, std::move(params), std::move(evaluator));
+  spdlog::info("coordinator: run {} listening on {} ({}), {} rounds, {} clients a round",
+               run_id_, server_->boundEndpoint(), cc.insecure ? "PLAIN TEXT" : "CURVE",
+               config_.run.rounds, cc.clients_per_round);
+  return Status::ok();
+}
+
+void ZmqCoordinator::recordEvent(const std::string& kind, const std::string& client,
+                                 const std::string& detail, double now) {
+  history::EventRecord e;
+  e.run_id = run_id_;
+  e.time = now;
+  e.kind = kind;
+  e.client_id = client;
+  e.detail = detail;
+  spdlog::warn("event {}: {} {}", kind, client, detail);
+  Status st = history_->recordEvent(e);
+  if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: recording an event");
+}
+
+void ZmqCoordinator::sendTo(const ClientId& id, const wire::Message& message, double now) {
+  auto it = peer_of_client_.find(id);
+  if (it == peer_of_client_.end()) return;
+  Status st = server_->send(it->second, wire::encode(message));
+  if (!st.isOk()) {
+    spdlog::warn("send {} to {}: {}", wire::messageName(message), id, st.toString());
+    // The connection is gone; the engine treats the client as lost after liveness_s.
+  }
+}
+
+void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) {
+  auto decoded = wire::decode(env.payload);
+  auto known = client_of_peer_.find(env.peer);
+  const std::string who = known != client_of_peer_.end() ? known->second : "";
+  if (!decoded.isOk()) {
+    recordEvent("malformed_frame", who,
+                "peer " + printablePeer(env.peer) + ", " + std::to_string(env.payload.size()) +
+                    " bytes: " + decoded.status().message(),
+                now);
+    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed,
+                                                     decoded.status().message(), 0}))
+        .isOk();
+    if (!who.empty()) engine_->onHeartbeat(who, now);
+    return;
+  }
+  wire::Message& msg = decoded.value();
+
+  if (auto* hello = std::get_if<wire::Hello>(&msg)) {
+    std::string problem;
+    if (!validClientId(hello->client_id)) {
+      problem = "client id must be 1-128 characters of [A-Za-z0-9._@-]";
+    } else if (!config_.coordinator.insecure && hello->public_key != env.user_id) {
+      problem = "Hello names a public key other than the one the connection authenticated with";
+    } else if (auto k = key_of_client_.find(hello->client_id);
+               !config_.coordinator.insecure && k != key_of_client_.end() &&
+               k->second != env.user_id) {
+      problem = "client id '" + hello->client_id + "' belongs to another key";
+    }
+    if (!problem.empty()) {
+      recordEvent("hello_refused", hello->client_id, problem, now);
+      server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kRejected, problem, 0}))
+          .isOk();
+      return;
+    }
+    const ClientId& id = hello->client_id;
+    if (auto old = peer_of_client_.find(id); old != peer_of_client_.end() && old->second != env.peer) {
+      client_of_peer_.erase(old->second);
+    }
+    client_of_peer_[env.peer] = id;
+    peer_of_client_[id] = env.peer;
+    key_of_client_.emplace(id, env.user_id);
+    engine_->onHello(id, *hello, now);
+    return;
+  }
+
+  if (who.empty()) {
+    // No Hello on this connection (for example after a coordinator restart): ask for one.
+    if (warned_peers_.insert(env.peer).second) {
+      recordEvent("unknown_client", "",
+                  std::string(wire::messageName(msg)) + " from peer " + printablePeer(env.peer) +
+                      " before Hello",
+                  now);
+    }
+    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kUnknownClient,
+                                                     "send Hello first", 0}))
+        .isOk();
+    return;
+  }
+
+  std::visit(
+      [&](auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, wire::Chunk>) {
+          engine_->onChunk(who, m, env.payload.size(), now);
+        } else if constexpr (std::is_same_v<T, wire::Summary>) {
+          engine_->onSummary(who, m, env.payload.size(), now);
+        } else if constexpr (std::is_same_v<T, wire::Heartbeat>) {
+          engine_->onHeartbeat(who, now);
+          sendTo(who, wire::Heartbeat{m.seq}, now);
+        } else if constexpr (std::is_same_v<T, wire::Bye>) {
+          engine_->onBye(who, now);
+        } else if constexpr (std::is_same_v<T, wire::Error>) {
+          engine_->onClientError(who, m, now);
+        } else {
+          recordEvent("unexpected_message", who,
+                      std::string(wire::messageName(msg)) + " is not a client message", now);
+          sendTo(who,
+                 wire::Error{wire::ErrorCode::kMalformed,
+                             std::string(wire::messageName(msg)) + " is not a client message", 0},
+                 now);
+        }
+      },
+      msg);
+}
+
+Status ZmqCoordinator::carryOut(double now) {
+  for (auto& action : engine_->takeActions()) {
+    std::visit(
+        [&](auto& a) {
+          using T = std::decay_t<decltype(a)>;
+          if constexpr (std::is_same_v<T, SendTask>) {
+            sendTo(a.client, a.task, now);
+          } else if constexpr (std::is_same_v<T, SendCancel>) {
+            sendTo(a.client, a.cancel, now);
+          } else if constexpr (std::is_same_v<T, SendError>) {
+            sendTo(a.client, a.error, now);
+          } else if constexpr (std::is_same_v<T, SendBye>) {
+            sendTo(a.client, wire::Bye{a.reason}, now);
+          } else if constexpr (std::is_same_v<T, UpsertClient>) {
+            Status st = history_->upsertClient(a.client);
+            if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: client");
+          } else if constexpr (std::is_same_v<T, RecordEvent>) {
+            Status st = history_->recordEvent(a.event);
+            if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
+          } else if constexpr (std::is_same_v<T, CommitRound>) {
+            const auto& r = a.round;
+            if (r.test_accuracy) {
+              spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  "
+                           "loss {:.4f}  {:.2f} s",
+                           r.round, r.status, r.completed, r.selected, r.late, r.dropped,
+                           100 * *r.test_accuracy, r.test_loss.value_or(NAN),
+                           r.end_time - r.start_time);
+            } else {
+              spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round,
+                           r.status, r.completed, r.selected, r.late, r.dropped);
+            }
+            Status st = history_->commitRound(a.round, a.updates, a.checkpoint);
+            if (!st.isOk() && fatal_.isOk()) {
+              fatal_ = st.withContext("history: committing round " + std::to_string(r.round) +
+                                      " (the round is lost from the database; the run stops)");
+            }
+            if (st.isOk() && a.checkpoint && config_.coordinator.keep_checkpoints > 0) {
+              Status pr = history_->pruneCheckpoints(run_id_, config_.coordinator.keep_checkpoints);
+              if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
+            }
+          } else if constexpr (std::is_same_v<T, RunFinished>) {
+            finished_ = true;
+            run_ok_ = a.ok;
+            finish_message_ = a.message;
+          }
+        },
+        action);
+  }
+  return fatal_;
+}
+
+Status ZmqCoordinator::run() {
+  engine_->start(unixNow());
+  FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
+  while (!finished_) {
+    if (stop_.load()) {
+      const double now = unixNow();
+      for (const auto& [id, peer] : peer_of_client_) sendTo(id, wire::Bye{"coordinator stopping"}, now);
+      recordEvent("run_interrupted", "", "stopped at round " +
+                                             std::to_string(engine_->currentRound()), now);
+      return unavailable("interrupted during round " + std::to_string(engine_->currentRound()));
+    }
+    double now = unixNow();
+    int timeout_ms = 200;
+    if (auto wake = engine_->nextWakeup()) {
+      timeout_ms = static_cast<int>(std::clamp((*wake - now) * 1000.0 + 1, 0.0, 200.0));
+    }
+    auto got = server_->receive(timeout_ms);
+    if (!got.isOk()) return got.status().withContext("coordinator socket");
+    now = unixNow();
+    for (const auto& rejected : server_->takeAuthEvents()) {
+      recordEvent("auth_rejected", "",
+                  "key " + rejected.public_key + " from " + rejected.peer_address + ": " +
+                      rejected.reason,
+                  now);
+    }
+    if (got->has_value()) handleEnvelope(**got, now);
+    // Drain what else is queued before ticking, so a burst of chunks is handled in one go.
+    for (int i = 0; i < 256; ++i) {
+      auto more = server_->receive(0);
+      if (!more.isOk()) return more.status().withContext("coordinator socket");
+      if (!more->has_value()) break;
+      handleEnvelope(**more, unixNow());
+    }
+    now = unixNow();
+    engine_->onTick(now);
+    FEDFLEET_RETURN_IF_ERROR(carryOut(now));
+  }
+  if (!run_ok_) return timeoutError(finish_message_);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CoordinatorService>> CoordinatorService::create(
+    const config::Config& config) {
+  auto service = std::make_unique<ZmqCoordinator>();
+  FEDFLEET_RETURN_IF_ERROR(service->init(config));
+  return std::unique_ptr<CoordinatorService>(std::move(service));
+}
+
+}  // namespace fedfleet::coordinator

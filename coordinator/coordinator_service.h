@@ -1,0 +1,44 @@
+// CoordinatorService: the real-process driver of the RoundEngine.
+//
+// It owns the ROUTER transport (CURVE by default), the history store, the test set and the
+// evaluation model, and runs one event loop on the calling thread:
+//   receive a frame (waiting at most until the engine's next wake-up) -> decode it -> map the
+//   sender to a client id -> feed the engine -> carry out the engine's actions (encode and send
+//   tasks, cancels, errors and goodbyes; write history) -> repeat.
+// Threads: the loop thread owns the socket, the engine and the store; ZeroMQ's I/O threads do the
+// encryption; the ZAP handler thread only answers authentication requests. Frames that do not
+// decode, come from a connection that has not said Hello, or claim another client's identity are
+// answered with an Error and recorded as events; the loop keeps serving.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "common/config/config.h"
+#include "common/status.h"
+
+namespace fedfleet::coordinator {
+
+class CoordinatorService {
+ public:
+  // Loads keys, data, model and history and binds the socket. Every problem (missing key file,
+  // bad endpoint, unreadable data, a history database it cannot open, a checkpoint that does not
+  // fit the model) is returned as a Status with a message that names the file or key.
+  static Result<std::unique_ptr<CoordinatorService>> create(const config::Config& config);
+
+  virtual ~CoordinatorService() = default;
+
+  // Runs until the last round is committed (OK), the run fails (clients never came: kTimeout),
+  // the history cannot be written (kIoError; the round in memory is reported, not silently
+  // dropped) or stop() is called (kUnavailable "interrupted").
+  virtual Status run() = 0;
+
+  // Asks run() to return soon. Safe from any thread and from a signal handler.
+  virtual void stop() = 0;
+
+  virtual std::string boundEndpoint() const = 0;
+  virtual int64_t runId() const = 0;
+};
+
+}  // namespace fedfleet::coordinator

@@ -1,0 +1,534 @@
+#include "coordinator/round_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/crypto/sha256.h"
+#include "kernels/accumulate.h"
+
+namespace fedfleet::coordinator {
+namespace {
+
+const char* stateName(int state) {
+  static const char* kNames[] = {"pending", "completed", "late", "dropped", "rejected"};
+  return kNames[state];
+}
+
+// Mixes run seed, round and partition into one task seed (splitmix64 finaliser).
+uint64_t taskSeed(uint64_t seed, uint32_t round, uint32_t partition) {
+  uint64_t z = seed ^ (uint64_t{round} << 32) ^ partition ^ 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_params,
+                         Evaluator evaluator)
+    : options_(std::move(options)),
+      params_(std::move(initial_params)),
+      evaluator_(std::move(evaluator)),
+      rng_(options_.seed),
+      token_rng_(options_.seed ^ 0x5deece66dull),
+      version_(options_.model_version) {
+  FEDFLEET_CHECK(options_.clients_per_round > 0);
+  FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
+  round_ = options_.first_round - 1;
+  refreshModelBytes();
+}
+
+size_t RoundEngine::connectedClients() const {
+  size_t n = 0;
+  for (const auto& [id, c] : clients_) n += c.connected;
+  return n;
+}
+
+void RoundEngine::refreshModelBytes() {
+  model_bytes_.resize(params_.size() * sizeof(float));
+  std::memcpy(model_bytes_.data(), params_.data(), model_bytes_.size());
+  model_sha_ = crypto::sha256(model_bytes_);
+}
+
+uint64_t RoundEngine::newToken() {
+  uint64_t t = 0;
+  while (t == 0 || participants_.count(t) || finished_tokens_.count(t)) t = token_rng_();
+  return t;
+}
+
+void RoundEngine::event(const std::string& kind, const ClientId& client, const std::string& detail,
+                        double now) {
+  history::EventRecord e;
+  e.run_id = options_.run_id;
+  e.time = now;
+  e.kind = kind;
+  e.client_id = client;
+  e.detail = detail;
+  emit(RecordEvent{std::move(e)});
+}
+
+std::vector<Action> RoundEngine::takeActions() {
+  std::vector<Action> out;
+  out.swap(actions_);
+  return out;
+}
+
+void RoundEngine::start(double now) {
+  FEDFLEET_CHECK(phase_ == Phase::kIdle);
+  if (options_.first_round == 1) {
+    CommitRound c;
+    c.round.run_id = options_.run_id;
+    c.round.round = 0;
+    c.round.start_time = now;
+    c.round.end_time = now;
+    c.round.status = "initial";
+    c.round.model_version = version_;
+    if (evaluator_) {
+      if (auto e = evaluator_(params_)) {
+        c.round.test_loss = e->loss;
+        c.round.test_accuracy = e->accuracy;
+      }
+    }
+    emit(std::move(c));
+  }
+  phase_ = Phase::kWaiting;
+  wait_since_ = now;
+  if (round_ >= options_.rounds) {
+    finishRun(true, "all rounds done", now);
+    return;
+  }
+  tryStartRound(now);
+}
+
+int32_t RoundEngine::assignPartition(const wire::Hello& hello) {
+  const uint32_t n = options_.num_partitions;
+  if (hello.requested_partition >= 0 && static_cast<uint32_t>(hello.requested_partition) < n) {
+    return hello.requested_partition;
+  }
+  std::vector<bool> taken(n, false);
+  for (const auto& [id, c] : clients_) {
+    if (c.partition >= 0 && static_cast<uint32_t>(c.partition) < n) taken[c.partition] = true;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!taken[i]) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(clients_.size() % n);  // more clients than partitions: share
+}
+
+void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
+  if (phase_ == Phase::kFinished) {
+    emit(SendBye{id, "run finished"});
+    return;
+  }
+  if (hello.protocol_version != wire::kProtocolVersion) {
+    wire::Error err{wire::ErrorCode::kBadVersion,
+                    "protocol version " + std::to_string(hello.protocol_version) +
+                        " not supported (coordinator speaks " +
+                        std::to_string(wire::kProtocolVersion) + ")",
+                    0};
+    emit(SendError{id, err});
+    event("bad_version", id, err.message, now);
+    return;
+  }
+  auto it = clients_.find(id);
+  if (it != clients_.end()) {
+    if (it->second.task_token != 0) {
+      loseClient(id, "reconnected while its task was in flight", now);
+    }
+    it->second.hello = hello;
+    it->second.connected = true;
+    it->second.last_seen = now;
+    event("client_rejoined", id, "partition " + std::to_string(it->second.partition), now);
+  } else {
+    ClientState state;
+    state.hello = hello;
+    state.partition = options_.sample_partitions ? -1 : assignPartition(hello);
+    state.connected = true;
+    state.last_seen = now;
+    clients_.emplace(id, state);
+    event("client_joined", id,
+          std::string(wire::deviceKindName(hello.device_kind)) + " " + hello.device_name +
+              (state.partition >= 0 ? ", partition " + std::to_string(state.partition) : ""),
+          now);
+  }
+  history::ClientRecord rec;
+  rec.client_id = id;
+  rec.public_key = hello.public_key;
+  rec.device_kind = wire::deviceKindName(hello.device_kind);
+  rec.device_name = hello.device_name;
+  rec.cores = hello.cores;
+  rec.memory_bytes = hello.memory_bytes;
+  rec.data_size = hello.data_size;
+  rec.first_seen = now;
+  rec.last_seen = now;
+  emit(UpsertClient{rec});
+  if (phase_ == Phase::kWaiting) tryStartRound(now);
+}
+
+void RoundEngine::onHeartbeat(const ClientId& id, double now) {
+  auto it = clients_.find(id);
+  if (it != clients_.end() && it->second.connected) it->second.last_seen = now;
+}
+
+void RoundEngine::onBye(const ClientId& id, double now) {
+  auto it = clients_.find(id);
+  if (it == clients_.end() || !it->second.connected) return;
+  loseClient(id, "client said goodbye", now);
+}
+
+void RoundEngine::loseClient(const ClientId& id, const std::string& why, double now) {
+  auto& c = clients_.at(id);
+  c.connected = false;
+  if (c.task_token != 0) {
+    auto pit = participants_.find(c.task_token);
+    if (pit != participants_.end() && pit->second.state == UpdateState::kPending) {
+      pit->second.state = UpdateState::kDropped;
+      pit->second.buffer.clear();
+      pit->second.buffer.shrink_to_fit();
+      finished_tokens_.insert(c.task_token);
+      event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
+    }
+    c.task_token = 0;
+  } else {
+    event("client_left", id, why, now);
+  }
+  maybeFinishEarly(now);
+}
+
+std::vector<ClientId> RoundEngine::idleClients() const {
+  std::vector<ClientId> out;
+  for (const auto& [id, c] : clients_) {
+    if (c.connected && c.task_token == 0) out.push_back(id);  // std::map: sorted by id
+  }
+  return out;
+}
+
+void RoundEngine::tryStartRound(double now) {
+  if (phase_ != Phase::kWaiting) return;
+  if (idleClients().size() >= options_.min_clients) startRound(now);
+}
+
+void RoundEngine::startRound(double now) {
+  std::vector<ClientId> idle = idleClients();
+  std::shuffle(idle.begin(), idle.end(), rng_);
+  const size_t k = std::min<size_t>(options_.clients_per_round, idle.size());
+  idle.resize(k);
+  std::sort(idle.begin(), idle.end());
+
+  std::vector<uint32_t> partitions;
+  if (options_.sample_partitions) {
+    std::vector<uint32_t> all(options_.num_partitions);
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::shuffle(all.begin(), all.end(), rng_);
+    partitions.assign(all.begin(), all.begin() + k);
+  }
+
+  ++round_;
+  phase_ = Phase::kRunning;
+  round_start_ = now;
+  round_deadline_ = now + options_.deadline_s;
+  participants_.clear();
+  sum_.assign(params_.size(), 0.0f);
+  sum_weight_ = 0;
+
+  for (size_t i = 0; i < k; ++i) {
+    const ClientId& id = idle[i];
+    auto& c = clients_.at(id);
+    Participant p;
+    p.client = id;
+    p.partition = options_.sample_partitions ? partitions[i] : static_cast<uint32_t>(c.partition);
+    p.bytes_down = model_bytes_.size();
+
+    wire::Task task;
+    task.run_id = static_cast<uint64_t>(options_.run_id);
+    task.round = round_;
+    task.model_version = version_;
+    task.model_name = options_.model_name;
+    task.model_bytes = model_bytes_;
+    task.model_sha256 = model_sha_;
+    task.hparams = options_.hparams;
+    task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
+    task.data = options_.data;
+    task.data.num_partitions = options_.num_partitions;
+    task.data.index = p.partition;
+    task.deadline_s = options_.deadline_s;
+    task.codec = "none";
+    task.task_token = newToken();
+    task.chunk_bytes = options_.chunk_bytes;
+
+    c.task_token = task.task_token;
+    participants_.emplace(task.task_token, std::move(p));
+    emit(SendTask{id, std::move(task)});
+  }
+}
+
+RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
+                                                      double now) {
+  auto it = participants_.find(token);
+  if (it != participants_.end() && it->second.client == id &&
+      it->second.state == UpdateState::kPending) {
+    return &it->second;
+  }
+  // Unknown, finished, or someone else's token: answer once per token and record it.
+  const bool stale = finished_tokens_.count(token) > 0 || it != participants_.end();
+  if (answered_stale_.insert(token).second) {
+    std::string what = stale ? "update for a finished or cancelled task" : "unknown task token";
+    wire::Error err{wire::ErrorCode::kStaleTask, what, token};
+    emit(SendError{id, err});
+    event(stale ? "stale_update" : "unknown_token", id,
+          what + " (token " + std::to_string(token) + ", round " + std::to_string(round_) + ")",
+          now);
+  }
+  return nullptr;
+}
+
+void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string& why,
+                               double now) {
+  p.state = UpdateState::kRejected;
+  p.buffer.clear();
+  p.buffer.shrink_to_fit();
+  finished_tokens_.insert(token);
+  answered_stale_.insert(token);  // the client is told here; later frames stay quiet
+  auto cit = clients_.find(p.client);
+  if (cit != clients_.end() && cit->second.task_token == token) cit->second.task_token = 0;
+  emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
+  event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
+  maybeFinishEarly(now);
+}
+
+void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes,
+                          double now) {
+  onHeartbeat(id, now);
+  Participant* p = participantFor(id, chunk.task_token, now);
+  if (!p) return;
+  p->bytes_up += frame_bytes;
+  if (p->first_chunk_at < 0) p->first_chunk_at = now;
+  p->last_chunk_at = now;
+  if (p->last_chunk) {
+    return rejectUpdate(*p, chunk.task_token, "chunk after the last chunk", now);
+  }
+  if (chunk.payload.size() % sizeof(float) != 0) {
+    return rejectUpdate(*p, chunk.task_token,
+                        "chunk payload of " + std::to_string(chunk.payload.size()) +
+                            " bytes is not a whole number of fp32 values",
+                        now);
+  }
+  const uint64_t n = chunk.payload.size() / sizeof(float);
+  if (chunk.offset != p->next_offset) {
+    return rejectUpdate(*p, chunk.task_token,
+                        "chunk at offset " + std::to_string(chunk.offset) + ", expected " +
+                            std::to_string(p->next_offset),
+                        now);
+  }
+  if (chunk.offset + n > params_.size()) {
+    return rejectUpdate(*p, chunk.task_token,
+                        "chunk ends at " + std::to_string(chunk.offset + n) +
+                            ", past the model's " + std::to_string(params_.size()) + " values",
+                        now);
+  }
+  if (p->buffer.empty()) p->buffer.resize(params_.size());
+  std::memcpy(p->buffer.data() + chunk.offset, chunk.payload.data(), chunk.payload.size());
+  p->next_offset += n;
+  p->last_chunk = chunk.last;
+}
+
+void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary,
+                            uint64_t frame_bytes, double now) {
+  onHeartbeat(id, now);
+  Participant* p = participantFor(id, summary.task_token, now);
+  if (!p) return;
+  p->bytes_up += frame_bytes;
+  const uint64_t token = summary.task_token;
+  if (!p->last_chunk || p->next_offset != params_.size()) {
+    return rejectUpdate(*p, token,
+                        "summary after " + std::to_string(p->next_offset) + " of " +
+                            std::to_string(params_.size()) + " values" +
+                            (p->last_chunk ? "" : " (no last chunk)"),
+                        now);
+  }
+  if (summary.n_samples == 0) return rejectUpdate(*p, token, "summary reports 0 samples", now);
+  if (!std::isfinite(summary.mean_loss) || !std::isfinite(summary.sum_sq_loss)) {
+    return rejectUpdate(*p, token, "summary has a non-finite loss", now);
+  }
+  if (!kernels::allFinite(p->buffer.data(), p->buffer.size())) {
+    return rejectUpdate(*p, token, "delta has non-finite values", now);
+  }
+  p->summary = summary;
+  p->weight = static_cast<double>(summary.n_samples);
+  kernels::weightedAccumulate(sum_.data(), p->buffer.data(), static_cast<float>(p->weight),
+                              sum_.size());
+  sum_weight_ += p->weight;
+  p->buffer.clear();
+  p->buffer.shrink_to_fit();
+  p->state = UpdateState::kCompleted;
+  finished_tokens_.insert(token);
+  clients_.at(id).task_token = 0;
+  maybeFinishEarly(now);
+}
+
+void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, double now) {
+  onHeartbeat(id, now);
+  event("client_error", id, error.message, now);
+  auto it = participants_.find(error.task_token);
+  if (it != participants_.end() && it->second.client == id &&
+      it->second.state == UpdateState::kPending) {
+    rejectUpdate(it->second, error.task_token, "client reported: " + error.message, now);
+  }
+}
+
+void RoundEngine::maybeFinishEarly(double now) {
+  if (phase_ != Phase::kRunning) return;
+  for (const auto& [token, p] : participants_) {
+    if (p.state == UpdateState::kPending) return;
+  }
+  finishRound(now);
+}
+
+void RoundEngine::onTick(double now) {
+  if (phase_ == Phase::kFinished) return;
+  // Liveness: a connected client silent for liveness_s is gone.
+  std::vector<ClientId> lost;
+  for (const auto& [id, c] : clients_) {
+    if (c.connected && now - c.last_seen > options_.liveness_s) lost.push_back(id);
+  }
+  for (const auto& id : lost) {
+    if (phase_ == Phase::kFinished) return;
+    loseClient(id, "silent for more than " + std::to_string(options_.liveness_s) + " s", now);
+  }
+  if (phase_ == Phase::kRunning && now >= round_deadline_) finishRound(now);
+  if (phase_ == Phase::kWaiting) {
+    tryStartRound(now);
+    if (phase_ == Phase::kWaiting && now - wait_since_ > options_.wait_clients_s) {
+      finishRun(false,
+                "only " + std::to_string(idleClients().size()) + " of " +
+                    std::to_string(options_.min_clients) + " clients available after " +
+                    std::to_string(options_.wait_clients_s) + " s",
+                now);
+    }
+  }
+}
+
+std::optional<double> RoundEngine::nextWakeup() const {
+  std::optional<double> t;
+  auto consider = [&t](double v) { t = t ? std::min(*t, v) : v; };
+  for (const auto& [id, c] : clients_) {
+    if (c.connected) consider(c.last_seen + options_.liveness_s);
+  }
+  if (phase_ == Phase::kRunning) consider(round_deadline_);
+  if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
+  return t;
+}
+
+void RoundEngine::finishRound(double now) {
+  FEDFLEET_CHECK(phase_ == Phase::kRunning);
+  CommitRound c;
+  auto& r = c.round;
+  r.run_id = options_.run_id;
+  r.round = round_;
+  r.start_time = round_start_;
+  r.end_time = now;
+  r.selected = static_cast<uint32_t>(participants_.size());
+
+  double loss_sum = 0;
+  for (auto& [token, p] : participants_) {
+    if (p.state == UpdateState::kPending) {
+      auto cit = clients_.find(p.client);
+      const bool alive = cit != clients_.end() && cit->second.connected;
+      p.state = alive ? UpdateState::kLate : UpdateState::kDropped;
+      if (alive) {
+        emit(SendCancel{p.client, wire::Cancel{token, "deadline passed"}});
+        cit->second.task_token = 0;
+      }
+      p.buffer.clear();
+      p.buffer.shrink_to_fit();
+      finished_tokens_.insert(token);
+    }
+    switch (p.state) {
+      case UpdateState::kCompleted:
+        ++r.completed;
+        loss_sum += p.weight * p.summary.mean_loss;
+        break;
+      case UpdateState::kLate: ++r.late; break;
+      case UpdateState::kDropped: ++r.dropped; break;
+      case UpdateState::kRejected: ++r.rejected; break;
+      case UpdateState::kPending: break;
+    }
+    r.bytes_up += p.bytes_up;
+    r.bytes_down += p.bytes_down;
+
+    history::UpdateRecord u;
+    u.run_id = options_.run_id;
+    u.round = round_;
+    u.client_id = p.client;
+    u.partition = static_cast<int32_t>(p.partition);
+    u.n_samples = p.summary.n_samples;
+    u.steps = p.summary.steps;
+    u.loss = p.summary.mean_loss;
+    u.compute_s = p.summary.compute_seconds;
+    u.upload_s = p.summary.upload_seconds;
+    u.bytes_up = p.bytes_up;
+    u.bytes_down = p.bytes_down;
+    u.weight = p.state == UpdateState::kCompleted ? p.weight / std::max(sum_weight_, 1.0) : 0.0;
+    u.status = stateName(static_cast<int>(p.state));
+    c.updates.push_back(std::move(u));
+  }
+
+  const bool ok = r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
+  if (ok) {
+    const float scale = static_cast<float>(options_.server_lr / sum_weight_);
+    kernels::weightedAccumulate(params_.data(), sum_.data(), scale, params_.size());
+    ++version_;
+    refreshModelBytes();
+    r.status = "ok";
+    r.train_loss = loss_sum / sum_weight_;
+    if (evaluator_) {
+      if (auto e = evaluator_(params_)) {
+        r.test_loss = e->loss;
+        r.test_accuracy = e->accuracy;
+      }
+    }
+  } else {
+    r.status = "failed";
+    event("round_failed", "",
+          "round " + std::to_string(round_) + ": " + std::to_string(r.completed) +
+              " updates, quorum " + std::to_string(options_.quorum),
+          now);
+  }
+  r.model_version = version_;
+  const bool last = round_ >= options_.rounds;
+  if (ok && options_.checkpoint_every > 0 &&
+      (round_ % options_.checkpoint_every == 0 || last)) {
+    history::CheckpointRecord cp;
+    cp.run_id = options_.run_id;
+    cp.round = round_;
+    cp.model_version = version_;
+    cp.sha256_hex = crypto::toHex(model_sha_);
+    cp.blob = model_bytes_;
+    c.checkpoint = std::move(cp);
+  }
+  sum_.clear();
+  sum_.shrink_to_fit();
+  participants_.clear();
+  emit(std::move(c));
+
+  if (last) {
+    finishRun(true, "all rounds done", now);
+  } else {
+    phase_ = Phase::kWaiting;
+    wait_since_ = now;
+    tryStartRound(now);
+  }
+}
+
+void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
+  phase_ = Phase::kFinished;
+  for (auto& [id, c] : clients_) {
+    if (c.connected) emit(SendBye{id, message});
+  }
+  event(ok ? "run_finished" : "run_failed", "", message, now);
+  emit(RunFinished{ok, message});
+}
+
+}  // namespace fedfleet::coordinator

@@ -1,0 +1,228 @@
+// RoundEngine: the coordinator's round logic as a deterministic state machine.
+//
+// It does no I/O and reads no clock. A driver feeds it events (a client said Hello, a chunk or
+// summary arrived, time passed) together with the current time, and executes the actions it
+// emits (send a task, cancel one, record an event, commit a round). The ZeroMQ driver
+// (coordinator/coordinator_service.h) feeds it real messages and the system clock; a simulator
+// can feed it virtual time. Given the same events at the same times and the same seed, it emits
+// the same actions.
+//
+// The synchronous round protocol, step by step:
+//  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
+//     not happened within `wait_clients_s`, the run ends (RunFinished with ok = false).
+//  2. Selection. It samples K = min(clients_per_round, idle clients) clients uniformly without
+//     replacement (seeded; ids sorted first so the draw does not depend on arrival order). In
+//     "partitions" mode it also samples K distinct partitions and names one in each task;
+//     otherwise each client trains the partition it was assigned when it joined.
+//  3. Dispatch. Each sampled client gets a Task: the current flat model (fp32) and its SHA-256,
+//     hyper-parameters with a per-(round, partition) seed, the data spec, a deadline and a fresh
+//     random task token. The round deadline is now + deadline_s.
+//  4. Upload. The client streams its delta as Chunks carrying the token, in order (element
+//     offsets must be contiguous), then a Summary. Chunks with an unknown or finished token are
+//     answered with an Error (once per token) and recorded as an event; they never touch the
+//     model. A chunk out of order or past the model's size, a summary before the last chunk, or
+//     a delta with a non-finite value rejects that client's update (recorded, not aggregated).
+//  5. Completion. When the summary of a complete delta arrives the update is folded into the
+//     running sum (weight n_k) and its buffer is freed; partial uploads live only in their own
+//     buffer and are discarded if the client is cancelled or lost.
+//  6. Round end: when every participant is completed, rejected or dropped, or at the deadline.
+//     At the deadline, participants still working are cancelled and recorded `late`; those whose
+//     connection was lost (no message for liveness_s, or Bye) are `dropped`.
+//  7. Aggregation. With at least `quorum` completed updates:
+//     x <- x + server_lr * sum_k n_k D_k / sum_k n_k, version + 1, then server-side evaluation.
+//     Otherwise the round is recorded as failed and the model is unchanged.
+//  8. Commit. One CommitRound action carries the round row, one update row per participant and
+//     (every checkpoint_every rounds, and after the last) a checkpoint. Then back to step 1 for
+//     the next round, or RunFinished after `rounds` rounds, with Bye sent to every client.
+//
+// Round 0 is the initial model's evaluation (status "initial"), committed by start().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/history/history.h"
+#include "common/wire/messages.h"
+
+namespace fedfleet::coordinator {
+
+using ClientId = std::string;
+
+struct EngineOptions {
+  int64_t run_id = 0;
+  uint32_t rounds = 1;
+  uint32_t first_round = 1;  // > 1 when resuming
+  uint64_t model_version = 0;
+  uint32_t clients_per_round = 1;
+  uint32_t min_clients = 1;
+  uint32_t quorum = 1;
+  double deadline_s = 60;
+  double liveness_s = 6;
+  double wait_clients_s = 300;
+  bool sample_partitions = false;
+  uint32_t num_partitions = 1;
+  double server_lr = 1.0;
+  uint32_t checkpoint_every = 1;
+  uint64_t seed = 0;
+  std::string model_name = "mlp";
+  wire::HyperParams hparams;  // seed is derived per task
+  wire::DataSpec data;        // index is set per task
+  uint32_t chunk_bytes = 1 << 20;
+};
+
+struct EvalOutcome {
+  double loss = 0;
+  double accuracy = 0;
+};
+// Evaluates flat parameters on the server's test set. Pure computation; std::nullopt if the
+// evaluation failed (the round is then committed without test metrics).
+using Evaluator = std::function<std::optional<EvalOutcome>(const std::vector<float>& params)>;
+
+// Actions the driver must carry out, in the order given.
+struct SendTask {
+  ClientId client;
+  wire::Task task;
+};
+struct SendCancel {
+  ClientId client;
+  wire::Cancel cancel;
+};
+struct SendError {
+  ClientId client;
+  wire::Error error;
+};
+struct SendBye {
+  ClientId client;
+  std::string reason;
+};
+struct UpsertClient {
+  history::ClientRecord client;
+};
+struct RecordEvent {
+  history::EventRecord event;
+};
+struct CommitRound {
+  history::RoundRecord round;
+  std::vector<history::UpdateRecord> updates;
+  std::optional<history::CheckpointRecord> checkpoint;
+};
+struct RunFinished {
+  bool ok = true;
+  std::string message;
+};
+using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
+                            CommitRound, RunFinished>;
+
+class RoundEngine {
+ public:
+  // `initial_params` is the flat model the run starts from (fresh or from a checkpoint).
+  RoundEngine(EngineOptions options, std::vector<float> initial_params, Evaluator evaluator);
+
+  // Evaluates the starting model (round 0, when first_round == 1) and starts waiting.
+  void start(double now);
+
+  // A client said Hello. A new id is registered and assigned a partition; a known id
+  // reconnecting keeps its partition (a task it had in flight is treated as lost).
+  void onHello(const ClientId& id, const wire::Hello& hello, double now);
+  // Any sign of life (heartbeats and every other message refresh liveness too).
+  void onHeartbeat(const ClientId& id, double now);
+  // The client said goodbye: it is removed; a task in flight is recorded dropped.
+  void onBye(const ClientId& id, double now);
+  // A chunk of an update. `frame_bytes` is the size of the frame on the wire.
+  void onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes, double now);
+  void onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
+                 double now);
+  // A client reported an error about its task (for example a model checksum mismatch).
+  void onClientError(const ClientId& id, const wire::Error& error, double now);
+  // Time passed: fires deadlines, liveness expiries and the wait-for-clients limit.
+  void onTick(double now);
+
+  // The next time at which onTick has something to do (std::nullopt: nothing scheduled).
+  std::optional<double> nextWakeup() const;
+
+  // Returns and clears the actions emitted so far.
+  std::vector<Action> takeActions();
+
+  bool finished() const { return phase_ == Phase::kFinished; }
+  bool isKnown(const ClientId& id) const { return clients_.count(id) > 0; }
+  uint32_t currentRound() const { return round_; }
+  uint64_t modelVersion() const { return version_; }
+  const std::vector<float>& params() const { return params_; }
+  size_t connectedClients() const;
+
+ private:
+  enum class Phase { kIdle, kWaiting, kRunning, kFinished };
+  enum class UpdateState { kPending, kCompleted, kLate, kDropped, kRejected };
+
+  struct ClientState {
+    wire::Hello hello;
+    int32_t partition = -1;
+    double last_seen = 0;
+    bool connected = false;
+    uint64_t task_token = 0;  // 0: idle
+  };
+
+  struct Participant {
+    ClientId client;
+    uint32_t partition = 0;
+    UpdateState state = UpdateState::kPending;
+    std::vector<float> buffer;  // delta received so far (freed once folded)
+    uint64_t next_offset = 0;   // next element offset expected
+    bool last_chunk = false;
+    uint64_t bytes_up = 0;
+    uint64_t bytes_down = 0;
+    double first_chunk_at = -1;
+    double last_chunk_at = -1;
+    wire::Summary summary;
+    double weight = 0;
+  };
+
+  void emit(Action action) { actions_.push_back(std::move(action)); }
+  void event(const std::string& kind, const ClientId& client, const std::string& detail,
+             double now);
+  void tryStartRound(double now);
+  void startRound(double now);
+  void finishRound(double now);
+  void finishRun(bool ok, const std::string& message, double now);
+  void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
+  void loseClient(const ClientId& id, const std::string& why, double now);
+  void maybeFinishEarly(double now);
+  Participant* participantFor(const ClientId& id, uint64_t token, double now);
+  std::vector<ClientId> idleClients() const;
+  int32_t assignPartition(const wire::Hello& hello);
+  void refreshModelBytes();
+  uint64_t newToken();
+
+  EngineOptions options_;
+  std::vector<float> params_;
+  Evaluator evaluator_;
+  std::mt19937_64 rng_;        // selection
+  std::mt19937_64 token_rng_;  // task tokens (kept apart so selection does not depend on them)
+
+  Phase phase_ = Phase::kIdle;
+  uint32_t round_ = 0;
+  uint64_t version_ = 0;
+  double wait_since_ = 0;
+  double round_start_ = 0;
+  double round_deadline_ = 0;
+
+  std::map<ClientId, ClientState> clients_;
+  std::map<uint64_t, Participant> participants_;  // by task token, current round only
+  std::set<uint64_t> finished_tokens_;             // tokens of ended tasks (stale)
+  std::set<uint64_t> answered_stale_;              // stale tokens already answered once
+  std::vector<float> sum_;                         // running sum of n_k * D_k
+  double sum_weight_ = 0;
+
+  std::string model_bytes_;
+  wire::Sha256 model_sha_{};
+  std::vector<Action> actions_;
+};
+
+}  // namespace fedfleet::coordinator

@@ -1,0 +1,134 @@
+#include "common/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace fedfleet::config {
+namespace {
+
+TEST(Config, DefaultsValidate) {
+  Config c;
+  EXPECT_TRUE(c.validate().isOk()) << c.validate().toString();
+  EXPECT_EQ(c.minClients(), 2u);
+  EXPECT_EQ(c.quorum(), 1u);  // ceil(2 / 2)
+  EXPECT_EQ(c.partitions(), 2u);
+  EXPECT_EQ(c.allowDir(), "keys/clients");
+}
+
+TEST(Config, LoadsEverySectionFromToml) {
+  Config c;
+  Status st = c.loadString(R"(
+[run]
+name = "exp"
+seed = 9
+rounds = 12
+[coordinator]
+clients_per_round = 5
+quorum = 3
+deadline_s = 2.5
+insecure = true
+[model]
+name = "cnn"
+[data]
+partition = "labels"
+labels_per_client = 3
+partitions = 20
+[train]
+lr = 0.1
+batch = 64
+momentum = 0.9
+[client]
+threads = 2
+partition = 4
+[history]
+db = "x.db"
+)",
+                           "test.toml");
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  EXPECT_EQ(c.run.name, "exp");
+  EXPECT_EQ(c.run.seed, 9u);
+  EXPECT_EQ(c.run.rounds, 12u);
+  EXPECT_EQ(c.coordinator.clients_per_round, 5u);
+  EXPECT_EQ(c.quorum(), 3u);
+  EXPECT_DOUBLE_EQ(c.coordinator.deadline_s, 2.5);
+  EXPECT_TRUE(c.coordinator.insecure);
+  EXPECT_EQ(c.model.name, "cnn");
+  EXPECT_EQ(c.data.labels_per_client, 3u);
+  EXPECT_EQ(c.partitions(), 20u);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.1);
+  EXPECT_EQ(c.train.batch, 64u);
+  EXPECT_EQ(c.client.partition, 4);
+  EXPECT_EQ(c.history.db, "x.db");
+  EXPECT_TRUE(c.validate().isOk()) << c.validate().toString();
+}
+
+TEST(Config, UnknownKeysAndSectionsAreErrorsNamingThem) {
+  Config c;
+  Status st = c.loadString("[train]\nlearning_rate = 0.1\n", "f.toml");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("train.learning_rate"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("f.toml:2"), std::string::npos) << st.message();
+  st = c.loadString("[trian]\nlr = 0.1\n", "f.toml");
+  EXPECT_NE(st.message().find("unknown section 'trian'"), std::string::npos) << st.message();
+}
+
+TEST(Config, WrongTypesAndRangesAreErrors) {
+  Config c;
+  EXPECT_FALSE(c.loadString("[train]\nlr = \"fast\"\n", "t").isOk());
+  EXPECT_FALSE(c.loadString("[run]\nrounds = -3\n", "t").isOk());
+  EXPECT_FALSE(c.loadString("[run]\nrounds = 1.5\n", "t").isOk());
+  EXPECT_FALSE(c.loadString("[run]\nrounds = 99999999999\n", "t").isOk());
+  EXPECT_FALSE(c.loadString("[run\n", "t").isOk());  // syntax error
+  Config d;
+  ASSERT_TRUE(d.loadString("[coordinator]\nclients_per_round = 2\nquorum = 3\n", "t").isOk());
+  Status v = d.validate();
+  EXPECT_FALSE(v.isOk());
+  EXPECT_NE(v.message().find("coordinator.quorum"), std::string::npos) << v.message();
+  Config e;
+  ASSERT_TRUE(e.set("model.name=resnet").isOk());
+  EXPECT_NE(e.validate().message().find("model.name"), std::string::npos);
+  Config g;
+  ASSERT_TRUE(g.set("train.lr=0").isOk());
+  EXPECT_FALSE(g.validate().isOk());
+}
+
+TEST(Config, SetOverridesAcceptTomlAndBareWords) {
+  Config c;
+  ASSERT_TRUE(c.set("train.lr=0.25").isOk());
+  ASSERT_TRUE(c.set("model.name=cnn").isOk());
+  ASSERT_TRUE(c.set("coordinator.bind=tcp://0.0.0.0:9000").isOk());
+  ASSERT_TRUE(c.set("coordinator.insecure=true").isOk());
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.25);
+  EXPECT_EQ(c.model.name, "cnn");
+  EXPECT_EQ(c.coordinator.bind, "tcp://0.0.0.0:9000");
+  EXPECT_TRUE(c.coordinator.insecure);
+  EXPECT_FALSE(c.set("nodot=1").isOk());
+  EXPECT_FALSE(c.set("train.nope=1").isOk());
+  EXPECT_FALSE(c.set("run.rounds=many").isOk());  // a string where a number belongs
+}
+
+TEST(Config, FileThenOverride) {
+  std::string path = std::string(FEDFLEET_TEST_TMP) + "/config_test.toml";
+  std::ofstream(path) << "[run]\nrounds = 7\n[train]\nlr = 0.3\n";
+  Config c;
+  ASSERT_TRUE(c.loadFile(path).isOk());
+  ASSERT_TRUE(c.set("run.rounds=9").isOk());
+  EXPECT_EQ(c.run.rounds, 9u);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.3);
+  Status missing = c.loadFile(path + ".missing");
+  EXPECT_FALSE(missing.isOk());
+}
+
+TEST(Config, JsonHoldsEveryKey) {
+  Config c;
+  auto j = c.toJson();
+  for (const auto& key : Config::keys()) {
+    auto dot = key.find('.');
+    EXPECT_TRUE(j[key.substr(0, dot)].contains(key.substr(dot + 1))) << key;
+  }
+  EXPECT_EQ(j["train"]["batch"], 32);
+}
+
+}  // namespace
+}  // namespace fedfleet::config

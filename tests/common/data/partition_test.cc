@@ -1,0 +1,244 @@
+#include "common/data/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace fedfleet::data {
+namespace {
+
+constexpr uint32_t kClasses = 10;
+
+// 10 classes x 600 samples in a fixed scrambled order (like a small Fashion-MNIST).
+std::vector<uint8_t> balancedLabels(size_t per_class = 600) {
+  std::vector<uint8_t> labels;
+  for (size_t i = 0; i < per_class * kClasses; ++i) labels.push_back(static_cast<uint8_t>(i % kClasses));
+  std::mt19937_64 rng(1234);
+  std::shuffle(labels.begin(), labels.end(), rng);
+  return labels;
+}
+
+void expectDisjointSortedCover(const std::vector<std::vector<uint32_t>>& parts, size_t n,
+                               bool must_cover = true) {
+  std::vector<int> seen(n, 0);
+  for (const auto& p : parts) {
+    EXPECT_TRUE(std::is_sorted(p.begin(), p.end()));
+    for (uint32_t i : p) {
+      ASSERT_LT(i, n);
+      ++seen[i];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_LE(seen[i], 1) << "index " << i << " in more than one partition";
+    if (must_cover) {
+      EXPECT_EQ(seen[i], 1) << "index " << i << " in no partition";
+    }
+  }
+}
+
+std::set<uint8_t> labelsOf(const std::vector<uint32_t>& part, const std::vector<uint8_t>& labels) {
+  std::set<uint8_t> s;
+  for (uint32_t i : part) s.insert(labels[i]);
+  return s;
+}
+
+// Mean over partitions of the number of classes holding more than 5% of the partition.
+double meanDominantClasses(const std::vector<std::vector<uint32_t>>& parts,
+                           const std::vector<uint8_t>& labels) {
+  double total = 0;
+  for (const auto& p : parts) {
+    std::vector<size_t> counts(kClasses, 0);
+    for (uint32_t i : p) ++counts[labels[i]];
+    for (size_t c : counts) total += (c > 0.05 * p.size()) ? 1 : 0;
+  }
+  return total / parts.size();
+}
+
+PartitionSpec spec(const std::string& scheme, uint32_t parts, uint64_t seed = 7) {
+  PartitionSpec s;
+  s.scheme = scheme;
+  s.num_partitions = parts;
+  s.seed = seed;
+  return s;
+}
+
+// Every scheme, over a range of partition counts: disjoint, sorted, covering, deterministic.
+class PartitionSweep : public ::testing::TestWithParam<std::tuple<std::string, uint32_t>> {};
+
+TEST_P(PartitionSweep, DisjointCoveringAndDeterministic) {
+  const auto& [scheme, parts] = GetParam();
+  const auto labels = balancedLabels();
+  auto s = spec(scheme, parts);
+  auto a = partitionIndices(labels, kClasses, s);
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  ASSERT_EQ(a->size(), parts);
+  // "labels" leaves out classes nobody holds when num_partitions * c < K.
+  expectDisjointSortedCover(*a, labels.size(), scheme != "labels" || parts * 2 >= kClasses);
+  auto b = partitionIndices(labels, kClasses, s);
+  ASSERT_TRUE(b.isOk());
+  EXPECT_EQ(*a, *b);
+  s.seed = 8;
+  auto c = partitionIndices(labels, kClasses, s);
+  ASSERT_TRUE(c.isOk());
+  if (parts > 1) {
+    EXPECT_NE(*a, *c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, PartitionSweep,
+                         ::testing::Combine(::testing::Values("iid", "dirichlet", "labels"),
+                                            ::testing::Values(1u, 2u, 10u, 37u, 100u)));
+
+TEST(PartitionTest, IidSizesDifferByAtMostOne) {
+  const auto labels = balancedLabels();
+  for (uint32_t parts : {1u, 7u, 13u, 6000u}) {
+    auto r = partitionIndices(labels, kClasses, spec("iid", parts));
+    ASSERT_TRUE(r.isOk());
+    size_t lo = labels.size(), hi = 0;
+    for (const auto& p : *r) {
+      lo = std::min(lo, p.size());
+      hi = std::max(hi, p.size());
+    }
+    EXPECT_LE(hi - lo, 1u) << parts;
+    EXPECT_EQ(lo, labels.size() / parts);
+  }
+}
+
+TEST(PartitionTest, IidPartitionsLookLikeTheWhole) {
+  const auto labels = balancedLabels();
+  auto r = partitionIndices(labels, kClasses, spec("iid", 10));
+  ASSERT_TRUE(r.isOk());
+  for (const auto& p : *r) {
+    std::vector<size_t> counts(kClasses, 0);
+    for (uint32_t i : p) ++counts[labels[i]];
+    for (size_t c : counts) {
+      EXPECT_GT(c, 30u);  // 60 expected per class; a shuffle keeps every class present
+      EXPECT_LT(c, 100u);
+    }
+  }
+}
+
+TEST(PartitionTest, DirichletRespectsMinSamples) {
+  const auto labels = balancedLabels();
+  for (double alpha : {0.1, 0.5, 10.0}) {
+    auto s = spec("dirichlet", 20);
+    s.alpha = alpha;
+    s.min_samples = 20;
+    auto r = partitionIndices(labels, kClasses, s);
+    ASSERT_TRUE(r.isOk()) << alpha << ": " << r.status().toString();
+    for (const auto& p : *r) EXPECT_GE(p.size(), 20u) << "alpha " << alpha;
+    expectDisjointSortedCover(*r, labels.size());
+  }
+}
+
+TEST(PartitionTest, SmallerAlphaGivesMoreSkew) {
+  const auto labels = balancedLabels();
+  auto skewed = spec("dirichlet", 20);
+  skewed.alpha = 0.1;
+  auto flat = skewed;
+  flat.alpha = 100;
+  auto a = partitionIndices(labels, kClasses, skewed);
+  auto b = partitionIndices(labels, kClasses, flat);
+  ASSERT_TRUE(a.isOk());
+  ASSERT_TRUE(b.isOk());
+  const double dominant_skewed = meanDominantClasses(*a, labels);
+  const double dominant_flat = meanDominantClasses(*b, labels);
+  EXPECT_LT(dominant_skewed, 5.0);
+  EXPECT_GT(dominant_flat, 9.0);  // nearly every class everywhere
+  EXPECT_LT(dominant_skewed, dominant_flat);
+}
+
+TEST(PartitionTest, DirichletFailsWhenMinSamplesUnreachable) {
+  const auto labels = balancedLabels(10);  // 100 samples
+  auto s = spec("dirichlet", 20);
+  s.min_samples = 10;  // 200 needed
+  auto r = partitionIndices(labels, kClasses, s);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+
+  // Possible in principle, but a very skewed Dirichlet never gives 50 partitions 2 samples each
+  // of a 100-sample set in 1000 draws.
+  s.num_partitions = 50;
+  s.min_samples = 2;
+  s.alpha = 0.001;
+  auto r2 = partitionIndices(labels, kClasses, s);
+  ASSERT_FALSE(r2.isOk());
+  EXPECT_EQ(r2.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r2.status().message().find("1000"), std::string::npos);
+}
+
+TEST(PartitionTest, LabelsSchemeGivesExactlyCLabels) {
+  const auto labels = balancedLabels();
+  for (uint32_t c : {1u, 2u, 3u, 10u}) {
+    for (uint32_t parts : {5u, 10u, 30u}) {
+      auto s = spec("labels", parts);
+      s.labels_per_client = c;
+      auto r = partitionIndices(labels, kClasses, s);
+      ASSERT_TRUE(r.isOk()) << r.status().toString();
+      std::set<uint8_t> held_by_someone;
+      for (uint32_t i = 0; i < parts; ++i) {
+        const auto held = labelsOf((*r)[i], labels);
+        EXPECT_EQ(held.size(), c) << "partition " << i << " c=" << c << " parts=" << parts;
+        EXPECT_TRUE(held.count(static_cast<uint8_t>(i % kClasses))) << "partition " << i;
+        held_by_someone.insert(held.begin(), held.end());
+      }
+      const bool coverable = parts * c >= kClasses;
+      EXPECT_EQ(held_by_someone.size(), coverable ? kClasses : parts * c);
+      expectDisjointSortedCover(*r, labels.size(), coverable);
+    }
+  }
+}
+
+TEST(PartitionTest, LabelsSchemeSplitsEachClassEvenly) {
+  const auto labels = balancedLabels();
+  auto s = spec("labels", 10);
+  s.labels_per_client = 2;
+  auto r = partitionIndices(labels, kClasses, s);
+  ASSERT_TRUE(r.isOk());
+  // For each class, the holders' shares differ by at most one sample.
+  for (uint32_t k = 0; k < kClasses; ++k) {
+    std::vector<size_t> shares;
+    for (const auto& p : *r) {
+      size_t n = 0;
+      for (uint32_t i : p) n += labels[i] == k;
+      if (n > 0) shares.push_back(n);
+    }
+    ASSERT_FALSE(shares.empty());
+    const auto [lo, hi] = std::minmax_element(shares.begin(), shares.end());
+    EXPECT_LE(*hi - *lo, 1u) << "class " << k;
+  }
+}
+
+TEST(PartitionTest, BadSpecsAreInvalidArgument) {
+  const auto labels = balancedLabels(10);
+  auto expectInvalid = [&](PartitionSpec s, uint32_t classes, const std::string& needle) {
+    auto r = partitionIndices(labels, classes, s);
+    ASSERT_FALSE(r.isOk()) << needle;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  expectInvalid(spec("shards", 2), kClasses, "unknown scheme");
+  expectInvalid(spec("iid", 0), kClasses, "num_partitions");
+  expectInvalid(spec("iid", 101), kClasses, "num_partitions");
+  auto s = spec("dirichlet", 2);
+  s.alpha = 0;
+  expectInvalid(s, kClasses, "alpha");
+  s.alpha = -1;
+  expectInvalid(s, kClasses, "alpha");
+  auto l = spec("labels", 2);
+  l.labels_per_client = 0;
+  expectInvalid(l, kClasses, "labels_per_client");
+  l.labels_per_client = 11;
+  expectInvalid(l, kClasses, "labels_per_client");
+  expectInvalid(spec("iid", 2), 5, "num_classes");  // labels up to 9 with 5 classes
+  EXPECT_FALSE(partitionIndices({}, kClasses, spec("iid", 1)).isOk());
+}
+
+}  // namespace
+}  // namespace fedfleet::data

@@ -1,0 +1,232 @@
+#include "common/history/format.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace fedfleet::history {
+namespace {
+
+std::vector<RoundRecord> twoRounds() {
+  RoundRecord a;
+  a.run_id = 1;
+  a.round = 0;
+  a.start_time = 1700000000.0;
+  a.end_time = 1700000012.5;
+  a.selected = 10;
+  a.completed = 8;
+  a.late = 1;
+  a.dropped = 1;
+  a.rejected = 0;
+  a.status = "ok";
+  a.train_loss = 0.693147;
+  a.test_loss = 0.5123;
+  a.test_accuracy = 0.8765;
+  a.bytes_up = 1048576;
+  a.bytes_down = 4194304;
+  a.model_version = 1;
+  RoundRecord b;
+  b.run_id = 1;
+  b.round = 1;
+  b.start_time = 1700000012.5;
+  b.end_time = 1700000020.25;
+  b.selected = 10;
+  b.completed = 5;
+  b.late = 3;
+  b.dropped = 2;
+  b.rejected = 1;
+  b.status = "failed";
+  b.train_loss = 1.25;
+  // no test_loss, no test_accuracy: the round did not evaluate
+  b.bytes_up = 524288;
+  b.bytes_down = 4194304;
+  b.model_version = 1;
+  return {a, b};
+}
+
+TEST(Format, ParseFormat) {
+  EXPECT_EQ(*parseFormat("table"), Format::kTable);
+  EXPECT_EQ(*parseFormat("csv"), Format::kCsv);
+  EXPECT_EQ(*parseFormat("json"), Format::kJson);
+  for (const char* bad : {"", "JSON", "tsv", "csv "}) {
+    auto parsed = parseFormat(bad);
+    ASSERT_FALSE(parsed.isOk()) << bad;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find("table, csv, json"), std::string::npos)
+        << parsed.status().message();
+  }
+}
+
+TEST(Format, RoundsTable) {
+  const std::string want =
+      "round  status  selected  completed  late  dropped  train_loss  test_loss  test_acc  "
+      "bytes_up  bytes_down  seconds\n"
+      "    0  ok            10          8     1        1      0.6931     0.5123    87.65%  "
+      " 1048576     4194304    12.50\n"
+      "    1  failed        10          5     3        2      1.2500          -         -  "
+      "  524288     4194304     7.75\n";
+  EXPECT_EQ(formatRounds(twoRounds(), Format::kTable), want);
+}
+
+TEST(Format, RoundsCsv) {
+  const std::string want =
+      "run_id,round,start_time,end_time,selected,completed,late,dropped,rejected,status,"
+      "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version\r\n"
+      "1,0,1700000000,1700000012.5,10,8,1,1,0,ok,0.693147,0.5123,0.8765,1048576,4194304,1\r\n"
+      "1,1,1700000012.5,1700000020.25,10,5,3,2,1,failed,1.25,,,524288,4194304,1\r\n";
+  EXPECT_EQ(formatRounds(twoRounds(), Format::kCsv), want);
+}
+
+TEST(Format, RoundsJson) {
+  const std::string want = R"([
+  {
+    "run_id": 1,
+    "round": 0,
+    "start_time": 1700000000.0,
+    "end_time": 1700000012.5,
+    "selected": 10,
+    "completed": 8,
+    "late": 1,
+    "dropped": 1,
+    "rejected": 0,
+    "status": "ok",
+    "train_loss": 0.693147,
+    "test_loss": 0.5123,
+    "test_accuracy": 0.8765,
+    "bytes_up": 1048576,
+    "bytes_down": 4194304,
+    "model_version": 1
+  },
+  {
+    "run_id": 1,
+    "round": 1,
+    "start_time": 1700000012.5,
+    "end_time": 1700000020.25,
+    "selected": 10,
+    "completed": 5,
+    "late": 3,
+    "dropped": 2,
+    "rejected": 1,
+    "status": "failed",
+    "train_loss": 1.25,
+    "test_loss": null,
+    "test_accuracy": null,
+    "bytes_up": 524288,
+    "bytes_down": 4194304,
+    "model_version": 1
+  }
+]
+)";
+  EXPECT_EQ(formatRounds(twoRounds(), Format::kJson), want);
+}
+
+TEST(Format, EmptyInput) {
+  EXPECT_EQ(formatRounds({}, Format::kJson), "[]\n");
+  EXPECT_EQ(formatEvents({}, Format::kCsv), "run_id,time,kind,client_id,detail\r\n");
+  EXPECT_EQ(formatRuns({}, Format::kTable), "run_id  name  started_at  seed\n");
+}
+
+TEST(Format, CsvNumbersKeepFullPrecision) {
+  RoundRecord r;
+  r.train_loss = 0.1 + 0.2;  // 0.30000000000000004
+  r.test_loss = 1e-300;
+  r.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+  r.bytes_up = std::numeric_limits<uint64_t>::max();
+  const std::string csv = formatRounds({r}, Format::kCsv);
+  EXPECT_NE(csv.find(",0.30000000000000004,1e-300,nan,18446744073709551615,"), std::string::npos)
+      << csv;
+}
+
+TEST(Format, CsvQuotesCommasQuotesAndNewlines) {
+  const std::vector<EventRecord> events = {
+      {3, 1700000000.0, "malformed_frame", "edge,7", "size \"12\" > limit"},
+      {0, 1700000001.5, "error", "plain", "first line\nsecond line"},
+      {3, 1700000002.0, "auth_rejected", "c\r", "no quoting needed"},
+  };
+  const std::string want =
+      "run_id,time,kind,client_id,detail\r\n"
+      "3,1700000000,malformed_frame,\"edge,7\",\"size \"\"12\"\" > limit\"\r\n"
+      ",1700000001.5,error,plain,\"first line\nsecond line\"\r\n"
+      "3,1700000002,auth_rejected,\"c\r\",no quoting needed\r\n";
+  EXPECT_EQ(formatEvents(events, Format::kCsv), want);
+}
+
+TEST(Format, EventsTableEscapesControlCharacters) {
+  const std::vector<EventRecord> events = {
+      {3, 1700000000.0, "stale_update", "c1", "tab\there"},
+      {0, 1700000061.9, "error", "", "two\nlines"},
+  };
+  const std::string want =
+      "run_id  time                 kind          client_id  detail\n"
+      "     3  2023-11-14 22:13:20  stale_update  c1         tab\\there\n"
+      "     -  2023-11-14 22:14:21  error                    two\\nlines\n";
+  EXPECT_EQ(formatEvents(events, Format::kTable), want);
+}
+
+TEST(Format, JsonOfOtherRecordsParsesBack) {
+  RunRecord run{7, "demo \xc3\xa9", R"({"lr": 0.1})", 1700000000.25, 18446744073709551615ull};
+  auto runs = nlohmann::json::parse(formatRuns({run}, Format::kJson));
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0]["run_id"], 7);
+  EXPECT_EQ(runs[0]["name"], "demo \xc3\xa9");
+  EXPECT_EQ(runs[0]["config_json"], R"({"lr": 0.1})");
+  EXPECT_EQ(runs[0]["seed"].get<uint64_t>(), 18446744073709551615ull);
+
+  UpdateRecord u;
+  u.run_id = 7;
+  u.round = 2;
+  u.client_id = "c9";
+  u.partition = -1;
+  u.loss = 0.5;
+  u.status = "late";
+  auto updates = nlohmann::json::parse(formatUpdates({u, u}, Format::kJson));
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_EQ(updates[1]["partition"], -1);
+  EXPECT_EQ(updates[1]["status"], "late");
+
+  ClientRecord c;
+  c.client_id = "c9";
+  c.public_key = std::string("\xff\xfe", 2);  // not UTF-8: replaced, not thrown
+  auto clients = nlohmann::json::parse(formatClients({c}, Format::kJson));
+  ASSERT_EQ(clients.size(), 1u);
+  EXPECT_EQ(clients[0]["public_key"], "\xef\xbf\xbd\xef\xbf\xbd");
+
+  EventRecord unattached{0, 1.0, "error", "", ""};
+  auto events = nlohmann::json::parse(formatEvents({unattached}, Format::kJson));
+  EXPECT_TRUE(events[0]["run_id"].is_null());
+}
+
+TEST(Format, OtherTablesHaveHeaderAndOneLinePerRecord) {
+  ClientRecord c;
+  c.client_id = "edge-1";
+  c.device_kind = "cuda";
+  c.device_name = "H200";
+  c.cores = 16;
+  c.first_seen = 1700000000.0;
+  c.last_seen = 1700000100.0;
+  EXPECT_EQ(formatClients({c}, Format::kTable),
+            "client_id  device_kind  device_name  cores  memory_bytes  data_size  "
+            "first_seen           last_seen\n"
+            "edge-1     cuda         H200            16             0          0  "
+            "2023-11-14 22:13:20  2023-11-14 22:15:00\n");
+  UpdateRecord u;
+  u.round = 3;
+  u.client_id = "edge-1";
+  u.status = "completed";
+  u.partition = 2;
+  u.n_samples = 600;
+  u.steps = 10;
+  u.loss = 0.25;
+  u.compute_s = 1.5;
+  u.upload_s = 0.25;
+  u.weight = 0.5;
+  EXPECT_EQ(formatUpdates({u}, Format::kTable),
+            "round  client_id  status     partition  n_samples  steps    loss  compute_s  "
+            "upload_s  bytes_up  bytes_down  weight\n"
+            "    3  edge-1     completed          2        600     10  0.2500       1.50  "
+            "    0.25         0           0  0.5000\n");
+}
+
+}  // namespace
+}  // namespace fedfleet::history

@@ -1,0 +1,477 @@
+// HistoryStore behaviour, checked on both backends with the same tests: whatever the SQLite
+// store does, the memory store must do too (codes, ordering, atomicity).
+#include "common/history/history.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <tuple>
+
+namespace fedfleet::history {
+namespace {
+
+enum class Backend { kSqlite, kMemory };
+void PrintTo(Backend b, std::ostream* os) { *os << (b == Backend::kSqlite ? "sqlite" : "memory"); }
+
+auto fields(const RunRecord& r) {
+  return std::tie(r.run_id, r.name, r.config_json, r.started_at, r.seed);
+}
+auto fields(const RoundRecord& r) {
+  return std::tie(r.run_id, r.round, r.start_time, r.end_time, r.selected, r.completed, r.late,
+                  r.dropped, r.rejected, r.status, r.train_loss, r.test_loss, r.test_accuracy,
+                  r.bytes_up, r.bytes_down, r.model_version);
+}
+auto fields(const UpdateRecord& u) {
+  return std::tie(u.run_id, u.round, u.client_id, u.partition, u.n_samples, u.steps, u.loss,
+                  u.compute_s, u.upload_s, u.bytes_up, u.bytes_down, u.weight, u.status);
+}
+auto fields(const ClientRecord& c) {
+  return std::tie(c.client_id, c.public_key, c.device_kind, c.device_name, c.cores, c.memory_bytes,
+                  c.data_size, c.first_seen, c.last_seen);
+}
+auto fields(const EventRecord& e) {
+  return std::tie(e.run_id, e.time, e.kind, e.client_id, e.detail);
+}
+auto fields(const CheckpointRecord& c) {
+  return std::tie(c.run_id, c.round, c.model_version, c.sha256_hex, c.blob);
+}
+
+template <typename T>
+void expectSameRecords(const std::vector<T>& got, const std::vector<T>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(fields(got[i]), fields(want[i])) << "row " << i;
+}
+
+RoundRecord makeRound(int64_t run_id, uint32_t round) {
+  RoundRecord r;
+  r.run_id = run_id;
+  r.round = round;
+  r.start_time = 1700000000.125 + round;
+  r.end_time = 1700000003.5 + round;
+  r.selected = 10;
+  r.completed = 7;
+  r.late = 1;
+  r.dropped = 1;
+  r.rejected = 1;
+  r.status = "ok";
+  r.train_loss = 0.1 + round;  // not exactly representable: checks full precision
+  r.test_loss = 1.0 / 3.0;
+  r.test_accuracy = 0.8125;
+  r.bytes_up = std::numeric_limits<uint64_t>::max() - round;  // above INT64_MAX
+  r.bytes_down = 123456789012345ull;
+  r.model_version = 1000 + round;
+  return r;
+}
+
+UpdateRecord makeUpdate(int64_t run_id, uint32_t round, const std::string& client,
+                        const std::string& status) {
+  UpdateRecord u;
+  u.run_id = run_id;
+  u.round = round;
+  u.client_id = client;
+  u.partition = -1;
+  u.n_samples = 600;
+  u.steps = 19;
+  u.loss = 2.302585092994046;
+  u.compute_s = 1e-300;
+  u.upload_s = 0.25;
+  u.bytes_up = 1u << 20;
+  u.bytes_down = 3u << 20;
+  u.weight = 0.3;
+  u.status = status;
+  return u;
+}
+
+CheckpointRecord makeCheckpoint(int64_t run_id, uint32_t round) {
+  CheckpointRecord c;
+  c.run_id = run_id;
+  c.round = round;
+  c.model_version = 1000 + round;
+  c.sha256_hex = std::string(64, static_cast<char>('a' + round % 6));
+  c.blob = std::string("\0\x01\xff\x7f", 4) + std::string(1000 + round, static_cast<char>(round));
+  return c;
+}
+
+class HistoryStoreTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kMemory) {
+      store_ = createMemoryHistory();
+      return;
+    }
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = info->name();  // "Test/Sqlite"
+    for (char& c : name) c = (c == '/') ? '_' : c;
+    path_ = std::string(FEDFLEET_TEST_TMP) + "/history_test_" + name + "_" +
+            std::to_string(::getpid()) + ".db";
+    removeFiles();
+    auto opened = openSqliteHistory(path_);
+    ASSERT_TRUE(opened.isOk()) << opened.status().toString();
+    store_ = std::move(opened).value();
+  }
+  void TearDown() override {
+    store_.reset();
+    if (!path_.empty()) removeFiles();
+  }
+  void removeFiles() {
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix, ec);
+  }
+
+  int64_t newRun(const std::string& name = "run") {
+    RunRecord run;
+    run.name = name;
+    run.config_json = R"({"rounds": 3})";
+    run.started_at = 1700000000.5;
+    run.seed = 42;
+    auto id = store_->beginRun(run);
+    EXPECT_TRUE(id.isOk()) << id.status().toString();
+    return id.isOk() ? *id : -1;
+  }
+
+  std::unique_ptr<HistoryStore> store_;
+  std::string path_;
+};
+
+TEST_P(HistoryStoreTest, BeginRunIdsIncreaseAndRunsRoundTrip) {
+  RunRecord a;
+  a.run_id = 777;  // ignored
+  a.name = "fashion-mnist, non-iid";
+  a.config_json = R"({"clients": 100, "note": "quote \" and newline \n"})";
+  a.started_at = 1700000000.123456;
+  a.seed = std::numeric_limits<uint64_t>::max();
+  RunRecord b;
+  b.name = "second";
+  b.config_json = "{}";
+  b.started_at = 1700000100.0;
+  b.seed = 0;
+  auto id_a = store_->beginRun(a);
+  auto id_b = store_->beginRun(b);
+  auto id_c = store_->beginRun(b);
+  ASSERT_TRUE(id_a.isOk()) << id_a.status().toString();
+  ASSERT_TRUE(id_b.isOk() && id_c.isOk());
+  EXPECT_LT(*id_a, *id_b);
+  EXPECT_LT(*id_b, *id_c);
+  EXPECT_NE(*id_a, 0) << "0 means 'no run' in EventRecord";
+
+  auto runs = store_->runs();
+  ASSERT_TRUE(runs.isOk()) << runs.status().toString();
+  RunRecord want_a = a, want_b = b, want_c = b;
+  want_a.run_id = *id_a;
+  want_b.run_id = *id_b;
+  want_c.run_id = *id_c;
+  expectSameRecords(*runs, {want_a, want_b, want_c});
+}
+
+TEST_P(HistoryStoreTest, CommitRoundStoresExactValuesAndUpdates) {
+  const int64_t run = newRun();
+  const RoundRecord round = makeRound(run, 0);
+  std::vector<UpdateRecord> updates = {
+      makeUpdate(run, 0, "client-b", "completed"), makeUpdate(run, 0, "client-a", "late"),
+      makeUpdate(run, 0, "client-c", "dropped"), makeUpdate(run, 0, "client-d", "rejected")};
+  updates[1].partition = 17;
+  updates[1].loss = -0.0625;
+  updates[1].n_samples = std::numeric_limits<uint64_t>::max();
+  ASSERT_TRUE(store_->commitRound(round, updates, std::nullopt).isOk());
+
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk()) << rounds.status().toString();
+  expectSameRecords(*rounds, {round});
+
+  auto stored = store_->updates(run, std::nullopt);
+  ASSERT_TRUE(stored.isOk()) << stored.status().toString();
+  expectSameRecords(*stored, updates);  // insertion order, not client order
+  auto of_round = store_->updates(run, 0u);
+  ASSERT_TRUE(of_round.isOk());
+  expectSameRecords(*of_round, updates);
+  auto other_round = store_->updates(run, 1u);
+  ASSERT_TRUE(other_round.isOk());
+  EXPECT_TRUE(other_round->empty());
+  auto other_run = store_->rounds(run + 1);
+  ASSERT_TRUE(other_run.isOk());
+  EXPECT_TRUE(other_run->empty());
+}
+
+TEST_P(HistoryStoreTest, RoundsComeBackInRoundOrderUpdatesInInsertionOrder) {
+  const int64_t run = newRun();
+  const int64_t other = newRun("other");
+  for (uint32_t r : {2u, 0u, 1u}) {
+    RoundRecord round = makeRound(run, r);
+    round.status = (r == 0) ? "initial" : (r == 1) ? "failed" : "ok";  // every allowed value
+    round.test_accuracy.reset();
+    ASSERT_TRUE(store_
+                    ->commitRound(round, {makeUpdate(run, r, "c" + std::to_string(r), "late")},
+                                  std::nullopt)
+                    .isOk());
+  }
+  ASSERT_TRUE(store_->commitRound(makeRound(other, 0), {}, std::nullopt).isOk());
+
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 3u);
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ((*rounds)[r].round, r);
+    EXPECT_FALSE((*rounds)[r].test_accuracy.has_value());
+  }
+  EXPECT_EQ((*rounds)[0].status, "initial");
+  EXPECT_EQ((*rounds)[1].status, "failed");
+  EXPECT_EQ((*rounds)[2].status, "ok");
+  auto updates = store_->updates(run, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  ASSERT_EQ(updates->size(), 3u);
+  EXPECT_EQ((*updates)[0].client_id, "c2");
+  EXPECT_EQ((*updates)[1].client_id, "c0");
+  EXPECT_EQ((*updates)[2].client_id, "c1");
+  auto other_rounds = store_->rounds(other);
+  ASSERT_TRUE(other_rounds.isOk());
+  EXPECT_EQ(other_rounds->size(), 1u);
+}
+
+TEST_P(HistoryStoreTest, DuplicateRoundIsRejectedAndFirstStaysIntact) {
+  const int64_t run = newRun();
+  const RoundRecord first = makeRound(run, 4);
+  const std::vector<UpdateRecord> first_updates = {makeUpdate(run, 4, "a", "completed"),
+                                                   makeUpdate(run, 4, "b", "completed")};
+  ASSERT_TRUE(store_->commitRound(first, first_updates, makeCheckpoint(run, 4)).isOk());
+
+  RoundRecord second = first;
+  second.train_loss = 9.0;
+  second.status = "failed";
+  CheckpointRecord other_checkpoint = makeCheckpoint(run, 4);
+  other_checkpoint.blob = "overwritten";
+  Status st = store_->commitRound(second, {makeUpdate(run, 4, "z", "late")}, other_checkpoint);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.toString();
+  EXPECT_NE(st.message().find("already committed"), std::string::npos) << st.message();
+
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  expectSameRecords(*rounds, {first});
+  auto updates = store_->updates(run, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  expectSameRecords(*updates, first_updates);
+  auto checkpoint = store_->latestCheckpoint(run);
+  ASSERT_TRUE(checkpoint.isOk());
+  EXPECT_EQ(fields(*checkpoint), fields(makeCheckpoint(run, 4)));
+}
+
+TEST_P(HistoryStoreTest, FailedCommitRollsBackRoundUpdatesAndCheckpoint) {
+  const int64_t run = newRun();
+  const RoundRecord round0 = makeRound(run, 0);
+  const std::vector<UpdateRecord> updates0 = {makeUpdate(run, 0, "a", "completed")};
+  ASSERT_TRUE(store_->commitRound(round0, updates0, makeCheckpoint(run, 0)).isOk());
+
+  // The third update carries a status outside the allowed set: in SQLite the round row, the
+  // checkpoint and two updates are already written when its CHECK constraint fails.
+  std::vector<UpdateRecord> updates1 = {makeUpdate(run, 1, "a", "completed"),
+                                        makeUpdate(run, 1, "b", "late"),
+                                        makeUpdate(run, 1, "c", "vanished")};
+  Status st = store_->commitRound(makeRound(run, 1), updates1, makeCheckpoint(run, 1));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_NE(st.message().find("status"), std::string::npos) << st.message();
+
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  expectSameRecords(*rounds, {round0});
+  auto updates = store_->updates(run, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  expectSameRecords(*updates, updates0);
+  auto checkpoint = store_->latestCheckpoint(run);
+  ASSERT_TRUE(checkpoint.isOk());
+  EXPECT_EQ(checkpoint->round, 0u);
+
+  // A bad round status fails the same way.
+  RoundRecord bad_round = makeRound(run, 1);
+  bad_round.status = "partial";
+  st = store_->commitRound(bad_round, {makeUpdate(run, 1, "a", "completed")}, std::nullopt);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  EXPECT_EQ(rounds->size(), 1u);
+
+  // Nothing was left half-open: the corrected round commits.
+  updates1[2].status = "dropped";
+  ASSERT_TRUE(store_->commitRound(makeRound(run, 1), updates1, makeCheckpoint(run, 1)).isOk());
+  updates = store_->updates(run, 1u);
+  ASSERT_TRUE(updates.isOk());
+  expectSameRecords(*updates, updates1);
+  checkpoint = store_->latestCheckpoint(run);
+  ASSERT_TRUE(checkpoint.isOk());
+  EXPECT_EQ(checkpoint->round, 1u);
+}
+
+TEST_P(HistoryStoreTest, CommitChecksRunAndRowOwnership) {
+  const int64_t run = newRun();
+  Status st = store_->commitRound(makeRound(run + 100, 0), {}, std::nullopt);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.toString();
+
+  st = store_->commitRound(makeRound(run, 0), {makeUpdate(run, 1, "a", "completed")}, std::nullopt);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  st = store_->commitRound(makeRound(run, 0), {}, makeCheckpoint(run + 1, 0));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  EXPECT_TRUE(rounds->empty());
+}
+
+TEST_P(HistoryStoreTest, UpsertClientKeepsFirstSeenAndUpdatesTheRest) {
+  ClientRecord c;
+  c.client_id = "edge-7";
+  c.public_key = "rq:rr9#Z<0V-1Vm!wvb5(#Hr/2e%2lG5=vTk3g4pb";
+  c.device_kind = "cpu";
+  c.device_name = "Cortex-A72";
+  c.cores = 4;
+  c.memory_bytes = 4ull << 30;
+  c.data_size = 600;
+  c.first_seen = 1000.5;
+  c.last_seen = 1000.5;
+  ASSERT_TRUE(store_->upsertClient(c).isOk());
+
+  ClientRecord again = c;
+  again.device_kind = "cuda";
+  again.device_name = "Jetson Orin";
+  again.cores = 8;
+  again.memory_bytes = 16ull << 30;
+  again.data_size = 1200;
+  again.first_seen = 2000.0;  // must not replace the original
+  again.last_seen = 2500.25;
+  ASSERT_TRUE(store_->upsertClient(again).isOk());
+
+  ClientRecord earlier_name = c;
+  earlier_name.client_id = "edge-10";  // sorts before "edge-7"
+  ASSERT_TRUE(store_->upsertClient(earlier_name).isOk());
+
+  auto clients = store_->clients();
+  ASSERT_TRUE(clients.isOk()) << clients.status().toString();
+  ClientRecord want = again;
+  want.first_seen = 1000.5;
+  expectSameRecords(*clients, {earlier_name, want});
+
+  ClientRecord nameless = c;
+  nameless.client_id.clear();
+  EXPECT_EQ(store_->upsertClient(nameless).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(HistoryStoreTest, EventsRoundTripAndFilterByRun) {
+  const int64_t run = newRun();
+  const int64_t other = newRun("other");
+  const std::vector<EventRecord> events = {
+      {run, 10.5, "auth_rejected", "mallory", "key not in allow-list"},
+      {0, 11.0, "malformed_frame", "", "bad frame, \"size\" 12\nsecond line \xc3\xa9"},
+      {other, 12.25, "stale_update", "c1", ""},
+      {run, 13.0, "error", "c2", "timeout"},
+  };
+  for (const EventRecord& e : events) ASSERT_TRUE(store_->recordEvent(e).isOk());
+
+  auto all = store_->events(std::nullopt);
+  ASSERT_TRUE(all.isOk()) << all.status().toString();
+  expectSameRecords(*all, events);
+  auto of_run = store_->events(run);
+  ASSERT_TRUE(of_run.isOk());
+  expectSameRecords(*of_run, {events[0], events[3]});
+  auto unattached = store_->events(int64_t{0});
+  ASSERT_TRUE(unattached.isOk());
+  expectSameRecords(*unattached, {events[1]});
+
+  Status st = store_->recordEvent({other + 50, 1.0, "error", "", ""});
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.toString();
+  all = store_->events(std::nullopt);
+  ASSERT_TRUE(all.isOk());
+  EXPECT_EQ(all->size(), events.size());
+}
+
+TEST_P(HistoryStoreTest, LatestCheckpointPicksHighestRound) {
+  const int64_t run = newRun();
+  const int64_t other = newRun("other");
+  auto none = store_->latestCheckpoint(run);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound) << none.status().toString();
+
+  for (uint32_t r : {1u, 3u, 2u}) {  // committed out of order
+    ASSERT_TRUE(store_->commitRound(makeRound(run, r), {}, makeCheckpoint(run, r)).isOk());
+  }
+  ASSERT_TRUE(store_->commitRound(makeRound(run, 4), {}, std::nullopt).isOk());  // no checkpoint
+
+  auto latest = store_->latestCheckpoint(run);
+  ASSERT_TRUE(latest.isOk()) << latest.status().toString();
+  EXPECT_EQ(fields(*latest), fields(makeCheckpoint(run, 3)));  // blob with NUL bytes intact
+
+  auto of_other = store_->latestCheckpoint(other);
+  EXPECT_EQ(of_other.status().code(), StatusCode::kNotFound);
+
+  CheckpointRecord empty = makeCheckpoint(other, 0);
+  empty.blob.clear();
+  ASSERT_TRUE(store_->commitRound(makeRound(other, 0), {}, empty).isOk());
+  of_other = store_->latestCheckpoint(other);
+  ASSERT_TRUE(of_other.isOk());
+  EXPECT_EQ(fields(*of_other), fields(empty));
+}
+
+TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheLatest) {
+  const int64_t run = newRun();
+  const int64_t other = newRun("other");
+  for (uint32_t r = 0; r < 5; ++r) {
+    ASSERT_TRUE(store_->commitRound(makeRound(run, r), {}, makeCheckpoint(run, r)).isOk());
+  }
+  ASSERT_TRUE(store_->commitRound(makeRound(other, 0), {}, makeCheckpoint(other, 0)).isOk());
+
+  EXPECT_EQ(store_->pruneCheckpoints(run, 0).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 10).isOk());
+  auto kept = store_->checkpointRounds(run);
+  ASSERT_TRUE(kept.isOk()) << kept.status().toString();
+  EXPECT_EQ(*kept, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2).isOk());
+  kept = store_->checkpointRounds(run);
+  ASSERT_TRUE(kept.isOk());
+  EXPECT_EQ(*kept, (std::vector<uint32_t>{3, 4}));
+  auto latest = store_->latestCheckpoint(run);
+  ASSERT_TRUE(latest.isOk());
+  EXPECT_EQ(fields(*latest), fields(makeCheckpoint(run, 4)));
+
+  // Rounds stay, and other runs are untouched.
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  EXPECT_EQ(rounds->size(), 5u);
+  auto other_kept = store_->checkpointRounds(other);
+  ASSERT_TRUE(other_kept.isOk());
+  EXPECT_EQ(*other_kept, (std::vector<uint32_t>{0}));
+  EXPECT_TRUE(store_->pruneCheckpoints(other + 99, 1).isOk());
+}
+
+TEST_P(HistoryStoreTest, NanFollowsTheStoredAsNullRule) {
+  const int64_t run = newRun();
+  RoundRecord round = makeRound(run, 0);
+  round.train_loss = std::numeric_limits<double>::quiet_NaN();
+  round.test_loss = std::numeric_limits<double>::quiet_NaN();
+  round.test_accuracy = std::numeric_limits<double>::infinity();
+  UpdateRecord update = makeUpdate(run, 0, "a", "completed");
+  update.loss = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_TRUE(store_->commitRound(round, {update}, std::nullopt).isOk());
+
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_TRUE(std::isnan((*rounds)[0].train_loss));
+  EXPECT_FALSE((*rounds)[0].test_loss.has_value());
+  ASSERT_TRUE((*rounds)[0].test_accuracy.has_value());
+  EXPECT_EQ(*(*rounds)[0].test_accuracy, std::numeric_limits<double>::infinity());
+  auto updates = store_->updates(run, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  ASSERT_EQ(updates->size(), 1u);
+  EXPECT_TRUE(std::isnan((*updates)[0].loss));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, HistoryStoreTest,
+                         ::testing::Values(Backend::kSqlite, Backend::kMemory),
+                         [](const ::testing::TestParamInfo<Backend>& backend) {
+                           return backend.param == Backend::kSqlite ? "Sqlite" : "Memory";
+                         });
+
+}  // namespace
+}  // namespace fedfleet::history

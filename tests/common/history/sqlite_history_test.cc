@@ -1,0 +1,260 @@
+// What only the SQLite backend has: the file (WAL, reopen, schema version, bad files), the disk
+// running full, and a second connection holding the lock. The behaviour both backends share is
+// in history_test.cc.
+//
+// The test opens its own sqlite3 connections to look at and tamper with the file. sqlite3 is on
+// this executable's link line because fedfleet_history is a static library that links it.
+#include "common/history/sqlite_history.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace fedfleet::history {
+namespace {
+
+class SqliteHistoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = std::string(FEDFLEET_TEST_TMP) + "/sqlite_history_test_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+            std::to_string(::getpid()) + ".db";
+    removeFiles();
+  }
+  void TearDown() override { removeFiles(); }
+  void removeFiles() {
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix, ec);
+  }
+
+  std::unique_ptr<HistoryStore> open(const SqliteHistoryOptions& options = {}) {
+    auto store = openSqliteHistory(path_, options);
+    EXPECT_TRUE(store.isOk()) << store.status().toString();
+    return store.isOk() ? std::move(store).value() : nullptr;
+  }
+
+  // Runs `sql` on a separate raw connection; returns the first column of the first row.
+  std::string rawQuery(const std::string& sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* stmt = nullptr;
+    std::string result;
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr);
+    EXPECT_EQ(rc, SQLITE_OK) << sqlite3_errmsg(db);
+    if (rc == SQLITE_OK) {
+      rc = sqlite3_step(stmt);
+      EXPECT_TRUE(rc == SQLITE_ROW || rc == SQLITE_DONE) << sqlite3_errmsg(db);
+      if (rc == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+        result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+      }
+    }
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    return result;
+  }
+
+  std::string readFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  std::string path_;
+};
+
+RoundRecord someRound(int64_t run_id, uint32_t round) {
+  RoundRecord r;
+  r.run_id = run_id;
+  r.round = round;
+  r.start_time = 100.0 * round;
+  r.end_time = 100.0 * round + 42.5;
+  r.selected = 5;
+  r.completed = 5;
+  r.train_loss = 0.7;
+  r.test_accuracy = 0.9;
+  r.model_version = round + 1;
+  return r;
+}
+
+TEST_F(SqliteHistoryTest, UsesWalJournal) {
+  auto store = open();
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->beginRun({0, "r", "{}", 1.0, 7}).isOk());
+  EXPECT_TRUE(std::filesystem::exists(path_ + "-wal")) << "no WAL file beside " << path_;
+  EXPECT_EQ(rawQuery("PRAGMA journal_mode"), "wal");
+  // Bytes 18 and 19 of the header (file format read/write versions) are 2 in WAL mode.
+  const std::string header = readFile(path_).substr(0, 100);
+  ASSERT_EQ(header.size(), 100u);
+  EXPECT_EQ(header[18], 2);
+  EXPECT_EQ(header[19], 2);
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "1");
+  EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
+                     "('updates_by_round', 'events_by_run')"),
+            "2");
+}
+
+TEST_F(SqliteHistoryTest, ReopenSeesCommittedData) {
+  int64_t run_id = 0;
+  {
+    auto store = open();
+    ASSERT_TRUE(store);
+    auto run = store->beginRun({0, "persisted", R"({"a": 1})", 5.5, 99});
+    ASSERT_TRUE(run.isOk());
+    run_id = *run;
+    UpdateRecord update;
+    update.run_id = run_id;
+    update.round = 0;
+    update.client_id = "c0";
+    update.status = "completed";
+    CheckpointRecord checkpoint{run_id, 0, 1, std::string(64, 'f'), std::string(4096, '\x5a')};
+    ASSERT_TRUE(store->commitRound(someRound(run_id, 0), {update}, checkpoint).isOk());
+    ClientRecord client;
+    client.client_id = "c0";
+    client.first_seen = 3.0;
+    ASSERT_TRUE(store->upsertClient(client).isOk());
+    ASSERT_TRUE(store->recordEvent({run_id, 4.0, "error", "c0", "boom"}).isOk());
+  }
+  auto store = open();
+  ASSERT_TRUE(store);
+  auto runs = store->runs();
+  ASSERT_TRUE(runs.isOk());
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].name, "persisted");
+  EXPECT_EQ((*runs)[0].seed, 99u);
+  auto rounds = store->rounds(run_id);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].end_time, 42.5);
+  EXPECT_EQ((*rounds)[0].test_accuracy, 0.9);
+  auto updates = store->updates(run_id, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  ASSERT_EQ(updates->size(), 1u);
+  EXPECT_EQ((*updates)[0].client_id, "c0");
+  auto checkpoint = store->latestCheckpoint(run_id);
+  ASSERT_TRUE(checkpoint.isOk());
+  EXPECT_EQ(checkpoint->blob, std::string(4096, '\x5a'));
+  auto clients = store->clients();
+  ASSERT_TRUE(clients.isOk());
+  ASSERT_EQ(clients->size(), 1u);
+  auto events = store->events(std::nullopt);
+  ASSERT_TRUE(events.isOk());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].detail, "boom");
+  // A new run after reopening still gets a larger id.
+  auto next = store->beginRun({0, "next", "{}", 6.0, 1});
+  ASSERT_TRUE(next.isOk());
+  EXPECT_GT(*next, run_id);
+}
+
+TEST_F(SqliteHistoryTest, SecondConnectionReadsWhileFirstWrites) {
+  auto writer = open();
+  auto reader = open();
+  ASSERT_TRUE(writer && reader);
+  auto run = writer->beginRun({0, "shared", "{}", 1.0, 1});
+  ASSERT_TRUE(run.isOk());
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(writer->commitRound(someRound(*run, r), {}, std::nullopt).isOk());
+    auto seen = reader->rounds(*run);
+    ASSERT_TRUE(seen.isOk()) << seen.status().toString();
+    EXPECT_EQ(seen->size(), r + 1);
+  }
+}
+
+TEST_F(SqliteHistoryTest, NewerSchemaVersionIsRefused) {
+  { ASSERT_TRUE(open()); }
+  EXPECT_EQ(rawQuery("UPDATE schema_version SET version = 99"), "");
+  auto store = openSqliteHistory(path_);
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  const std::string message = store.status().message();
+  EXPECT_NE(message.find("schema version 99"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("newer"), std::string::npos) << message;
+  EXPECT_NE(message.find(path_), std::string::npos) << message;
+}
+
+TEST_F(SqliteHistoryTest, ForeignDatabaseIsRefusedAndLeftAlone) {
+  EXPECT_EQ(rawQuery("CREATE TABLE inventory (item TEXT)"), "");
+  auto store = openSqliteHistory(path_);
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("not a fedfleet history"), std::string::npos)
+      << store.status().message();
+  EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE name = 'runs'"), "0");
+}
+
+TEST_F(SqliteHistoryTest, MissingDirectoryIsIoError) {
+  const std::string path =
+      std::string(FEDFLEET_TEST_TMP) + "/no-such-dir-" + std::to_string(::getpid()) + "/history.db";
+  auto store = openSqliteHistory(path);
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kIoError) << store.status().toString();
+  EXPECT_NE(store.status().message().find(path), std::string::npos) << store.status().message();
+}
+
+TEST_F(SqliteHistoryTest, GarbageFileIsCorruptAndUntouched) {
+  std::string garbage;
+  for (int i = 0; i < 8192; ++i) garbage += static_cast<char>((i * 131 + 7) % 251);
+  {
+    std::ofstream out(path_, std::ios::binary);
+    out << garbage;
+  }
+  auto store = openSqliteHistory(path_);
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorrupt) << store.status().toString();
+  EXPECT_EQ(readFile(path_), garbage);
+}
+
+TEST_F(SqliteHistoryTest, FullDiskIsIoErrorAndRollsBack) {
+  SqliteHistoryOptions options;
+  options.max_page_count = 64;  // 256 KiB at the default 4 KiB page size
+  auto store = open(options);
+  ASSERT_TRUE(store);
+  auto run = store->beginRun({0, "full", "{}", 1.0, 1});
+  ASSERT_TRUE(run.isOk());
+  UpdateRecord update;
+  update.run_id = *run;
+  update.round = 0;
+  update.client_id = "c0";
+  update.status = "completed";
+  CheckpointRecord big{*run, 0, 1, std::string(64, '0'), std::string(1 << 20, 'x')};
+  Status st = store->commitRound(someRound(*run, 0), {update}, big);
+  EXPECT_EQ(st.code(), StatusCode::kIoError) << st.toString();
+  EXPECT_NE(st.message().find("disk is full"), std::string::npos) << st.message();
+
+  auto rounds = store->rounds(*run);
+  ASSERT_TRUE(rounds.isOk());
+  EXPECT_TRUE(rounds->empty());
+  auto updates = store->updates(*run, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  EXPECT_TRUE(updates->empty());
+  // The store stays usable: a round that fits commits.
+  CheckpointRecord small{*run, 0, 1, std::string(64, '0'), std::string(1024, 'x')};
+  EXPECT_TRUE(store->commitRound(someRound(*run, 0), {update}, small).isOk());
+}
+
+TEST_F(SqliteHistoryTest, LockHeldPastBusyTimeoutIsTimeout) {
+  SqliteHistoryOptions options;
+  options.busy_timeout_ms = 50;
+  auto store = open(options);
+  ASSERT_TRUE(store);
+  auto run = store->beginRun({0, "locked", "{}", 1.0, 1});
+  ASSERT_TRUE(run.isOk());
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  Status st = store->commitRound(someRound(*run, 0), {}, std::nullopt);
+  EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.toString();
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+
+  EXPECT_TRUE(store->commitRound(someRound(*run, 0), {}, std::nullopt).isOk());
+}
+
+}  // namespace
+}  // namespace fedfleet::history

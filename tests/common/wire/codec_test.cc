@@ -1,0 +1,457 @@
+// Tests of common/wire/codec.cc: every message round-trips field by field, and decode() turns any
+// bad input (random, truncated, bit-flipped, oversized, over the traversal limit) into a non-OK
+// Status without crashing.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/wire/messages.h"
+
+namespace fedfleet::wire {
+namespace {
+
+// ----- sample messages: every field differs from its default ---------------------------------
+
+Hello sampleHello() {
+  Hello m;
+  m.client_id = "client-0042";
+  m.public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+  m.device_kind = DeviceKind::kCuda;
+  m.device_name = std::string("NVIDIA H200\0with nul", 20);
+  m.cores = 96;
+  m.memory_bytes = 0x0123456789abcdefULL;
+  m.data_size = 60000;
+  m.protocol_version = 7;
+  m.requested_partition = 13;
+  return m;
+}
+
+Task sampleTask(size_t model_bytes = 40) {
+  Task m;
+  m.run_id = 0xfedcba9876543210ULL;
+  m.round = 17;
+  m.model_version = 1234567890123ULL;
+  m.model_name = "mlp";
+  m.model_bytes.resize(model_bytes);
+  std::mt19937_64 rng(7);
+  for (auto& c : m.model_bytes) c = static_cast<char>(rng());
+  for (size_t i = 0; i < m.model_sha256.size(); ++i)
+    m.model_sha256[i] = static_cast<uint8_t>(i * 7 + 1);
+  m.hparams.epochs = 3;
+  m.hparams.max_steps = 250;
+  m.hparams.batch_size = 64;
+  m.hparams.lr = 0.125f;
+  m.hparams.momentum = 0.9f;
+  m.hparams.weight_decay = 1e-4f;
+  m.hparams.seed = 99;
+  m.data.dataset = "mnist";
+  m.data.scheme = "dirichlet";
+  m.data.alpha = 0.25;
+  m.data.labels_per_client = 3;
+  m.data.num_partitions = 100;
+  m.data.index = 42;
+  m.data.seed = 31337;
+  m.data.subset = 5000;
+  m.deadline_s = 12.5;
+  m.codec = "int8";
+  m.task_token = 0xabcdef0123ULL;
+  m.chunk_bytes = 65536;
+  return m;
+}
+
+Chunk sampleChunk(size_t payload_bytes = 24) {
+  Chunk m;
+  m.task_token = 0x1122334455667788ULL;
+  m.tensor_index = 5;
+  m.offset = 1ull << 33;
+  m.payload.resize(payload_bytes);
+  for (size_t i = 0; i < m.payload.size(); ++i) m.payload[i] = static_cast<char>(i * 13);
+  m.last = true;
+  return m;
+}
+
+Summary sampleSummary() {
+  Summary m;
+  m.task_token = 77;
+  m.n_samples = 600;
+  m.steps = 19;
+  m.mean_loss = 0.6931;
+  m.sum_sq_loss = 290.5;
+  m.compute_seconds = 1.75;
+  m.upload_seconds = 0.0625;
+  return m;
+}
+
+Cancel sampleCancel() { return Cancel{.task_token = 555, .reason = "round closed"}; }
+Heartbeat sampleHeartbeat() { return Heartbeat{.seq = 0xffffffffffffULL}; }
+Bye sampleBye() { return Bye{.reason = "shutting down"}; }
+Error sampleError() {
+  return Error{.code = ErrorCode::kStaleTask, .message = "token 9 is stale", .task_token = 9};
+}
+
+// ----- field-by-field comparison -------------------------------------------------------------
+
+void expectEqual(const Hello& a, const Hello& b) {
+  EXPECT_EQ(a.client_id, b.client_id);
+  EXPECT_EQ(a.public_key, b.public_key);
+  EXPECT_EQ(a.device_kind, b.device_kind);
+  EXPECT_EQ(a.device_name, b.device_name);
+  EXPECT_EQ(a.cores, b.cores);
+  EXPECT_EQ(a.memory_bytes, b.memory_bytes);
+  EXPECT_EQ(a.data_size, b.data_size);
+  EXPECT_EQ(a.protocol_version, b.protocol_version);
+  EXPECT_EQ(a.requested_partition, b.requested_partition);
+}
+
+void expectEqual(const Task& a, const Task& b) {
+  EXPECT_EQ(a.run_id, b.run_id);
+  EXPECT_EQ(a.round, b.round);
+  EXPECT_EQ(a.model_version, b.model_version);
+  EXPECT_EQ(a.model_name, b.model_name);
+  EXPECT_TRUE(a.model_bytes == b.model_bytes) << "model_bytes differ";
+  EXPECT_EQ(a.model_sha256, b.model_sha256);
+  EXPECT_EQ(a.hparams.epochs, b.hparams.epochs);
+  EXPECT_EQ(a.hparams.max_steps, b.hparams.max_steps);
+  EXPECT_EQ(a.hparams.batch_size, b.hparams.batch_size);
+  EXPECT_EQ(a.hparams.lr, b.hparams.lr);
+  EXPECT_EQ(a.hparams.momentum, b.hparams.momentum);
+  EXPECT_EQ(a.hparams.weight_decay, b.hparams.weight_decay);
+  EXPECT_EQ(a.hparams.seed, b.hparams.seed);
+  EXPECT_EQ(a.data.dataset, b.data.dataset);
+  EXPECT_EQ(a.data.scheme, b.data.scheme);
+  EXPECT_EQ(a.data.alpha, b.data.alpha);
+  EXPECT_EQ(a.data.labels_per_client, b.data.labels_per_client);
+  EXPECT_EQ(a.data.num_partitions, b.data.num_partitions);
+  EXPECT_EQ(a.data.index, b.data.index);
+  EXPECT_EQ(a.data.seed, b.data.seed);
+  EXPECT_EQ(a.data.subset, b.data.subset);
+  EXPECT_EQ(a.deadline_s, b.deadline_s);
+  EXPECT_EQ(a.codec, b.codec);
+  EXPECT_EQ(a.task_token, b.task_token);
+  EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
+}
+
+void expectEqual(const Chunk& a, const Chunk& b) {
+  EXPECT_EQ(a.task_token, b.task_token);
+  EXPECT_EQ(a.tensor_index, b.tensor_index);
+  EXPECT_EQ(a.offset, b.offset);
+  EXPECT_TRUE(a.payload == b.payload) << "payload differs";
+  EXPECT_EQ(a.last, b.last);
+}
+
+void expectEqual(const Summary& a, const Summary& b) {
+  EXPECT_EQ(a.task_token, b.task_token);
+  EXPECT_EQ(a.n_samples, b.n_samples);
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.mean_loss, b.mean_loss);
+  EXPECT_EQ(a.sum_sq_loss, b.sum_sq_loss);
+  EXPECT_EQ(a.compute_seconds, b.compute_seconds);
+  EXPECT_EQ(a.upload_seconds, b.upload_seconds);
+}
+
+void expectEqual(const Cancel& a, const Cancel& b) {
+  EXPECT_EQ(a.task_token, b.task_token);
+  EXPECT_EQ(a.reason, b.reason);
+}
+
+void expectEqual(const Heartbeat& a, const Heartbeat& b) { EXPECT_EQ(a.seq, b.seq); }
+
+void expectEqual(const Bye& a, const Bye& b) { EXPECT_EQ(a.reason, b.reason); }
+
+void expectEqual(const Error& a, const Error& b) {
+  EXPECT_EQ(a.code, b.code);
+  EXPECT_EQ(a.message, b.message);
+  EXPECT_EQ(a.task_token, b.task_token);
+}
+
+template <typename T>
+void expectRoundTrip(const T& original) {
+  const std::string bytes = encode(Message(original));
+  ASSERT_EQ(bytes.size() % 8, 0u);
+  Result<Message> decoded = decode(bytes);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  ASSERT_TRUE(std::holds_alternative<T>(*decoded)) << messageName(*decoded);
+  expectEqual(original, std::get<T>(*decoded));
+  // Encoding is deterministic.
+  EXPECT_EQ(encode(*decoded), bytes);
+}
+
+// The decoder's promise on arbitrary input: a Status or a message, nothing else. A message it
+// accepts must encode again.
+void expectNoCrash(std::string_view bytes, const DecodeLimits& limits = {}) {
+  Result<Message> r = decode(bytes, limits);
+  if (r.isOk()) {
+    EXPECT_NE(messageName(*r), nullptr);
+    EXPECT_FALSE(encode(*r).empty());
+  } else {
+    EXPECT_FALSE(r.status().message().empty());
+  }
+}
+
+// ----- round trips ---------------------------------------------------------------------------
+
+TEST(WireCodecTest, HelloRoundTrips) { expectRoundTrip(sampleHello()); }
+TEST(WireCodecTest, TaskRoundTrips) { expectRoundTrip(sampleTask()); }
+TEST(WireCodecTest, ChunkRoundTrips) { expectRoundTrip(sampleChunk()); }
+TEST(WireCodecTest, SummaryRoundTrips) { expectRoundTrip(sampleSummary()); }
+TEST(WireCodecTest, CancelRoundTrips) { expectRoundTrip(sampleCancel()); }
+TEST(WireCodecTest, HeartbeatRoundTrips) { expectRoundTrip(sampleHeartbeat()); }
+TEST(WireCodecTest, ByeRoundTrips) { expectRoundTrip(sampleBye()); }
+TEST(WireCodecTest, ErrorRoundTrips) { expectRoundTrip(sampleError()); }
+
+TEST(WireCodecTest, DefaultMessagesRoundTrip) {
+  expectRoundTrip(Hello{});
+  expectRoundTrip(Task{});
+  expectRoundTrip(Chunk{});
+  expectRoundTrip(Summary{});
+  expectRoundTrip(Cancel{});
+  expectRoundTrip(Heartbeat{});
+  expectRoundTrip(Bye{});
+  expectRoundTrip(Error{});
+}
+
+TEST(WireCodecTest, EveryErrorCodeRoundTrips) {
+  for (uint16_t c = 0; c <= static_cast<uint16_t>(ErrorCode::kInternal); ++c) {
+    Error e = sampleError();
+    e.code = static_cast<ErrorCode>(c);
+    expectRoundTrip(e);
+  }
+}
+
+TEST(WireCodecTest, NegativeAndExtremeValuesRoundTrip) {
+  Hello h = sampleHello();
+  h.requested_partition = -1;
+  h.memory_bytes = UINT64_MAX;
+  h.cores = UINT32_MAX;
+  expectRoundTrip(h);
+  h.requested_partition = INT32_MIN;
+  expectRoundTrip(h);
+  Summary s = sampleSummary();
+  s.mean_loss = -0.0;
+  s.sum_sq_loss = 1e308;
+  expectRoundTrip(s);
+}
+
+// 5 MiB is referenced in place by encode(); 5 MiB + 4 bytes is copied into the segment.
+class WireLargeTaskTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(WireLargeTaskTest, RoundTripsByteExact) {
+  const Task task = sampleTask(GetParam());
+  const std::string bytes = encode(task);
+  EXPECT_GE(bytes.size(), task.model_bytes.size());
+  EXPECT_LT(bytes.size(), task.model_bytes.size() + 1024);
+  Result<Message> decoded = decode(bytes);
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  const Task& got = std::get<Task>(*decoded);
+  ASSERT_EQ(got.model_bytes.size(), task.model_bytes.size());
+  EXPECT_EQ(std::memcmp(got.model_bytes.data(), task.model_bytes.data(), got.model_bytes.size()),
+            0);
+  expectEqual(task, got);
+  EXPECT_EQ(encode(got), bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, WireLargeTaskTest,
+                         ::testing::Values(size_t{5} << 20, (size_t{5} << 20) + 4, size_t{64} << 10,
+                                           (size_t{64} << 10) - 8));
+
+TEST(WireCodecTest, LargeChunkRoundTrips) {
+  for (size_t size : {size_t{1} << 20, (size_t{1} << 20) + 1}) expectRoundTrip(sampleChunk(size));
+}
+
+TEST(WireCodecTest, UnalignedInputDecodes) {
+  const std::string bytes = encode(sampleTask(1000));
+  std::string shifted = "x" + bytes;  // bytes now start at an odd address
+  Result<Message> decoded = decode(std::string_view(shifted).substr(1));
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  expectEqual(sampleTask(1000), std::get<Task>(*decoded));
+}
+
+TEST(WireCodecTest, Names) {
+  EXPECT_STREQ(messageName(Hello{}), "Hello");
+  EXPECT_STREQ(messageName(Task{}), "Task");
+  EXPECT_STREQ(messageName(Chunk{}), "Chunk");
+  EXPECT_STREQ(messageName(Summary{}), "Summary");
+  EXPECT_STREQ(messageName(Cancel{}), "Cancel");
+  EXPECT_STREQ(messageName(Heartbeat{}), "Heartbeat");
+  EXPECT_STREQ(messageName(Bye{}), "Bye");
+  EXPECT_STREQ(messageName(Error{}), "Error");
+  EXPECT_STREQ(deviceKindName(DeviceKind::kCpu), "cpu");
+  EXPECT_STREQ(deviceKindName(DeviceKind::kCuda), "cuda");
+}
+
+// ----- malformed input -----------------------------------------------------------------------
+
+TEST(WireCodecTest, EmptyAndOddSizedFramesAreCorrupt) {
+  EXPECT_EQ(decode("").status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(decode("abc").status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(decode(std::string(8, '\0')).status().code(), StatusCode::kCorrupt);
+}
+
+TEST(WireCodecTest, OversizeFrameIsResourceExhausted) {
+  const std::string bytes = encode(sampleChunk(4096));
+  DecodeLimits limits;
+  limits.max_bytes = 1024;
+  Result<Message> r = decode(bytes, limits);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().toString();
+  limits.max_bytes = bytes.size();
+  EXPECT_TRUE(decode(bytes, limits).isOk());
+}
+
+TEST(WireCodecTest, TraversalLimitIsEnforced) {
+  const std::string bytes = encode(sampleChunk(1 << 20));
+  DecodeLimits limits;
+  limits.traversal_limit_words = 1024;  // the payload alone is 131072 words
+  Result<Message> r = decode(bytes, limits);
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
+  EXPECT_NE(r.status().message().find("traversal"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(decode(bytes).isOk());
+}
+
+TEST(WireCodecTest, NestingLimitIsEnforced) {
+  const std::string bytes = encode(sampleTask());  // Envelope -> Task -> HyperParams
+  DecodeLimits limits;
+  limits.nesting_limit = 1;
+  EXPECT_EQ(decode(bytes, limits).status().code(), StatusCode::kCorrupt);
+  limits.nesting_limit = 3;
+  EXPECT_TRUE(decode(bytes, limits).isOk());
+}
+
+TEST(WireCodecTest, EveryTruncationFails) {
+  for (const std::string& bytes :
+       {encode(sampleTask()), encode(sampleChunk()), encode(sampleHello())}) {
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      Result<Message> r = decode(std::string_view(bytes.data(), n));
+      EXPECT_FALSE(r.isOk()) << "prefix of " << n << " of " << bytes.size() << " bytes decoded";
+    }
+  }
+}
+
+TEST(WireCodecTest, TrailingBytesAreCorrupt) {
+  const std::string bytes = encode(sampleChunk());
+  for (size_t extra : {8, 16, 800}) {
+    Result<Message> r = decode(bytes + std::string(extra, '\0'));
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << extra;
+  }
+}
+
+// Byte 16 of an encoded message is the Envelope's union tag: 8 bytes of segment table, then the
+// root pointer, then the Envelope's data section.
+constexpr size_t kUnionTagOffset = 16;
+
+TEST(WireCodecTest, UnknownUnionTagIsCorrupt) {
+  std::string bytes = encode(sampleHeartbeat());
+  ASSERT_EQ(bytes[kUnionTagOffset], 5) << "Envelope layout changed; update the test";
+  bytes[kUnionTagOffset] = 42;
+  Result<Message> r = decode(bytes);
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("unknown message kind"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(WireCodecTest, UnknownDeviceKindIsCorrupt) {
+  Hello h = sampleHello();
+  h.device_kind = static_cast<DeviceKind>(9);
+  Result<Message> r = decode(encode(h));
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
+}
+
+TEST(WireCodecTest, UnknownErrorCodeReadsAsUnknown) {
+  Error e = sampleError();
+  e.code = static_cast<ErrorCode>(300);
+  Result<Message> r = decode(encode(e));
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(std::get<Error>(*r).code, ErrorCode::kUnknown);
+  EXPECT_EQ(std::get<Error>(*r).message, e.message);
+}
+
+TEST(WireCodecTest, WrongSizeSha256IsCorrupt) {
+  // Find the model_sha256 list pointer (a byte list of 32 elements) and make it 31 long.
+  std::string bytes = encode(sampleTask(40));
+  auto upper = [](uint32_t count) { return (count << 3) | 2u; };  // element size 2 = BYTE
+  int found = 0;
+  for (size_t i = 8; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    if ((w & 3) == 1 && (w >> 32) == upper(32)) {
+      w = (w & 0xffffffffULL) | (uint64_t{upper(31)} << 32);
+      std::memcpy(bytes.data() + i, &w, 8);
+      ++found;
+    }
+  }
+  ASSERT_EQ(found, 1) << "expected exactly one 32-byte list pointer";
+  Result<Message> r = decode(bytes);
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
+  EXPECT_NE(r.status().message().find("sha256"), std::string::npos) << r.status().message();
+}
+
+TEST(WireCodecTest, EveryBitFlipIsHandled) {
+  for (const std::string& original : {encode(sampleTask()), encode(sampleHello())}) {
+    for (size_t bit = 0; bit < original.size() * 8; ++bit) {
+      std::string bytes = original;
+      bytes[bit / 8] = static_cast<char>(bytes[bit / 8] ^ (1 << (bit % 8)));
+      expectNoCrash(bytes);
+    }
+  }
+}
+
+TEST(WireCodecTest, RandomBytesNeverCrash) {
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    std::mt19937_64 rng(seed);
+    const size_t len =
+        std::uniform_int_distribution<size_t>(0, 64)(rng) * 8 + (seed % 7 == 0 ? seed % 8 : 0);
+    std::string bytes(len, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    if (len >= 8 && seed % 2 == 0) {
+      // A plausible single-segment header, so parsing gets past the segment table.
+      const uint32_t zero = 0;
+      const uint32_t words = static_cast<uint32_t>(len / 8 - 1);
+      std::memcpy(bytes.data(), &zero, 4);
+      std::memcpy(bytes.data() + 4, &words, 4);
+    }
+    expectNoCrash(bytes);
+    DecodeLimits tight;
+    tight.traversal_limit_words = 4;
+    tight.nesting_limit = 2;
+    expectNoCrash(bytes, tight);
+  }
+}
+
+TEST(WireCodecTest, RandomMutationsOfValidFramesNeverCrash) {
+  const std::vector<std::string> frames = {encode(sampleTask()), encode(sampleChunk()),
+                                           encode(sampleHello()), encode(sampleSummary()),
+                                           encode(sampleError())};
+  std::mt19937_64 rng(12345);
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes = frames[rng() % frames.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    expectNoCrash(bytes);
+  }
+}
+
+TEST(WireCodecTest, MutatedMultiSegmentFramesNeverCrash) {
+  // A large aligned payload travels as a second segment; garble the segment table and the
+  // pointers that lead to it.
+  const std::string frame = encode(sampleChunk(64 << 10));
+  uint32_t segments_minus_one;
+  std::memcpy(&segments_minus_one, frame.data(), 4);
+  ASSERT_EQ(segments_minus_one, 1u) << "expected a two-segment frame";
+  std::mt19937_64 rng(99);
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes = frame;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) bytes[rng() % 96] = static_cast<char>(rng());
+    expectNoCrash(bytes);
+  }
+  for (size_t n = 0; n < frame.size(); n += 1 + n / 4) {
+    EXPECT_FALSE(decode(std::string_view(frame.data(), n)).isOk()) << n;
+  }
+}
+
+}  // namespace
+}  // namespace fedfleet::wire

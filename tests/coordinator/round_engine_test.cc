@@ -1,0 +1,385 @@
+#include "coordinator/round_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/crypto/sha256.h"
+
+namespace fedfleet::coordinator {
+namespace {
+
+template <typename T>
+std::vector<T> actionsOf(const std::vector<Action>& actions) {
+  std::vector<T> out;
+  for (const auto& a : actions) {
+    if (auto* p = std::get_if<T>(&a)) out.push_back(*p);
+  }
+  return out;
+}
+
+wire::Hello hello(const std::string& id, int32_t partition = -1) {
+  wire::Hello h;
+  h.client_id = id;
+  h.requested_partition = partition;
+  return h;
+}
+
+std::string floats(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+struct Fixture {
+  EngineOptions options;
+  std::unique_ptr<RoundEngine> engine;
+  std::vector<Action> log;
+
+  explicit Fixture(EngineOptions o, std::vector<float> params = {0, 0, 0}) : options(o) {
+    engine = std::make_unique<RoundEngine>(o, std::move(params), nullptr);
+  }
+  std::vector<Action> take() {
+    auto a = engine->takeActions();
+    log.insert(log.end(), a.begin(), a.end());
+    return a;
+  }
+  // Sends `delta` in chunks of `per_chunk` values, then a summary.
+  void upload(const std::string& id, uint64_t token, const std::vector<float>& delta,
+              uint64_t n, double now, size_t per_chunk = 2) {
+    for (size_t off = 0; off < delta.size(); off += per_chunk) {
+      size_t len = std::min(per_chunk, delta.size() - off);
+      wire::Chunk c;
+      c.task_token = token;
+      c.offset = off;
+      c.payload = floats(std::vector<float>(delta.begin() + off, delta.begin() + off + len));
+      c.last = off + len == delta.size();
+      engine->onChunk(id, c, 100, now);
+    }
+    wire::Summary s;
+    s.task_token = token;
+    s.n_samples = n;
+    s.steps = 3;
+    s.mean_loss = 1.5;
+    engine->onSummary(id, s, 50, now);
+  }
+};
+
+EngineOptions baseOptions(uint32_t k, uint32_t min_clients, uint32_t quorum) {
+  EngineOptions o;
+  o.run_id = 7;
+  o.rounds = 3;
+  o.clients_per_round = k;
+  o.min_clients = min_clients;
+  o.quorum = quorum;
+  o.deadline_s = 10;
+  o.liveness_s = 3;
+  o.wait_clients_s = 100;
+  o.num_partitions = 4;
+  o.seed = 42;
+  return o;
+}
+
+TEST(RoundEngine, Round0IsTheInitialEvaluation) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  RoundEngine engine(o, {1, 2}, [](const std::vector<float>& p) {
+    return std::optional<EvalOutcome>(EvalOutcome{p[0] + p[1], 0.25});
+  });
+  engine.start(100);
+  auto commits = actionsOf<CommitRound>(engine.takeActions());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 0u);
+  EXPECT_EQ(commits[0].round.status, "initial");
+  EXPECT_DOUBLE_EQ(*commits[0].round.test_loss, 3.0);
+  EXPECT_DOUBLE_EQ(*commits[0].round.test_accuracy, 0.25);
+}
+
+TEST(RoundEngine, WaitsForMinClientsThenSamplesKWithDistinctTokens) {
+  Fixture f(baseOptions(2, 3, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 1);
+  f.engine->onHello("b", hello("b"), 1);
+  EXPECT_TRUE(actionsOf<SendTask>(f.take()).empty());
+  f.engine->onHello("c", hello("c"), 2);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_NE(tasks[0].client, tasks[1].client);
+  EXPECT_NE(tasks[0].task.task_token, tasks[1].task.task_token);
+  EXPECT_EQ(tasks[0].task.round, 1u);
+  EXPECT_EQ(tasks[0].task.run_id, 7u);
+  EXPECT_EQ(tasks[0].task.model_bytes.size(), 3 * sizeof(float));
+  EXPECT_EQ(tasks[0].task.model_sha256, crypto::sha256(tasks[0].task.model_bytes));
+  EXPECT_DOUBLE_EQ(tasks[0].task.deadline_s, 10);
+  // Clients were assigned partitions 0, 1, 2 in join order; each task names its client's.
+  for (const auto& t : tasks) {
+    EXPECT_EQ(t.task.data.index, static_cast<uint32_t>(t.client[0] - 'a'));
+    EXPECT_EQ(t.task.data.num_partitions, 4u);
+  }
+}
+
+TEST(RoundEngine, SampleWeightedFedAvgMatchesHandComputedValues) {
+  Fixture f(baseOptions(2, 2, 2), {1, 1, 1});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  std::map<std::string, uint64_t> token;
+  for (auto& t : tasks) token[t.client] = t.task.task_token;
+  // n_a = 1, D_a = (1, 2, 3); n_b = 3, D_b = (3, 4, 5):
+  // x = 1 + (1*D_a + 3*D_b) / 4 = (1 + 2.5, 1 + 3.5, 1 + 4.5).
+  f.upload("a", token["a"], {1, 2, 3}, 1, 1);
+  f.upload("b", token["b"], {3, 4, 5}, 3, 2);
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  const auto& r = commits[0].round;
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.completed, 2u);
+  EXPECT_EQ(r.model_version, 1u);
+  EXPECT_EQ(r.bytes_up, 2u * (2 * 100 + 50));
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 3.5f);
+  EXPECT_FLOAT_EQ(f.engine->params()[1], 4.5f);
+  EXPECT_FLOAT_EQ(f.engine->params()[2], 5.5f);
+  ASSERT_EQ(commits[0].updates.size(), 2u);
+  for (const auto& u : commits[0].updates) {
+    EXPECT_EQ(u.status, "completed");
+    EXPECT_DOUBLE_EQ(u.weight, u.client_id == "a" ? 0.25 : 0.75);
+  }
+  ASSERT_TRUE(commits[0].checkpoint.has_value());
+  std::vector<float> cp(3);
+  std::memcpy(cp.data(), commits[0].checkpoint->blob.data(), 12);
+  EXPECT_EQ(cp, f.engine->params());
+  // The next round starts at once and sends the new model.
+  auto next = actionsOf<SendTask>(f.log);
+  ASSERT_EQ(next.size(), 4u);
+  std::vector<float> sent(3);
+  std::memcpy(sent.data(), next[2].task.model_bytes.data(), 12);
+  EXPECT_EQ(sent, f.engine->params());
+  EXPECT_EQ(next[2].task.model_version, 1u);
+}
+
+TEST(RoundEngine, DeadlineMarksLateCancelsAndAggregatesTheRest) {
+  Fixture f(baseOptions(2, 2, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  std::map<std::string, uint64_t> token;
+  for (auto& t : actionsOf<SendTask>(f.take())) token[t.client] = t.task.task_token;
+  f.upload("a", token["a"], {2, 2, 2}, 5, 1);
+  f.engine->onHeartbeat("b", 2);
+  ASSERT_TRUE(f.engine->nextWakeup().has_value());
+  EXPECT_LE(*f.engine->nextWakeup(), 10.0);
+  f.engine->onHeartbeat("b", 9);
+  f.engine->onHeartbeat("a", 9);
+  f.engine->onTick(9.5);
+  EXPECT_TRUE(actionsOf<CommitRound>(f.take()).empty());
+  f.engine->onTick(10.0);
+  auto actions = f.take();
+  auto cancels = actionsOf<SendCancel>(actions);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].client, "b");
+  EXPECT_EQ(cancels[0].cancel.task_token, token["b"]);
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 1u);
+  EXPECT_EQ(commits[0].round.late, 1u);
+  EXPECT_EQ(commits[0].round.status, "ok");
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 2.0f);
+  // The late client's upload after the deadline is stale: one error, one event, model untouched.
+  f.upload("b", token["b"], {100, 100, 100}, 5, 11);
+  auto after = f.take();
+  EXPECT_EQ(actionsOf<SendError>(after).size(), 1u);
+  auto events = actionsOf<RecordEvent>(after);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.kind, "stale_update");
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 2.0f);
+}
+
+TEST(RoundEngine, LostClientIsDroppedAndItsPartialUploadIsNeverAggregated) {
+  Fixture f(baseOptions(2, 2, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  std::map<std::string, uint64_t> token;
+  for (auto& t : actionsOf<SendTask>(f.take())) token[t.client] = t.task.task_token;
+  // b sends the first two of three values, then dies.
+  wire::Chunk c;
+  c.task_token = token["b"];
+  c.payload = floats({1000, 1000});
+  f.engine->onChunk("b", c, 10, 0.5);
+  f.upload("a", token["a"], {1, 2, 3}, 4, 1.0);
+  f.engine->onHeartbeat("a", 3.0);
+  f.engine->onTick(3.6);  // b silent since 0.5 > liveness 3 s
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);  // everyone is done or dropped: no need to wait for the deadline
+  EXPECT_EQ(commits[0].round.dropped, 1u);
+  EXPECT_EQ(commits[0].round.completed, 1u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{1, 2, 3}));
+  for (const auto& u : commits[0].updates) {
+    EXPECT_EQ(u.status, u.client_id == "b" ? "dropped" : "completed");
+  }
+}
+
+TEST(RoundEngine, QuorumNotMetFailsTheRoundAndKeepsTheModel) {
+  Fixture f(baseOptions(2, 2, 2), {5, 5, 5});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  std::map<std::string, uint64_t> token;
+  for (auto& t : actionsOf<SendTask>(f.take())) token[t.client] = t.task.task_token;
+  f.upload("a", token["a"], {1, 1, 1}, 4, 1.0);
+  f.engine->onHeartbeat("b", 9);
+  f.engine->onHeartbeat("a", 9);
+  f.engine->onTick(10);
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.status, "failed");
+  EXPECT_FALSE(commits[0].checkpoint.has_value());
+  EXPECT_EQ(commits[0].round.model_version, 0u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{5, 5, 5}));
+}
+
+TEST(RoundEngine, RejectsBadUploads) {
+  struct Case {
+    const char* name;
+    std::function<void(RoundEngine&, uint64_t)> send;
+  };
+  std::vector<Case> cases = {
+      {"out of order",
+       [](RoundEngine& e, uint64_t t) {
+         wire::Chunk c{t, 0, 1, floats({1}), false};
+         e.onChunk("a", c, 4, 1);
+       }},
+      {"past the end",
+       [](RoundEngine& e, uint64_t t) {
+         wire::Chunk c{t, 0, 0, floats({1, 2, 3, 4}), true};
+         e.onChunk("a", c, 4, 1);
+       }},
+      {"ragged payload",
+       [](RoundEngine& e, uint64_t t) {
+         wire::Chunk c{t, 0, 0, "abcde", true};
+         e.onChunk("a", c, 4, 1);
+       }},
+      {"summary too early",
+       [](RoundEngine& e, uint64_t t) {
+         wire::Chunk c{t, 0, 0, floats({1, 2}), false};
+         e.onChunk("a", c, 4, 1);
+         wire::Summary s;
+         s.task_token = t;
+         s.n_samples = 3;
+         e.onSummary("a", s, 4, 1);
+       }},
+      {"non-finite",
+       [](RoundEngine& e, uint64_t t) {
+         wire::Chunk c{t, 0, 0, floats({1, NAN, 3}), true};
+         e.onChunk("a", c, 4, 1);
+         wire::Summary s;
+         s.task_token = t;
+         s.n_samples = 3;
+         e.onSummary("a", s, 4, 1);
+       }},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    Fixture f(baseOptions(1, 1, 1), {0, 0, 0});
+    f.engine->start(0);
+    f.engine->onHello("a", hello("a"), 0);
+    auto tasks = actionsOf<SendTask>(f.take());
+    ASSERT_EQ(tasks.size(), 1u);
+    tc.send(*f.engine, tasks[0].task.task_token);
+    auto actions = f.take();
+    auto errors = actionsOf<SendError>(actions);
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].error.code, wire::ErrorCode::kRejected);
+    auto commits = actionsOf<CommitRound>(actions);
+    ASSERT_EQ(commits.size(), 1u);
+    EXPECT_EQ(commits[0].round.rejected, 1u);
+    EXPECT_EQ(commits[0].round.status, "failed");
+    EXPECT_EQ(f.engine->params(), (std::vector<float>{0, 0, 0}));
+  }
+}
+
+TEST(RoundEngine, UnknownTokenIsAnsweredAndRecordedOnce) {
+  Fixture f(baseOptions(1, 1, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.take();
+  wire::Chunk c{12345, 0, 0, floats({1}), true};
+  f.engine->onChunk("a", c, 4, 1);
+  f.engine->onChunk("a", c, 4, 1);
+  auto actions = f.take();
+  EXPECT_EQ(actionsOf<SendError>(actions).size(), 1u);
+  auto events = actionsOf<RecordEvent>(actions);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.kind, "unknown_token");
+}
+
+TEST(RoundEngine, SameSeedSameSelection) {
+  auto selections = [](uint64_t seed) {
+    EngineOptions o = baseOptions(3, 8, 1);
+    o.seed = seed;
+    o.rounds = 1;
+    Fixture f(o);
+    f.engine->start(0);
+    for (char ch = 'h'; ch >= 'a'; --ch) f.engine->onHello(std::string(1, ch), hello(std::string(1, ch)), 0);
+    std::vector<std::string> picked;
+    for (auto& t : actionsOf<SendTask>(f.take())) picked.push_back(t.client);
+    return picked;
+  };
+  EXPECT_EQ(selections(1), selections(1));
+  bool differs = false;
+  for (uint64_t s = 2; s < 10; ++s) differs |= selections(s) != selections(1);
+  EXPECT_TRUE(differs);
+}
+
+TEST(RoundEngine, PartitionModeNamesSampledPartitions) {
+  EngineOptions o = baseOptions(2, 2, 1);
+  o.sample_partitions = true;
+  o.num_partitions = 100;
+  Fixture f(o);
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_NE(tasks[0].task.data.index, tasks[1].task.data.index);
+  EXPECT_LT(tasks[0].task.data.index, 100u);
+  EXPECT_EQ(tasks[0].task.data.num_partitions, 100u);
+}
+
+TEST(RoundEngine, GivesUpWhenClientsNeverCome) {
+  Fixture f(baseOptions(2, 2, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  for (double t = 1; t <= 101; t += 1) {
+    f.engine->onHeartbeat("a", t);
+    f.engine->onTick(t);
+  }
+  auto done = actionsOf<RunFinished>(f.take());
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_FALSE(done[0].ok);
+  EXPECT_TRUE(f.engine->finished());
+}
+
+TEST(RoundEngine, RunsAllRoundsThenSaysBye) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.rounds = 2;
+  Fixture f(o);
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  for (int round = 1; round <= 2; ++round) {
+    auto tasks = actionsOf<SendTask>(f.take());
+    ASSERT_EQ(tasks.size(), 1u) << round;
+    EXPECT_EQ(tasks[0].task.round, static_cast<uint32_t>(round));
+    f.upload("a", tasks[0].task.task_token, {1, 1, 1}, 2, round);
+  }
+  auto actions = f.take();
+  EXPECT_EQ(actionsOf<SendBye>(actions).size(), 1u);
+  auto done = actionsOf<RunFinished>(actions);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].ok);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{2, 2, 2}));
+  EXPECT_EQ(f.engine->modelVersion(), 2u);
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
