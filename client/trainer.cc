@@ -17,7 +17,10 @@ class ShardBatches {
  public:
   ShardBatches(const data::Dataset& ds, const std::vector<uint32_t>& indices,
                const c10::Device& device, bool device_shard)
-      : ds_(ds), indices_(indices), device_(device), device_shard_(device_shard),
+      : ds_(ds),
+        indices_(indices),
+        device_(device),
+        device_shard_(device_shard),
         builder_(ds, device) {
     if (!device_shard_) return;
     const auto m = static_cast<int64_t>(indices.size());
@@ -74,9 +77,8 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
                 const std::vector<uint32_t>& indices, const TrainOptions& opts) {
   const size_t expected = model.numParameters();
   if (start.size() != expected) {
-    return invalidArgument("train: start has " + std::to_string(start.size()) +
-                           " values, model '" + model.name() + "' has " +
-                           std::to_string(expected));
+    return invalidArgument("train: start has " + std::to_string(start.size()) + " values, model '" +
+                           model.name() + "' has " + std::to_string(expected));
   }
   if (indices.empty()) return invalidArgument("train: no sample indices");
   if (opts.batch_size == 0) return invalidArgument("train: batch_size must be > 0");
@@ -113,9 +115,9 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     model.train(true);
 
     std::vector<at::Tensor> params = model.parameters();
-    torch::optim::SGD sgd(params, torch::optim::SGDOptions(opts.lr)
-                                      .momentum(opts.momentum)
-                                      .weight_decay(opts.weight_decay));
+    torch::optim::SGD sgd(
+        params,
+        torch::optim::SGDOptions(opts.lr).momentum(opts.momentum).weight_decay(opts.weight_decay));
 
     const size_t m = indices.size(), bsz = opts.batch_size;
     const uint64_t steps_per_pass = (m + bsz - 1) / bsz;
@@ -146,7 +148,9 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
       }
       const size_t b = std::min(bsz, m - pos);
       auto [x, y] = batches.batch(pos, b);
-      for (auto& p : params) p.mutable_grad().reset();  // set_to_none: no memset per step
+      for (auto& p : params) {  // keep the gradient buffers: re-allocating them costs more
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      }
       const at::Tensor logits = model.forward(x);
       const at::Tensor per_sample = at::cross_entropy_loss(logits, y, {}, at::Reduction::None);
       per_sample.mean().backward();

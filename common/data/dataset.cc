@@ -60,8 +60,8 @@ class IdxReader {
     uint64_t done = 0;
     while (done < n) {
       const uint64_t want = std::min<uint64_t>(n - done, dst ? (1u << 30) : scratch.size());
-      const int got = gzread(file_.get(), dst ? dst + done : scratch.data(),
-                             static_cast<unsigned>(want));
+      const int got =
+          gzread(file_.get(), dst ? dst + done : scratch.data(), static_cast<unsigned>(want));
       if (got < 0) return streamError(what);
       if (got == 0) {
         int err = Z_OK;

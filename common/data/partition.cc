@@ -20,7 +20,8 @@ void sortAll(Partitions& parts) {
 std::vector<std::vector<uint32_t>> indicesByClass(const std::vector<uint8_t>& labels,
                                                   uint32_t num_classes) {
   std::vector<std::vector<uint32_t>> by_class(num_classes);
-  for (size_t i = 0; i < labels.size(); ++i) by_class[labels[i]].push_back(static_cast<uint32_t>(i));
+  for (size_t i = 0; i < labels.size(); ++i)
+    by_class[labels[i]].push_back(static_cast<uint32_t>(i));
   return by_class;
 }
 
@@ -65,9 +66,10 @@ Result<Partitions> partitionDirichlet(const std::vector<uint8_t>& labels, uint32
   const size_t n = labels.size();
   const uint32_t parts = spec.num_partitions;
   if (static_cast<uint64_t>(parts) * spec.min_samples > n) {
-    return invalidArgument("dirichlet partition: " + std::to_string(parts) + " partitions of at least " +
-                           std::to_string(spec.min_samples) + " samples need more than the " +
-                           std::to_string(n) + " samples available");
+    return invalidArgument("dirichlet partition: " + std::to_string(parts) +
+                           " partitions of at least " + std::to_string(spec.min_samples) +
+                           " samples need more than the " + std::to_string(n) +
+                           " samples available");
   }
   const auto by_class = indicesByClass(labels, num_classes);
   const double fair_share = static_cast<double>(n) / parts;
@@ -78,12 +80,15 @@ Result<Partitions> partitionDirichlet(const std::vector<uint8_t>& labels, uint32
       idx_k = by_class[k];
       std::shuffle(idx_k.begin(), idx_k.end(), rng);
       std::vector<double> p = sampleDirichlet(spec.alpha, parts, rng);
-      // NIID-Bench balancing: partitions already above the fair share get nothing more.
-      std::vector<double> q(parts);
-      double qsum = 0;
-      for (uint32_t j = 0; j < parts; ++j) qsum += (q[j] = out[j].size() < fair_share ? p[j] : 0.0);
-      if (qsum > 0) {
-        for (uint32_t j = 0; j < parts; ++j) p[j] = q[j] / qsum;
+      if (spec.balance) {  // NIID-Bench: partitions above the fair share get nothing more
+        std::vector<double> q(parts);
+        double qsum = 0;
+        for (uint32_t j = 0; j < parts; ++j) {
+          qsum += (q[j] = out[j].size() < fair_share ? p[j] : 0.0);
+        }
+        if (qsum > 0) {
+          for (uint32_t j = 0; j < parts; ++j) p[j] = q[j] / qsum;
+        }
       }
       double cum = 0;
       size_t begin = 0;

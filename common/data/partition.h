@@ -21,6 +21,10 @@ struct PartitionSpec {
   uint32_t num_partitions = 1;
   uint64_t seed = 0;
   uint32_t min_samples = 10;  // dirichlet: resample until every partition has at least this many
+  // dirichlet: NIID-Bench's code also gives no share of later classes to a partition that already
+  // holds more than n / num_partitions samples. Off by default (the plain rule, as
+  // bench/baselines/fedavg_pytorch.py splits); on reproduces NIID-Bench exactly.
+  bool balance = false;
 };
 
 // The scheme names partitionIndices accepts.
@@ -30,9 +34,9 @@ std::vector<std::string> partitionSchemeNames();
 // ascending. Deterministic for a given spec (seed included).
 //  - "iid": a seeded shuffle cut into near-equal parts (sizes differ by at most 1); covers all.
 //  - "dirichlet": for each class k, p ~ Dir(alpha) over partitions; the class's shuffled
-//    indices are cut at the cumulative proportions. As in NIID-Bench, a partition that already
-//    holds more than n / num_partitions samples gets no share of later classes. The whole draw is
-//    repeated until every partition holds >= min_samples; covers all.
+//    indices are cut at the cumulative proportions (with spec.balance, a partition already above
+//    n / num_partitions samples gets no share of later classes). The whole draw is repeated until
+//    every partition holds >= min_samples; covers all.
 //  - "labels" (#C=c): partition i holds label i % K and c-1 further distinct labels drawn at
 //    random (labels not yet held by any partition are drawn first, so every class is held when
 //    num_partitions * c >= K); each class's shuffled samples are split evenly among the

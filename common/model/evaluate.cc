@@ -64,8 +64,8 @@ Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const 
 
 }  // namespace
 
-Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit,
-                            size_t batch_size, const c10::Device& device) {
+Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit, size_t batch_size,
+                            const c10::Device& device) {
   const size_t n = limit == 0 ? ds.size() : std::min(limit, ds.size());
   std::vector<uint32_t> indices(n);
   std::iota(indices.begin(), indices.end(), 0u);

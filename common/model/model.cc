@@ -21,7 +21,8 @@ namespace nn = torch::nn;
 // A built-in network: a named Sequential, so parameter names read "conv1.weight".
 class BuiltinModel final : public Model {
  public:
-  BuiltinModel(std::string name, nn::Sequential net) : name_(std::move(name)), net_(std::move(net)) {}
+  BuiltinModel(std::string name, nn::Sequential net)
+      : name_(std::move(name)), net_(std::move(net)) {}
 
   at::Tensor forward(const at::Tensor& x) override { return net_->forward(x); }
   std::vector<at::Tensor> parameters() override { return net_->parameters(); }
@@ -97,9 +98,7 @@ class TorchScriptModel final : public Model {
  public:
   explicit TorchScriptModel(torch::jit::script::Module module) : module_(std::move(module)) {}
 
-  at::Tensor forward(const at::Tensor& x) override {
-    return module_.forward({x}).toTensor();
-  }
+  at::Tensor forward(const at::Tensor& x) override { return module_.forward({x}).toTensor(); }
   std::vector<at::Tensor> parameters() override {
     std::vector<at::Tensor> out;
     for (const auto& p : module_.parameters()) out.push_back(p);
@@ -247,12 +246,12 @@ Status Model::setFlatParameters(const float* data, size_t n) {
       all_cpu = all_cpu && p.is_cpu();
     }
     if (n != total) {
-      return invalidArgument("setFlatParameters: got " + std::to_string(n) +
-                             " values, model '" + name() + "' has " + std::to_string(total));
+      return invalidArgument("setFlatParameters: got " + std::to_string(n) + " values, model '" +
+                             name() + "' has " + std::to_string(total));
     }
     torch::NoGradGuard no_grad;
-    at::Tensor src = torch::from_blob(const_cast<float*>(data), {static_cast<int64_t>(n)},
-                                      torch::kFloat);
+    at::Tensor src =
+        torch::from_blob(const_cast<float*>(data), {static_cast<int64_t>(n)}, torch::kFloat);
     if (!all_cpu && !params.empty()) src = src.to(params.front().device());  // one transfer
     int64_t offset = 0;
     for (auto& p : params) {

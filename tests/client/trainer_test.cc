@@ -230,9 +230,9 @@ TEST_F(TrainerTest, MatchesAPlainSgdLoop) {
 
   auto ref = mustCreate("mlp", 6);
   auto params = ref->parameters();
-  torch::optim::SGD sgd(params, torch::optim::SGDOptions(opts.lr)
-                                    .momentum(opts.momentum)
-                                    .weight_decay(opts.weight_decay));
+  torch::optim::SGD sgd(
+      params,
+      torch::optim::SGDOptions(opts.lr).momentum(opts.momentum).weight_decay(opts.weight_decay));
   std::mt19937_64 rng(opts.seed);
   double loss_sum = 0;
   for (uint32_t e = 0; e < opts.epochs; ++e) {
@@ -311,7 +311,9 @@ TEST_F(TrainerTest, RestoresModeAndRejectsBadInput) {
   EXPECT_FALSE(m->isTraining());
 
   auto code = [&](const std::vector<float>& s, const std::vector<uint32_t>& idx,
-                  const TrainOptions& o) { return trainer.train(*m, s, *train_, idx, o).status().code(); };
+                  const TrainOptions& o) {
+    return trainer.train(*m, s, *train_, idx, o).status().code();
+  };
   std::vector<float> short_start(start.begin(), start.end() - 1);
   EXPECT_EQ(code(short_start, range(10), opts), StatusCode::kInvalidArgument);
   EXPECT_EQ(code(start, {}, opts), StatusCode::kInvalidArgument);

@@ -25,8 +25,8 @@ TEST(TrainerTorchScriptTest, TrainsAnExportedModule) {
   const std::string path = std::string(FEDFLEET_TEST_TMP) + "/client_torchscript_test.pt";
   const std::string log = path + ".log";
   const std::string cmd = std::string("/usr/bin/python3 ") + FEDFLEET_SOURCE_DIR +
-                          "/examples/models/export_torchscript.py " + path + " --seed 3 > " +
-                          log + " 2>&1";
+                          "/examples/models/export_torchscript.py " + path + " --seed 3 > " + log +
+                          " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "export failed; see " << log;
   std::ifstream f(log);
   std::stringstream text;

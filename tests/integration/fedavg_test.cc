@@ -42,7 +42,8 @@ lr = 0.05
 int keygen(const std::string& dir, const std::vector<std::string>& extra) {
   std::vector<std::string> args = {kBinary, "keygen", "--dir", dir};
   args.insert(args.end(), extra.begin(), extra.end());
-  Process p(args, dir + "/../keygen.log");
+  Process p(args, dir + ".keygen.log");
+  if (!p.started()) return -1;
   auto rc = p.waitFor(30);
   return rc ? *rc : -1;
 }
@@ -203,18 +204,16 @@ deadline_s = 60
 TEST(Integration, KilledClientIsDroppedAndTheRoundCompletesWithTheOthers) {
   const std::string dir = testing::freshDir("killed");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
-  // Enough local work (8 epochs) that the victim is still training when it is killed.
   const std::string config = writeConfig(dir, R"([coordinator]
 clients_per_round = 3
 min_clients = 3
 quorum = 2
 deadline_s = 90
 liveness_s = 3
-[train]
-epochs = 8
 )");
   std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "1"}, &endpoint);
+  // Enough local work (8 epochs) that the victim is still training when it is killed.
+  auto coord = startCoordinator(dir, config, {"--rounds", "1", "--set", "train.epochs=8"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
   std::vector<std::unique_ptr<Process>> clients;
   for (int i = 1; i <= 3; ++i) {

@@ -51,6 +51,7 @@ class Process {
   // Waits up to `seconds`; returns the exit code (128 + signal if killed), or nullopt.
   std::optional<int> waitFor(double seconds) {
     if (exit_code_) return exit_code_;
+    if (pid_ <= 0) return 127;
     auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (true) {
       int status = 0;

@@ -44,7 +44,8 @@ class IdxTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(FEDFLEET_TEST_TMP) /
-           ("idx_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("idx_test_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -53,7 +54,8 @@ class IdxTest : public ::testing::Test {
   std::string writePlain(const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = (dir_ / name).string();
     std::ofstream f(path, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
     return path;
   }
 
@@ -114,7 +116,8 @@ TEST_F(IdxTest, BadMagicIsCorrupt) {
   EXPECT_NE(ds.status().message().find("img"), std::string::npos);
   EXPECT_NE(ds.status().message().find("magic"), std::string::npos);
 
-  auto swapped = loadIdx(writePlain("img2", idxImages(4, 2, 2)), writePlain("lbl2", idxLabels(4, 0x803)));
+  auto swapped =
+      loadIdx(writePlain("img2", idxImages(4, 2, 2)), writePlain("lbl2", idxLabels(4, 0x803)));
   ASSERT_FALSE(swapped.isOk());
   EXPECT_EQ(swapped.status().code(), StatusCode::kCorrupt);
   EXPECT_NE(swapped.status().message().find("lbl2"), std::string::npos);

@@ -18,7 +18,8 @@ constexpr uint32_t kClasses = 10;
 // 10 classes x 600 samples in a fixed scrambled order (like a small Fashion-MNIST).
 std::vector<uint8_t> balancedLabels(size_t per_class = 600) {
   std::vector<uint8_t> labels;
-  for (size_t i = 0; i < per_class * kClasses; ++i) labels.push_back(static_cast<uint8_t>(i % kClasses));
+  for (size_t i = 0; i < per_class * kClasses; ++i)
+    labels.push_back(static_cast<uint8_t>(i % kClasses));
   std::mt19937_64 rng(1234);
   std::shuffle(labels.begin(), labels.end(), rng);
   return labels;
@@ -135,6 +136,23 @@ TEST(PartitionTest, DirichletRespectsMinSamples) {
     for (const auto& p : *r) EXPECT_GE(p.size(), 20u) << "alpha " << alpha;
     expectDisjointSortedCover(*r, labels.size());
   }
+}
+
+TEST(PartitionTest, BalanceCapsPartitionSizes) {
+  // NIID-Bench's balancing stops feeding a partition once it passes n / num_partitions, so no
+  // partition can exceed that by more than one class's worth (600 here).
+  const auto labels = balancedLabels();
+  auto s = spec("dirichlet", 10);
+  s.alpha = 0.1;
+  s.balance = true;
+  auto r = partitionIndices(labels, kClasses, s);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  expectDisjointSortedCover(*r, labels.size());
+  for (const auto& p : *r) EXPECT_LT(p.size(), 600u + 600u);
+  s.balance = false;
+  auto plain = partitionIndices(labels, kClasses, s);
+  ASSERT_TRUE(plain.isOk());
+  EXPECT_NE(*r, *plain);
 }
 
 TEST(PartitionTest, SmallerAlphaGivesMoreSkew) {

@@ -128,9 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ModelTest, NamesFollowTheLayers) {
   auto m = mustCreate("mlp", 0);
   ASSERT_NE(m, nullptr);
-  EXPECT_EQ(m->parameterNames(),
-            (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                      "fc3.weight", "fc3.bias"}));
+  EXPECT_EQ(m->parameterNames(), (std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight",
+                                                           "fc2.bias", "fc3.weight", "fc3.bias"}));
   EXPECT_EQ(m->layout().tensors[0].shape, (std::vector<int64_t>{200, 784}));
   EXPECT_EQ(builtinModelNames(), (std::vector<std::string>{"logreg", "mlp", "cnn", "lenet"}));
 }
