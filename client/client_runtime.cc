@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "client/trainer.h"
@@ -38,6 +39,7 @@ struct Job {
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   Result<TrainResult> result{internalError("not run")};
+  uint64_t partition_size = 0;  // n_k: the samples the client holds for this task
   std::thread thread;
 };
 
@@ -71,6 +73,8 @@ class ZmqClient final : public ClientRuntime {
   std::map<std::string, std::unique_ptr<model::Model>> models_;
 
   uint64_t heartbeat_seq_ = 0;
+  uint64_t session_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  double last_hello_ = -1e9;
   bool finished_ = false;
 };
 
@@ -87,6 +91,7 @@ void ZmqClient::send(const wire::Message& m) {
 }
 
 void ZmqClient::sayHello(double now) {
+  last_hello_ = now;
   wire::Hello h;
   h.client_id = options_.client_id;
   h.public_key = options_.transport.insecure ? "" : options_.transport.client_keys.public_key;
@@ -96,6 +101,7 @@ void ZmqClient::sayHello(double now) {
   h.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   h.data_size = train_set_ ? train_set_->size() : 0;
   h.requested_partition = options_.partition;
+  h.session = session_;
   send(h);
 }
 
@@ -135,6 +141,7 @@ void ZmqClient::train(Job& job) {
   const wire::Task& t = job.task;
   auto run = [&]() -> Result<TrainResult> {
     FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* indices, indicesFor(t.data));
+    job.partition_size = indices->size();
     auto mit = models_.find(t.model_name);
     if (mit == models_.end()) {
       FEDFLEET_ASSIGN_OR_RETURN(auto m, model::createModel(t.model_name, 0, options_.torchscript_path));
@@ -213,7 +220,7 @@ void ZmqClient::finishJob() {
   } while (offset < total);
   wire::Summary s;
   s.task_token = t.task_token;
-  s.n_samples = r.n_samples;
+  s.n_samples = job->partition_size;  // FedAvg weighs by the data held, not by samples seen
   s.steps = r.steps;
   s.mean_loss = r.mean_loss;
   s.sum_sq_loss = r.sum_sq_loss;
@@ -221,7 +228,7 @@ void ZmqClient::finishJob() {
   s.upload_seconds = steadyNow() - t0;
   send(s);
   spdlog::info("client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s)",
-               options_.client_id, t.round, r.n_samples, r.steps, r.mean_loss,
+               options_.client_id, t.round, job->partition_size, r.steps, r.mean_loss,
                r.compute_seconds);
 }
 
@@ -238,7 +245,7 @@ void ZmqClient::handle(wire::Message& message, double now) {
           finished_ = true;
         } else if constexpr (std::is_same_v<T, wire::Error>) {
           if (m.code == wire::ErrorCode::kUnknownClient) {
-            sayHello(now);
+            if (now - last_hello_ > 1.0) sayHello(now);  // one Hello answers a burst of errors
           } else {
             spdlog::warn("client {}: coordinator error {}: {}", options_.client_id,
                          static_cast<int>(m.code), m.message);
@@ -253,7 +260,7 @@ void ZmqClient::handle(wire::Message& message, double now) {
 Status ZmqClient::run() {
   torch::set_num_threads(static_cast<int>(options_.threads));
   double now = steadyNow();
-  double last_rx = now, last_hello = now, last_heartbeat = now;
+  double last_rx = now, last_heartbeat = now;
   sayHello(now);
   while (!finished_) {
     if (stop_.load()) {
@@ -283,12 +290,11 @@ Status ZmqClient::run() {
       send(wire::Heartbeat{++heartbeat_seq_});
       last_heartbeat = now;
     }
-    if (now - last_rx > options_.liveness_s && now - last_hello > options_.liveness_s) {
+    if (now - last_rx > options_.liveness_s && now - last_hello_ > options_.liveness_s) {
       spdlog::info("client {}: coordinator silent for {:.1f} s, saying Hello again",
                    options_.client_id, now - last_rx);
       abandonJob("coordinator silent");
       sayHello(now);
-      last_hello = now;
     }
     if (options_.exit_idle_s > 0 && now - last_rx > options_.exit_idle_s) {
       abandonJob("coordinator silent");

@@ -73,6 +73,43 @@ class ShardBatches {
   at::Tensor shard_x_, shard_y_, perm_;
 };
 
+// Per-sample losses on the device. The buffer holds at most one pass; when full it is folded
+// into running double sums (still on the device), so memory stays O(shard) whatever max_steps is
+// and the host reads the device once, at the end.
+class LossLog {
+ public:
+  LossLog(size_t capacity, const c10::Device& device)
+      : buf_(at::empty({static_cast<int64_t>(std::max<size_t>(capacity, 1))},
+                       at::TensorOptions().dtype(at::kFloat).device(device))),
+        sums_(at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device))) {}
+
+  // Precondition: per_sample.size(0) <= capacity.
+  void add(const at::Tensor& per_sample) {
+    const int64_t b = per_sample.size(0);
+    if (fill_ + b > buf_.size(0)) flush();
+    buf_.narrow(0, fill_, b).copy_(per_sample);
+    fill_ += b;
+  }
+
+  // {sum of losses, sum of squared losses}.
+  std::pair<double, double> totals() {
+    flush();
+    const at::Tensor host = sums_.to(at::kCPU);
+    return {host[0].item<double>(), host[1].item<double>()};
+  }
+
+ private:
+  void flush() {
+    if (fill_ == 0) return;
+    const at::Tensor seen = buf_.narrow(0, 0, fill_).to(at::kDouble);
+    sums_.add_(at::stack({seen.sum(), seen.square().sum()}));
+    fill_ = 0;
+  }
+
+  at::Tensor buf_, sums_;
+  int64_t fill_ = 0;
+};
+
 Status validate(model::Model& model, const std::vector<float>& start, const data::Dataset& ds,
                 const std::vector<uint32_t>& indices, const TrainOptions& opts) {
   const size_t expected = model.numParameters();
@@ -129,8 +166,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     const bool device_shard = source_ == BatchSource::kDeviceShard ||
                               (source_ == BatchSource::kAuto && !device_.is_cpu());
     ShardBatches batches(ds, indices, device_, device_shard);
-    at::Tensor losses = at::empty({static_cast<int64_t>(planned_samples)},
-                                  at::TensorOptions().dtype(at::kFloat).device(device_));
+    LossLog losses(std::min<uint64_t>(planned_samples, m), device_);
 
     std::mt19937_64 rng(opts.seed);
     std::vector<int64_t> order(m);
@@ -155,8 +191,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
       const at::Tensor per_sample = at::cross_entropy_loss(logits, y, {}, at::Reduction::None);
       per_sample.mean().backward();
       sgd.step();
-      losses.narrow(0, static_cast<int64_t>(result.n_samples), static_cast<int64_t>(b))
-          .copy_(per_sample.detach());
+      losses.add(per_sample.detach());
       result.n_samples += b;
       result.steps += 1;
       pos += b;
@@ -165,12 +200,9 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     for (auto& p : params) p.mutable_grad().reset();  // release gradient memory
 
     if (result.n_samples > 0) {
-      const at::Tensor seen =
-          losses.narrow(0, 0, static_cast<int64_t>(result.n_samples)).to(at::kDouble);
-      const at::Tensor stats = at::stack({seen.sum(), seen.square().sum()}).to(at::kCPU);
-      const double* s = stats.data_ptr<double>();
-      result.mean_loss = s[0] / static_cast<double>(result.n_samples);
-      result.sum_sq_loss = s[1];
+      const auto [sum, sum_sq] = losses.totals();
+      result.mean_loss = sum / static_cast<double>(result.n_samples);
+      result.sum_sq_loss = sum_sq;
     }
     model.flatParameters(result.delta);
     for (size_t i = 0; i < result.delta.size(); ++i) result.delta[i] -= start[i];

@@ -73,6 +73,7 @@ class ZmqCoordinator final : public CoordinatorService {
   std::map<ClientId, std::string> peer_of_client_;
   std::map<ClientId, std::string> key_of_client_;   // public key seen at first Hello
   std::set<std::string> warned_peers_;
+  std::map<std::string, double> unknown_reply_at_;
   Status fatal_;
   bool finished_ = false;
   bool run_ok_ = false;
@@ -266,9 +267,14 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
                       " before Hello",
                   now);
     }
-    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kUnknownClient,
-                                                     "send Hello first", 0}))
-        .isOk();
+    // One reply a second per connection is enough for the client to say Hello again.
+    double& last = unknown_reply_at_[env.peer];
+    if (now - last >= 1.0) {
+      last = now;
+      server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kUnknownClient,
+                                                       "send Hello first", 0}))
+          .isOk();
+    }
     return;
   }
 
@@ -354,8 +360,8 @@ Status ZmqCoordinator::run() {
   FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
   while (!finished_) {
     if (stop_.load()) {
+      // No Bye: clients keep waiting and rejoin when the coordinator comes back (--resume).
       const double now = unixNow();
-      for (const auto& [id, peer] : peer_of_client_) sendTo(id, wire::Bye{"coordinator stopping"}, now);
       recordEvent("run_interrupted", "", "stopped at round " +
                                              std::to_string(engine_->currentRound()), now);
       return unavailable("interrupted during round " + std::to_string(engine_->currentRound()));

@@ -134,8 +134,14 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
   }
   auto it = clients_.find(id);
   if (it != clients_.end()) {
+    if (it->second.connected && it->second.hello.session == hello.session) {
+      // The same client process greeting again (for example after an Error it took for a
+      // restart of ours): nothing changes, its task in flight stays valid.
+      it->second.last_seen = now;
+      return;
+    }
     if (it->second.task_token != 0) {
-      loseClient(id, "reconnected while its task was in flight", now);
+      loseClient(id, "restarted while its task was in flight", now);
     }
     it->second.hello = hello;
     it->second.connected = true;

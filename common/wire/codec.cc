@@ -117,6 +117,7 @@ void fill(schema::Hello::Builder b, const Hello& m) {
   b.setDataSize(m.data_size);
   b.setProtocolVersion(m.protocol_version);
   b.setRequestedPartition(m.requested_partition);
+  b.setSession(m.session);
 }
 
 void fill(schema::Task::Builder b, const Task& m) {
@@ -234,6 +235,7 @@ Result<Message> read(schema::Hello::Reader r) {
   m.data_size = r.getDataSize();
   m.protocol_version = r.getProtocolVersion();
   m.requested_partition = r.getRequestedPartition();
+  m.session = r.getSession();
   return Message(std::move(m));
 }
 

@@ -35,6 +35,7 @@ struct Hello {
   dataSize @6 :UInt64;
   protocolVersion @7 :UInt32;
   requestedPartition @8 :Int32 = -1;
+  session @9 :UInt64;  # random per client process start: tells a restart from a repeated Hello
 }
 
 struct HyperParams {

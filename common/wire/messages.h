@@ -34,6 +34,8 @@ struct Hello {
   uint64_t data_size = 0;  // samples the client can train on (0: uses the partition it is given)
   uint32_t protocol_version = kProtocolVersion;
   int32_t requested_partition = -1;  // -1: let the coordinator assign one
+  uint64_t session = 0;  // random per client process start; a repeated Hello keeps it, so the
+                         // coordinator can tell a restarted client from a repeated greeting
 };
 
 // Local training hyper-parameters.

@@ -338,5 +338,61 @@ deadline_s = 60
   EXPECT_EQ((*rounds)[2].completed, 1u);
 }
 
+TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
+  const std::string dir = testing::freshDir("restart");
+  ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
+  const std::string config = writeConfig(dir, R"([coordinator]
+clients_per_round = 2
+min_clients = 2
+quorum = 2
+deadline_s = 90
+)");
+  std::string endpoint;
+  std::vector<std::string> extra = {"--rounds", "3", "--set", "train.epochs=3"};
+  auto first = startCoordinator(dir, config, extra, &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << first->log();
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 1; i <= 2; ++i) {
+    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
+  }
+  ASSERT_TRUE(first->waitForLog("round   1 ok", 120)) << first->log();
+  first->kill(SIGKILL);  // a crash: no goodbye, the round in flight is lost
+  ASSERT_TRUE(first->waitFor(10).has_value());
+
+  // Same address, same database, --resume: continue after the last checkpoint.
+  std::filesystem::remove(dir + "/endpoint");
+  std::vector<std::string> again = extra;
+  again.push_back("--resume");
+  std::vector<std::string> args = {kBinary, "coordinator", "--config", config, "--bind", endpoint,
+                                   "--keys", dir + "/keys", "--db", dir + "/history.db"};
+  args.insert(args.end(), again.begin(), again.end());
+  Process second(args, dir + "/coordinator2.log");
+  auto rc = second.waitFor(180);
+  ASSERT_TRUE(rc.has_value()) << second.log();
+  ASSERT_EQ(*rc, 0) << second.log();
+  EXPECT_NE(second.log().find("resuming run"), std::string::npos) << second.log();
+  for (auto& c : clients) {
+    auto crc = c->waitFor(30);
+    ASSERT_TRUE(crc.has_value()) << c->log();
+    EXPECT_EQ(*crc, 0) << c->log();
+  }
+
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  auto runs = store->runs();
+  ASSERT_TRUE(runs.isOk());
+  ASSERT_EQ(runs->size(), 1u);  // one run, continued
+  auto rounds = store->rounds(runs->front().run_id);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 4u);
+  for (uint32_t r = 1; r <= 3; ++r) {
+    EXPECT_EQ((*rounds)[r].round, r);
+    EXPECT_EQ((*rounds)[r].status, "ok");
+    EXPECT_EQ((*rounds)[r].model_version, r);  // versions continue from the checkpoint
+    EXPECT_EQ((*rounds)[r].completed, 2u);
+  }
+  EXPECT_GT(*(*rounds)[3].test_accuracy, *(*rounds)[1].test_accuracy);
+}
+
 }  // namespace
 }  // namespace fedfleet
