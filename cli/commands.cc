@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -240,17 +241,22 @@ int runHistory(const std::string& db, const std::string& format, int64_t run) {
     std::cerr << "fedfleet history: " << store.status().toString() << "\n";
     return 1;
   }
+  auto runs = (*store)->runs();
+  if (!runs.isOk()) {
+    std::cerr << "fedfleet history: " << runs.status().toString() << "\n";
+    return 1;
+  }
+  if (runs->empty()) {
+    std::cerr << "fedfleet history: " << db << " holds no runs\n";
+    return 1;
+  }
   if (run <= 0) {
-    auto runs = (*store)->runs();
-    if (!runs.isOk()) {
-      std::cerr << "fedfleet history: " << runs.status().toString() << "\n";
-      return 1;
-    }
-    if (runs->empty()) {
-      std::cerr << "fedfleet history: " << db << " holds no runs\n";
-      return 1;
-    }
     run = runs->back().run_id;
+  } else if (std::none_of(runs->begin(), runs->end(),
+                          [run](const history::RunRecord& r) { return r.run_id == run; })) {
+    std::cerr << "fedfleet history: " << db << " has no run " << run << " (runs 1.."
+              << runs->back().run_id << ")\n";
+    return 2;
   }
   auto rounds = (*store)->rounds(run);
   if (!rounds.isOk()) {

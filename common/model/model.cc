@@ -33,8 +33,9 @@ class BuiltinModel final : public Model {
   std::string name() const override { return name_; }
 
   // PyTorch's default init for Linear and Conv2d (kaiming_uniform with a = sqrt(5), and the
-  // bias rule) is uniform in +-1/sqrt(fan_in) for weight and bias alike; drawn here from a
-  // local generator so that construction neither reads nor advances the global one.
+  // bias rule) is uniform in +-1/sqrt(fan_in) for weight and bias alike; redrawn here from a
+  // local generator so that the weights do not depend on the global one (which the module
+  // constructors draw from, under its own lock).
   void initialise(uint64_t seed) {
     torch::NoGradGuard no_grad;
     at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -233,6 +234,8 @@ void Model::flatParameters(std::vector<float>& out) {
   } catch (const c10::Error& e) {
     // Copying parameters out cannot fail in a sound process: treat it as a broken invariant.
     FEDFLEET_CHECK_MSG(false, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    FEDFLEET_CHECK_MSG(false, e.what());
   }
 }
 

@@ -62,7 +62,7 @@ class Model {
   // Number of elements in the flat buffer (layout().total).
   size_t numParameters();
   // Copies all parameters (from any device, any floating dtype) into one fp32 CPU buffer in
-  // layout order.
+  // layout order. A LibTorch failure here (device lost) is a broken invariant: it aborts.
   std::vector<float> flatParameters();
   // As flatParameters(), into `out` (resized to the total).
   void flatParameters(std::vector<float>& out);
@@ -78,8 +78,9 @@ class Model {
 std::vector<std::string> builtinModelNames();
 
 // Builds a model on the CPU. Built-in models get PyTorch's default initialisation (every weight
-// and bias uniform in +-1/sqrt(fan_in)) drawn from a generator seeded with `seed`: the same seed
-// gives the same weights, on any thread, without touching LibTorch's global generator.
+// and bias uniform in +-1/sqrt(fan_in)) drawn from a local generator seeded with `seed`: the
+// same seed gives the same weights on any thread, whatever the state of LibTorch's global
+// generator (torch::manual_seed is neither needed nor consulted). Safe to call concurrently.
 // name == "torchscript" loads `torchscript_path` with torch::jit::load (weights from the file;
 // `seed` is unused).
 // Failures: unknown name -> kInvalidArgument listing the valid names; torchscript file missing

@@ -1,6 +1,7 @@
 // End-to-end: a coordinator and client processes of the real `fedfleet` program on
 // tcp://127.0.0.1, with CURVE, writing a real SQLite history.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <fstream>
@@ -142,9 +143,12 @@ deadline_s = 120
   auto clients_rows = store->clients();
   ASSERT_TRUE(clients_rows.isOk());
   ASSERT_EQ(clients_rows->size(), 3u);
+  // Clients run with --device auto: CUDA when this LibTorch has it and a GPU is present.
+  const std::string expected_device = torch::cuda::is_available() ? "cuda" : "cpu";
   for (const auto& c : *clients_rows) {
     EXPECT_EQ(c.public_key.size(), 40u);
-    EXPECT_TRUE(c.device_kind == "cpu" || c.device_kind == "cuda");
+    EXPECT_EQ(c.device_kind, expected_device);
+    EXPECT_FALSE(c.device_name.empty());
   }
   auto cp = store->latestCheckpoint(run);
   ASSERT_TRUE(cp.isOk());
