@@ -291,9 +291,9 @@ Status ZmqClient::run() {
       last_heartbeat = now;
     }
     if (now - last_rx > options_.liveness_s && now - last_hello_ > options_.liveness_s) {
+      // A task in flight goes on: if the coordinator restarted, its upload is answered as stale.
       spdlog::info("client {}: coordinator silent for {:.1f} s, saying Hello again",
                    options_.client_id, now - last_rx);
-      abandonJob("coordinator silent");
       sayHello(now);
     }
     if (options_.exit_idle_s > 0 && now - last_rx > options_.exit_idle_s) {

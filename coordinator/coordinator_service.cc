@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_service.h"
 
+#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -9,10 +10,10 @@
 
 #include "common/data/dataset.h"
 #include "common/history/history.h"
-#include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
+#include "coordinator/background_evaluator.h"
 #include "coordinator/round_engine.h"
 
 namespace fedfleet::coordinator {
@@ -56,6 +57,7 @@ class ZmqCoordinator final : public CoordinatorService {
  private:
   void handleEnvelope(const transport::Envelope& env, double now);
   Status carryOut(double now);
+  void carryOut(Action& action, double now);
   void sendTo(const ClientId& id, const wire::Message& message, double now);
   void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
                    double now);
@@ -63,15 +65,14 @@ class ZmqCoordinator final : public CoordinatorService {
   config::Config config_;
   std::unique_ptr<transport::ServerTransport> server_;
   std::unique_ptr<history::HistoryStore> history_;
-  std::unique_ptr<model::Model> model_;
-  data::Dataset test_set_;
+  std::unique_ptr<BackgroundEvaluator> evaluator_;
   std::unique_ptr<RoundEngine> engine_;
   int64_t run_id_ = 0;
   std::atomic<bool> stop_{false};
 
   std::map<std::string, ClientId> client_of_peer_;  // routing id -> client id
   std::map<ClientId, std::string> peer_of_client_;
-  std::map<ClientId, std::string> key_of_client_;   // public key seen at first Hello
+  std::map<ClientId, std::string> key_of_client_;  // public key seen at first Hello
   std::set<std::string> warned_peers_;
   std::map<std::string, double> unknown_reply_at_;
   Status fatal_;
@@ -86,13 +87,14 @@ Status ZmqCoordinator::init(const config::Config& config) {
   const auto& cc = config_.coordinator;
 
   // Model and test set (server-side evaluation).
-  FEDFLEET_ASSIGN_OR_RETURN(model_, model::createModel(config_.model.name, config_.run.seed,
-                                                       config_.model.path));
+  at::set_num_threads(static_cast<int>(cc.threads));
+  FEDFLEET_ASSIGN_OR_RETURN(
+      auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path));
   const std::string data_dir =
       config_.data.dir.empty() ? data::defaultFashionMnistDir() : config_.data.dir;
-  FEDFLEET_ASSIGN_OR_RETURN(test_set_,
-                            data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
-  std::vector<float> params = model_->flatParameters();
+  FEDFLEET_ASSIGN_OR_RETURN(
+      auto test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
+  std::vector<float> params = model->flatParameters();
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
@@ -171,23 +173,11 @@ Status ZmqCoordinator::init(const config::Config& config) {
   eo.data.subset = config_.data.train_subset;
   eo.chunk_bytes = cc.chunk_kib * 1024;
 
-  Evaluator evaluator = [this](const std::vector<float>& p) -> std::optional<EvalOutcome> {
-    Status st = model_->setFlatParameters(p.data(), p.size());
-    if (!st.isOk()) {
-      spdlog::error("evaluation: {}", st.toString());
-      return std::nullopt;
-    }
-    auto r = model::evaluate(*model_, test_set_);
-    if (!r.isOk()) {
-      spdlog::error("evaluation: {}", r.status().toString());
-      return std::nullopt;
-    }
-    return EvalOutcome{r->loss, r->accuracy};
-  };
-  engine_ = std::make_unique<RoundEngine>(eo, std::move(params), std::move(evaluator));
-  spdlog::info("coordinator: run {} listening on {} ({}), {} rounds, {} clients a round",
-               run_id_, server_->boundEndpoint(), cc.insecure ? "PLAIN TEXT" : "CURVE",
-               config_.run.rounds, cc.clients_per_round);
+  engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
+  evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
+  spdlog::info("coordinator: run {} listening on {} ({}), {} rounds, {} clients a round", run_id_,
+               server_->boundEndpoint(), cc.insecure ? "PLAIN TEXT" : "CURVE", config_.run.rounds,
+               cc.clients_per_round);
   return Status::ok();
 }
 
@@ -223,8 +213,9 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
                 "peer " + printablePeer(env.peer) + ", " + std::to_string(env.payload.size()) +
                     " bytes: " + decoded.status().message(),
                 now);
-    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed,
-                                                     decoded.status().message(), 0}))
+    server_
+        ->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed,
+                                                  decoded.status().message(), 0}))
         .isOk();
     if (!who.empty()) engine_->onHeartbeat(who, now);
     return;
@@ -237,9 +228,9 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
       problem = "client id must be 1-128 characters of [A-Za-z0-9._@-]";
     } else if (!config_.coordinator.insecure && hello->public_key != env.user_id) {
       problem = "Hello names a public key other than the one the connection authenticated with";
-    } else if (auto k = key_of_client_.find(hello->client_id);
-               !config_.coordinator.insecure && k != key_of_client_.end() &&
-               k->second != env.user_id) {
+    } else if (auto k = key_of_client_.find(hello->client_id); !config_.coordinator.insecure &&
+                                                               k != key_of_client_.end() &&
+                                                               k->second != env.user_id) {
       problem = "client id '" + hello->client_id + "' belongs to another key";
     }
     if (!problem.empty()) {
@@ -249,7 +240,8 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
       return;
     }
     const ClientId& id = hello->client_id;
-    if (auto old = peer_of_client_.find(id); old != peer_of_client_.end() && old->second != env.peer) {
+    if (auto old = peer_of_client_.find(id);
+        old != peer_of_client_.end() && old->second != env.peer) {
       client_of_peer_.erase(old->second);
     }
     client_of_peer_[env.peer] = id;
@@ -271,8 +263,9 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
     double& last = unknown_reply_at_[env.peer];
     if (now - last >= 1.0) {
       last = now;
-      server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kUnknownClient,
-                                                       "send Hello first", 0}))
+      server_
+          ->send(env.peer,
+                 wire::encode(wire::Error{wire::ErrorCode::kUnknownClient, "send Hello first", 0}))
           .isOk();
     }
     return;
@@ -305,54 +298,64 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
 }
 
 Status ZmqCoordinator::carryOut(double now) {
-  for (auto& action : engine_->takeActions()) {
-    std::visit(
-        [&](auto& a) {
-          using T = std::decay_t<decltype(a)>;
-          if constexpr (std::is_same_v<T, SendTask>) {
-            sendTo(a.client, a.task, now);
-          } else if constexpr (std::is_same_v<T, SendCancel>) {
-            sendTo(a.client, a.cancel, now);
-          } else if constexpr (std::is_same_v<T, SendError>) {
-            sendTo(a.client, a.error, now);
-          } else if constexpr (std::is_same_v<T, SendBye>) {
-            sendTo(a.client, wire::Bye{a.reason}, now);
-          } else if constexpr (std::is_same_v<T, UpsertClient>) {
-            Status st = history_->upsertClient(a.client);
-            if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: client");
-          } else if constexpr (std::is_same_v<T, RecordEvent>) {
-            Status st = history_->recordEvent(a.event);
-            if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
-          } else if constexpr (std::is_same_v<T, CommitRound>) {
-            const auto& r = a.round;
-            if (r.test_accuracy) {
-              spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  "
-                           "loss {:.4f}  {:.2f} s",
-                           r.round, r.status, r.completed, r.selected, r.late, r.dropped,
-                           100 * *r.test_accuracy, r.test_loss.value_or(NAN),
-                           r.end_time - r.start_time);
-            } else {
-              spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round,
-                           r.status, r.completed, r.selected, r.late, r.dropped);
-            }
-            Status st = history_->commitRound(a.round, a.updates, a.checkpoint);
-            if (!st.isOk() && fatal_.isOk()) {
-              fatal_ = st.withContext("history: committing round " + std::to_string(r.round) +
-                                      " (the round is lost from the database; the run stops)");
-            }
-            if (st.isOk() && a.checkpoint && config_.coordinator.keep_checkpoints > 0) {
-              Status pr = history_->pruneCheckpoints(run_id_, config_.coordinator.keep_checkpoints);
-              if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
-            }
-          } else if constexpr (std::is_same_v<T, RunFinished>) {
-            finished_ = true;
-            run_ok_ = a.ok;
-            finish_message_ = a.message;
-          }
-        },
-        action);
+  // Carrying out an action can produce more (an evaluation leads to a commit): loop until done.
+  std::vector<Action> actions;
+  while (!(actions = engine_->takeActions()).empty()) {
+    for (auto& action : actions) carryOut(action, now);
   }
   return fatal_;
+}
+
+void ZmqCoordinator::carryOut(Action& action, double now) {
+  std::visit(
+      [&](auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, SendTask>) {
+          sendTo(a.client, a.task, now);
+        } else if constexpr (std::is_same_v<T, SendCancel>) {
+          sendTo(a.client, a.cancel, now);
+        } else if constexpr (std::is_same_v<T, SendError>) {
+          sendTo(a.client, a.error, now);
+        } else if constexpr (std::is_same_v<T, SendBye>) {
+          sendTo(a.client, wire::Bye{a.reason}, now);
+        } else if constexpr (std::is_same_v<T, UpsertClient>) {
+          Status st = history_->upsertClient(a.client);
+          if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: client");
+        } else if constexpr (std::is_same_v<T, RecordEvent>) {
+          Status st = history_->recordEvent(a.event);
+          if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
+        } else if constexpr (std::is_same_v<T, CommitRound>) {
+          const auto& r = a.round;
+          if (r.test_accuracy) {
+            spdlog::info(
+                "round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  "
+                "loss {:.4f}  {:.2f} s",
+                r.round, r.status, r.completed, r.selected, r.late, r.dropped,
+                100 * *r.test_accuracy, r.test_loss.value_or(NAN), r.end_time - r.start_time);
+          } else {
+            spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round, r.status,
+                         r.completed, r.selected, r.late, r.dropped);
+          }
+          Status st = history_->commitRound(a.round, a.updates, a.checkpoint);
+          if (!st.isOk() && fatal_.isOk()) {
+            fatal_ = st.withContext("history: committing round " + std::to_string(r.round) +
+                                    " (the round is lost from the database; the run stops)");
+          }
+          if (st.isOk() && a.checkpoint && config_.coordinator.keep_checkpoints > 0) {
+            Status pr = history_->pruneCheckpoints(run_id_, config_.coordinator.keep_checkpoints);
+            if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
+          }
+        } else if constexpr (std::is_same_v<T, Evaluate>) {
+          // Runs beside the loop; the next round's tasks went out before (they come first in
+          // the action list). The result comes back through takeResults() in run().
+          evaluator_->submit(a.round, a.params);
+        } else if constexpr (std::is_same_v<T, RunFinished>) {
+          finished_ = true;
+          run_ok_ = a.ok;
+          finish_message_ = a.message;
+        }
+      },
+      action);
 }
 
 Status ZmqCoordinator::run() {
@@ -362,23 +365,25 @@ Status ZmqCoordinator::run() {
     if (stop_.load()) {
       // No Bye: clients keep waiting and rejoin when the coordinator comes back (--resume).
       const double now = unixNow();
-      recordEvent("run_interrupted", "", "stopped at round " +
-                                             std::to_string(engine_->currentRound()), now);
+      recordEvent("run_interrupted", "",
+                  "stopped at round " + std::to_string(engine_->currentRound()), now);
       return unavailable("interrupted during round " + std::to_string(engine_->currentRound()));
     }
     double now = unixNow();
-    int timeout_ms = 200;
+    // Poll briefly while an evaluation runs, so its result is committed promptly.
+    const double max_wait_ms = evaluator_->busy() ? 5.0 : 200.0;
+    int timeout_ms = static_cast<int>(max_wait_ms);
     if (auto wake = engine_->nextWakeup()) {
-      timeout_ms = static_cast<int>(std::clamp((*wake - now) * 1000.0 + 1, 0.0, 200.0));
+      timeout_ms = static_cast<int>(std::clamp((*wake - now) * 1000.0 + 1, 0.0, max_wait_ms));
     }
     auto got = server_->receive(timeout_ms);
     if (!got.isOk()) return got.status().withContext("coordinator socket");
     now = unixNow();
     for (const auto& rejected : server_->takeAuthEvents()) {
-      recordEvent("auth_rejected", "",
-                  "key " + rejected.public_key + " from " + rejected.peer_address + ": " +
-                      rejected.reason,
-                  now);
+      recordEvent(
+          "auth_rejected", "",
+          "key " + rejected.public_key + " from " + rejected.peer_address + ": " + rejected.reason,
+          now);
     }
     if (got->has_value()) handleEnvelope(**got, now);
     // Drain what else is queued before ticking, so a burst of chunks is handled in one go.
@@ -389,6 +394,9 @@ Status ZmqCoordinator::run() {
       handleEnvelope(**more, unixNow());
     }
     now = unixNow();
+    for (auto& result : evaluator_->takeResults()) {
+      engine_->onEvaluated(result.round, result.outcome, now);
+    }
     engine_->onTick(now);
     FEDFLEET_RETURN_IF_ERROR(carryOut(now));
   }

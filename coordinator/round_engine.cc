@@ -26,11 +26,9 @@ uint64_t taskSeed(uint64_t seed, uint32_t round, uint32_t partition) {
 
 }  // namespace
 
-RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_params,
-                         Evaluator evaluator)
+RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_params)
     : options_(std::move(options)),
       params_(std::move(initial_params)),
-      evaluator_(std::move(evaluator)),
       rng_(options_.seed),
       token_rng_(options_.seed ^ 0x5deece66dull),
       version_(options_.model_version) {
@@ -85,13 +83,8 @@ void RoundEngine::start(double now) {
     c.round.end_time = now;
     c.round.status = "initial";
     c.round.model_version = version_;
-    if (evaluator_) {
-      if (auto e = evaluator_(params_)) {
-        c.round.test_loss = e->loss;
-        c.round.test_accuracy = e->accuracy;
-      }
-    }
-    emit(std::move(c));
+    awaiting_eval_.emplace(0, std::move(c));
+    emit(Evaluate{0, std::make_shared<const std::vector<float>>(params_)});
   }
   phase_ = Phase::kWaiting;
   wait_since_ = now;
@@ -290,8 +283,7 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   return nullptr;
 }
 
-void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string& why,
-                               double now) {
+void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now) {
   p.state = UpdateState::kRejected;
   p.buffer.clear();
   p.buffer.shrink_to_fit();
@@ -340,8 +332,8 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   p->last_chunk = chunk.last;
 }
 
-void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary,
-                            uint64_t frame_bytes, double now) {
+void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
+                            double now) {
   onHeartbeat(id, now);
   Participant* p = participantFor(id, summary.task_token, now);
   if (!p) return;
@@ -456,10 +448,17 @@ void RoundEngine::finishRound(double now) {
         ++r.completed;
         loss_sum += p.weight * p.summary.mean_loss;
         break;
-      case UpdateState::kLate: ++r.late; break;
-      case UpdateState::kDropped: ++r.dropped; break;
-      case UpdateState::kRejected: ++r.rejected; break;
-      case UpdateState::kPending: break;
+      case UpdateState::kLate:
+        ++r.late;
+        break;
+      case UpdateState::kDropped:
+        ++r.dropped;
+        break;
+      case UpdateState::kRejected:
+        ++r.rejected;
+        break;
+      case UpdateState::kPending:
+        break;
     }
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
@@ -489,12 +488,6 @@ void RoundEngine::finishRound(double now) {
     refreshModelBytes();
     r.status = "ok";
     r.train_loss = loss_sum / sum_weight_;
-    if (evaluator_) {
-      if (auto e = evaluator_(params_)) {
-        r.test_loss = e->loss;
-        r.test_accuracy = e->accuracy;
-      }
-    }
   } else {
     r.status = "failed";
     event("round_failed", "",
@@ -504,8 +497,7 @@ void RoundEngine::finishRound(double now) {
   }
   r.model_version = version_;
   const bool last = round_ >= options_.rounds;
-  if (ok && options_.checkpoint_every > 0 &&
-      (round_ % options_.checkpoint_every == 0 || last)) {
+  if (ok && options_.checkpoint_every > 0 && (round_ % options_.checkpoint_every == 0 || last)) {
     history::CheckpointRecord cp;
     cp.run_id = options_.run_id;
     cp.round = round_;
@@ -517,15 +509,41 @@ void RoundEngine::finishRound(double now) {
   sum_.clear();
   sum_.shrink_to_fit();
   participants_.clear();
-  emit(std::move(c));
 
+  // The next round goes out before this round's model is evaluated (protocol step 8).
+  const uint32_t round = round_;
   if (last) {
-    finishRun(true, "all rounds done", now);
+    last_round_done_ = true;
+    phase_ = Phase::kDraining;  // nothing new starts; the run ends after the commit
   } else {
     phase_ = Phase::kWaiting;
     wait_since_ = now;
     tryStartRound(now);
   }
+  if (ok) {
+    awaiting_eval_.emplace(round, std::move(c));
+    emit(Evaluate{round, std::make_shared<const std::vector<float>>(params_)});
+  } else {
+    commit(std::move(c), now);
+  }
+}
+
+void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
+  auto it = awaiting_eval_.find(round);
+  if (it == awaiting_eval_.end()) return;
+  CommitRound c = std::move(it->second);
+  awaiting_eval_.erase(it);
+  if (outcome) {
+    c.round.test_loss = outcome->loss;
+    c.round.test_accuracy = outcome->accuracy;
+  }
+  commit(std::move(c), now);
+}
+
+void RoundEngine::commit(CommitRound c, double now) {
+  const bool was_last = last_round_done_ && c.round.round == round_;
+  emit(std::move(c));
+  if (was_last && awaiting_eval_.empty()) finishRun(true, "all rounds done", now);
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {

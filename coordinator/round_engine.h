@@ -29,18 +29,24 @@
 //     At the deadline, participants still working are cancelled and recorded `late`; those whose
 //     connection was lost (no message for liveness_s, or Bye) are `dropped`.
 //  7. Aggregation. With at least `quorum` completed updates:
-//     x <- x + server_lr * sum_k n_k D_k / sum_k n_k, version + 1, then server-side evaluation.
-//     Otherwise the round is recorded as failed and the model is unchanged.
-//  8. Commit. One CommitRound action carries the round row, one update row per participant and
-//     (every checkpoint_every rounds, and after the last) a checkpoint. Then back to step 1 for
-//     the next round, or RunFinished after `rounds` rounds, with Bye sent to every client.
+//     x <- x + server_lr * sum_k n_k D_k / sum_k n_k, version + 1. Otherwise the round is
+//     recorded as failed and the model is unchanged.
+//  8. Next round first. The next round is selected and dispatched at once (step 1), and only
+//     then is the new model evaluated: an Evaluate action asks the driver to evaluate it and
+//     report back with onEvaluated(). Clients train while the server evaluates, instead of
+//     waiting for it.
+//  9. Commit. When the evaluation is reported (at once for a failed round), one CommitRound
+//     action carries the round row with its test metrics, one update row per participant and
+//     (every checkpoint_every rounds, and after the last) a checkpoint. After the last round's
+//     commit: Bye to every client and RunFinished.
 //
-// Round 0 is the initial model's evaluation (status "initial"), committed by start().
+// Round 0 is the initial model's evaluation (status "initial"), requested by start().
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -81,9 +87,6 @@ struct EvalOutcome {
   double loss = 0;
   double accuracy = 0;
 };
-// Evaluates flat parameters on the server's test set. Pure computation; std::nullopt if the
-// evaluation failed (the round is then committed without test metrics).
-using Evaluator = std::function<std::optional<EvalOutcome>(const std::vector<float>& params)>;
 
 // Actions the driver must carry out, in the order given.
 struct SendTask {
@@ -113,20 +116,31 @@ struct CommitRound {
   std::vector<history::UpdateRecord> updates;
   std::optional<history::CheckpointRecord> checkpoint;
 };
+// Evaluate `params` (the model after `round`) on the server's test set and report the outcome
+// with onEvaluated(round, ...); std::nullopt there when there is no test set or it failed.
+struct Evaluate {
+  uint32_t round = 0;
+  std::shared_ptr<const std::vector<float>> params;
+};
 struct RunFinished {
   bool ok = true;
   std::string message;
 };
 using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
-                            CommitRound, RunFinished>;
+                            Evaluate, CommitRound, RunFinished>;
 
 class RoundEngine {
  public:
   // `initial_params` is the flat model the run starts from (fresh or from a checkpoint).
-  RoundEngine(EngineOptions options, std::vector<float> initial_params, Evaluator evaluator);
+  RoundEngine(EngineOptions options, std::vector<float> initial_params);
 
-  // Evaluates the starting model (round 0, when first_round == 1) and starts waiting.
+  // Asks for the starting model's evaluation (round 0, when first_round == 1) and starts
+  // waiting for clients.
   void start(double now);
+
+  // The evaluation asked for by an Evaluate action: commits that round (and, after the last
+  // round, finishes the run). A round that is not waiting for its evaluation is ignored.
+  void onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now);
 
   // A client said Hello. A new id is registered and assigned a partition; a known id
   // reconnecting keeps its partition (a task it had in flight is treated as lost).
@@ -158,7 +172,14 @@ class RoundEngine {
   size_t connectedClients() const;
 
  private:
-  enum class Phase { kIdle, kWaiting, kRunning, kFinished };
+  enum class Phase {
+    kIdle,
+    kWaiting,
+    kRunning,
+    kDraining,
+    kFinished
+  };  // kDraining: last round
+      // awaits its commit
   enum class UpdateState { kPending, kCompleted, kLate, kDropped, kRejected };
 
   struct ClientState {
@@ -190,6 +211,7 @@ class RoundEngine {
   void tryStartRound(double now);
   void startRound(double now);
   void finishRound(double now);
+  void commit(CommitRound commit, double now);
   void finishRun(bool ok, const std::string& message, double now);
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
@@ -202,7 +224,6 @@ class RoundEngine {
 
   EngineOptions options_;
   std::vector<float> params_;
-  Evaluator evaluator_;
   std::mt19937_64 rng_;        // selection
   std::mt19937_64 token_rng_;  // task tokens (kept apart so selection does not depend on them)
 
@@ -215,10 +236,13 @@ class RoundEngine {
 
   std::map<ClientId, ClientState> clients_;
   std::map<uint64_t, Participant> participants_;  // by task token, current round only
-  std::set<uint64_t> finished_tokens_;             // tokens of ended tasks (stale)
-  std::set<uint64_t> answered_stale_;              // stale tokens already answered once
-  std::vector<float> sum_;                         // running sum of n_k * D_k
+  std::set<uint64_t> finished_tokens_;            // tokens of ended tasks (stale)
+  std::set<uint64_t> answered_stale_;             // stale tokens already answered once
+  std::vector<float> sum_;                        // running sum of n_k * D_k
   double sum_weight_ = 0;
+
+  std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
+  bool last_round_done_ = false;                   // finish the run after its commit
 
   std::string model_bytes_;
   wire::Sha256 model_sha_{};

@@ -33,6 +33,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.keep_checkpoints", c.coordinator.keep_checkpoints);
   f("coordinator.chunk_kib", c.coordinator.chunk_kib);
   f("coordinator.resume", c.coordinator.resume);
+  f("coordinator.threads", c.coordinator.threads);
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("data.dataset", c.data.dataset);
@@ -256,6 +257,7 @@ Status Config::validate() const {
     return bad("data.partitions", "must be at least coordinator.clients_per_round when sampling partitions");
   }
   if (!(coordinator.server_lr > 0)) return bad("coordinator.server_lr", "must be > 0");
+  if (coordinator.threads == 0) return bad("coordinator.threads", "must be at least 1");
   if (coordinator.chunk_kib == 0 || coordinator.chunk_kib > 256 * 1024) {
     return bad("coordinator.chunk_kib", "must be between 1 and 262144");
   }

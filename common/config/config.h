@@ -42,6 +42,8 @@ struct CoordinatorSection {
   uint32_t keep_checkpoints = 3;  // checkpoints kept per run
   uint32_t chunk_kib = 1024;      // upload chunk size asked of clients
   bool resume = false;            // continue the latest run of this name from its checkpoint
+  uint32_t threads = 1;           // LibTorch threads for server-side evaluation (it overlaps
+                                  // the clients' training, so one thread avoids contention)
 };
 
 struct ModelSection {

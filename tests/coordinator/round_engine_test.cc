@@ -36,16 +36,30 @@ struct Fixture {
   std::vector<Action> log;
 
   explicit Fixture(EngineOptions o, std::vector<float> params = {0, 0, 0}) : options(o) {
-    engine = std::make_unique<RoundEngine>(o, std::move(params), nullptr);
+    engine = std::make_unique<RoundEngine>(o, std::move(params));
   }
+  // Takes the actions, answering every Evaluate at once (as the real driver does) with
+  // loss = sum of the parameters and accuracy 0.5.
   std::vector<Action> take() {
-    auto a = engine->takeActions();
-    log.insert(log.end(), a.begin(), a.end());
-    return a;
+    std::vector<Action> all;
+    while (true) {
+      auto a = engine->takeActions();
+      if (a.empty()) break;
+      for (const auto& action : a) {
+        if (auto* e = std::get_if<Evaluate>(&action)) {
+          double sum = 0;
+          for (float v : *e->params) sum += v;
+          engine->onEvaluated(e->round, EvalOutcome{sum, 0.5}, 0);
+        }
+      }
+      all.insert(all.end(), a.begin(), a.end());
+    }
+    log.insert(log.end(), all.begin(), all.end());
+    return all;
   }
   // Sends `delta` in chunks of `per_chunk` values, then a summary.
-  void upload(const std::string& id, uint64_t token, const std::vector<float>& delta,
-              uint64_t n, double now, size_t per_chunk = 2) {
+  void upload(const std::string& id, uint64_t token, const std::vector<float>& delta, uint64_t n,
+              double now, size_t per_chunk = 2) {
     for (size_t off = 0; off < delta.size(); off += per_chunk) {
       size_t len = std::min(per_chunk, delta.size() - off);
       wire::Chunk c;
@@ -81,10 +95,15 @@ EngineOptions baseOptions(uint32_t k, uint32_t min_clients, uint32_t quorum) {
 
 TEST(RoundEngine, Round0IsTheInitialEvaluation) {
   EngineOptions o = baseOptions(1, 1, 1);
-  RoundEngine engine(o, {1, 2}, [](const std::vector<float>& p) {
-    return std::optional<EvalOutcome>(EvalOutcome{p[0] + p[1], 0.25});
-  });
+  RoundEngine engine(o, {1, 2});
   engine.start(100);
+  auto first = engine.takeActions();
+  EXPECT_TRUE(actionsOf<CommitRound>(first).empty());  // not before the evaluation
+  auto evals = actionsOf<Evaluate>(first);
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_EQ(evals[0].round, 0u);
+  EXPECT_EQ(*evals[0].params, (std::vector<float>{1, 2}));
+  engine.onEvaluated(0, EvalOutcome{3.0, 0.25}, 101);
   auto commits = actionsOf<CommitRound>(engine.takeActions());
   ASSERT_EQ(commits.size(), 1u);
   EXPECT_EQ(commits[0].round.round, 0u);
@@ -155,6 +174,43 @@ TEST(RoundEngine, SampleWeightedFedAvgMatchesHandComputedValues) {
   std::memcpy(sent.data(), next[2].task.model_bytes.data(), 12);
   EXPECT_EQ(sent, f.engine->params());
   EXPECT_EQ(next[2].task.model_version, 1u);
+}
+
+TEST(RoundEngine, NextRoundIsDispatchedBeforeThePreviousModelIsEvaluated) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.rounds = 2;
+  RoundEngine engine(o, {0, 0, 0});
+  engine.start(0);
+  engine.onEvaluated(0, EvalOutcome{1, 0.1}, 0);
+  engine.onHello("a", hello("a"), 0);
+  auto tasks = actionsOf<SendTask>(engine.takeActions());
+  ASSERT_EQ(tasks.size(), 1u);
+  const uint64_t token = tasks[0].task.task_token;
+  wire::Chunk c{token, 0, 0, floats({1, 2, 3}), true};
+  engine.onChunk("a", c, 12, 1);
+  wire::Summary s;
+  s.task_token = token;
+  s.n_samples = 10;
+  engine.onSummary("a", s, 8, 1);
+  auto actions = engine.takeActions();
+  // Round 2's task, then the evaluation of round 1's model; no commit yet.
+  ASSERT_GE(actions.size(), 2u);
+  size_t task_at = actions.size(), eval_at = actions.size();
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (std::holds_alternative<SendTask>(actions[i])) task_at = std::min(task_at, i);
+    if (std::holds_alternative<Evaluate>(actions[i])) eval_at = std::min(eval_at, i);
+  }
+  ASSERT_LT(task_at, actions.size());
+  ASSERT_LT(eval_at, actions.size());
+  EXPECT_LT(task_at, eval_at);
+  EXPECT_TRUE(actionsOf<CommitRound>(actions).empty());
+  EXPECT_EQ(*std::get<Evaluate>(actions[eval_at]).params, (std::vector<float>{1, 2, 3}));
+  engine.onEvaluated(1, EvalOutcome{0.7, 0.8}, 2);
+  auto commits = actionsOf<CommitRound>(engine.takeActions());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 1u);
+  EXPECT_DOUBLE_EQ(*commits[0].round.test_accuracy, 0.8);
+  EXPECT_FALSE(engine.finished());
 }
 
 TEST(RoundEngine, DeadlineMarksLateCancelsAndAggregatesTheRest) {
@@ -320,7 +376,8 @@ TEST(RoundEngine, SameSeedSameSelection) {
     o.rounds = 1;
     Fixture f(o);
     f.engine->start(0);
-    for (char ch = 'h'; ch >= 'a'; --ch) f.engine->onHello(std::string(1, ch), hello(std::string(1, ch)), 0);
+    for (char ch = 'h'; ch >= 'a'; --ch)
+      f.engine->onHello(std::string(1, ch), hello(std::string(1, ch)), 0);
     std::vector<std::string> picked;
     for (auto& t : actionsOf<SendTask>(f.take())) picked.push_back(t.client);
     return picked;
