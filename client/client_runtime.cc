@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -113,6 +114,13 @@ Result<const std::vector<uint32_t>*> ZmqClient::indicesFor(const wire::DataSpec&
     const std::string dir =
         options_.data_dir.empty() ? data::defaultFashionMnistDir() : options_.data_dir;
     FEDFLEET_ASSIGN_OR_RETURN(auto ds, data::loadFashionMnist(dir, /*train=*/true, spec.subset));
+    // Client processes on one host share one copy of the pixels (a read-only mapped file).
+    const std::string key = "fashion-mnist-train-" + std::to_string(ds.size()) + "-" +
+                            std::to_string(std::hash<std::string>{}(dir));
+    if (Status st = data::shareImages(ds, data::defaultCacheDir(), key); !st.isOk()) {
+      spdlog::warn("client {}: keeping a private copy of the training images: {}",
+                   options_.client_id, st.toString());
+    }
     train_set_ = std::move(ds);
     train_set_limit_ = spec.subset;
     partitions_.clear();
@@ -227,6 +235,7 @@ void ZmqClient::finishJob() {
   s.compute_seconds = r.compute_seconds;
   s.upload_seconds = steadyNow() - t0;
   send(s);
+  ::malloc_trim(0);  // hand the task's buffers back to the system between rounds
   spdlog::info("client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s)",
                options_.client_id, t.round, job->partition_size, r.steps, r.mean_loss,
                r.compute_seconds);

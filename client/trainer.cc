@@ -123,7 +123,7 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
     return invalidArgument("train: epochs and max_steps are both 0");
   }
   if (ds.imageBytes() == 0) return invalidArgument("train: data set has an empty image shape");
-  if (ds.images.size() < ds.size() * ds.imageBytes()) {
+  if (ds.pixelBytes() < ds.size() * ds.imageBytes()) {
     return invalidArgument("train: data set holds fewer image bytes than its labels need");
   }
   for (uint32_t i : indices) {

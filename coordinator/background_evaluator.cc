@@ -66,7 +66,8 @@ std::optional<EvalOutcome> BackgroundEvaluator::evaluate(const std::vector<float
     spdlog::error("evaluation: {}", st.toString());
     return std::nullopt;
   }
-  auto r = model::evaluate(*model_, test_set_);
+  // Batches of 250 keep the CNN's activations near 40 MB (1000 would need about 150 MB).
+  auto r = model::evaluate(*model_, test_set_, /*limit=*/0, /*batch_size=*/250);
   if (!r.isOk()) {
     spdlog::error("evaluation: {}", r.status().toString());
     return std::nullopt;

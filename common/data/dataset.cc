@@ -1,5 +1,15 @@
 #include "common/data/dataset.h"
 
+#include <optional>
+
+#include <unistd.h>
+
+#include <sys/stat.h>
+
+#include <sys/mman.h>
+
+#include <fcntl.h>
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -180,6 +190,73 @@ Result<Dataset> loadFashionMnist(const std::string& dir, bool train, size_t limi
   const std::string base = dir.empty() ? std::string(".") : dir;
   return loadIdx(base + "/" + (train ? kFashionMnistTrainImages : kFashionMnistTestImages),
                  base + "/" + (train ? kFashionMnistTrainLabels : kFashionMnistTestLabels), limit);
+}
+
+std::string defaultCacheDir() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v && *v ? std::string(v) : std::string();
+  };
+  if (auto d = env("FEDFLEET_CACHE_DIR"); !d.empty()) return d;
+  if (auto d = env("XDG_CACHE_HOME"); !d.empty()) return d + "/fedfleet";
+  if (auto d = env("HOME"); !d.empty()) return d + "/.cache/fedfleet";
+  return "/tmp/fedfleet-cache";
+}
+
+Status shareImages(Dataset& ds, const std::string& cache_dir, const std::string& key) {
+  const size_t bytes = ds.pixelBytes();
+  if (ds.shared_images || bytes == 0) return Status::ok();
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  if (ec) return ioError("cache directory " + cache_dir + ": " + ec.message());
+  std::string name;
+  for (char ch : key) name.push_back(std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_');
+  const std::string path = cache_dir + "/" + name + ".pixels";
+
+  auto sizeOf = [](const std::string& p) -> std::optional<size_t> {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return std::nullopt;
+    return static_cast<size_t>(st.st_size);
+  };
+  if (sizeOf(path) != bytes) {
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return ioError("cannot create " + tmp + ": " + std::strerror(errno));
+    size_t done = 0;
+    while (done < bytes) {
+      ssize_t n = ::write(fd, ds.images.data() + done, bytes - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const std::string why = n < 0 ? std::strerror(errno) : "short write";
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return ioError("writing " + tmp + ": " + why);
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+      const std::string why = std::strerror(errno);
+      ::unlink(tmp.c_str());
+      return ioError("publishing " + path + ": " + why);
+    }
+  }
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return ioError("cannot open " + path + ": " + std::strerror(errno));
+  void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return ioError("cannot map " + path + ": " + std::strerror(errno));
+  // A file rewritten by another writer between our size check and the map cannot change under
+  // us: writers only ever rename a complete new file over the name, the mapping keeps the old.
+  if (std::memcmp(map, ds.images.data(), bytes) != 0) {
+    ::munmap(map, bytes);
+    return corrupt(path + " does not hold the pixels of key '" + key + "' (stale cache file?)");
+  }
+  ds.shared_images = std::shared_ptr<const uint8_t>(
+      static_cast<const uint8_t*>(map), [bytes](const uint8_t* p) {
+        ::munmap(const_cast<uint8_t*>(p), bytes);
+      });
+  std::vector<uint8_t>().swap(ds.images);
+  return Status::ok();
 }
 
 }  // namespace fedfleet::data

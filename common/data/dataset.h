@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,18 @@ namespace fedfleet::data {
 // A labelled set of grey-scale images, one byte per pixel.
 struct Dataset {
   uint32_t rows = 0, cols = 0, num_classes = 10;
-  std::vector<uint8_t> images;  // size() * rows * cols bytes, row-major, sample after sample
+  std::vector<uint8_t> images;  // size() * rows * cols bytes, row-major, sample after sample;
+                                // empty when the pixels are shared (see shareImages)
   std::vector<uint8_t> labels;  // one label per sample, each < num_classes
+  std::shared_ptr<const uint8_t> shared_images;  // read-only mapping of a cache file, or null
 
   size_t size() const { return labels.size(); }
   size_t imageBytes() const { return static_cast<size_t>(rows) * cols; }
+  // All pixels, wherever they live.
+  const uint8_t* pixels() const { return shared_images ? shared_images.get() : images.data(); }
+  size_t pixelBytes() const { return shared_images ? size() * imageBytes() : images.size(); }
   // Precondition: i < size().
-  const uint8_t* image(size_t i) const { return images.data() + i * rows * cols; }
+  const uint8_t* image(size_t i) const { return pixels() + i * imageBytes(); }
 };
 
 // File names of the Fashion-MNIST package.
@@ -52,5 +58,17 @@ Result<Dataset> loadIdx(const std::string& images_path, const std::string& label
 // train-labels-idx1-ubyte.gz (60000 samples), train=false the t10k-* files (10000 samples).
 // Failures as for loadIdx.
 Result<Dataset> loadFashionMnist(const std::string& dir, bool train, size_t limit = 0);
+
+// Moves the pixels of `ds` into a file under `cache_dir` (created if needed) and maps it
+// read-only, so that every process on the host that shares the same data maps the same pages:
+// ten client processes then hold one copy of Fashion-MNIST (47 MB) instead of ten. `key` names
+// the content (the same key must mean the same pixels); the file is written once, atomically
+// (temporary file + rename), and reused when it exists with the right size. On failure (no
+// space, unwritable directory) returns the Status and leaves `ds` as it was.
+Status shareImages(Dataset& ds, const std::string& cache_dir, const std::string& key);
+
+// $FEDFLEET_CACHE_DIR, else $XDG_CACHE_HOME/fedfleet, else $HOME/.cache/fedfleet, else
+// /tmp/fedfleet-cache.
+std::string defaultCacheDir();
 
 }  // namespace fedfleet::data
