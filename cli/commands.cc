@@ -70,6 +70,16 @@ Status buildConfig(const ConfigFlags& f, const std::vector<std::string>& flag_ov
   return config.validate();
 }
 
+// A TOML string literal holding `v`.
+std::string quoteToml(const std::string& v) {
+  std::string q = "\"";
+  for (char ch : v) {
+    if (ch == '"' || ch == '\\') q.push_back('\\');
+    q.push_back(ch);
+  }
+  return q + "\"";
+}
+
 // Registers `--name VALUE` as an override of `key`.
 template <typename T>
 void addOverride(CLI::App* app, std::vector<std::string>& overrides, const std::string& flag,
@@ -78,17 +88,29 @@ void addOverride(CLI::App* app, std::vector<std::string>& overrides, const std::
       flag,
       [&overrides, key](const T& v) {
         if constexpr (std::is_same_v<T, std::string>) {
-          std::string q = "\"";
-          for (char ch : v) {
-            if (ch == '"' || ch == '\\') q.push_back('\\');
-            q.push_back(ch);
-          }
-          overrides.push_back(key + "=" + q + "\"");
+          overrides.push_back(key + "=" + quoteToml(v));
         } else {
           overrides.push_back(key + "=" + std::to_string(v));
         }
       },
       help + " (" + key + ")");
+}
+
+// --model NAME picks a built-in model; --model FILE.pt picks a TorchScript module.
+void addModelFlag(CLI::App* app, std::vector<std::string>& overrides) {
+  app->add_option_function<std::string>(
+      "--model",
+      [&overrides](const std::string& v) {
+        const bool is_file = v.size() > 3 && (v.ends_with(".pt") || v.find('/') != std::string::npos);
+        if (is_file) {
+          overrides.push_back("model.name=\"torchscript\"");
+          overrides.push_back("model.path=" + quoteToml(v));
+        } else {
+          overrides.push_back("model.name=" + quoteToml(v));
+        }
+      },
+      "Built-in model (logreg, mlp, cnn, lenet) or a TorchScript file (*.pt) (model.name, "
+      "model.path)");
 }
 
 void addFlagOverride(CLI::App* app, std::vector<std::string>& overrides, const std::string& flag,
@@ -154,6 +176,8 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides,
   o.exit_idle_s = cc.exit_idle_s;
   o.transport.endpoint = cc.coordinator;
   o.transport.routing_id = o.client_id;
+  // The client loop must keep beating while the coordinator is away: give up on a send soon.
+  o.transport.send_timeout_ms = 1000;
   o.transport.insecure = insecure_flag || config.coordinator.insecure;
   if (o.transport.insecure) {
     spdlog::warn("--insecure: this client talks to the coordinator in plain text");
@@ -283,7 +307,7 @@ int main(int argc, char** argv) {
   addOverride<std::string>(coord, coord_overrides, "--keys", "coordinator.keys_dir", "Key directory");
   addOverride<std::string>(coord, coord_overrides, "--allow", "coordinator.allow_dir", "Allowed client keys");
   addOverride<std::string>(coord, coord_overrides, "--db", "history.db", "SQLite history file");
-  addOverride<std::string>(coord, coord_overrides, "--model", "model.name", "Model");
+  addModelFlag(coord, coord_overrides);
   addOverride<std::string>(coord, coord_overrides, "--model-path", "model.path", "TorchScript file");
   addOverride<std::string>(coord, coord_overrides, "--data-dir", "data.dir", "Fashion-MNIST directory");
   addOverride<std::string>(coord, coord_overrides, "--name", "run.name", "Run name");
@@ -310,6 +334,7 @@ int main(int argc, char** argv) {
   addOverride<std::string>(cl, client_overrides, "--device", "client.device", "auto, cpu or cuda");
   addOverride<std::string>(cl, client_overrides, "--data-dir", "data.dir", "Fashion-MNIST directory");
   addOverride<std::string>(cl, client_overrides, "--model-path", "model.path", "TorchScript file");
+  addModelFlag(cl, client_overrides);
   addOverride<int64_t>(cl, client_overrides, "--threads", "client.threads", "LibTorch threads");
   addOverride<int64_t>(cl, client_overrides, "--partition", "client.partition", "Ask for this partition");
   addOverride<double>(cl, client_overrides, "--exit-idle", "client.exit_idle_s", "Exit after this much coordinator silence");

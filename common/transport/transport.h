@@ -66,6 +66,7 @@ struct ClientOptions {
   int reconnect_ivl_ms = 100;
   int reconnect_ivl_max_ms = 2000;
   int io_threads = 1;
+  int send_timeout_ms = 5000;  // send() gives up with kTimeout (no connection, queue full)
 };
 
 // A message received by the server.

@@ -117,8 +117,8 @@ Status sendFrame(zmq::socket_t& socket, const void* data, size_t size, int flags
     const int err = zmq_errno();
     if (err == EINTR) continue;
     if (err == EAGAIN) {
-      return timeoutError(std::string("send ") + what + ": queue full for " +
-                          std::to_string(kSendTimeoutMs) + " ms");
+      return timeoutError(std::string("send ") + what +
+                          ": not connected or queue full past the send timeout");
     }
     if (err == EHOSTUNREACH)
       return unavailable(std::string("send ") + what + ": peer not connected");
@@ -260,7 +260,7 @@ class ZmqClientTransport final : public ClientTransport {
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::sndhwm, kHighWaterMark);
       socket_.set(zmq::sockopt::rcvhwm, kHighWaterMark);
-      socket_.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
+      socket_.set(zmq::sockopt::sndtimeo, std::max(0, options_.send_timeout_ms));
       socket_.set(zmq::sockopt::maxmsgsize,
                   socketSizeLimit(options_.max_message_bytes, !options_.insecure));
       socket_.set(zmq::sockopt::reconnect_ivl, std::max(1, options_.reconnect_ivl_ms));

@@ -398,5 +398,43 @@ deadline_s = 90
   EXPECT_GT(*(*rounds)[3].test_accuracy, *(*rounds)[1].test_accuracy);
 }
 
+TEST(Integration, TorchScriptModuleTrainsEndToEnd) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed: cannot export a TorchScript module";
+  }
+  const std::string dir = testing::freshDir("torchscript");
+  const std::string module = dir + "/tiny.pt";
+  const std::string export_cmd = "/usr/bin/python3 " + std::string(FEDFLEET_SOURCE_DIR) +
+                                 "/examples/models/export_torchscript.py " + module +
+                                 " > " + dir + "/export.log 2>&1";
+  ASSERT_EQ(std::system(export_cmd.c_str()), 0) << "export failed, see " << dir << "/export.log";
+  ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
+  const std::string config = writeConfig(dir, R"([coordinator]
+clients_per_round = 2
+min_clients = 2
+quorum = 2
+deadline_s = 120
+)");
+  std::string endpoint;
+  auto coord = startCoordinator(dir, config, {"--rounds", "2", "--model", module}, &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto c1 = startClient(dir, config, endpoint, "client-1", {"--model", module});
+  auto c2 = startClient(dir, config, endpoint, "client-2", {"--model", module});
+  auto rc = coord->waitFor(180);
+  ASSERT_TRUE(rc.has_value()) << coord->log();
+  ASSERT_EQ(*rc, 0) << coord->log() << c1->log();
+
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  const auto runs = store->runs();
+  ASSERT_TRUE(runs.isOk());
+  EXPECT_NE(runs->front().config_json.find("torchscript"), std::string::npos);
+  auto rounds = store->rounds(runs->front().run_id);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 3u);
+  EXPECT_EQ((*rounds)[2].status, "ok");
+  EXPECT_GE(*(*rounds)[2].test_accuracy, *(*rounds)[0].test_accuracy + 0.20);
+}
+
 }  // namespace
 }  // namespace fedfleet
