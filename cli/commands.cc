@@ -1,10 +1,10 @@
 #include "cli/commands.h"
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
@@ -101,7 +101,8 @@ void addModelFlag(CLI::App* app, std::vector<std::string>& overrides) {
   app->add_option_function<std::string>(
       "--model",
       [&overrides](const std::string& v) {
-        const bool is_file = v.size() > 3 && (v.ends_with(".pt") || v.find('/') != std::string::npos);
+        const bool is_file =
+            v.size() > 3 && (v.ends_with(".pt") || v.find('/') != std::string::npos);
         if (is_file) {
           overrides.push_back("model.name=\"torchscript\"");
           overrides.push_back("model.path=" + quoteToml(v));
@@ -115,8 +116,8 @@ void addModelFlag(CLI::App* app, std::vector<std::string>& overrides) {
 
 void addFlagOverride(CLI::App* app, std::vector<std::string>& overrides, const std::string& flag,
                      const std::string& key, const std::string& help) {
-  app->add_flag_callback(flag, [&overrides, key] { overrides.push_back(key + "=true"); },
-                         help + " (" + key + ")");
+  app->add_flag_callback(
+      flag, [&overrides, key] { overrides.push_back(key + "=true"); }, help + " (" + key + ")");
 }
 
 int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrides,
@@ -128,8 +129,9 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
     return 2;
   }
   if (config.coordinator.insecure) {
-    spdlog::warn("--insecure: the coordinator accepts plain-text connections from anyone; "
-                 "traffic and models are not encrypted");
+    spdlog::warn(
+        "--insecure: the coordinator accepts plain-text connections from anyone; "
+        "traffic and models are not encrypted");
   }
   auto service = coordinator::CoordinatorService::create(config);
   if (!service.isOk()) {
@@ -155,8 +157,7 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
   return 0;
 }
 
-int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides,
-              bool insecure_flag) {
+int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, bool insecure_flag) {
   config::Config config;
   Status st = buildConfig(f, overrides, config);
   if (!st.isOk()) {
@@ -301,26 +302,36 @@ int main(int argc, char** argv) {
   // coordinator
   ConfigFlags coord_flags;
   std::vector<std::string> coord_overrides;
-  auto* coord = app.add_subcommand("coordinator", "Run a coordinator: sample clients, aggregate, record");
+  auto* coord =
+      app.add_subcommand("coordinator", "Run a coordinator: sample clients, aggregate, record");
   addConfigFlags(coord, coord_flags);
   addOverride<std::string>(coord, coord_overrides, "--bind", "coordinator.bind", "Bind address");
-  addOverride<std::string>(coord, coord_overrides, "--keys", "coordinator.keys_dir", "Key directory");
-  addOverride<std::string>(coord, coord_overrides, "--allow", "coordinator.allow_dir", "Allowed client keys");
+  addOverride<std::string>(coord, coord_overrides, "--keys", "coordinator.keys_dir",
+                           "Key directory");
+  addOverride<std::string>(coord, coord_overrides, "--allow", "coordinator.allow_dir",
+                           "Allowed client keys");
   addOverride<std::string>(coord, coord_overrides, "--db", "history.db", "SQLite history file");
   addModelFlag(coord, coord_overrides);
-  addOverride<std::string>(coord, coord_overrides, "--model-path", "model.path", "TorchScript file");
-  addOverride<std::string>(coord, coord_overrides, "--data-dir", "data.dir", "Fashion-MNIST directory");
+  addOverride<std::string>(coord, coord_overrides, "--model-path", "model.path",
+                           "TorchScript file");
+  addOverride<std::string>(coord, coord_overrides, "--data-dir", "data.dir",
+                           "Fashion-MNIST directory");
   addOverride<std::string>(coord, coord_overrides, "--name", "run.name", "Run name");
   addOverride<int64_t>(coord, coord_overrides, "--rounds", "run.rounds", "Rounds");
   addOverride<int64_t>(coord, coord_overrides, "--seed", "run.seed", "Seed");
-  addOverride<int64_t>(coord, coord_overrides, "--clients-per-round", "coordinator.clients_per_round", "K");
-  addOverride<int64_t>(coord, coord_overrides, "--min-clients", "coordinator.min_clients", "Clients needed to start");
-  addOverride<double>(coord, coord_overrides, "--deadline", "coordinator.deadline_s", "Round deadline, seconds");
-  addFlagOverride(coord, coord_overrides, "--insecure", "coordinator.insecure", "Plain text, no CURVE");
+  addOverride<int64_t>(coord, coord_overrides, "--clients-per-round",
+                       "coordinator.clients_per_round", "K");
+  addOverride<int64_t>(coord, coord_overrides, "--min-clients", "coordinator.min_clients",
+                       "Clients needed to start");
+  addOverride<double>(coord, coord_overrides, "--deadline", "coordinator.deadline_s",
+                      "Round deadline, seconds");
+  addFlagOverride(coord, coord_overrides, "--insecure", "coordinator.insecure",
+                  "Plain text, no CURVE");
   std::string endpoint_file;
   coord->add_option("--endpoint-file", endpoint_file,
                     "Write the bound endpoint (with the port actually chosen) to this file");
-  addFlagOverride(coord, coord_overrides, "--resume", "coordinator.resume", "Resume the latest run of this name");
+  addFlagOverride(coord, coord_overrides, "--resume", "coordinator.resume",
+                  "Resume the latest run of this name");
 
   // client
   ConfigFlags client_flags;
@@ -328,16 +339,21 @@ int main(int argc, char** argv) {
   bool client_insecure = false;
   auto* cl = app.add_subcommand("client", "Run a client: train the tasks a coordinator sends");
   addConfigFlags(cl, client_flags);
-  addOverride<std::string>(cl, client_overrides, "--coordinator", "client.coordinator", "Coordinator address");
-  addOverride<std::string>(cl, client_overrides, "--id", "client.id", "Client id (also its key name)");
+  addOverride<std::string>(cl, client_overrides, "--coordinator", "client.coordinator",
+                           "Coordinator address");
+  addOverride<std::string>(cl, client_overrides, "--id", "client.id",
+                           "Client id (also its key name)");
   addOverride<std::string>(cl, client_overrides, "--keys", "client.keys_dir", "Key directory");
   addOverride<std::string>(cl, client_overrides, "--device", "client.device", "auto, cpu or cuda");
-  addOverride<std::string>(cl, client_overrides, "--data-dir", "data.dir", "Fashion-MNIST directory");
+  addOverride<std::string>(cl, client_overrides, "--data-dir", "data.dir",
+                           "Fashion-MNIST directory");
   addOverride<std::string>(cl, client_overrides, "--model-path", "model.path", "TorchScript file");
   addModelFlag(cl, client_overrides);
   addOverride<int64_t>(cl, client_overrides, "--threads", "client.threads", "LibTorch threads");
-  addOverride<int64_t>(cl, client_overrides, "--partition", "client.partition", "Ask for this partition");
-  addOverride<double>(cl, client_overrides, "--exit-idle", "client.exit_idle_s", "Exit after this much coordinator silence");
+  addOverride<int64_t>(cl, client_overrides, "--partition", "client.partition",
+                       "Ask for this partition");
+  addOverride<double>(cl, client_overrides, "--exit-idle", "client.exit_idle_s",
+                      "Exit after this much coordinator silence");
   cl->add_flag("--insecure", client_insecure, "Plain text, no CURVE");
 
   // keygen

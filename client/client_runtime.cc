@@ -1,8 +1,8 @@
 #include "client/client_runtime.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -88,7 +88,8 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
 
 void ZmqClient::send(const wire::Message& m) {
   Status st = transport_->send(wire::encode(m));
-  if (!st.isOk()) spdlog::warn("client {}: send {}: {}", options_.client_id, wire::messageName(m), st.toString());
+  if (!st.isOk())
+    spdlog::warn("client {}: send {}: {}", options_.client_id, wire::messageName(m), st.toString());
 }
 
 void ZmqClient::sayHello(double now) {
@@ -134,8 +135,8 @@ Result<const std::vector<uint32_t>*> ZmqClient::indicesFor(const wire::DataSpec&
     ps.labels_per_client = spec.labels_per_client;
     ps.num_partitions = spec.num_partitions;
     ps.seed = spec.seed;
-    FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::partitionIndices(train_set_->labels,
-                                                                 train_set_->num_classes, ps));
+    FEDFLEET_ASSIGN_OR_RETURN(
+        auto parts, data::partitionIndices(train_set_->labels, train_set_->num_classes, ps));
     it = partitions_.emplace(key, std::move(parts)).first;
   }
   if (spec.index >= it->second.size()) {
@@ -152,7 +153,8 @@ void ZmqClient::train(Job& job) {
     job.partition_size = indices->size();
     auto mit = models_.find(t.model_name);
     if (mit == models_.end()) {
-      FEDFLEET_ASSIGN_OR_RETURN(auto m, model::createModel(t.model_name, 0, options_.torchscript_path));
+      FEDFLEET_ASSIGN_OR_RETURN(auto m,
+                                model::createModel(t.model_name, 0, options_.torchscript_path));
       m->to(device_);
       mit = models_.emplace(t.model_name, std::move(m)).first;
     }
@@ -192,7 +194,8 @@ void ZmqClient::startJob(wire::Task task, double now) {
 
 void ZmqClient::abandonJob(const std::string& why) {
   if (!job_) return;
-  spdlog::info("client {}: abandoning round {} task: {}", options_.client_id, job_->task.round, why);
+  spdlog::info("client {}: abandoning round {} task: {}", options_.client_id, job_->task.round,
+               why);
   job_->stop.store(true);
   job_->thread.join();
   job_.reset();

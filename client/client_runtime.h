@@ -23,14 +23,14 @@ namespace fedfleet::client {
 struct ClientRuntimeOptions {
   transport::ClientOptions transport;  // endpoint, keys, routing id
   std::string client_id;
-  std::string device = "auto";  // auto, cpu, cuda
-  std::string data_dir;         // Fashion-MNIST IDX files; empty: the Debian package's
-  std::string torchscript_path; // for tasks naming the "torchscript" model
-  uint32_t threads = 1;         // LibTorch intra-op threads
-  int32_t partition = -1;       // partition to ask for (-1: any)
+  std::string device = "auto";   // auto, cpu, cuda
+  std::string data_dir;          // Fashion-MNIST IDX files; empty: the Debian package's
+  std::string torchscript_path;  // for tasks naming the "torchscript" model
+  uint32_t threads = 1;          // LibTorch intra-op threads
+  int32_t partition = -1;        // partition to ask for (-1: any)
   double heartbeat_s = 1;
-  double liveness_s = 5;        // coordinator silence before saying Hello again
-  double exit_idle_s = 0;       // give up after this much silence (0: never)
+  double liveness_s = 5;   // coordinator silence before saying Hello again
+  double exit_idle_s = 0;  // give up after this much silence (0: never)
 };
 
 class ClientRuntime {

@@ -5,20 +5,19 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FEDFLEET_CHECK(cond)                                                            \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      std::fprintf(stderr, "fedfleet: check failed at %s:%d: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                              \
-      std::abort();                                                                     \
-    }                                                                                   \
+#define FEDFLEET_CHECK(cond)                                                                    \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "fedfleet: check failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                             \
+    }                                                                                           \
   } while (0)
 
-#define FEDFLEET_CHECK_MSG(cond, msg)                                                         \
-  do {                                                                                        \
-    if (!(cond)) {                                                                            \
+#define FEDFLEET_CHECK_MSG(cond, msg)                                                        \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       std::fprintf(stderr, "fedfleet: check failed at %s:%d: %s (%s)\n", __FILE__, __LINE__, \
-                   #cond, (msg));                                                             \
-      std::abort();                                                                           \
-    }                                                                                         \
+                   #cond, (msg));                                                            \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)

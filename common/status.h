@@ -13,16 +13,16 @@ namespace fedfleet {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // bad config value, bad flag, bad input data
-  kNotFound,           // file, key, client, run not found
-  kCorrupt,            // malformed frame, checksum mismatch, bad file format
-  kIoError,            // file system or database error (includes a full disk)
-  kTimeout,            // a wait ran out
-  kUnavailable,        // peer gone, socket closed
-  kPermissionDenied,   // key not allowed
-  kFailedPrecondition, // operation not valid in the current state (stale token, wrong round)
-  kResourceExhausted,  // size limit exceeded
-  kInternal,           // a library reported something unexpected
+  kInvalidArgument,     // bad config value, bad flag, bad input data
+  kNotFound,            // file, key, client, run not found
+  kCorrupt,             // malformed frame, checksum mismatch, bad file format
+  kIoError,             // file system or database error (includes a full disk)
+  kTimeout,             // a wait ran out
+  kUnavailable,         // peer gone, socket closed
+  kPermissionDenied,    // key not allowed
+  kFailedPrecondition,  // operation not valid in the current state (stale token, wrong round)
+  kResourceExhausted,   // size limit exceeded
+  kInternal,            // a library reported something unexpected
 };
 
 const char* statusCodeName(StatusCode code);
@@ -49,13 +49,17 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status invalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status notFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status corrupt(std::string m) { return {StatusCode::kCorrupt, std::move(m)}; }
 inline Status ioError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
 inline Status timeoutError(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status permissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status permissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
 inline Status failedPrecondition(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
@@ -68,7 +72,7 @@ inline Status internalError(std::string m) { return {StatusCode::kInternal, std:
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool isOk() const { return std::holds_alternative<T>(v_); }
@@ -93,10 +97,10 @@ class [[nodiscard]] Result {
 }  // namespace fedfleet
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define FEDFLEET_RETURN_IF_ERROR(expr)              \
-  do {                                              \
-    ::fedfleet::Status _st = (expr);                \
-    if (!_st.isOk()) return _st;                    \
+#define FEDFLEET_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::fedfleet::Status _st = (expr);   \
+    if (!_st.isOk()) return _st;       \
   } while (0)
 
 #define FEDFLEET_CONCAT_INNER(a, b) a##b

@@ -53,10 +53,10 @@ class BackgroundEvaluator {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> jobs_;        // GUARDED_BY(mu_)
-  std::vector<Result> done_;    // GUARDED_BY(mu_)
-  size_t running_ = 0;          // GUARDED_BY(mu_)
-  bool stop_ = false;           // GUARDED_BY(mu_)
+  std::deque<Job> jobs_;      // GUARDED_BY(mu_)
+  std::vector<Result> done_;  // GUARDED_BY(mu_)
+  size_t running_ = 0;        // GUARDED_BY(mu_)
+  bool stop_ = false;         // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -1,12 +1,12 @@
 #include "common/config/config.h"
 
+#include <toml++/toml.h>
+
 #include <cmath>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <type_traits>
-
-#include <toml++/toml.h>
 
 namespace fedfleet::config {
 namespace {
@@ -63,22 +63,34 @@ void forEachField(C& c, F&& f) {
 
 template <typename T>
 const char* typeName() {
-  if constexpr (std::is_same_v<T, bool>) return "a boolean";
-  else if constexpr (std::is_same_v<T, std::string>) return "a string";
-  else if constexpr (std::is_floating_point_v<T>) return "a number";
-  else if constexpr (std::is_unsigned_v<T>) return "a non-negative integer";
-  else return "an integer";
+  if constexpr (std::is_same_v<T, bool>)
+    return "a boolean";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return "a string";
+  else if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else if constexpr (std::is_unsigned_v<T>)
+    return "a non-negative integer";
+  else
+    return "an integer";
 }
 
 std::string nodeTypeName(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a floating-point number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    default: return "a date or time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a floating-point number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    default:
+      return "a date or time";
   }
 }
 
@@ -127,9 +139,8 @@ std::string where(const toml::node& node, const std::string& origin) {
 
 Status applyTable(Config& config, const toml::table& root, const std::string& origin) {
   std::map<std::string, std::string> sections;
-  forEachField(config, [&](const std::string& key, auto&) {
-    sections[key.substr(0, key.find('.'))] = "";
-  });
+  forEachField(config,
+               [&](const std::string& key, auto&) { sections[key.substr(0, key.find('.'))] = ""; });
   for (const auto& [section_key, section_node] : root) {
     std::string section(section_key.str());
     if (!sections.count(section)) {
@@ -223,13 +234,10 @@ uint32_t Config::quorum() const {
   return coordinator.quorum > 0 ? coordinator.quorum : (coordinator.clients_per_round + 1) / 2;
 }
 
-uint32_t Config::partitions() const {
-  return data.partitions > 0 ? data.partitions : minClients();
-}
+uint32_t Config::partitions() const { return data.partitions > 0 ? data.partitions : minClients(); }
 
 std::string Config::allowDir() const {
-  return coordinator.allow_dir.empty() ? coordinator.keys_dir + "/clients"
-                                       : coordinator.allow_dir;
+  return coordinator.allow_dir.empty() ? coordinator.keys_dir + "/clients" : coordinator.allow_dir;
 }
 
 Status Config::validate() const {
@@ -237,7 +245,8 @@ Status Config::validate() const {
     return invalidArgument("'" + key + "' " + why);
   };
   if (run.rounds == 0) return bad("run.rounds", "must be at least 1");
-  if (coordinator.clients_per_round == 0) return bad("coordinator.clients_per_round", "must be at least 1");
+  if (coordinator.clients_per_round == 0)
+    return bad("coordinator.clients_per_round", "must be at least 1");
   if (quorum() > coordinator.clients_per_round) {
     return bad("coordinator.quorum", "(" + std::to_string(quorum()) +
                                          ") must not exceed coordinator.clients_per_round (" +
@@ -250,11 +259,12 @@ Status Config::validate() const {
   if (!(coordinator.liveness_s > 0)) return bad("coordinator.liveness_s", "must be > 0");
   if (!(coordinator.wait_clients_s > 0)) return bad("coordinator.wait_clients_s", "must be > 0");
   if (coordinator.sample_from != "clients" && coordinator.sample_from != "partitions") {
-    return bad("coordinator.sample_from", "must be \"clients\" or \"partitions\", got \"" +
-                                              coordinator.sample_from + "\"");
+    return bad("coordinator.sample_from",
+               "must be \"clients\" or \"partitions\", got \"" + coordinator.sample_from + "\"");
   }
   if (coordinator.sample_from == "partitions" && partitions() < coordinator.clients_per_round) {
-    return bad("data.partitions", "must be at least coordinator.clients_per_round when sampling partitions");
+    return bad("data.partitions",
+               "must be at least coordinator.clients_per_round when sampling partitions");
   }
   if (!(coordinator.server_lr > 0)) return bad("coordinator.server_lr", "must be > 0");
   if (coordinator.threads == 0) return bad("coordinator.threads", "must be at least 1");
@@ -265,8 +275,8 @@ Status Config::validate() const {
   bool model_ok = false;
   for (const char* m : kModels) model_ok |= model.name == m;
   if (!model_ok) {
-    return bad("model.name", "must be one of logreg, mlp, cnn, lenet, torchscript; got \"" +
-                                 model.name + "\"");
+    return bad("model.name",
+               "must be one of logreg, mlp, cnn, lenet, torchscript; got \"" + model.name + "\"");
   }
   if (model.name == "torchscript" && model.path.empty()) {
     return bad("model.path", "is required when model.name = \"torchscript\"");
@@ -275,13 +285,15 @@ Status Config::validate() const {
     return bad("data.dataset", "must be \"fashion-mnist\", got \"" + data.dataset + "\"");
   }
   if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels") {
-    return bad("data.partition", "must be iid, dirichlet or labels; got \"" + data.partition + "\"");
+    return bad("data.partition",
+               "must be iid, dirichlet or labels; got \"" + data.partition + "\"");
   }
   if (!(data.alpha > 0)) return bad("data.alpha", "must be > 0");
   if (data.labels_per_client == 0 || data.labels_per_client > 10) {
     return bad("data.labels_per_client", "must be between 1 and 10");
   }
-  if (train.epochs == 0 && train.steps == 0) return bad("train.epochs", "or train.steps must be > 0");
+  if (train.epochs == 0 && train.steps == 0)
+    return bad("train.epochs", "or train.steps must be > 0");
   if (train.batch == 0) return bad("train.batch", "must be at least 1");
   if (!(train.lr > 0)) return bad("train.lr", "must be > 0");
   if (train.momentum < 0 || train.momentum >= 1) return bad("train.momentum", "must be in [0, 1)");

@@ -8,10 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -26,24 +25,24 @@ struct RunSection {
 struct CoordinatorSection {
   std::string bind = "tcp://127.0.0.1:7700";  // ROUTER bind address
   bool insecure = false;                      // plain text (no CURVE); logs a warning
-  std::string keys_dir = "keys";  // holds coordinator.key / coordinator.key_secret
-  std::string allow_dir;          // allowed client public keys (*.key); default <keys_dir>/clients
-  uint32_t min_clients = 0;       // connected clients needed to start a round; 0: clients_per_round
+  std::string keys_dir = "keys";              // holds coordinator.key / coordinator.key_secret
+  std::string allow_dir;     // allowed client public keys (*.key); default <keys_dir>/clients
+  uint32_t min_clients = 0;  // connected clients needed to start a round; 0: clients_per_round
   uint32_t clients_per_round = 2;  // K, sampled uniformly each round
-  uint32_t quorum = 0;  // completed updates needed for a round to count; 0: ceil(K / 2)
-  double deadline_s = 60;       // a round ends this long after its tasks were sent
-  double liveness_s = 6;        // a client silent this long is treated as gone
-  double wait_clients_s = 300;  // give up when min_clients are not connected for this long
+  uint32_t quorum = 0;             // completed updates needed for a round to count; 0: ceil(K / 2)
+  double deadline_s = 60;          // a round ends this long after its tasks were sent
+  double liveness_s = 6;           // a client silent this long is treated as gone
+  double wait_clients_s = 300;     // give up when min_clients are not connected for this long
   std::string sample_from = "clients";  // "clients": each client trains its own partition;
                                         // "partitions": sample K of data.partitions, any client
                                         // trains the partition named in its task
-  double server_lr = 1.0;      // eta_g
-  uint32_t checkpoint_every = 1;  // rounds between checkpoints in the history (0: never)
-  uint32_t keep_checkpoints = 3;  // checkpoints kept per run
-  uint32_t chunk_kib = 1024;      // upload chunk size asked of clients
-  bool resume = false;            // continue the latest run of this name from its checkpoint
-  uint32_t threads = 1;           // LibTorch threads for server-side evaluation (it overlaps
-                                  // the clients' training, so one thread avoids contention)
+  double server_lr = 1.0;               // eta_g
+  uint32_t checkpoint_every = 1;        // rounds between checkpoints in the history (0: never)
+  uint32_t keep_checkpoints = 3;        // checkpoints kept per run
+  uint32_t chunk_kib = 1024;            // upload chunk size asked of clients
+  bool resume = false;                  // continue the latest run of this name from its checkpoint
+  uint32_t threads = 1;                 // LibTorch threads for server-side evaluation (it overlaps
+                                        // the clients' training, so one thread avoids contention)
 };
 
 struct ModelSection {
@@ -53,13 +52,13 @@ struct ModelSection {
 
 struct DataSection {
   std::string dataset = "fashion-mnist";
-  std::string dir;                   // IDX files; default: the dataset-fashion-mnist package
+  std::string dir;                      // IDX files; default: the dataset-fashion-mnist package
   std::string partition = "dirichlet";  // iid, dirichlet, labels
-  double alpha = 0.5;                // Dirichlet concentration
-  uint32_t labels_per_client = 2;    // for partition = "labels"
-  uint32_t partitions = 0;           // number of partitions; 0: min_clients
-  uint32_t train_subset = 0;         // use the first N training samples (0: all)
-  uint32_t test_subset = 0;          // evaluate on the first N test samples (0: all 10k)
+  double alpha = 0.5;                   // Dirichlet concentration
+  uint32_t labels_per_client = 2;       // for partition = "labels"
+  uint32_t partitions = 0;              // number of partitions; 0: min_clients
+  uint32_t train_subset = 0;            // use the first N training samples (0: all)
+  uint32_t test_subset = 0;             // evaluate on the first N test samples (0: all 10k)
 };
 
 struct TrainSection {
@@ -73,7 +72,7 @@ struct TrainSection {
 
 struct ClientSection {
   std::string coordinator = "tcp://127.0.0.1:7700";  // coordinator address
-  std::string id;          // client id; default: the key name or host-pid
+  std::string id;                                    // client id; default: the key name or host-pid
   std::string keys_dir = "keys";  // holds <id>.key / <id>.key_secret and coordinator.key
   std::string device = "auto";    // auto, cpu, cuda
   uint32_t threads = 1;           // LibTorch intra-op threads

@@ -1,15 +1,9 @@
 #include "common/data/dataset.h"
 
-#include <optional>
-
-#include <unistd.h>
-
-#include <sys/stat.h>
-
-#include <sys/mman.h>
-
 #include <fcntl.h>
-
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -19,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 namespace fedfleet::data {
 namespace {
@@ -252,9 +247,8 @@ Status shareImages(Dataset& ds, const std::string& cache_dir, const std::string&
     return corrupt(path + " does not hold the pixels of key '" + key + "' (stale cache file?)");
   }
   ds.shared_images = std::shared_ptr<const uint8_t>(
-      static_cast<const uint8_t*>(map), [bytes](const uint8_t* p) {
-        ::munmap(const_cast<uint8_t*>(p), bytes);
-      });
+      static_cast<const uint8_t*>(map),
+      [bytes](const uint8_t* p) { ::munmap(const_cast<uint8_t*>(p), bytes); });
   std::vector<uint8_t>().swap(ds.images);
   return Status::ok();
 }

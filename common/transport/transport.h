@@ -47,7 +47,8 @@ struct ServerOptions {
   std::string endpoint = "tcp://127.0.0.1:7700";  // bind address
   bool insecure = false;                          // plain text; logs a warning
   KeyPair server_keys;                            // required unless insecure
-  std::string allow_dir;       // directory of allowed client public keys (*.key); required unless insecure
+  std::string
+      allow_dir;  // directory of allowed client public keys (*.key); required unless insecure
   uint64_t max_message_bytes = 512ull << 20;  // ZMQ_MAXMSGSIZE
   int heartbeat_ivl_ms = 1000;                // ZMQ_HEARTBEAT_IVL
   int heartbeat_timeout_ms = 5000;            // ZMQ_HEARTBEAT_TIMEOUT
@@ -57,9 +58,9 @@ struct ServerOptions {
 struct ClientOptions {
   std::string endpoint = "tcp://127.0.0.1:7700";  // coordinator address
   bool insecure = false;
-  KeyPair client_keys;             // required unless insecure
-  std::string server_public_key;   // required unless insecure
-  std::string routing_id;          // stable identity (the client id); empty: ZeroMQ picks one
+  KeyPair client_keys;            // required unless insecure
+  std::string server_public_key;  // required unless insecure
+  std::string routing_id;         // stable identity (the client id); empty: ZeroMQ picks one
   uint64_t max_message_bytes = 512ull << 20;
   int heartbeat_ivl_ms = 1000;
   int heartbeat_timeout_ms = 5000;

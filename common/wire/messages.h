@@ -134,7 +134,7 @@ using Message = std::variant<Hello, Task, Chunk, Summary, Cancel, Heartbeat, Bye
 const char* messageName(const Message& message);
 
 struct DecodeLimits {
-  uint64_t max_bytes = 256ull << 20;            // frames above this are refused
+  uint64_t max_bytes = 256ull << 20;             // frames above this are refused
   uint64_t traversal_limit_words = 40ull << 20;  // Cap'n Proto traversal limit (8-byte words)
   uint32_t nesting_limit = 16;
 };

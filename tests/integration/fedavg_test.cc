@@ -52,10 +52,10 @@ int keygen(const std::string& dir, const std::vector<std::string>& extra) {
 std::unique_ptr<Process> startCoordinator(const std::string& dir, const std::string& config,
                                           const std::vector<std::string>& extra,
                                           std::string* endpoint) {
-  std::vector<std::string> args = {kBinary, "coordinator", "--config", config,
-                                   "--bind", "tcp://127.0.0.1:*", "--keys", dir + "/keys",
-                                   "--db", dir + "/history.db",
-                                   "--endpoint-file", dir + "/endpoint"};
+  std::vector<std::string> args = {
+      kBinary,  "coordinator",       "--config",        config,
+      "--bind", "tcp://127.0.0.1:*", "--keys",          dir + "/keys",
+      "--db",   dir + "/history.db", "--endpoint-file", dir + "/endpoint"};
   args.insert(args.end(), extra.begin(), extra.end());
   auto p = std::make_unique<Process>(args, dir + "/coordinator.log");
   *endpoint = testing::waitForEndpoint(dir + "/endpoint", 60);
@@ -65,9 +65,9 @@ std::unique_ptr<Process> startCoordinator(const std::string& dir, const std::str
 std::unique_ptr<Process> startClient(const std::string& dir, const std::string& config,
                                      const std::string& endpoint, const std::string& id,
                                      const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = {kBinary, "client", "--config", config, "--coordinator",
-                                   endpoint, "--id", id, "--keys", dir + "/keys",
-                                   "--exit-idle", "60"};
+  std::vector<std::string> args = {kBinary,         "client",      "--config",    config,
+                                   "--coordinator", endpoint,      "--id",        id,
+                                   "--keys",        dir + "/keys", "--exit-idle", "60"};
   args.insert(args.end(), extra.begin(), extra.end());
   return std::make_unique<Process>(args, dir + "/" + id + ".log");
 }
@@ -175,8 +175,8 @@ deadline_s = 60
   Process intruder({kBinary, "client", "--config", config, "--coordinator", endpoint, "--id",
                     "intruder", "--keys", dir + "/intruder", "--exit-idle", "4"},
                    dir + "/intruder.log");
-  Process plain({kBinary, "client", "--config", config, "--coordinator", endpoint, "--id",
-                 "plain", "--insecure", "--exit-idle", "4"},
+  Process plain({kBinary, "client", "--config", config, "--coordinator", endpoint, "--id", "plain",
+                 "--insecure", "--exit-idle", "4"},
                 dir + "/plain.log");
   auto irc = intruder.waitFor(30);
   auto prc = plain.waitFor(30);
@@ -217,7 +217,8 @@ liveness_s = 3
 )");
   std::string endpoint;
   // Enough local work (8 epochs) that the victim is still training when it is killed.
-  auto coord = startCoordinator(dir, config, {"--rounds", "1", "--set", "train.epochs=8"}, &endpoint);
+  auto coord =
+      startCoordinator(dir, config, {"--rounds", "1", "--set", "train.epochs=8"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
   std::vector<std::unique_ptr<Process>> clients;
   for (int i = 1; i <= 3; ++i) {
@@ -294,7 +295,8 @@ deadline_s = 60
     return {};
   };
   // 1. Random bytes.
-  ASSERT_TRUE((*rogue)->send(std::string("\x13\x37 garbage, not a frame \xff\xfe", 28)).isOk());
+  const char kGarbage[] = "\x13\x37 garbage, not a frame \xff\xfe";
+  ASSERT_TRUE((*rogue)->send(std::string(kGarbage, sizeof kGarbage - 1)).isOk());
   EXPECT_EQ(expectError("random bytes").code, wire::ErrorCode::kMalformed);
   // 2. A truncated message.
   wire::Hello hello;
@@ -367,8 +369,9 @@ deadline_s = 90
   std::filesystem::remove(dir + "/endpoint");
   std::vector<std::string> again = extra;
   again.push_back("--resume");
-  std::vector<std::string> args = {kBinary, "coordinator", "--config", config, "--bind", endpoint,
-                                   "--keys", dir + "/keys", "--db", dir + "/history.db"};
+  std::vector<std::string> args = {kBinary,  "coordinator",      "--config", config,
+                                   "--bind", endpoint,           "--keys",   dir + "/keys",
+                                   "--db",   dir + "/history.db"};
   args.insert(args.end(), again.begin(), again.end());
   Process second(args, dir + "/coordinator2.log");
   auto rc = second.waitFor(180);
@@ -405,8 +408,8 @@ TEST(Integration, TorchScriptModuleTrainsEndToEnd) {
   const std::string dir = testing::freshDir("torchscript");
   const std::string module = dir + "/tiny.pt";
   const std::string export_cmd = "/usr/bin/python3 " + std::string(FEDFLEET_SOURCE_DIR) +
-                                 "/examples/models/export_torchscript.py " + module +
-                                 " > " + dir + "/export.log 2>&1";
+                                 "/examples/models/export_torchscript.py " + module + " > " + dir +
+                                 "/export.log 2>&1";
   ASSERT_EQ(std::system(export_cmd.c_str()), 0) << "export failed, see " << dir << "/export.log";
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
   const std::string config = writeConfig(dir, R"([coordinator]
