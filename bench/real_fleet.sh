@@ -11,7 +11,8 @@
 # Figures: median round time of each model (MLP 784-200-200-10 and the FedAvg CNN) over the
 # Python loop's best; the largest sum of PSS over all fedfleet processes (coordinator and 10
 # clients) sampled every 0.5 s during the MLP and the CNN runs;
-# CURVE-on over CURVE-off median round time (MLP). A fedfleet round time is the time between the
+# CURVE-on over CURVE-off median round time (MLP, two runs of each in the order on, off, off, on,
+# all their rounds pooled). A fedfleet round time is the time between the
 # ends of consecutive rounds, so it includes evaluation, the commit and the dispatch, as the
 # Python loop's round does.
 #
@@ -52,8 +53,9 @@ pss_sum() {  # pids... -> summed PSS in KiB
   echo "$total"
 }
 
-fleet_round() {  # model rounds secure(1|0) -> median round seconds; peak PSS (KiB) in $dir/pss
-  local model=$1 rounds=$2 secure=$3 dir="$WORK/$1-$3"
+fleet_round() {  # model rounds secure(1|0) [tag] -> median round seconds
+  # Leaves the peak PSS (KiB) in $dir/pss and every round time in $dir/rounds.
+  local model=$1 rounds=$2 secure=$3 dir="$WORK/$1-$3${4:-}"
   mkdir -p "$dir"
   "$FEDFLEET" keygen --dir "$dir/keys" --coordinator --clients 10 > /dev/null
   local sec=() ; [ "$secure" = 1 ] || sec=(--insecure)
@@ -83,7 +85,8 @@ fleet_round() {  # model rounds secure(1|0) -> median round seconds; peak PSS (K
   wait "$coord" || { echo "coordinator failed:" >&2; tail -20 "$dir/coordinator.log" >&2; return 1; }
   for p in "${pids[@]:1}"; do wait "$p" || true; done
   sqlite3 "$dir/h.db" "SELECT end_time FROM rounds WHERE round >= 1 AND status = 'ok' ORDER BY round" \
-    | awk 'NR > 1 {print $1 - prev} {prev = $1}' | median
+    | awk 'NR > 1 {print $1 - prev} {prev = $1}' > "$dir/rounds"
+  median < "$dir/rounds"
 }
 
 echo "== plain PyTorch loop (MLP $MLP_ROUNDS rounds, CNN $CNN_ROUNDS rounds)"
@@ -97,15 +100,21 @@ ff_mlp=$(fleet_round mlp "$MLP_ROUNDS" 1); pss=$(cat "$WORK/mlp-1/pss")
 echo "mlp, CURVE:      ${ff_mlp} s per round (median), peak PSS $((pss / 1024)) MiB"
 ff_mlp_plain=$(fleet_round mlp "$MLP_ROUNDS" 0)
 echo "mlp, plain text: ${ff_mlp_plain} s per round (median)"
+# CURVE against plain text once more, in the other order; the overhead is the ratio of the
+# medians of all rounds of both runs of each, so drift of the machine weighs on both sides.
+again_plain=$(fleet_round mlp "$MLP_ROUNDS" 0 b); again_curve=$(fleet_round mlp "$MLP_ROUNDS" 1 b)
+echo "mlp, again:      ${again_plain} s plain text, ${again_curve} s CURVE per round (median)"
+curve_all=$(cat "$WORK/mlp-1/rounds" "$WORK/mlp-1b/rounds" | median)
+plain_all=$(cat "$WORK/mlp-0/rounds" "$WORK/mlp-0b/rounds" | median)
 ff_cnn=$(fleet_round cnn "$CNN_ROUNDS" 1); pss_cnn=$(cat "$WORK/cnn-1/pss")
 echo "cnn, CURVE:      ${ff_cnn} s per round (median), peak PSS $((pss_cnn / 1024)) MiB"
 [ "$pss_cnn" -gt "$pss" ] && pss=$pss_cnn
 
-read -r mlp_ratio cnn_ratio curve total_pss ok < <(awk -v fm="$ff_mlp" -v fp="$ff_mlp_plain" \
+read -r mlp_ratio cnn_ratio curve total_pss ok < <(awk -v fm="$ff_mlp" -v ca="$curve_all" -v pa="$plain_all" \
   -v fc="$ff_cnn" -v m1="$py_mlp1" -v m2="$py_mlp2" -v c1="$py_cnn1" -v c2="$py_cnn2" \
   -v pss="$pss" 'BEGIN {
     mb = (m1 < m2) ? m1 : m2; cb = (c1 < c2) ? c1 : c2
-    mr = fm / mb; cr = fc / cb; co = fm / fp; pm = pss / 1024
+    mr = fm / mb; cr = fc / cb; co = ca / pa; pm = pss / 1024
     ok = (cr <= 0.5 && mr <= 0.6 && pm <= 2048 && co <= 1.05) ? 1 : 0
     printf "%.3f %.3f %.3f %.0f %d\n", mr, cr, co, pm, ok }')
 echo "goals: cnn_ratio <= 0.5, mlp_ratio <= 0.6, total_pss_mib <= 2048, curve_overhead <= 1.05"
