@@ -354,6 +354,30 @@ TEST(RoundEngine, RejectsBadUploads) {
   }
 }
 
+TEST(RoundEngine, RepeatedHelloKeepsTheTaskButARestartedClientLosesIt) {
+  Fixture f(baseOptions(1, 1, 1), {0, 0, 0});
+  f.engine->start(0);
+  wire::Hello h = hello("a");
+  h.session = 11;
+  f.engine->onHello("a", h, 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  f.engine->onHello("a", h, 1);  // the same process greets again
+  EXPECT_TRUE(actionsOf<CommitRound>(f.take()).empty());
+  h.session = 12;  // a new process under the same id: the task in flight is lost
+  f.engine->onHello("a", h, 2);
+  auto actions = f.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.dropped, 1u);
+  EXPECT_EQ(commits[0].round.status, "failed");
+  // The restarted client is idle again and gets the next round's task.
+  auto next = actionsOf<SendTask>(actions);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].task.round, 2u);
+  EXPECT_NE(next[0].task.task_token, tasks[0].task.task_token);
+}
+
 TEST(RoundEngine, UnknownTokenIsAnsweredAndRecordedOnce) {
   Fixture f(baseOptions(1, 1, 1));
   f.engine->start(0);
