@@ -40,6 +40,14 @@ lr = 0.05
   return path;
 }
 
+// The [coordinator] section of a test job; `more` adds lines to it.
+std::string coordinatorSection(int clients_per_round, int min_clients, int quorum, int deadline_s,
+                               const std::string& more = "") {
+  return "[coordinator]\nclients_per_round = " + std::to_string(clients_per_round) +
+         "\nmin_clients = " + std::to_string(min_clients) + "\nquorum = " + std::to_string(quorum) +
+         "\ndeadline_s = " + std::to_string(deadline_s) + "\n" + more + "\n";
+}
+
 int keygen(const std::string& dir, const std::vector<std::string>& extra) {
   std::vector<std::string> args = {kBinary, "keygen", "--dir", dir};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -88,12 +96,7 @@ bool hasEvent(const std::vector<history::EventRecord>& events, const std::string
 TEST(Integration, ThreeClientsThreeRoundsOfFedAvgOverCurve) {
   const std::string dir = testing::freshDir("fedavg3");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
-  const std::string config = writeConfig(dir, R"([coordinator]
-clients_per_round = 3
-min_clients = 3
-quorum = 3
-deadline_s = 120
-)");
+  const std::string config = writeConfig(dir, coordinatorSection(3, 3, 3, 120));
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "3"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
@@ -162,12 +165,7 @@ TEST(Integration, UnlistedKeyAndPlainTextClientsAreRefused) {
   // An intruder with a valid CURVE key pair that is not in the coordinator's allow-list.
   ASSERT_EQ(keygen(dir + "/intruder", {"--name", "intruder"}), 0);
   std::filesystem::copy_file(dir + "/keys/coordinator.key", dir + "/intruder/coordinator.key");
-  const std::string config = writeConfig(dir, R"([coordinator]
-clients_per_round = 1
-min_clients = 1
-quorum = 1
-deadline_s = 60
-)");
+  const std::string config = writeConfig(dir, coordinatorSection(1, 1, 1, 60));
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "1"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
@@ -208,13 +206,7 @@ deadline_s = 60
 TEST(Integration, KilledClientIsDroppedAndTheRoundCompletesWithTheOthers) {
   const std::string dir = testing::freshDir("killed");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
-  const std::string config = writeConfig(dir, R"([coordinator]
-clients_per_round = 3
-min_clients = 3
-quorum = 2
-deadline_s = 90
-liveness_s = 3
-)");
+  const std::string config = writeConfig(dir, coordinatorSection(3, 3, 2, 90, "liveness_s = 3"));
   std::string endpoint;
   // Enough local work (8 epochs) that the victim is still training when it is killed.
   auto coord =
@@ -260,12 +252,7 @@ liveness_s = 3
 TEST(Integration, MalformedFramesAreRecordedAndTheCoordinatorKeepsServing) {
   const std::string dir = testing::freshDir("malformed");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
-  const std::string config = writeConfig(dir, R"([coordinator]
-clients_per_round = 1
-min_clients = 1
-quorum = 1
-deadline_s = 60
-)");
+  const std::string config = writeConfig(dir, coordinatorSection(1, 1, 1, 60));
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "2"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
@@ -347,12 +334,7 @@ deadline_s = 60
 TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
   const std::string dir = testing::freshDir("restart");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
-  const std::string config = writeConfig(dir, R"([coordinator]
-clients_per_round = 2
-min_clients = 2
-quorum = 2
-deadline_s = 90
-)");
+  const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 90));
   std::string endpoint;
   std::vector<std::string> extra = {"--rounds", "3", "--set", "train.epochs=3"};
   auto first = startCoordinator(dir, config, extra, &endpoint);
@@ -412,12 +394,7 @@ TEST(Integration, TorchScriptModuleTrainsEndToEnd) {
                                  "/export.log 2>&1";
   ASSERT_EQ(std::system(export_cmd.c_str()), 0) << "export failed, see " << dir << "/export.log";
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
-  const std::string config = writeConfig(dir, R"([coordinator]
-clients_per_round = 2
-min_clients = 2
-quorum = 2
-deadline_s = 120
-)");
+  const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 120));
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "2", "--model", module}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
