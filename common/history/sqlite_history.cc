@@ -582,30 +582,34 @@ Status SqliteHistory::recordEvent(const EventRecord& e) {
   return st;
 }
 
-Result<std::vector<RunRecord>> SqliteHistory::runs() {
-  Query q = query(select_runs_, "runs()");
-  std::vector<RunRecord> out;
+// Steps `q` to its last row and returns readRow(q) for every row, in order.
+template <typename T, typename ReadRow>
+Result<std::vector<T>> collectRows(Query& q, ReadRow readRow) {
+  std::vector<T> out;
   while (true) {
     FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) break;
+    if (!row) return out;
+    out.push_back(readRow(q));
+  }
+}
+
+Result<std::vector<RunRecord>> SqliteHistory::runs() {
+  Query q = query(select_runs_, "runs()");
+  return collectRows<RunRecord>(q, [](Query& q) {
     RunRecord r;
     r.run_id = q.columnInt(0);
     r.name = q.columnText(1);
     r.config_json = q.columnText(2);
     r.started_at = q.columnDouble(3);
     r.seed = q.columnUint(4);
-    out.push_back(std::move(r));
-  }
-  return out;
+    return r;
+  });
 }
 
 Result<std::vector<RoundRecord>> SqliteHistory::rounds(int64_t run_id) {
   Query q = query(select_rounds_, "rounds(" + std::to_string(run_id) + ")");
   q.bindInt(run_id);
-  std::vector<RoundRecord> out;
-  while (true) {
-    FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) break;
+  return collectRows<RoundRecord>(q, [](Query& q) {
     RoundRecord r;
     r.run_id = q.columnInt(0);
     r.round = q.columnUint32(1);
@@ -623,9 +627,8 @@ Result<std::vector<RoundRecord>> SqliteHistory::rounds(int64_t run_id) {
     r.bytes_up = q.columnUint(13);
     r.bytes_down = q.columnUint(14);
     r.model_version = q.columnUint(15);
-    out.push_back(std::move(r));
-  }
-  return out;
+    return r;
+  });
 }
 
 Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
@@ -634,10 +637,7 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
   Query q = round ? query(select_round_updates_, ctx) : query(select_updates_, ctx);
   q.bindInt(run_id);
   if (round) q.bindInt(*round);
-  std::vector<UpdateRecord> out;
-  while (true) {
-    FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) break;
+  return collectRows<UpdateRecord>(q, [](Query& q) {
     UpdateRecord u;
     u.run_id = q.columnInt(0);
     u.round = q.columnUint32(1);
@@ -652,17 +652,13 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
     u.bytes_down = q.columnUint(10);
     u.weight = q.columnDouble(11);
     u.status = q.columnText(12);
-    out.push_back(std::move(u));
-  }
-  return out;
+    return u;
+  });
 }
 
 Result<std::vector<ClientRecord>> SqliteHistory::clients() {
   Query q = query(select_clients_, "clients()");
-  std::vector<ClientRecord> out;
-  while (true) {
-    FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) break;
+  return collectRows<ClientRecord>(q, [](Query& q) {
     ClientRecord c;
     c.client_id = q.columnText(0);
     c.public_key = q.columnText(1);
@@ -673,9 +669,8 @@ Result<std::vector<ClientRecord>> SqliteHistory::clients() {
     c.data_size = q.columnUint(6);
     c.first_seen = q.columnDouble(7);
     c.last_seen = q.columnDouble(8);
-    out.push_back(std::move(c));
-  }
-  return out;
+    return c;
+  });
 }
 
 Result<std::vector<EventRecord>> SqliteHistory::events(std::optional<int64_t> run_id) {
@@ -685,19 +680,15 @@ Result<std::vector<EventRecord>> SqliteHistory::events(std::optional<int64_t> ru
                                             : select_run_events_;
   Query q = query(stmt, ctx);
   if (run_id && *run_id != 0) q.bindInt(*run_id);
-  std::vector<EventRecord> out;
-  while (true) {
-    FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) break;
+  return collectRows<EventRecord>(q, [](Query& q) {
     EventRecord e;
     e.run_id = q.isNull(0) ? 0 : q.columnInt(0);
     e.time = q.columnDouble(1);
     e.kind = q.columnText(2);
     e.client_id = q.columnText(3);
     e.detail = q.columnText(4);
-    out.push_back(std::move(e));
-  }
-  return out;
+    return e;
+  });
 }
 
 Result<CheckpointRecord> SqliteHistory::latestCheckpoint(int64_t run_id) {
@@ -718,13 +709,7 @@ Result<CheckpointRecord> SqliteHistory::latestCheckpoint(int64_t run_id) {
 Result<std::vector<uint32_t>> SqliteHistory::checkpointRounds(int64_t run_id) {
   Query q = query(select_checkpoint_rounds_, "checkpointRounds(" + std::to_string(run_id) + ")");
   q.bindInt(run_id);
-  std::vector<uint32_t> out;
-  while (true) {
-    FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) break;
-    out.push_back(q.columnUint32(0));
-  }
-  return out;
+  return collectRows<uint32_t>(q, [](Query& q) { return q.columnUint32(0); });
 }
 
 Status SqliteHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last) {
