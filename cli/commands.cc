@@ -17,6 +17,7 @@
 #include "common/history/history.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
+#include "sim/fleet_simulator.h"
 
 namespace fedfleet::cli {
 namespace {
@@ -24,11 +25,13 @@ namespace {
 std::atomic<bool> g_stop{false};
 coordinator::CoordinatorService* g_coordinator = nullptr;
 client::ClientRuntime* g_client = nullptr;
+sim::FleetSimulator* g_sim = nullptr;
 
 void onSignal(int) {
   g_stop.store(true);
   if (g_coordinator) g_coordinator->stop();
   if (g_client) g_client->stop();
+  if (g_sim) g_sim->stop();
 }
 
 void installSignalHandlers() {
@@ -154,6 +157,34 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
   }
   std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
             << (*service)->runId() << ")\n";
+  return 0;
+}
+
+int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
+  config::Config config;
+  Status st = buildConfig(f, overrides, config);
+  if (!st.isOk()) {
+    std::cerr << "fedfleet sim: " << st.message() << "\n";
+    return 2;
+  }
+  auto sim = sim::FleetSimulator::create(config);
+  if (!sim.isOk()) {
+    std::cerr << "fedfleet sim: " << sim.status().toString() << "\n";
+    return sim.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  g_sim = sim->get();
+  installSignalHandlers();
+  auto summary = (*sim)->run();
+  g_sim = nullptr;
+  if (!summary.isOk()) {
+    std::cerr << "fedfleet sim: " << summary.status().toString() << "\n";
+    return 1;
+  }
+  std::cout << sim::formatSummary(*summary);
+  if (config.history.db != ":memory:") {
+    std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
+              << summary->run_id << ")\n";
+  }
   return 0;
 }
 
@@ -356,6 +387,30 @@ int main(int argc, char** argv) {
                       "Exit after this much coordinator silence");
   cl->add_flag("--insecure", client_insecure, "Plain text, no CURVE");
 
+  // sim
+  ConfigFlags sim_flags;
+  std::vector<std::string> sim_overrides;
+  auto* simc = app.add_subcommand(
+      "sim", "Simulate a fleet on this host: the coordinator's rounds over virtual clients");
+  addConfigFlags(simc, sim_flags);
+  addOverride<std::string>(simc, sim_overrides, "--db", "history.db",
+                           "SQLite history file (:memory: for none)");
+  addModelFlag(simc, sim_overrides);
+  addOverride<std::string>(simc, sim_overrides, "--data-dir", "data.dir",
+                           "Fashion-MNIST directory");
+  addOverride<std::string>(simc, sim_overrides, "--name", "run.name", "Run name");
+  addOverride<int64_t>(simc, sim_overrides, "--rounds", "run.rounds", "Rounds");
+  addOverride<int64_t>(simc, sim_overrides, "--seed", "run.seed", "Seed");
+  addOverride<int64_t>(simc, sim_overrides, "--clients", "sim.clients", "Registered clients");
+  addOverride<int64_t>(simc, sim_overrides, "--clients-per-round",
+                       "coordinator.clients_per_round", "K");
+  addOverride<std::string>(simc, sim_overrides, "--fleet", "sim.fleet",
+                           "uniform, mobile-mix or a CSV file");
+  addOverride<int64_t>(simc, sim_overrides, "--workers", "sim.workers",
+                       "Training threads (0: one per core)");
+  addOverride<std::string>(simc, sim_overrides, "--progress", "sim.progress",
+                           "auto, on or off");
+
   // keygen
   std::string key_dir = "keys";
   std::vector<std::string> key_names;
@@ -387,6 +442,10 @@ int main(int argc, char** argv) {
   if (coord->parsed()) {
     setupLogging(coord_flags.log_level);
     return runCoordinator(coord_flags, coord_overrides, endpoint_file);
+  }
+  if (simc->parsed()) {
+    setupLogging(sim_flags.log_level);
+    return runSim(sim_flags, sim_overrides);
   }
   if (cl->parsed()) {
     setupLogging(client_flags.log_level);

@@ -12,7 +12,8 @@ namespace fedfleet::client {
 namespace {
 
 // The batches of one train() call, gathered on the host (CPU) or from a device-resident copy of
-// the shard. Both produce identical values: float(v) * scale - shift.
+// the shard. Both produce identical values: float(v) * scale - shift for image bytes, the stored
+// floats for feature vectors.
 class ShardBatches {
  public:
   ShardBatches(const data::Dataset& ds, const std::vector<uint32_t>& indices,
@@ -24,15 +25,25 @@ class ShardBatches {
         builder_(ds, device) {
     if (!device_shard_) return;
     const auto m = static_cast<int64_t>(indices.size());
-    const size_t pixels = ds.imageBytes();
-    at::Tensor x = at::empty({m, 1, ds.rows, ds.cols}, at::TensorOptions().dtype(at::kByte));
-    at::Tensor y = at::empty({m}, at::TensorOptions().dtype(at::kLong));
-    uint8_t* xp = x.data_ptr<uint8_t>();
-    int64_t* yp = y.data_ptr<int64_t>();
-    for (size_t i = 0; i < indices.size(); ++i) {
-      std::copy_n(ds.image(indices[i]), pixels, xp + i * pixels);
-      yp[i] = ds.labels[indices[i]];
+    at::Tensor x;
+    if (ds.hasFeatures()) {
+      const size_t dim = ds.feature_dim;
+      x = at::empty({m, static_cast<int64_t>(dim)}, at::TensorOptions().dtype(at::kFloat));
+      float* xp = x.data_ptr<float>();
+      for (size_t i = 0; i < indices.size(); ++i) {
+        std::copy_n(ds.feature(indices[i]), dim, xp + i * dim);
+      }
+    } else {
+      const size_t pixels = ds.imageBytes();
+      x = at::empty({m, 1, ds.rows, ds.cols}, at::TensorOptions().dtype(at::kByte));
+      uint8_t* xp = x.data_ptr<uint8_t>();
+      for (size_t i = 0; i < indices.size(); ++i) {
+        std::copy_n(ds.image(indices[i]), pixels, xp + i * pixels);
+      }
     }
+    at::Tensor y = at::empty({m}, at::TensorOptions().dtype(at::kLong));
+    int64_t* yp = y.data_ptr<int64_t>();
+    for (size_t i = 0; i < indices.size(); ++i) yp[i] = ds.labels[indices[i]];
     shard_x_ = x.to(device);
     shard_y_ = y.to(device);
   }
@@ -56,8 +67,11 @@ class ShardBatches {
       return builder_.build(batch_idx_.data(), n);
     }
     const at::Tensor idx = perm_.narrow(0, static_cast<int64_t>(pos), static_cast<int64_t>(n));
-    at::Tensor x = shard_x_.index_select(0, idx).to(at::kFloat);
-    x.mul_(norm_.scale).sub_(norm_.shift);
+    at::Tensor x = shard_x_.index_select(0, idx);
+    if (!ds_.hasFeatures()) {
+      x = x.to(at::kFloat);
+      x.mul_(norm_.scale).sub_(norm_.shift);
+    }
     return {x, shard_y_.index_select(0, idx)};
   }
 
@@ -122,9 +136,8 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
   if (opts.epochs == 0 && opts.max_steps == 0) {
     return invalidArgument("train: epochs and max_steps are both 0");
   }
-  if (ds.imageBytes() == 0) return invalidArgument("train: data set has an empty image shape");
-  if (ds.pixelBytes() < ds.size() * ds.imageBytes()) {
-    return invalidArgument("train: data set holds fewer image bytes than its labels need");
+  if (Status st = data::checkSampleStorage(ds); !st.isOk()) {
+    return invalidArgument("train: " + st.message());
   }
   for (uint32_t i : indices) {
     if (i >= ds.size()) {

@@ -8,8 +8,9 @@
 // Batches: on the CPU each step gathers its samples through a lookup table straight into a
 // reused float buffer (no allocation per step). On a GPU the whole shard goes over once per call
 // as bytes, each epoch's permutation once per epoch, and each step gathers and normalises on the
-// device, so the host never waits inside an epoch. Per-sample losses stay on the device and are
-// read once at the end.
+// device, so the host never waits inside an epoch. Feature-vector data sets
+// (data::Dataset::hasFeatures()) take the same two paths with float rows copied as they are
+// (no normalisation). Per-sample losses stay on the device and are read once at the end.
 //
 // Unlike common/model/*.h, this header includes <torch/torch.h>: client code that trains speaks
 // LibTorch (torch::Device, torch::set_num_threads) and gets it from here.
@@ -66,7 +67,8 @@ class Trainer {
   // in progress, and the result holds the work done with stopped_early = true. Same inputs and
   // seed on the CPU give a bit-identical result (with the same LibTorch thread count).
   // Failures: start.size() != model's parameter count, empty indices, an index >= ds.size(),
-  // batch_size == 0, epochs == 0 with max_steps == 0, or an empty image shape ->
+  // batch_size == 0, epochs == 0 with max_steps == 0, or sample storage that does not match the
+  // labels (data::checkSampleStorage: an empty image shape, too few bytes or floats) ->
   // kInvalidArgument; a LibTorch failure (model/input mismatch, out of memory) -> kInternal.
   // Safe to call concurrently from several threads with different models.
   Result<TrainResult> train(model::Model& model, const std::vector<float>& start,

@@ -15,6 +15,7 @@
 #include "common/wire/messages.h"
 #include "coordinator/background_evaluator.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/run_setup.h"
 
 namespace fedfleet::coordinator {
 namespace {
@@ -145,34 +146,14 @@ Status ZmqCoordinator::init(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(server_, transport::createServer(so));
 
   // Engine.
-  eo.run_id = run_id_;
-  eo.rounds = config_.run.rounds;
-  eo.clients_per_round = cc.clients_per_round;
-  eo.min_clients = config_.minClients();
-  eo.quorum = config_.quorum();
-  eo.deadline_s = cc.deadline_s;
-  eo.liveness_s = cc.liveness_s;
-  eo.wait_clients_s = cc.wait_clients_s;
-  eo.sample_partitions = cc.sample_from == "partitions";
-  eo.num_partitions = config_.partitions();
-  eo.server_lr = cc.server_lr;
-  eo.checkpoint_every = cc.checkpoint_every;
-  eo.seed = config_.run.seed;
-  eo.model_name = config_.model.name;
-  eo.hparams.epochs = config_.train.epochs;
-  eo.hparams.max_steps = config_.train.steps;
-  eo.hparams.batch_size = config_.train.batch;
-  eo.hparams.lr = static_cast<float>(config_.train.lr);
-  eo.hparams.momentum = static_cast<float>(config_.train.momentum);
-  eo.hparams.weight_decay = static_cast<float>(config_.train.weight_decay);
-  eo.data.dataset = config_.data.dataset;
-  eo.data.scheme = config_.data.partition;
-  eo.data.alpha = config_.data.alpha;
-  eo.data.labels_per_client = config_.data.labels_per_client;
-  eo.data.seed = config_.run.seed;
-  eo.data.subset = config_.data.train_subset;
-  eo.chunk_bytes = cc.chunk_kib * 1024;
-
+  {
+    const EngineOptions from_config = engineOptionsFromConfig(config_, run_id_);
+    const uint32_t first_round = eo.first_round;
+    const uint64_t model_version = eo.model_version;
+    eo = from_config;
+    eo.first_round = first_round;
+    eo.model_version = model_version;
+  }
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
   spdlog::info("coordinator: run {} listening on {} ({}), {} rounds, {} clients a round", run_id_,
@@ -325,26 +306,13 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           Status st = history_->recordEvent(a.event);
           if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
         } else if constexpr (std::is_same_v<T, CommitRound>) {
-          const auto& r = a.round;
-          if (r.test_accuracy) {
-            spdlog::info(
-                "round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  "
-                "loss {:.4f}  {:.2f} s",
-                r.round, r.status, r.completed, r.selected, r.late, r.dropped,
-                100 * *r.test_accuracy, r.test_loss.value_or(NAN), r.end_time - r.start_time);
-          } else {
-            spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round, r.status,
-                         r.completed, r.selected, r.late, r.dropped);
-          }
-          Status st = history_->commitRound(a.round, a.updates, a.checkpoint);
-          if (!st.isOk() && fatal_.isOk()) {
-            fatal_ = st.withContext("history: committing round " + std::to_string(r.round) +
-                                    " (the round is lost from the database; the run stops)");
-          }
-          if (st.isOk() && a.checkpoint && config_.coordinator.keep_checkpoints > 0) {
-            Status pr = history_->pruneCheckpoints(run_id_, config_.coordinator.keep_checkpoints);
-            if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
-          }
+          // Real time is the run's clock here.
+          a.round.wall_start = a.round.start_time;
+          a.round.wall_end = a.round.end_time;
+          for (auto& u : a.updates) u.wall_compute_s = u.compute_s;
+          Status st =
+              commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
+          if (!st.isOk() && fatal_.isOk()) fatal_ = st;
         } else if constexpr (std::is_same_v<T, Evaluate>) {
           // Runs beside the loop; the next round's tasks went out before (they come first in
           // the action list). The result comes back through takeResults() in run().

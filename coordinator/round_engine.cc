@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_set>
 
 #include "common/check.h"
 #include "common/crypto/sha256.h"
@@ -110,6 +111,31 @@ int32_t RoundEngine::assignPartition(const wire::Hello& hello) {
   return static_cast<int32_t>(clients_.size() % n);  // more clients than partitions: share
 }
 
+RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire::Hello& hello,
+                                                 double now) {
+  ClientState state;
+  state.hello = hello;
+  state.partition = options_.sample_partitions ? -1 : assignPartition(hello);
+  state.connected = true;
+  state.last_seen = now;
+  auto& c = clients_.emplace(id, std::move(state)).first->second;
+  refreshIdle(id, c);
+  return c;
+}
+
+void RoundEngine::registerClient(const ClientId& id, const wire::Hello& hello, double now) {
+  if (clients_.count(id) > 0) return;
+  addClient(id, hello, now);
+}
+
+void RoundEngine::refreshIdle(const ClientId& id, const ClientState& c) {
+  if (c.connected && c.task_token == 0) {
+    idle_.insert(id);
+  } else {
+    idle_.erase(id);
+  }
+}
+
 void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
   if (phase_ == Phase::kFinished) {
     emit(SendBye{id, "run finished"});
@@ -139,14 +165,10 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
     it->second.hello = hello;
     it->second.connected = true;
     it->second.last_seen = now;
+    refreshIdle(id, it->second);
     event("client_rejoined", id, "partition " + std::to_string(it->second.partition), now);
   } else {
-    ClientState state;
-    state.hello = hello;
-    state.partition = options_.sample_partitions ? -1 : assignPartition(hello);
-    state.connected = true;
-    state.last_seen = now;
-    clients_.emplace(id, state);
+    const ClientState& state = addClient(id, hello, now);
     event("client_joined", id,
           std::string(wire::deviceKindName(hello.device_kind)) + " " + hello.device_name +
               (state.partition >= 0 ? ", partition " + std::to_string(state.partition) : ""),
@@ -180,10 +202,12 @@ void RoundEngine::onBye(const ClientId& id, double now) {
 void RoundEngine::loseClient(const ClientId& id, const std::string& why, double now) {
   auto& c = clients_.at(id);
   c.connected = false;
+  idle_.erase(id);
   if (c.task_token != 0) {
     auto pit = participants_.find(c.task_token);
     if (pit != participants_.end() && pit->second.state == UpdateState::kPending) {
       pit->second.state = UpdateState::kDropped;
+      pit->second.finished_at = now;
       pit->second.buffer.clear();
       pit->second.buffer.shrink_to_fit();
       finished_tokens_.insert(c.task_token);
@@ -196,32 +220,59 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
   maybeFinishEarly(now);
 }
 
-std::vector<ClientId> RoundEngine::idleClients() const {
+std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
+  const size_t n = idle_.size();
   std::vector<ClientId> out;
-  for (const auto& [id, c] : clients_) {
-    if (c.connected && c.task_token == 0) out.push_back(id);  // std::map: sorted by id
+  out.reserve(std::min(k, n));
+  auto ok = [&](const ClientId& id) { return !eligible_ || eligible_(id, now); };
+  // Many idle clients: draw ranks uniformly and skip repeats and ineligible ones, which is
+  // uniform sampling without replacement over the eligible clients at O(K log N). When that
+  // keeps missing (few eligible), or there are few idle clients, list them all instead.
+  if (n > 4 * k + 64) {
+    std::uniform_int_distribution<size_t> rank(0, n - 1);
+    std::unordered_set<size_t> seen;
+    size_t budget = 50 * k + 1000;
+    while (out.size() < k && budget-- > 0) {
+      const size_t r = rank(rng_);
+      if (!seen.insert(r).second) continue;
+      const ClientId& id = *idle_.find_by_order(r);
+      if (ok(id)) out.push_back(id);
+    }
+    if (out.size() == k) {
+      std::sort(out.begin(), out.end());
+      return out;
+    }
+    out.clear();
   }
+  for (const ClientId& id : idle_) {
+    if (ok(id)) out.push_back(id);
+  }
+  const size_t take = std::min(k, out.size());
+  for (size_t i = 0; i < take; ++i) {  // partial Fisher-Yates
+    std::uniform_int_distribution<size_t> pick(i, out.size() - 1);
+    std::swap(out[i], out[pick(rng_)]);
+  }
+  out.resize(take);
+  std::sort(out.begin(), out.end());
   return out;
 }
 
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
-  if (idleClients().size() >= options_.min_clients) startRound(now);
+  if (idle_.size() >= options_.min_clients) startRound(now);
 }
 
 void RoundEngine::startRound(double now) {
-  std::vector<ClientId> idle = idleClients();
-  std::shuffle(idle.begin(), idle.end(), rng_);
-  const size_t k = std::min<size_t>(options_.clients_per_round, idle.size());
-  idle.resize(k);
-  std::sort(idle.begin(), idle.end());
+  std::vector<ClientId> idle = sampleIdle(options_.clients_per_round, now);
+  if (idle.empty()) return;
+  const size_t k = idle.size();
 
   std::vector<uint32_t> partitions;
   if (options_.sample_partitions) {
     std::vector<uint32_t> all(options_.num_partitions);
     for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
     std::shuffle(all.begin(), all.end(), rng_);
-    partitions.assign(all.begin(), all.begin() + k);
+    partitions.assign(all.begin(), all.begin() + std::min<size_t>(k, all.size()));
   }
 
   ++round_;
@@ -237,7 +288,8 @@ void RoundEngine::startRound(double now) {
     auto& c = clients_.at(id);
     Participant p;
     p.client = id;
-    p.partition = options_.sample_partitions ? partitions[i] : static_cast<uint32_t>(c.partition);
+    p.partition = options_.sample_partitions ? partitions[i % partitions.size()]
+                                             : static_cast<uint32_t>(c.partition);
     p.bytes_down = model_bytes_.size();
 
     wire::Task task;
@@ -258,6 +310,7 @@ void RoundEngine::startRound(double now) {
     task.chunk_bytes = options_.chunk_bytes;
 
     c.task_token = task.task_token;
+    idle_.erase(id);
     participants_.emplace(task.task_token, std::move(p));
     emit(SendTask{id, std::move(task)});
   }
@@ -285,12 +338,16 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
 
 void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now) {
   p.state = UpdateState::kRejected;
+  p.finished_at = now;
   p.buffer.clear();
   p.buffer.shrink_to_fit();
   finished_tokens_.insert(token);
   answered_stale_.insert(token);  // the client is told here; later frames stay quiet
   auto cit = clients_.find(p.client);
-  if (cit != clients_.end() && cit->second.task_token == token) cit->second.task_token = 0;
+  if (cit != clients_.end() && cit->second.task_token == token) {
+    cit->second.task_token = 0;
+    refreshIdle(p.client, cit->second);
+  }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
   maybeFinishEarly(now);
@@ -361,8 +418,11 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   p->buffer.clear();
   p->buffer.shrink_to_fit();
   p->state = UpdateState::kCompleted;
+  p->finished_at = now;
   finished_tokens_.insert(token);
-  clients_.at(id).task_token = 0;
+  auto& client = clients_.at(id);
+  client.task_token = 0;
+  refreshIdle(id, client);
   maybeFinishEarly(now);
 }
 
@@ -388,8 +448,10 @@ void RoundEngine::onTick(double now) {
   if (phase_ == Phase::kFinished) return;
   // Liveness: a connected client silent for liveness_s is gone.
   std::vector<ClientId> lost;
-  for (const auto& [id, c] : clients_) {
-    if (c.connected && now - c.last_seen > options_.liveness_s) lost.push_back(id);
+  if (options_.liveness_s > 0) {
+    for (const auto& [id, c] : clients_) {
+      if (c.connected && now - c.last_seen > options_.liveness_s) lost.push_back(id);
+    }
   }
   for (const auto& id : lost) {
     if (phase_ == Phase::kFinished) return;
@@ -400,7 +462,7 @@ void RoundEngine::onTick(double now) {
     tryStartRound(now);
     if (phase_ == Phase::kWaiting && now - wait_since_ > options_.wait_clients_s) {
       finishRun(false,
-                "only " + std::to_string(idleClients().size()) + " of " +
+                "only " + std::to_string(idle_.size()) + " of " +
                     std::to_string(options_.min_clients) + " clients available after " +
                     std::to_string(options_.wait_clients_s) + " s",
                 now);
@@ -411,8 +473,10 @@ void RoundEngine::onTick(double now) {
 std::optional<double> RoundEngine::nextWakeup() const {
   std::optional<double> t;
   auto consider = [&t](double v) { t = t ? std::min(*t, v) : v; };
-  for (const auto& [id, c] : clients_) {
-    if (c.connected) consider(c.last_seen + options_.liveness_s);
+  if (options_.liveness_s > 0) {
+    for (const auto& [id, c] : clients_) {
+      if (c.connected) consider(c.last_seen + options_.liveness_s);
+    }
   }
   if (phase_ == Phase::kRunning) consider(round_deadline_);
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
@@ -435,9 +499,11 @@ void RoundEngine::finishRound(double now) {
       auto cit = clients_.find(p.client);
       const bool alive = cit != clients_.end() && cit->second.connected;
       p.state = alive ? UpdateState::kLate : UpdateState::kDropped;
+      p.finished_at = now;
       if (alive) {
         emit(SendCancel{p.client, wire::Cancel{token, "deadline passed"}});
         cit->second.task_token = 0;
+        refreshIdle(p.client, cit->second);
       }
       p.buffer.clear();
       p.buffer.shrink_to_fit();
@@ -476,6 +542,8 @@ void RoundEngine::finishRound(double now) {
     u.bytes_up = p.bytes_up;
     u.bytes_down = p.bytes_down;
     u.weight = p.state == UpdateState::kCompleted ? p.weight / std::max(sum_weight_, 1.0) : 0.0;
+    u.start_time = round_start_;
+    u.end_time = p.finished_at >= 0 ? p.finished_at : now;
     u.status = stateName(static_cast<int>(p.state));
     c.updates.push_back(std::move(u));
   }
@@ -548,8 +616,10 @@ void RoundEngine::commit(CommitRound c, double now) {
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
   phase_ = Phase::kFinished;
-  for (auto& [id, c] : clients_) {
-    if (c.connected) emit(SendBye{id, message});
+  if (options_.bye_on_finish) {
+    for (auto& [id, c] : clients_) {
+      if (c.connected) emit(SendBye{id, message});
+    }
   }
   event(ok ? "run_finished" : "run_failed", "", message, now);
   emit(RunFinished{ok, message});

@@ -11,7 +11,10 @@
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
 //     not happened within `wait_clients_s`, the run ends (RunFinished with ok = false).
 //  2. Selection. It samples K = min(clients_per_round, idle clients) clients uniformly without
-//     replacement (seeded; ids sorted first so the draw does not depend on arrival order). In
+//     replacement among the connected, idle and eligible ones (seeded; the draw is over ranks in
+//     the id order, so it does not depend on arrival order, and costs O(K log N) for N
+//     registered clients: a simulator with a million clients pays per round for the K it
+//     samples, not for the million). In
 //     "partitions" mode it also samples K distinct partitions and names one in each task;
 //     otherwise each client trains the partition it was assigned when it joined.
 //  3. Dispatch. Each sampled client gets a Task: the current flat model (fp32) and its SHA-256,
@@ -54,6 +57,9 @@
 #include <variant>
 #include <vector>
 
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
+
 #include "common/history/history.h"
 #include "common/wire/messages.h"
 
@@ -70,7 +76,7 @@ struct EngineOptions {
   uint32_t min_clients = 1;
   uint32_t quorum = 1;
   double deadline_s = 60;
-  double liveness_s = 6;
+  double liveness_s = 6;  // <= 0: no liveness tracking (the simulator reports losses itself)
   double wait_clients_s = 300;
   bool sample_partitions = false;
   uint32_t num_partitions = 1;
@@ -81,6 +87,8 @@ struct EngineOptions {
   wire::HyperParams hparams;  // seed is derived per task
   wire::DataSpec data;        // index is set per task
   uint32_t chunk_bytes = 1 << 20;
+  bool bye_on_finish = true;  // say Bye to every connected client when the run ends (the
+                              // simulator's virtual clients need no goodbye)
 };
 
 struct EvalOutcome {
@@ -155,6 +163,17 @@ class RoundEngine {
                  double now);
   // A client reported an error about its task (for example a model checksum mismatch).
   void onClientError(const ClientId& id, const wire::Error& error, double now);
+  // Registers a client without announcing it: no client row, no event, no round start. The
+  // simulator registers its whole fleet this way before start() and records a client's row
+  // when the client is first sampled. Same bookkeeping as onHello otherwise.
+  void registerClient(const ClientId& id, const wire::Hello& hello, double now);
+
+  // Which idle clients may be sampled at `now` (for example: online in the simulator's
+  // availability trace). Must be a pure function of its arguments, so selection stays
+  // deterministic. Unset: every connected idle client.
+  using Eligibility = std::function<bool(const ClientId& id, double now)>;
+  void setEligibility(Eligibility eligible) { eligible_ = std::move(eligible); }
+
   // Time passed: fires deadlines, liveness expiries and the wait-for-clients limit.
   void onTick(double now);
 
@@ -201,6 +220,7 @@ class RoundEngine {
     uint64_t bytes_down = 0;
     double first_chunk_at = -1;
     double last_chunk_at = -1;
+    double finished_at = -1;  // summary, rejection, cancellation or loss
     wire::Summary summary;
     double weight = 0;
   };
@@ -217,7 +237,9 @@ class RoundEngine {
   void loseClient(const ClientId& id, const std::string& why, double now);
   void maybeFinishEarly(double now);
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
-  std::vector<ClientId> idleClients() const;
+  std::vector<ClientId> sampleIdle(size_t k, double now);
+  void refreshIdle(const ClientId& id, const ClientState& c);
+  ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
   int32_t assignPartition(const wire::Hello& hello);
   void refreshModelBytes();
   uint64_t newToken();
@@ -235,6 +257,12 @@ class RoundEngine {
   double round_deadline_ = 0;
 
   std::map<ClientId, ClientState> clients_;
+  // Connected clients without a task, ordered by id, with rank lookup (find_by_order).
+  using IdleSet = __gnu_pbds::tree<ClientId, __gnu_pbds::null_type, std::less<ClientId>,
+                                   __gnu_pbds::rb_tree_tag,
+                                   __gnu_pbds::tree_order_statistics_node_update>;
+  IdleSet idle_;
+  Eligibility eligible_;
   std::map<uint64_t, Participant> participants_;  // by task token, current round only
   std::set<uint64_t> finished_tokens_;            // tokens of ended tasks (stale)
   std::set<uint64_t> answered_stale_;             // stale tokens already answered once

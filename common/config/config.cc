@@ -41,6 +41,13 @@ void forEachField(C& c, F&& f) {
   f("data.partition", c.data.partition);
   f("data.alpha", c.data.alpha);
   f("data.labels_per_client", c.data.labels_per_client);
+  f("data.shards_per_client", c.data.shards_per_client);
+  f("data.synthetic_alpha", c.data.synthetic_alpha);
+  f("data.synthetic_beta", c.data.synthetic_beta);
+  f("data.synthetic_iid", c.data.synthetic_iid);
+  f("data.synthetic_dim", c.data.synthetic_dim);
+  f("data.max_samples", c.data.max_samples);
+  f("data.eval_devices", c.data.eval_devices);
   f("data.partitions", c.data.partitions);
   f("data.train_subset", c.data.train_subset);
   f("data.test_subset", c.data.test_subset);
@@ -58,6 +65,15 @@ void forEachField(C& c, F&& f) {
   f("client.partition", c.client.partition);
   f("client.heartbeat_s", c.client.heartbeat_s);
   f("client.exit_idle_s", c.client.exit_idle_s);
+  f("sim.clients", c.sim.clients);
+  f("sim.fleet", c.sim.fleet);
+  f("sim.availability", c.sim.availability);
+  f("sim.online_hours", c.sim.online_hours);
+  f("sim.dropout", c.sim.dropout);
+  f("sim.rejoin_s", c.sim.rejoin_s);
+  f("sim.reference_gflops", c.sim.reference_gflops);
+  f("sim.workers", c.sim.workers);
+  f("sim.progress", c.sim.progress);
   f("history.db", c.history.db);
 }
 
@@ -281,12 +297,36 @@ Status Config::validate() const {
   if (model.name == "torchscript" && model.path.empty()) {
     return bad("model.path", "is required when model.name = \"torchscript\"");
   }
-  if (data.dataset != "fashion-mnist") {
-    return bad("data.dataset", "must be \"fashion-mnist\", got \"" + data.dataset + "\"");
+  if (data.dataset != "fashion-mnist" && data.dataset != "synthetic") {
+    return bad("data.dataset",
+               "must be \"fashion-mnist\" or \"synthetic\", got \"" + data.dataset + "\"");
   }
-  if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels") {
-    return bad("data.partition",
-               "must be iid, dirichlet or labels; got \"" + data.partition + "\"");
+  if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels" &&
+      data.partition != "shards" && data.partition != "quantity") {
+    return bad("data.partition", "must be iid, dirichlet, labels, shards or quantity; got \"" +
+                                     data.partition + "\"");
+  }
+  if (data.shards_per_client == 0) return bad("data.shards_per_client", "must be at least 1");
+  if (!(data.synthetic_alpha >= 0)) return bad("data.synthetic_alpha", "must be >= 0");
+  if (!(data.synthetic_beta >= 0)) return bad("data.synthetic_beta", "must be >= 0");
+  if (data.synthetic_dim == 0) return bad("data.synthetic_dim", "must be at least 1");
+  if (data.eval_devices == 0) return bad("data.eval_devices", "must be at least 1");
+  if (sim.clients == 0) return bad("sim.clients", "must be at least 1");
+  if (sim.fleet.empty()) return bad("sim.fleet", "must not be empty");
+  if (sim.availability != "always" && sim.availability != "diurnal") {
+    return bad("sim.availability",
+               "must be \"always\" or \"diurnal\", got \"" + sim.availability + "\"");
+  }
+  if (sim.online_hours < 0 || sim.online_hours > 24) {
+    return bad("sim.online_hours", "must be in [0, 24] (0: each tier's own)");
+  }
+  if (sim.dropout >= 1 || (sim.dropout < 0 && sim.dropout != -1)) {
+    return bad("sim.dropout", "must be in [0, 1), or -1 for each tier's own");
+  }
+  if (!(sim.rejoin_s >= 0)) return bad("sim.rejoin_s", "must be >= 0");
+  if (!(sim.reference_gflops > 0)) return bad("sim.reference_gflops", "must be > 0");
+  if (sim.progress != "auto" && sim.progress != "on" && sim.progress != "off") {
+    return bad("sim.progress", "must be auto, on or off; got \"" + sim.progress + "\"");
   }
   if (!(data.alpha > 0)) return bad("data.alpha", "must be > 0");
   if (data.labels_per_client == 0 || data.labels_per_client > 10) {

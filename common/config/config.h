@@ -51,11 +51,20 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string dataset = "fashion-mnist";
-  std::string dir;                      // IDX files; default: the dataset-fashion-mnist package
-  std::string partition = "dirichlet";  // iid, dirichlet, labels
-  double alpha = 0.5;                   // Dirichlet concentration
+  std::string dataset = "fashion-mnist";  // fashion-mnist, or synthetic (FedProx's
+                                          // Synthetic(alpha, beta); simulator only)
+  std::string dir;  // IDX files; default: the dataset-fashion-mnist package
+  std::string partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
+  double alpha = 0.5;                   // Dirichlet concentration (dirichlet, quantity)
   uint32_t labels_per_client = 2;       // for partition = "labels"
+  uint32_t shards_per_client = 2;       // for partition = "shards" (FedAvg: 2 of 300 samples)
+  double synthetic_alpha = 1;           // synthetic: spread of the per-device models
+  double synthetic_beta = 1;            // synthetic: spread of the per-device inputs
+  bool synthetic_iid = false;           // synthetic: FedProx's IID variant
+  uint32_t synthetic_dim = 60;          // synthetic: input dimension
+  uint64_t max_samples = 0;             // synthetic: cap on a device's samples (0: none)
+  uint32_t eval_devices = 1000;         // synthetic: the server evaluates on the test splits
+                                        // of this many devices (the first ones)
   uint32_t partitions = 0;              // number of partitions; 0: min_clients
   uint32_t train_subset = 0;            // use the first N training samples (0: all)
   uint32_t test_subset = 0;             // evaluate on the first N test samples (0: all 10k)
@@ -81,6 +90,20 @@ struct ClientSection {
   double exit_idle_s = 0;         // exit when the coordinator is silent this long (0: never)
 };
 
+// The fleet simulator (`fedfleet sim`). The run, coordinator, model, data and train sections
+// mean the same as for a real coordinator; these keys describe the simulated fleet.
+struct SimSection {
+  uint64_t clients = 1000;         // registered virtual clients (each its own data and profile)
+  std::string fleet = "uniform";   // uniform, mobile-mix, or a CSV file of tiers (docs/SIM.md)
+  std::string availability = "always";  // always, diurnal
+  double online_hours = 0;         // diurnal: hours online a day (0: each tier's own)
+  double dropout = -1;             // per-task dropout probability (-1: each tier's own)
+  double rejoin_s = 600;           // a client that dropped out is back after this long
+  double reference_gflops = 2;     // training FLOP/s (x 1e9) of a speed-1 device
+  uint32_t workers = 0;            // training threads (0: one per core)
+  std::string progress = "auto";   // auto (a bar on a terminal), on, off
+};
+
 struct HistorySection {
   std::string db = "fedfleet.db";
 };
@@ -92,6 +115,7 @@ struct Config {
   DataSection data;
   TrainSection train;
   ClientSection client;
+  SimSection sim;
   HistorySection history;
 
   // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors

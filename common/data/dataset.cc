@@ -150,6 +150,23 @@ Result<IdxFile> readIdx(const std::string& path, uint32_t magic, size_t ndims, s
 
 }  // namespace
 
+Status checkSampleStorage(const Dataset& ds) {
+  if (ds.hasFeatures()) {
+    if (ds.features.size() / ds.feature_dim < ds.size()) {
+      return invalidArgument("data set holds " + std::to_string(ds.features.size()) +
+                             " feature values, fewer than its " + std::to_string(ds.size()) +
+                             " labels need at dimension " + std::to_string(ds.feature_dim));
+    }
+    return Status::ok();
+  }
+  if (ds.imageBytes() == 0) return invalidArgument("data set has an empty image shape");
+  if (ds.pixelBytes() / ds.imageBytes() < ds.size()) {
+    return invalidArgument("data set holds fewer image bytes than its " +
+                           std::to_string(ds.size()) + " labels need");
+  }
+  return Status::ok();
+}
+
 std::string defaultFashionMnistDir() {
   const char* env = std::getenv("FEDFLEET_FASHION_MNIST_DIR");
   if (env != nullptr && env[0] != '\0') return env;

@@ -1,9 +1,11 @@
-// Labelled image data sets held in memory as bytes, and the IDX reader that fills them.
+// Labelled data sets held in memory (grey-scale images as bytes, or float feature vectors), and
+// the IDX reader that fills the image kind.
 //
-// A Dataset is plain bytes (no LibTorch types) so that partitioners, the simulator and the
+// A Dataset is plain memory (no LibTorch types) so that partitioners, the simulator and the
 // coordinator can hold and slice it without linking LibTorch; common/model/batch.h turns a set of
 // its samples into tensors. Fashion-MNIST (the default data set) comes from the Debian package
-// dataset-fashion-mnist as gzip-compressed IDX files.
+// dataset-fashion-mnist as gzip-compressed IDX files; feature-vector sets such as FedProx's
+// Synthetic(alpha, beta) come from common/data/synthetic.h.
 #pragma once
 
 #include <cstddef>
@@ -16,15 +18,23 @@
 
 namespace fedfleet::data {
 
-// A labelled set of grey-scale images, one byte per pixel.
+// A labelled set of samples of one of two kinds:
+//  - images (feature_dim == 0): grey-scale, rows x cols bytes each, normalised when batched;
+//  - feature vectors (feature_dim > 0): feature_dim floats each, already normalised and batched
+//    as they are; rows = cols = 0 and the image fields stay empty.
 struct Dataset {
   uint32_t rows = 0, cols = 0, num_classes = 10;
+  uint32_t feature_dim = 0;     // > 0: this is a feature-vector data set
+  std::vector<float> features;  // size() * feature_dim floats, sample after sample
   std::vector<uint8_t> images;  // size() * rows * cols bytes, row-major, sample after sample;
                                 // empty when the pixels are shared (see shareImages)
   std::vector<uint8_t> labels;  // one label per sample, each < num_classes
   std::shared_ptr<const uint8_t> shared_images;  // read-only mapping of a cache file, or null
 
   size_t size() const { return labels.size(); }
+  bool hasFeatures() const { return feature_dim > 0; }
+  // Precondition: hasFeatures(), i < size().
+  const float* feature(size_t i) const { return features.data() + i * feature_dim; }
   size_t imageBytes() const { return static_cast<size_t>(rows) * cols; }
   // All pixels, wherever they live.
   const uint8_t* pixels() const { return shared_images ? shared_images.get() : images.data(); }
@@ -32,6 +42,12 @@ struct Dataset {
   // Precondition: i < size().
   const uint8_t* image(size_t i) const { return pixels() + i * imageBytes(); }
 };
+
+// OK when the sample storage of `ds` matches its labels: a feature-vector set holds at least
+// size() * feature_dim floats; an image set has a non-empty rows x cols shape and at least
+// size() * rows * cols pixel bytes. kInvalidArgument saying which otherwise. Batching code
+// (common/model/batch.h) assumes this holds.
+Status checkSampleStorage(const Dataset& ds);
 
 // File names of the Fashion-MNIST package.
 inline constexpr const char* kFashionMnistTrainImages = "train-images-idx3-ubyte.gz";
@@ -64,7 +80,8 @@ Result<Dataset> loadFashionMnist(const std::string& dir, bool train, size_t limi
 // ten client processes then hold one copy of Fashion-MNIST (47 MB) instead of ten. `key` names
 // the content (the same key must mean the same pixels); the file is written once, atomically
 // (temporary file + rename), and reused when it exists with the right size. On failure (no
-// space, unwritable directory) returns the Status and leaves `ds` as it was.
+// space, unwritable directory) returns the Status and leaves `ds` as it was. A feature-vector data
+// set has no pixels: nothing is shared and the call returns OK.
 Status shareImages(Dataset& ds, const std::string& cache_dir, const std::string& key);
 
 // $FEDFLEET_CACHE_DIR, else $XDG_CACHE_HOME/fedfleet, else $HOME/.cache/fedfleet, else

@@ -167,9 +167,77 @@ Partitions partitionLabels(const std::vector<uint8_t>& labels, uint32_t num_clas
   return out;
 }
 
+Partitions partitionShards(const std::vector<uint8_t>& labels, const PartitionSpec& spec,
+                           std::mt19937_64& rng) {
+  const size_t n = labels.size();
+  std::vector<uint32_t> by_label(n);
+  for (size_t i = 0; i < n; ++i) by_label[i] = static_cast<uint32_t>(i);
+  std::stable_sort(by_label.begin(), by_label.end(),
+                   [&](uint32_t a, uint32_t b) { return labels[a] < labels[b]; });
+  const uint64_t shards = uint64_t{spec.num_partitions} * spec.shards_per_client;
+  const size_t shard_size = n / shards;
+  std::vector<uint64_t> deal(shards);
+  for (uint64_t s = 0; s < shards; ++s) deal[s] = s;
+  std::shuffle(deal.begin(), deal.end(), rng);
+  Partitions out(spec.num_partitions);
+  for (uint32_t p = 0; p < spec.num_partitions; ++p) {
+    out[p].reserve(shard_size * spec.shards_per_client);
+    for (uint32_t j = 0; j < spec.shards_per_client; ++j) {
+      const auto first =
+          by_label.begin() + deal[uint64_t{p} * spec.shards_per_client + j] * shard_size;
+      out[p].insert(out[p].end(), first, first + shard_size);
+    }
+  }
+  sortAll(out);
+  return out;
+}
+
+Result<Partitions> partitionQuantity(size_t n, const PartitionSpec& spec, std::mt19937_64& rng) {
+  const uint32_t parts = spec.num_partitions;
+  if (static_cast<uint64_t>(parts) * spec.min_samples > n) {
+    return invalidArgument("quantity partition: " + std::to_string(parts) +
+                           " partitions of at least " + std::to_string(spec.min_samples) +
+                           " samples need more than the " + std::to_string(n) +
+                           " samples available");
+  }
+  std::vector<uint32_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<size_t> cuts(parts + 1);
+  for (int draw = 0; draw < kDirichletMaxDraws; ++draw) {
+    const std::vector<double> q = sampleDirichlet(spec.alpha, parts, rng);
+    double cum = 0;
+    size_t smallest = n;
+    cuts[0] = 0;
+    for (uint32_t j = 0; j < parts; ++j) {
+      size_t end = n;
+      if (j + 1 < parts) {
+        cum += q[j];
+        end = std::clamp(static_cast<size_t>(cum * static_cast<double>(n)), cuts[j], n);
+      }
+      cuts[j + 1] = end;
+      smallest = std::min(smallest, end - cuts[j]);
+    }
+    if (smallest >= spec.min_samples) {
+      Partitions out(parts);
+      for (uint32_t j = 0; j < parts; ++j) {
+        out[j].assign(order.begin() + cuts[j], order.begin() + cuts[j + 1]);
+      }
+      sortAll(out);
+      return out;
+    }
+  }
+  return invalidArgument("quantity partition: no draw in " + std::to_string(kDirichletMaxDraws) +
+                         " gave every one of " + std::to_string(parts) + " partitions at least " +
+                         std::to_string(spec.min_samples) + " samples (alpha " +
+                         std::to_string(spec.alpha) + "); raise alpha or lower min_samples");
+}
+
 }  // namespace
 
-std::vector<std::string> partitionSchemeNames() { return {"iid", "dirichlet", "labels"}; }
+std::vector<std::string> partitionSchemeNames() {
+  return {"iid", "dirichlet", "labels", "shards", "quantity"};
+}
 
 Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<uint8_t>& labels,
                                                             uint32_t num_classes,
@@ -194,11 +262,13 @@ Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<ui
     }
     std::mt19937_64 rng(spec.seed);
     if (spec.scheme == "iid") return partitionIid(n, spec.num_partitions, rng);
-    if (spec.scheme == "dirichlet") {
+    if (spec.scheme == "dirichlet" || spec.scheme == "quantity") {
       if (!(spec.alpha > 0) || !std::isfinite(spec.alpha)) {
-        return invalidArgument("partition: dirichlet alpha must be a finite value > 0, got " +
+        return invalidArgument("partition: " + spec.scheme +
+                               " alpha must be a finite value > 0, got " +
                                std::to_string(spec.alpha));
       }
+      if (spec.scheme == "quantity") return partitionQuantity(n, spec, rng);
       return partitionDirichlet(labels, num_classes, spec, rng);
     }
     if (spec.scheme == "labels") {
@@ -209,8 +279,21 @@ Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<ui
       }
       return partitionLabels(labels, num_classes, spec, rng);
     }
-    return invalidArgument("partition: unknown scheme '" + spec.scheme +
-                           "' (valid: iid, dirichlet, labels)");
+    if (spec.scheme == "shards") {
+      if (spec.shards_per_client == 0 ||
+          uint64_t{spec.num_partitions} * spec.shards_per_client > n) {
+        return invalidArgument(
+            "partition: shards_per_client must be >= 1 with num_partitions * "
+            "shards_per_client (" +
+            std::to_string(uint64_t{spec.num_partitions} * spec.shards_per_client) + ") <= the " +
+            std::to_string(n) + " samples");
+      }
+      return partitionShards(labels, spec, rng);
+    }
+    std::string valid;
+    for (const auto& name : partitionSchemeNames()) valid += (valid.empty() ? "" : ", ") + name;
+    return invalidArgument("partition: unknown scheme '" + spec.scheme + "' (valid: " + valid +
+                           ")");
   } catch (const std::bad_alloc&) {
     return resourceExhausted("partition: out of memory");
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
-// Partitioners: how a labelled data set is split among clients (IID and the NIID-Bench label
-// skews, Li et al., ICDE 2022).
+// Partitioners: how a labelled data set is split among clients (IID, the NIID-Bench label and
+// quantity skews, Li et al., ICDE 2022, and FedAvg's pathological shards, McMahan et al., AISTATS
+// 2017).
 //
 // Every partitioner works on the label vector alone and returns sample indices, so the same code
 // splits Fashion-MNIST, a synthetic set, or a test's hand-made labels. Every random choice comes
@@ -15,12 +16,14 @@
 namespace fedfleet::data {
 
 struct PartitionSpec {
-  std::string scheme = "iid";      // "iid", "dirichlet", "labels"
-  double alpha = 0.5;              // dirichlet: concentration of Dir(alpha) per class over clients
+  std::string scheme = "iid";  // "iid", "dirichlet", "labels", "shards", "quantity"
+  double alpha =
+      0.5;  // dirichlet: Dir(alpha) per class over clients; quantity: Dir(alpha) of sizes
   uint32_t labels_per_client = 2;  // labels: the "#C=c" of NIID-Bench
+  uint32_t shards_per_client = 2;  // shards: shards per partition (FedAvg: 2)
   uint32_t num_partitions = 1;
   uint64_t seed = 0;
-  uint32_t min_samples = 10;  // dirichlet: resample until every partition has at least this many
+  uint32_t min_samples = 10;  // dirichlet, quantity: resample until every partition has this many
   // dirichlet: NIID-Bench's code also gives no share of later classes to a partition that already
   // holds more than n / num_partitions samples. Off by default (the plain rule, as
   // bench/baselines/fedavg_pytorch.py splits); on reproduces NIID-Bench exactly.
@@ -43,10 +46,24 @@ std::vector<std::string> partitionSchemeNames();
 //    partitions holding it. Samples of a class held by nobody (only when
 //    num_partitions * c < K) are left out. A partition has exactly c distinct labels whenever
 //    every class has at least as many samples as partitions holding it.
+//  - "shards" (FedAvg's pathological non-IID, s = shards_per_client): the indices sorted by
+//    label (stable: ascending index within a label) are cut into num_partitions * s shards of
+//    floor(n / (num_partitions * s)) consecutive samples; a seeded shuffle of the shard numbers
+//    deals s shards to each partition. Every partition holds exactly s * shard size samples; the
+//    last n mod (num_partitions * s) samples of the sorted order (of the highest labels) are left
+//    out. 100 partitions of 60000 samples: McMahan's 200 shards of 300, 2 a client. A partition
+//    holds at most s distinct labels when every class's count is a multiple of the shard size
+//    (each shard can straddle one label boundary otherwise).
+//  - "quantity" (quantity skew): one seeded shuffle of all indices, then q ~ Dir(alpha) over
+//    partitions, redrawn until cutting the shuffled indices at the cumulative proportions gives
+//    every partition >= min_samples (as NIID-Bench); sizes are ~ q * n, labels IID; covers all.
+//    Small alpha gives very unequal sizes, large alpha near-equal ones; many partitions at small
+//    alpha need a small min_samples (each draw must give every partition its minimum).
 // Failures (kInvalidArgument, message says which): unknown scheme; num_partitions == 0 or more
 // than the number of samples; a label >= num_classes; num_classes == 0; alpha <= 0 or not
-// finite; labels_per_client == 0 or > num_classes; dirichlet unable to give every partition
-// min_samples after 1000 draws (or num_partitions * min_samples > samples).
+// finite (dirichlet, quantity); labels_per_client == 0 or > num_classes; shards_per_client == 0
+// or num_partitions * shards_per_client > samples; dirichlet or quantity unable to give every
+// partition min_samples after 1000 draws (or num_partitions * min_samples > samples).
 Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<uint8_t>& labels,
                                                             uint32_t num_classes,
                                                             const PartitionSpec& spec);

@@ -247,6 +247,8 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
       {"bytes_up", [](const R& r) -> Value { return r.bytes_up; }},
       {"bytes_down", [](const R& r) -> Value { return r.bytes_down; }},
       {"model_version", [](const R& r) -> Value { return r.model_version; }},
+      {"wall_start", [](const R& r) -> Value { return r.wall_start; }},
+      {"wall_end", [](const R& r) -> Value { return r.wall_end; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -264,6 +266,7 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
       {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
       {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
       {"seconds", true, [](const R& r) { return fixed(r.end_time - r.start_time, 2); }},
+      {"wall_s", true, [](const R& r) { return fixed(r.wall_end - r.wall_start, 2); }},
   };
   return render(rounds, format, kFields, kColumns);
 }
@@ -276,12 +279,14 @@ std::string formatRuns(const std::vector<RunRecord>& runs, Format format) {
       {"config_json", [](const R& r) -> Value { return r.config_json; }},
       {"started_at", [](const R& r) -> Value { return r.started_at; }},
       {"seed", [](const R& r) -> Value { return r.seed; }},
+      {"clock", [](const R& r) -> Value { return r.clock; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"run_id", true, [](const R& r) { return std::to_string(r.run_id); }},
       {"name", false, [](const R& r) { return r.name; }},
       {"started_at", false, [](const R& r) { return utcTime(r.started_at); }},
       {"seed", true, [](const R& r) { return str(r.seed); }},
+      {"clock", false, [](const R& r) { return r.clock; }},
   };
   return render(runs, format, kFields, kColumns);
 }
@@ -302,6 +307,9 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"bytes_down", [](const R& r) -> Value { return r.bytes_down; }},
       {"weight", [](const R& r) -> Value { return r.weight; }},
       {"status", [](const R& r) -> Value { return r.status; }},
+      {"start_time", [](const R& r) -> Value { return r.start_time; }},
+      {"end_time", [](const R& r) -> Value { return r.end_time; }},
+      {"wall_compute_s", [](const R& r) -> Value { return r.wall_compute_s; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},

@@ -45,13 +45,18 @@ struct RunRecord {
   std::string config_json;  // the full resolved configuration
   double started_at = 0;    // unix seconds
   uint64_t seed = 0;
+  std::string clock = "wall";  // "wall": round and update times are unix seconds (a real
+                               // coordinator); "virtual": seconds of simulated time from the
+                               // start of the run (the fleet simulator)
 };
 
 struct RoundRecord {
   int64_t run_id = 0;
   uint32_t round = 0;
-  double start_time = 0;  // unix seconds (wall) when the round started
+  double start_time = 0;  // when the round started, on the run's clock (see RunRecord::clock)
   double end_time = 0;
+  double wall_start = 0;  // unix seconds when the round started and ended in real time (equal
+  double wall_end = 0;    // to start/end_time for a real coordinator)
   uint32_t selected = 0;
   uint32_t completed = 0;
   uint32_t late = 0;
@@ -75,8 +80,12 @@ struct UpdateRecord {
   uint64_t n_samples = 0;
   uint64_t steps = 0;
   double loss = 0;
-  double compute_s = 0;
+  double compute_s = 0;  // as the client reports it (the simulator: virtual compute time)
   double upload_s = 0;
+  double start_time = 0;      // task sent, on the run's clock
+  double end_time = 0;        // update completed, rejected, cancelled or lost, same clock
+  double wall_compute_s = 0;  // real seconds of computation (the simulator measures it; a real
+                              // client's compute_s is already real)
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   double weight = 0;

@@ -26,7 +26,8 @@ CREATE TABLE runs (
   name TEXT NOT NULL,
   config_json TEXT NOT NULL,
   started_at REAL,
-  seed INTEGER NOT NULL
+  seed INTEGER NOT NULL,
+  clock TEXT NOT NULL DEFAULT 'wall'
 );
 CREATE TABLE rounds (
   run_id INTEGER NOT NULL REFERENCES runs (run_id),
@@ -45,6 +46,8 @@ CREATE TABLE rounds (
   bytes_up INTEGER NOT NULL,
   bytes_down INTEGER NOT NULL,
   model_version INTEGER NOT NULL,
+  wall_start REAL,
+  wall_end REAL,
   PRIMARY KEY (run_id, round)
 );
 CREATE TABLE updates (
@@ -62,6 +65,9 @@ CREATE TABLE updates (
   bytes_down INTEGER NOT NULL,
   weight REAL,
   status TEXT NOT NULL CHECK (status IN ('completed', 'late', 'dropped', 'rejected')),
+  start_time REAL,
+  end_time REAL,
+  wall_compute_s REAL,
   FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
 );
 CREATE INDEX updates_by_round ON updates (run_id, round);
@@ -94,15 +100,29 @@ CREATE TABLE events (
   detail TEXT NOT NULL
 );
 CREATE INDEX events_by_run ON events (run_id);
-INSERT INTO schema_version (version) VALUES (1);
+INSERT INTO schema_version (version) VALUES (2);
+)sql";
+
+// Version 1 -> 2: the run's clock, wall times of rounds, task times of updates.
+constexpr std::string_view kMigrate1To2Sql = R"sql(
+ALTER TABLE runs ADD COLUMN clock TEXT NOT NULL DEFAULT 'wall';
+ALTER TABLE rounds ADD COLUMN wall_start REAL;
+ALTER TABLE rounds ADD COLUMN wall_end REAL;
+UPDATE rounds SET wall_start = start_time, wall_end = end_time;
+ALTER TABLE updates ADD COLUMN start_time REAL;
+ALTER TABLE updates ADD COLUMN end_time REAL;
+ALTER TABLE updates ADD COLUMN wall_compute_s REAL;
+UPDATE updates SET wall_compute_s = compute_s;
+UPDATE schema_version SET version = 2;
 )sql";
 
 constexpr const char* kRoundColumns =
     "run_id, round, start_time, end_time, selected, completed, late, dropped, rejected, status, "
-    "train_loss, test_loss, test_accuracy, bytes_up, bytes_down, model_version";
+    "train_loss, test_loss, test_accuracy, bytes_up, bytes_down, model_version, wall_start, "
+    "wall_end";
 constexpr const char* kUpdateColumns =
     "run_id, round, client_id, \"partition\", n_samples, steps, loss, compute_s, upload_s, "
-    "bytes_up, bytes_down, weight, status";
+    "bytes_up, bytes_down, weight, status, start_time, end_time, wall_compute_s";
 constexpr const char* kClientColumns =
     "client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size, first_seen, "
     "last_seen";
@@ -348,18 +368,23 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
     }
     FEDFLEET_ASSIGN_OR_RETURN(StatementPtr version_stmt,
                               prepare(db, "SELECT version FROM schema_version"));
-    Query q(db, version_stmt.get(), ctx + ": read schema_version");
-    FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-    if (!row) return failedPrecondition(ctx + ": the schema_version table is empty");
-    int64_t version = q.columnInt(0);
+    int64_t version = 0;
+    {
+      Query q(db, version_stmt.get(), ctx + ": read schema_version");
+      FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
+      if (!row) return failedPrecondition(ctx + ": the schema_version table is empty");
+      version = q.columnInt(0);
+      FEDFLEET_ASSIGN_OR_RETURN(bool extra, q.step());
+      if (extra) return failedPrecondition(ctx + ": the schema_version table has several rows");
+    }
+    version_stmt.reset();
+    if (version == 1) return execSql(db, kMigrate1To2Sql, ctx + ": upgrade schema 1 -> 2");
     if (version != kSqliteSchemaVersion) {
       return failedPrecondition(
           ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
           "reads and writes version " + std::to_string(kSqliteSchemaVersion) +
           (version > kSqliteSchemaVersion ? " (the file was written by a newer fedfleet)" : ""));
     }
-    FEDFLEET_ASSIGN_OR_RETURN(bool extra, q.step());
-    if (extra) return failedPrecondition(ctx + ": the schema_version table has several rows");
     return Status::ok();
   };
   Status st = check();
@@ -417,7 +442,8 @@ Status SqliteHistory::prepareStatements() {
     std::string sql;
   };
   const Item items[] = {
-      {&insert_run_, "INSERT INTO runs (name, config_json, started_at, seed) VALUES (?, ?, ?, ?)"},
+      {&insert_run_,
+       "INSERT INTO runs (name, config_json, started_at, seed, clock) VALUES (?, ?, ?, ?, ?)"},
       {&upsert_client_,
        "INSERT INTO clients (" + client_cols +
            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (client_id) DO UPDATE SET "
@@ -428,16 +454,17 @@ Status SqliteHistory::prepareStatements() {
       {&run_exists_, "SELECT 1 FROM runs WHERE run_id = ?"},
       {&round_exists_, "SELECT 1 FROM rounds WHERE run_id = ? AND round = ?"},
       {&insert_round_, "INSERT INTO rounds (" + round_cols +
-                           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+                           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_update_,
-       "INSERT INTO updates (" + update_cols + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+       "INSERT INTO updates (" + update_cols +
+           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
        "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob) "
        "VALUES (?, ?, ?, ?, ?)"},
       {&insert_event_,
        "INSERT INTO events (run_id, time, kind, client_id, detail) VALUES (?, ?, ?, ?, ?)"},
       {&select_runs_,
-       "SELECT run_id, name, config_json, started_at, seed FROM runs ORDER BY run_id"},
+       "SELECT run_id, name, config_json, started_at, seed, clock FROM runs ORDER BY run_id"},
       {&select_rounds_, "SELECT " + round_cols + " FROM rounds WHERE run_id = ? ORDER BY round"},
       {&select_updates_, "SELECT " + update_cols + " FROM updates WHERE run_id = ? ORDER BY id"},
       {&select_round_updates_,
@@ -465,7 +492,11 @@ Status SqliteHistory::prepareStatements() {
 
 Result<int64_t> SqliteHistory::beginRun(const RunRecord& run) {
   Query q = query(insert_run_, "beginRun('" + run.name + "')");
-  q.bindText(run.name).bindText(run.config_json).bindDouble(run.started_at).bindUint(run.seed);
+  q.bindText(run.name)
+      .bindText(run.config_json)
+      .bindDouble(run.started_at)
+      .bindUint(run.seed)
+      .bindText(run.clock);
   FEDFLEET_RETURN_IF_ERROR(q.run());
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_.get()));
 }
@@ -532,7 +563,9 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
         .bindOptionalDouble(r.test_accuracy)
         .bindUint(r.bytes_up)
         .bindUint(r.bytes_down)
-        .bindUint(r.model_version);
+        .bindUint(r.model_version)
+        .bindDouble(r.wall_start)
+        .bindDouble(r.wall_end);
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   if (checkpoint) {
@@ -560,7 +593,10 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
         .bindUint(u.bytes_up)
         .bindUint(u.bytes_down)
         .bindDouble(u.weight)
-        .bindText(u.status);
+        .bindText(u.status)
+        .bindDouble(u.start_time)
+        .bindDouble(u.end_time)
+        .bindDouble(u.wall_compute_s);
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   return Status::ok();
@@ -602,6 +638,7 @@ Result<std::vector<RunRecord>> SqliteHistory::runs() {
     r.config_json = q.columnText(2);
     r.started_at = q.columnDouble(3);
     r.seed = q.columnUint(4);
+    r.clock = q.columnText(5);
     return r;
   });
 }
@@ -627,6 +664,8 @@ Result<std::vector<RoundRecord>> SqliteHistory::rounds(int64_t run_id) {
     r.bytes_up = q.columnUint(13);
     r.bytes_down = q.columnUint(14);
     r.model_version = q.columnUint(15);
+    r.wall_start = q.columnDouble(16);
+    r.wall_end = q.columnDouble(17);
     return r;
   });
 }
@@ -652,6 +691,9 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
     u.bytes_down = q.columnUint(10);
     u.weight = q.columnDouble(11);
     u.status = q.columnText(12);
+    u.start_time = q.columnDouble(13);
+    u.end_time = q.columnDouble(14);
+    u.wall_compute_s = q.columnDouble(15);
     return u;
   });
 }

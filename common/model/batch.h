@@ -1,10 +1,12 @@
-// Batches: samples of a byte-valued Dataset turned into normalised tensors.
+// Batches: samples of a Dataset turned into tensors.
 //
-// The gather is one pass: on the CPU each pixel byte goes straight through a 256-entry lookup
-// table into the float batch; for another device the bytes are gathered into one contiguous
-// uint8 block, copied over, and converted there (a quarter of the bytes on the bus).
+// Images: the gather is one pass: on the CPU each pixel byte goes straight through a 256-entry
+// lookup table into the float batch; for another device the bytes are gathered into one
+// contiguous uint8 block, copied over, and converted there (a quarter of the bytes on the bus).
 // Every path computes float(v) * scale - shift with scale = 1 / (255 std) and shift = mean / std,
 // so all of them produce the same bits.
+// Feature vectors (ds.hasFeatures()): the rows are copied as they are (no normalisation) into a
+// float [n, feature_dim] block, which for another device is then copied over.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,10 +36,12 @@ struct PixelNormalization {
   float apply(uint8_t v) const { return static_cast<float>(v) * scale - shift; }
 };
 
-// Gathers samples indices[0..n) of `ds` into a normalised float tensor [n, 1, rows, cols] and
-// int64 labels [n], both on `device` and owning their memory.
-// Preconditions (checked, abort): every index < ds.size(), n > 0. On a LibTorch failure (out of
-// device memory, say) returns a pair of undefined tensors; test with .defined().
+// Gathers samples indices[0..n) of `ds` into a float tensor, [n, 1, rows, cols] normalised with
+// (mean, std) for images or [n, feature_dim] as stored for feature vectors (mean and std unused),
+// and int64 labels [n], both on `device` and owning their memory.
+// Preconditions (checked, abort): every index < ds.size(), n > 0, and a feature-vector set holds
+// size() * feature_dim floats. On a LibTorch failure (out of device memory, say) returns a pair
+// of undefined tensors; test with .defined().
 std::pair<at::Tensor, at::Tensor> makeBatch(const data::Dataset& ds, const uint32_t* indices,
                                             size_t n, const c10::Device& device,
                                             float mean = kFashionMnistMean,
@@ -47,6 +51,8 @@ std::pair<at::Tensor, at::Tensor> makeBatch(const data::Dataset& ds, const uint3
 // the CPU. `ds` must outlive the builder. Not thread-safe.
 class BatchBuilder {
  public:
+  // `norm` applies to image data sets only. Precondition (checked, abort): a feature-vector set
+  // holds size() * feature_dim floats.
   BatchBuilder(const data::Dataset& ds, const c10::Device& device,
                PixelNormalization norm = PixelNormalization());
 
@@ -63,7 +69,8 @@ class BatchBuilder {
   PixelNormalization norm_;
   std::array<float, 256> lut_{};
   size_t capacity_ = 0;
-  at::Tensor x_host_;  // CPU device: float [capacity, 1, rows, cols]; else uint8
+  at::Tensor x_host_;  // images: float [capacity, 1, rows, cols] on the CPU device, else uint8;
+                       // feature vectors: float [capacity, feature_dim]
   at::Tensor y_host_;  // int64 [capacity]
 };
 

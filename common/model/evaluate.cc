@@ -36,6 +36,9 @@ Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const 
                                    size_t n, size_t batch_size, const c10::Device& device) {
   if (batch_size == 0) return invalidArgument("evaluate: batch_size must be > 0");
   if (n == 0) return invalidArgument("evaluate: no samples to evaluate");
+  if (Status st = data::checkSampleStorage(ds); !st.isOk()) {
+    return invalidArgument("evaluate: " + st.message());
+  }
   try {
     EvalScope scope(model, device);
     c10::NoGradGuard no_grad;

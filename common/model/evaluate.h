@@ -24,8 +24,10 @@ struct EvalResult {
 // in eval mode under a no-grad guard, with batches on `device`. If the model's parameters live
 // on another device it is moved to `device` for the evaluation and back afterwards. Restores the
 // previous train/eval mode. Reads the device once at the end (no per-batch sync).
-// Failures: batch_size == 0 or no samples -> kInvalidArgument; LibTorch failure (wrong input
-// shape for the model, out of memory) -> kInternal with LibTorch's message.
+// Works on image and feature-vector data sets alike (batches as common/model/batch.h builds them).
+// Failures: batch_size == 0, no samples, or sample storage that does not match the labels
+// (data::checkSampleStorage) -> kInvalidArgument; LibTorch failure (wrong input shape for the
+// model, out of memory) -> kInternal with LibTorch's message.
 Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit = 0,
                             size_t batch_size = 1000, const c10::Device& device = c10::kCPU);
 

@@ -6,6 +6,7 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -52,18 +53,23 @@ class BuiltinModel final : public Model {
   nn::Sequential net_;
 };
 
-nn::Sequential buildNet(const std::string& name) {
+// The network `name` for `shape` (already checked for a sane sample shape and classes); a null
+// Sequential for an unknown name.
+nn::Sequential buildNet(const std::string& name, const InputShape& shape) {
+  int64_t in = 1;
+  for (int64_t d : shape.sample) in *= d;
+  const int64_t classes = shape.classes;
   using nn::Conv2dOptions;
   if (name == "logreg") {
-    return nn::Sequential({{"flatten", nn::Flatten()}, {"fc", nn::Linear(784, 10)}});
+    return nn::Sequential({{"flatten", nn::Flatten()}, {"fc", nn::Linear(in, classes)}});
   }
   if (name == "mlp") {
     return nn::Sequential({{"flatten", nn::Flatten()},
-                           {"fc1", nn::Linear(784, 200)},
+                           {"fc1", nn::Linear(in, 200)},
                            {"relu1", nn::ReLU()},
                            {"fc2", nn::Linear(200, 200)},
                            {"relu2", nn::ReLU()},
-                           {"fc3", nn::Linear(200, 10)}});
+                           {"fc3", nn::Linear(200, classes)}});
   }
   if (name == "cnn") {  // the CNN of McMahan et al. (FedAvg), 'same' padding
     return nn::Sequential({{"conv1", nn::Conv2d(Conv2dOptions(1, 32, 5).padding(2))},
@@ -75,7 +81,7 @@ nn::Sequential buildNet(const std::string& name) {
                            {"flatten", nn::Flatten()},
                            {"fc1", nn::Linear(7 * 7 * 64, 512)},
                            {"relu3", nn::ReLU()},
-                           {"fc2", nn::Linear(512, 10)}});
+                           {"fc2", nn::Linear(512, classes)}});
   }
   if (name == "lenet") {  // LeNet-5 with ReLU; padding 2 keeps 28x28 -> 5x5x16 = 400 features
     return nn::Sequential({{"conv1", nn::Conv2d(Conv2dOptions(1, 6, 5).padding(2))},
@@ -89,7 +95,7 @@ nn::Sequential buildNet(const std::string& name) {
                            {"relu3", nn::ReLU()},
                            {"fc2", nn::Linear(120, 84)},
                            {"relu4", nn::ReLU()},
-                           {"fc3", nn::Linear(84, 10)}});
+                           {"fc3", nn::Linear(84, classes)}});
   }
   return nullptr;
 }
@@ -142,6 +148,39 @@ Result<std::unique_ptr<Model>> loadTorchScript(const std::string& path) {
     return invalidArgument("TorchScript model " + path + " has no parameters to train");
   }
   return std::unique_ptr<Model>(std::move(model));
+}
+
+std::string shapeString(const std::vector<int64_t>& sample) {
+  std::string out = "{";
+  for (size_t i = 0; i < sample.size(); ++i) out += (i ? ", " : "") + std::to_string(sample[i]);
+  return out + "}";
+}
+
+// The shape rules of the built-in models (see createModel).
+Status checkShape(const std::string& name, const InputShape& shape) {
+  constexpr int64_t kMaxInputs = int64_t{1} << 31;
+  if (shape.sample.empty()) return invalidArgument("model '" + name + "': empty sample shape");
+  int64_t in = 1;
+  for (int64_t d : shape.sample) {
+    if (d < 1) {
+      return invalidArgument("model '" + name + "': sample shape " + shapeString(shape.sample) +
+                             " has a dimension < 1");
+    }
+    if (in > kMaxInputs / d) {
+      return invalidArgument("model '" + name + "': sample shape " + shapeString(shape.sample) +
+                             " has more than 2^31 values");
+    }
+    in *= d;
+  }
+  if (shape.classes < 2) {
+    return invalidArgument("model '" + name + "': classes must be >= 2, got " +
+                           std::to_string(shape.classes));
+  }
+  if ((name == "cnn" || name == "lenet") && shape.sample != std::vector<int64_t>{1, 28, 28}) {
+    return invalidArgument("model '" + name + "' takes 1x28x28 images, not sample shape " +
+                           shapeString(shape.sample) + " (use logreg or mlp)");
+  }
+  return Status::ok();
 }
 
 std::string joinedBuiltinNames() {
@@ -272,14 +311,34 @@ Status Model::setFlatParameters(const float* data, size_t n) {
 
 std::vector<std::string> builtinModelNames() { return {"logreg", "mlp", "cnn", "lenet"}; }
 
+InputShape inputShapeOf(const data::Dataset& ds) {
+  InputShape shape;
+  if (ds.hasFeatures()) {
+    shape.sample = {static_cast<int64_t>(ds.feature_dim)};
+  } else {
+    shape.sample = {1, static_cast<int64_t>(ds.rows), static_cast<int64_t>(ds.cols)};
+  }
+  shape.classes = ds.num_classes;
+  return shape;
+}
+
 Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
                                            const std::string& torchscript_path) {
+  return createModel(name, seed, torchscript_path, InputShape());
+}
+
+Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
+                                           const std::string& torchscript_path,
+                                           const InputShape& shape) {
   if (name == "torchscript") return loadTorchScript(torchscript_path);
+  const auto builtin = builtinModelNames();
+  if (std::find(builtin.begin(), builtin.end(), name) == builtin.end()) {
+    return invalidArgument("unknown model '" + name + "' (valid: " + joinedBuiltinNames() + ")");
+  }
+  FEDFLEET_RETURN_IF_ERROR(checkShape(name, shape));
   try {
-    nn::Sequential net = buildNet(name);
-    if (net.is_empty()) {
-      return invalidArgument("unknown model '" + name + "' (valid: " + joinedBuiltinNames() + ")");
-    }
+    nn::Sequential net = buildNet(name, shape);
+    FEDFLEET_CHECK_MSG(!net.is_empty(), "builtinModelNames() names a model buildNet() lacks");
     auto model = std::make_unique<BuiltinModel>(name, std::move(net));
     model->initialise(seed);
     return std::unique_ptr<Model>(std::move(model));

@@ -4,7 +4,8 @@
 // The flat buffer is what travels: the coordinator aggregates flat vectors, codecs compress
 // them, checkpoints store them. Layout() fixes the order (parameters() order) and the offset of
 // every tensor in it. Built-in models ("logreg", "mlp", "cnn", "lenet") and TorchScript modules
-// exported from Python implement the same interface.
+// exported from Python implement the same interface. Built-in models are built for an input
+// shape (InputShape): Fashion-MNIST's 1x28x28 images by default, or feature vectors.
 //
 // This header includes only the light ATen/c10 headers (at::Tensor is torch::Tensor, c10::Device
 // is torch::Device), so files that merely pass models around compile quickly; code that builds
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data/dataset.h"
 #include "common/status.h"
 
 namespace fedfleet::model {
@@ -41,8 +43,9 @@ class Model {
  public:
   virtual ~Model() = default;
 
-  // x: [N, 1, 28, 28] float on the model's device -> logits [N, 10]. May throw c10::Error (callers
-  // such as Trainer and evaluate() catch it).
+  // x: [N, sample...] float on the model's device ([N, 1, 28, 28] for Fashion-MNIST, [N, d] for
+  // feature vectors) -> logits [N, classes]. May throw c10::Error (callers such as Trainer and
+  // evaluate() catch it).
   virtual at::Tensor forward(const at::Tensor& x) = 0;
   // The trainable parameters, the same tensors in the same order on every call.
   virtual std::vector<at::Tensor> parameters() = 0;
@@ -77,6 +80,17 @@ class Model {
 // {"logreg", "mlp", "cnn", "lenet"}.
 std::vector<std::string> builtinModelNames();
 
+// The shape of one input sample (without the batch dimension) and the number of classes a
+// built-in model is built for. The default is Fashion-MNIST's.
+struct InputShape {
+  std::vector<int64_t> sample = {1, 28, 28};
+  int64_t classes = 10;
+};
+
+// The input shape of samples of `ds` as common/model/batch.h batches them: {feature_dim} for a
+// feature-vector set, else {1, rows, cols}; classes = ds.num_classes.
+InputShape inputShapeOf(const data::Dataset& ds);
+
 // Builds a model on the CPU. Built-in models get PyTorch's default initialisation (every weight
 // and bias uniform in +-1/sqrt(fan_in)) drawn from a local generator seeded with `seed`: the
 // same seed gives the same weights on any thread, whatever the state of LibTorch's global
@@ -86,8 +100,21 @@ std::vector<std::string> builtinModelNames();
 // Failures: unknown name -> kInvalidArgument listing the valid names; torchscript file missing
 // -> kNotFound with the path; not a loadable TorchScript module, no forward method or no
 // parameters -> kInvalidArgument with the path.
+// Equivalent to createModel(name, seed, torchscript_path, InputShape()): Fashion-MNIST's shape.
 Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
                                            const std::string& torchscript_path = "");
+
+// As above, for inputs of `shape`: "logreg" (Linear in -> classes) and "mlp" (in -> 200 -> 200 ->
+// classes, ReLU) take in = the product of shape.sample's dimensions (the input is flattened);
+// "cnn" and "lenet" take only shape.sample == {1, 28, 28} (any classes). With the default shape
+// every model is exactly the one the three-argument overload builds (same seed, same weights).
+// TorchScript modules carry their own shape: `shape` is not consulted for them.
+// Failures, in addition: an empty sample shape, a dimension < 1, more than 2^31 input values, or
+// classes < 2 -> kInvalidArgument; "cnn"/"lenet" with another sample shape -> kInvalidArgument
+// naming the shape they accept.
+Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
+                                           const std::string& torchscript_path,
+                                           const InputShape& shape);
 
 // "auto": cuda if torch::cuda::is_available() else cpu; "cpu"; "cuda" or "cuda:N".
 // Failures: cuda (or device N) not available -> kUnavailable; anything else -> kInvalidArgument.

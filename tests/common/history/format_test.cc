@@ -26,6 +26,8 @@ std::vector<RoundRecord> twoRounds() {
   a.bytes_up = 1048576;
   a.bytes_down = 4194304;
   a.model_version = 1;
+  a.wall_start = 1700000000.0;
+  a.wall_end = 1700000012.5;
   RoundRecord b;
   b.run_id = 1;
   b.round = 1;
@@ -42,6 +44,8 @@ std::vector<RoundRecord> twoRounds() {
   b.bytes_up = 524288;
   b.bytes_down = 4194304;
   b.model_version = 1;
+  b.wall_start = 1700000012.5;
+  b.wall_end = 1700000020.0;
   return {a, b};
 }
 
@@ -61,20 +65,22 @@ TEST(Format, ParseFormat) {
 TEST(Format, RoundsTable) {
   const std::string want =
       "round  status  selected  completed  late  dropped  train_loss  test_loss  test_acc  "
-      "bytes_up  bytes_down  seconds\n"
+      "bytes_up  bytes_down  seconds  wall_s\n"
       "    0  ok            10          8     1        1      0.6931     0.5123    87.65%  "
-      " 1048576     4194304    12.50\n"
+      " 1048576     4194304    12.50   12.50\n"
       "    1  failed        10          5     3        2      1.2500          -         -  "
-      "  524288     4194304     7.75\n";
+      "  524288     4194304     7.75    7.50\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kTable), want);
 }
 
 TEST(Format, RoundsCsv) {
   const std::string want =
       "run_id,round,start_time,end_time,selected,completed,late,dropped,rejected,status,"
-      "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version\r\n"
-      "1,0,1700000000,1700000012.5,10,8,1,1,0,ok,0.693147,0.5123,0.8765,1048576,4194304,1\r\n"
-      "1,1,1700000012.5,1700000020.25,10,5,3,2,1,failed,1.25,,,524288,4194304,1\r\n";
+      "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version,wall_start,wall_end\r\n"
+      "1,0,1700000000,1700000012.5,10,8,1,1,0,ok,0.693147,0.5123,0.8765,1048576,4194304,1,"
+      "1700000000,1700000012.5\r\n"
+      "1,1,1700000012.5,1700000020.25,10,5,3,2,1,failed,1.25,,,524288,4194304,1,"
+      "1700000012.5,1700000020\r\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kCsv), want);
 }
 
@@ -96,7 +102,9 @@ TEST(Format, RoundsJson) {
     "test_accuracy": 0.8765,
     "bytes_up": 1048576,
     "bytes_down": 4194304,
-    "model_version": 1
+    "model_version": 1,
+    "wall_start": 1700000000.0,
+    "wall_end": 1700000012.5
   },
   {
     "run_id": 1,
@@ -114,7 +122,9 @@ TEST(Format, RoundsJson) {
     "test_accuracy": null,
     "bytes_up": 524288,
     "bytes_down": 4194304,
-    "model_version": 1
+    "model_version": 1,
+    "wall_start": 1700000012.5,
+    "wall_end": 1700000020.0
   }
 ]
 )";
@@ -124,7 +134,7 @@ TEST(Format, RoundsJson) {
 TEST(Format, EmptyInput) {
   EXPECT_EQ(formatRounds({}, Format::kJson), "[]\n");
   EXPECT_EQ(formatEvents({}, Format::kCsv), "run_id,time,kind,client_id,detail\r\n");
-  EXPECT_EQ(formatRuns({}, Format::kTable), "run_id  name  started_at  seed\n");
+  EXPECT_EQ(formatRuns({}, Format::kTable), "run_id  name  started_at  seed  clock\n");
 }
 
 TEST(Format, CsvNumbersKeepFullPrecision) {

@@ -91,7 +91,7 @@ TEST_F(SqliteHistoryTest, UsesWalJournal) {
   ASSERT_EQ(header.size(), 100u);
   EXPECT_EQ(header[18], 2);
   EXPECT_EQ(header[19], 2);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "1");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "2");
   EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
                      "('updates_by_round', 'events_by_run')"),
             "2");
@@ -172,7 +172,7 @@ TEST_F(SqliteHistoryTest, NewerSchemaVersionIsRefused) {
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string message = store.status().message();
   EXPECT_NE(message.find("schema version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("version 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 2"), std::string::npos) << message;
   EXPECT_NE(message.find("newer"), std::string::npos) << message;
   EXPECT_NE(message.find(path_), std::string::npos) << message;
 }
@@ -254,6 +254,96 @@ TEST_F(SqliteHistoryTest, LockHeldPastBusyTimeoutIsTimeout) {
   sqlite3_close(other);
 
   EXPECT_TRUE(store->commitRound(someRound(*run, 0), {}, std::nullopt).isOk());
+}
+
+
+// A version-1 file (as the first release wrote it) is upgraded in place: its rows stay, the new
+// columns take the values a version-1 run implies (wall clock: wall times = round times).
+TEST_F(SqliteHistoryTest, UpgradesASchemaVersion1File) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    const char* v1 = R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+CREATE TABLE runs (run_id INTEGER PRIMARY KEY, name TEXT NOT NULL, config_json TEXT NOT NULL,
+  started_at REAL, seed INTEGER NOT NULL);
+CREATE TABLE rounds (run_id INTEGER NOT NULL REFERENCES runs (run_id), round INTEGER NOT NULL,
+  start_time REAL, end_time REAL, selected INTEGER NOT NULL, completed INTEGER NOT NULL,
+  late INTEGER NOT NULL, dropped INTEGER NOT NULL, rejected INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('initial', 'ok', 'failed')), train_loss REAL,
+  test_loss REAL, test_accuracy REAL, bytes_up INTEGER NOT NULL, bytes_down INTEGER NOT NULL,
+  model_version INTEGER NOT NULL, PRIMARY KEY (run_id, round));
+CREATE TABLE updates (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, round INTEGER NOT NULL,
+  client_id TEXT NOT NULL, "partition" INTEGER NOT NULL, n_samples INTEGER NOT NULL,
+  steps INTEGER NOT NULL, loss REAL, compute_s REAL, upload_s REAL, bytes_up INTEGER NOT NULL,
+  bytes_down INTEGER NOT NULL, weight REAL,
+  status TEXT NOT NULL CHECK (status IN ('completed', 'late', 'dropped', 'rejected')),
+  FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round));
+CREATE INDEX updates_by_round ON updates (run_id, round);
+CREATE TABLE clients (client_id TEXT PRIMARY KEY NOT NULL, public_key TEXT NOT NULL,
+  device_kind TEXT NOT NULL, device_name TEXT NOT NULL, cores INTEGER NOT NULL,
+  memory_bytes INTEGER NOT NULL, data_size INTEGER NOT NULL, first_seen REAL, last_seen REAL);
+CREATE TABLE checkpoints (run_id INTEGER NOT NULL, round INTEGER NOT NULL,
+  model_version INTEGER NOT NULL, sha256 TEXT NOT NULL, blob BLOB NOT NULL,
+  PRIMARY KEY (run_id, round), FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round));
+CREATE TABLE events (id INTEGER PRIMARY KEY, run_id INTEGER REFERENCES runs (run_id), time REAL,
+  kind TEXT NOT NULL, client_id TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE INDEX events_by_run ON events (run_id);
+INSERT INTO schema_version (version) VALUES (1);
+INSERT INTO runs VALUES (1, 'old', '{}', 100.0, 7);
+INSERT INTO rounds VALUES (1, 1, 100.0, 112.5, 2, 2, 0, 0, 0, 'ok', 0.5, 0.4, 0.8, 10, 20, 1);
+INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0, 'completed');
+)sql";
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_close(db);
+  }
+  auto store = open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "2");
+  auto runs = store->runs();
+  ASSERT_TRUE(runs.isOk());
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].clock, "wall");
+  auto rounds = store->rounds(1);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].wall_start, 100.0);
+  EXPECT_EQ((*rounds)[0].wall_end, 112.5);
+  EXPECT_EQ((*rounds)[0].test_accuracy, 0.8);
+  auto updates = store->updates(1, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  ASSERT_EQ(updates->size(), 1u);
+  EXPECT_EQ((*updates)[0].wall_compute_s, 3.25);
+  // New rows carry the new fields.
+  RunRecord sim{0, "sim", "{}", 1.0, 3, "virtual"};
+  auto id = store->beginRun(sim);
+  ASSERT_TRUE(id.isOk());
+  RoundRecord r;
+  r.run_id = *id;
+  r.round = 1;
+  r.start_time = 5;
+  r.end_time = 9;
+  r.wall_start = 1000;
+  r.wall_end = 1000.25;
+  UpdateRecord u;
+  u.run_id = *id;
+  u.round = 1;
+  u.client_id = "v7";
+  u.status = "completed";
+  u.start_time = 5;
+  u.end_time = 8.5;
+  u.wall_compute_s = 0.125;
+  ASSERT_TRUE(store->commitRound(r, {u}, std::nullopt).isOk());
+  auto back = store->rounds(*id);
+  ASSERT_TRUE(back.isOk());
+  EXPECT_EQ((*back)[0].wall_end, 1000.25);
+  auto back_updates = store->updates(*id, 1);
+  ASSERT_TRUE(back_updates.isOk());
+  EXPECT_EQ((*back_updates)[0].end_time, 8.5);
+  EXPECT_EQ((*back_updates)[0].wall_compute_s, 0.125);
+  auto back_runs = store->runs();
+  EXPECT_EQ(back_runs->back().clock, "virtual");
 }
 
 }  // namespace

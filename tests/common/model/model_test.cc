@@ -34,6 +34,26 @@ data::Dataset syntheticDataset(size_t n, uint32_t rows = 28, uint32_t cols = 28)
   return ds;
 }
 
+// A small deterministic feature-vector data set: n samples of `dim` floats, labels i % classes.
+data::Dataset featureDataset(size_t n, uint32_t dim, uint32_t classes = 3) {
+  data::Dataset ds;
+  ds.feature_dim = dim;
+  ds.num_classes = classes;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0, 2);
+  ds.features.resize(n * dim);
+  for (auto& v : ds.features) v = normal(rng);
+  for (size_t i = 0; i < n; ++i) ds.labels.push_back(static_cast<uint8_t>(i % classes));
+  return ds;
+}
+
+std::unique_ptr<Model> mustCreateFor(const std::string& name, uint64_t seed,
+                                     const InputShape& shape) {
+  auto m = createModel(name, seed, "", shape);
+  EXPECT_TRUE(m.isOk()) << m.status().toString();
+  return m.isOk() ? std::move(m).value() : nullptr;
+}
+
 struct CountCase {
   const char* name;
   size_t params;
@@ -179,6 +199,103 @@ TEST(ModelTest, TorchScriptPathErrors) {
   std::filesystem::remove(garbage);
 }
 
+TEST(InputShapeTest, DefaultIsFashionMnistAndChangesNothing) {
+  const InputShape def;
+  EXPECT_EQ(def.sample, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(def.classes, 10);
+  for (const auto& name : builtinModelNames()) {
+    auto a = mustCreate(name, 21);
+    auto b = mustCreateFor(name, 21, InputShape());
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->flatParameters(), b->flatParameters()) << name;
+    EXPECT_EQ(a->parameterNames(), b->parameterNames()) << name;
+  }
+}
+
+struct ShapeCase {
+  const char* name;
+  std::vector<int64_t> sample;
+  int64_t classes;
+  size_t params;
+};
+
+class FeatureModelTest : public ::testing::TestWithParam<ShapeCase> {};
+
+TEST_P(FeatureModelTest, BuildsForTheShape) {
+  const auto& c = GetParam();
+  auto m = mustCreateFor(c.name, 4, InputShape{c.sample, c.classes});
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->numParameters(), c.params);
+  std::vector<int64_t> batch = {5};
+  batch.insert(batch.end(), c.sample.begin(), c.sample.end());
+  const auto out = m->forward(torch::randn(batch));
+  EXPECT_EQ(out.sizes().vec(), (std::vector<int64_t>{5, c.classes}));
+  // Same seed, same weights; the fan-in bound follows the input size.
+  auto again = mustCreateFor(c.name, 4, InputShape{c.sample, c.classes});
+  EXPECT_EQ(m->flatParameters(), again->flatParameters());
+  const at::Tensor w = m->parameters().front();
+  const double bound = 1.0 / std::sqrt(static_cast<double>(w.size(1)));
+  EXPECT_LE(w.abs().max().item<double>(), bound + 1e-7);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FeatureModelTest,
+    ::testing::Values(ShapeCase{"logreg", {60}, 10, 60 * 10 + 10},
+                      ShapeCase{"logreg", {3, 8, 8}, 5, 192 * 5 + 5},
+                      ShapeCase{"mlp", {60}, 10, 60 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10},
+                      ShapeCase{"mlp", {7}, 2, 7 * 200 + 200 + 200 * 200 + 200 + 200 * 2 + 2},
+                      ShapeCase{"cnn", {1, 28, 28}, 3, 832 + 51264 + 1606144 + 512 * 3 + 3},
+                      ShapeCase{
+                          "lenet", {1, 28, 28}, 26, 156 + 2416 + 48120 + 10164 + 84 * 26 + 26}),
+    [](const auto& info) {
+      std::string s = std::string(info.param.name) + "_";
+      for (int64_t d : info.param.sample) s += std::to_string(d) + "x";
+      return s + std::to_string(info.param.classes);
+    });
+
+TEST(InputShapeTest, BadShapesAreInvalidArgument) {
+  auto code = [](const std::string& name, const InputShape& shape) {
+    return createModel(name, 0, "", shape).status().code();
+  };
+  for (const char* name : {"logreg", "mlp", "cnn", "lenet"}) {
+    EXPECT_EQ(code(name, InputShape{{}, 10}), StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(code(name, InputShape{{60, 0}, 10}), StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(code(name, InputShape{{-1}, 10}), StatusCode::kInvalidArgument) << name;
+    EXPECT_EQ(code(name, InputShape{{1 << 16, 1 << 16}, 10}), StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(name, InputShape{{1, 28, 28}, 1}), StatusCode::kInvalidArgument) << name;
+  }
+  for (const char* name : {"cnn", "lenet"}) {
+    for (const auto& sample : std::vector<std::vector<int64_t>>{{60}, {1, 32, 32}, {3, 28, 28}}) {
+      auto r = createModel(name, 0, "", InputShape{sample, 10});
+      ASSERT_FALSE(r.isOk()) << name;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(r.status().message().find("1x28x28"), std::string::npos) << r.status().message();
+    }
+  }
+  // An unknown name is reported as such whatever the shape.
+  auto r = createModel("nope", 0, "", InputShape{{}, 0});
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("unknown model"), std::string::npos);
+}
+
+TEST(InputShapeTest, InputShapeOfDataSets) {
+  const auto features = featureDataset(4, 60, 7);
+  const InputShape f = inputShapeOf(features);
+  EXPECT_EQ(f.sample, (std::vector<int64_t>{60}));
+  EXPECT_EQ(f.classes, 7);
+  data::Dataset images = syntheticDataset(3, 28, 28);
+  const InputShape i = inputShapeOf(images);
+  EXPECT_EQ(i.sample, InputShape().sample);
+  EXPECT_EQ(i.classes, 10);
+  images = syntheticDataset(3, 5, 6);
+  EXPECT_EQ(inputShapeOf(images).sample, (std::vector<int64_t>{1, 5, 6}));
+  // A model built for a data set's shape takes its batches.
+  auto m = mustCreateFor("mlp", 1, inputShapeOf(features));
+  const std::vector<uint32_t> idx = {0, 1, 2, 3};
+  auto [x, y] = makeBatch(features, idx.data(), idx.size(), torch::kCPU);
+  EXPECT_EQ(m->forward(x).sizes().vec(), (std::vector<int64_t>{4, 7}));
+}
+
 TEST(DeviceTest, ResolvesSpecs) {
   auto cpu = resolveDevice("cpu");
   ASSERT_TRUE(cpu.isOk());
@@ -239,6 +356,66 @@ TEST(BatchTest, BuilderReusesBuffersAndStaysCorrect) {
     EXPECT_TRUE(torch::equal(x, rx));
     EXPECT_TRUE(torch::equal(y, ry));
   }
+}
+
+TEST(BatchTest, FeatureVectorsAreCopiedAsTheyAre) {
+  const auto ds = featureDataset(20, 60);
+  const std::vector<uint32_t> idx = {7, 0, 19, 7};
+  auto [x, y] = makeBatch(ds, idx.data(), idx.size(), torch::kCPU);
+  ASSERT_TRUE(x.defined());
+  EXPECT_EQ(x.sizes().vec(), (std::vector<int64_t>{4, 60}));
+  EXPECT_EQ(x.scalar_type(), torch::kFloat);
+  EXPECT_EQ(y.scalar_type(), torch::kLong);
+  const auto xa = x.accessor<float, 2>();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    EXPECT_EQ(y[i].item<int64_t>(), ds.labels[idx[i]]);
+    for (int j = 0; j < 60; ++j) EXPECT_EQ(xa[i][j], ds.feature(idx[i])[j]);  // bit for bit
+  }
+  // Pixel statistics do not apply.
+  auto [x2, y2] = makeBatch(ds, idx.data(), idx.size(), torch::kCPU, 0.5f, 0.25f);
+  EXPECT_TRUE(torch::equal(x, x2));
+  // A builder reuses its buffer across batches of varying size and stays correct.
+  BatchBuilder builder(ds, torch::kCPU);
+  for (uint32_t start = 0; start < 20; start += 7) {
+    std::vector<uint32_t> part;
+    for (uint32_t i = start; i < std::min(20u, start + 7); ++i) part.push_back(i);
+    auto [bx, by] = builder.build(part.data(), part.size());
+    auto [rx, ry] = makeBatch(ds, part.data(), part.size(), torch::kCPU);
+    EXPECT_TRUE(torch::equal(bx, rx));
+    EXPECT_TRUE(torch::equal(by, ry));
+  }
+}
+
+TEST(EvaluateFeaturesTest, MatchesAnIndependentComputation) {
+  const auto ds = featureDataset(50, 4, 3);
+  auto m = mustCreateFor("logreg", 2, InputShape{{4}, 3});
+  ASSERT_NE(m, nullptr);
+  auto r = evaluate(*m, ds, 0, 16);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->n, 50u);
+  const auto params = m->parameters();  // weight [3, 4], bias [3]
+  double loss = 0;
+  int correct = 0;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const auto x = torch::from_blob(const_cast<float*>(ds.feature(i)), {4}).clone();
+    const auto logits = torch::matmul(params[0], x) + params[1];
+    loss -= torch::log_softmax(logits, 0)[ds.labels[i]].item<double>();
+    correct += logits.argmax().item<int64_t>() == ds.labels[i];
+  }
+  EXPECT_NEAR(r->loss, loss / 50, 1e-5);
+  EXPECT_NEAR(r->accuracy, correct / 50.0, 1e-12);
+
+  auto subset = evaluateIndices(*m, ds, {3, 4, 5}, 2);
+  ASSERT_TRUE(subset.isOk());
+  EXPECT_EQ(subset->n, 3u);
+
+  // Storage that does not match the labels is an error, not a read past the end.
+  auto broken = ds;
+  broken.features.resize(broken.features.size() - 1);
+  EXPECT_EQ(evaluate(*m, broken).status().code(), StatusCode::kInvalidArgument);
+  // A model built for another width: LibTorch's error comes back as a Status.
+  auto wide = mustCreateFor("logreg", 2, InputShape{{5}, 3});
+  EXPECT_EQ(evaluate(*wide, ds).status().code(), StatusCode::kInternal);
 }
 
 class EvaluateTest : public ::testing::Test {

@@ -1,0 +1,68 @@
+#include "coordinator/run_setup.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <string>
+
+namespace fedfleet::coordinator {
+
+EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id) {
+  const auto& cc = config.coordinator;
+  EngineOptions eo;
+  eo.run_id = run_id;
+  eo.rounds = config.run.rounds;
+  eo.clients_per_round = cc.clients_per_round;
+  eo.min_clients = config.minClients();
+  eo.quorum = config.quorum();
+  eo.deadline_s = cc.deadline_s;
+  eo.liveness_s = cc.liveness_s;
+  eo.wait_clients_s = cc.wait_clients_s;
+  eo.sample_partitions = cc.sample_from == "partitions";
+  eo.num_partitions = config.partitions();
+  eo.server_lr = cc.server_lr;
+  eo.checkpoint_every = cc.checkpoint_every;
+  eo.seed = config.run.seed;
+  eo.model_name = config.model.name;
+  eo.hparams.epochs = config.train.epochs;
+  eo.hparams.max_steps = config.train.steps;
+  eo.hparams.batch_size = config.train.batch;
+  eo.hparams.lr = static_cast<float>(config.train.lr);
+  eo.hparams.momentum = static_cast<float>(config.train.momentum);
+  eo.hparams.weight_decay = static_cast<float>(config.train.weight_decay);
+  eo.data.dataset = config.data.dataset;
+  eo.data.scheme = config.data.partition;
+  eo.data.alpha = config.data.alpha;
+  eo.data.labels_per_client = config.data.labels_per_client;
+  eo.data.seed = config.run.seed;
+  eo.data.subset = config.data.train_subset;
+  eo.chunk_bytes = cc.chunk_kib * 1024;
+  return eo;
+}
+
+Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& commit,
+                            uint32_t keep_checkpoints, const char* clock_unit) {
+  const auto& r = commit.round;
+  if (r.test_accuracy) {
+    spdlog::info(
+        "round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  loss {:.4f}  "
+        "{:.2f} {}",
+        r.round, r.status, r.completed, r.selected, r.late, r.dropped, 100 * *r.test_accuracy,
+        r.test_loss.value_or(NAN), r.end_time - r.start_time, clock_unit);
+  } else {
+    spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round, r.status,
+                 r.completed, r.selected, r.late, r.dropped);
+  }
+  Status st = store.commitRound(commit.round, commit.updates, commit.checkpoint);
+  if (!st.isOk()) {
+    return st.withContext("history: committing round " + std::to_string(r.round) +
+                          " (the round is lost from the database; the run stops)");
+  }
+  if (commit.checkpoint && keep_checkpoints > 0) {
+    Status pr = store.pruneCheckpoints(r.run_id, keep_checkpoints);
+    if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
+  }
+  return Status::ok();
+}
+
+}  // namespace fedfleet::coordinator

@@ -1,0 +1,674 @@
+#include "sim/fleet_simulator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <map>
+#include <queue>
+#include <set>
+#include <unordered_map>
+#include <variant>
+
+#include "client/trainer.h"
+#include "common/model/evaluate.h"
+#include "common/model/model.h"
+#include "common/wire/messages.h"
+#include "coordinator/round_engine.h"
+#include "coordinator/run_setup.h"
+#include "sim/fleet.h"
+#include "sim/fleet_data.h"
+#include "sim/model_cost.h"
+#include "sim/progress.h"
+#include "sim/worker_pool.h"
+
+namespace fedfleet::sim {
+namespace {
+
+using coordinator::Action;
+using coordinator::ClientId;
+using coordinator::RoundEngine;
+
+double unixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Samples a Trainer processes: every epoch is a full pass; with max_steps, passes repeat and the
+// last batch of a pass may be short (client/trainer.h).
+uint64_t plannedSamples(uint64_t n, const wire::HyperParams& hp) {
+  if (n == 0) return 0;
+  if (hp.max_steps == 0) return n * hp.epochs;
+  const uint64_t b = std::max<uint32_t>(hp.batch_size, 1);
+  const uint64_t per_pass = (n + b - 1) / b;
+  const uint64_t passes = hp.max_steps / per_pass;
+  const uint64_t rest = hp.max_steps % per_pass;
+  return passes * n + std::min(rest * b, n);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+struct TrainOutcome {
+  client::TrainResult result;
+  double wall_seconds = 0;
+};
+
+struct EvalPiece {
+  double loss_sum = 0;
+  uint64_t correct = 0;  // accuracy * n, rounded (exact: accuracy is correct / n)
+  uint64_t n = 0;
+};
+
+enum class EventKind { kTrainDone, kChunk, kSummary, kDropOut, kRejoin };
+
+struct Event {
+  double time = 0;
+  uint64_t seq = 0;
+  EventKind kind = EventKind::kTrainDone;
+  uint64_t token = 0;
+  uint64_t client = 0;
+  uint32_t chunk = 0;
+  bool operator>(const Event& o) const {
+    return time != o.time ? time > o.time : seq > o.seq;
+  }
+};
+
+struct InFlight {
+  uint64_t client = 0;
+  ClientId id;
+  uint32_t round = 0;
+  double sent_at = 0;
+  double download_s = 0;
+  double compute_s = 0;
+  std::future<Result<TrainOutcome>> result;
+  std::shared_ptr<std::atomic<bool>> stop;
+  std::vector<wire::Chunk> chunks;
+  std::vector<uint64_t> frame_bytes;
+  wire::Summary summary;
+  uint64_t summary_bytes = 0;
+};
+
+struct PendingEval {
+  uint32_t round = 0;
+  double at = 0;  // virtual time of the Evaluate action
+  std::vector<std::future<Result<EvalPiece>>> pieces;
+};
+
+class Simulator final : public FleetSimulator {
+ public:
+  Status init(const config::Config& config);
+  Result<SimSummary> run() override;
+  void stop() override { stop_.store(true); }
+  int64_t runId() const override { return run_id_; }
+
+ private:
+  ClientId idOf(uint64_t k) const {
+    std::string digits = std::to_string(k);
+    if (digits.size() < id_width_) digits.insert(0, id_width_ - digits.size(), '0');
+    return "v" + digits;
+  }
+  static uint64_t indexOf(const ClientId& id) { return std::stoull(id.substr(1)); }
+  wire::Hello helloFor(uint64_t k, const ClientProfile& p, uint64_t session) const;
+
+  void push(double t, EventKind kind, uint64_t token, uint64_t client, uint32_t chunk = 0) {
+    events_.push(Event{t, next_seq_++, kind, token, client, chunk});
+  }
+  Status carryOut();
+  Status carryOut(Action& action);
+  void dispatch(const coordinator::SendTask& st);
+  void handle(const Event& e);
+  void onTrainDone(uint64_t token, InFlight& f);
+  void submitEvaluation(const coordinator::Evaluate& ev);
+  // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
+  void collectEvaluations(bool block);
+  std::shared_ptr<const std::vector<float>> startParams(const wire::Task& task);
+
+  config::Config config_;
+  std::unique_ptr<history::HistoryStore> history_;
+  std::unique_ptr<FleetData> data_;
+  std::optional<Fleet> fleet_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<ProgressDisplay> progress_;
+  int64_t run_id_ = 0;
+  size_t id_width_ = 1;
+  double ref_samples_per_s_ = 1;
+  uint64_t num_params_ = 0;
+  std::atomic<bool> stop_{false};
+
+  double now_ = 0;  // virtual seconds
+  uint64_t next_seq_ = 0;
+  uint64_t next_session_ = 2;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::unordered_map<uint64_t, InFlight> in_flight_;
+  std::deque<PendingEval> evals_;
+  std::set<uint64_t> recorded_clients_;
+  std::set<uint64_t> participants_;
+  std::map<uint32_t, double> wall_start_, wall_end_;
+  std::map<std::pair<uint32_t, ClientId>, double> wall_compute_;
+  uint64_t params_version_ = UINT64_MAX;
+  std::shared_ptr<const std::vector<float>> params_cache_;
+
+  Status fatal_;
+  bool finished_ = false;
+  bool run_ok_ = false;
+  std::string finish_message_;
+  SimSummary summary_;
+  std::vector<double> round_virtual_s_, round_wall_s_;
+};
+
+wire::Hello Simulator::helloFor(uint64_t k, const ClientProfile& p, uint64_t session) const {
+  wire::Hello h;
+  h.client_id = idOf(k);
+  h.device_kind = p.gpu ? wire::DeviceKind::kCuda : wire::DeviceKind::kCpu;
+  h.device_name = fleet_->tiers()[p.tier].name;
+  h.cores = 1;
+  h.memory_bytes = static_cast<uint64_t>(p.memory_mib * 1024 * 1024);
+  h.data_size = data_->shardSize(k);
+  h.requested_partition = static_cast<int32_t>(std::min<uint64_t>(k, INT32_MAX));
+  h.session = session;
+  return h;
+}
+
+Status Simulator::init(const config::Config& config) {
+  config_ = config;
+  FEDFLEET_RETURN_IF_ERROR(config_.validate());
+  const auto& sc = config_.sim;
+  if (sc.clients > static_cast<uint64_t>(INT32_MAX)) {
+    return invalidArgument("sim.clients must be at most " + std::to_string(INT32_MAX));
+  }
+  AvailabilityOptions avail;
+  avail.mode = sc.availability;
+  avail.online_hours = sc.online_hours;
+  avail.dropout = sc.dropout;
+  FEDFLEET_ASSIGN_OR_RETURN(Fleet fleet, Fleet::create(sc.fleet, sc.clients, config_.run.seed,
+                                                       avail));
+  fleet_.emplace(std::move(fleet));
+  FEDFLEET_ASSIGN_OR_RETURN(data_, FleetData::create(config_, sc.clients));
+
+  // The initial model (the same seed gives the same weights as a real coordinator's).
+  FEDFLEET_ASSIGN_OR_RETURN(auto model, model::createModel(config_.model.name, config_.run.seed,
+                                                           config_.model.path,
+                                                           data_->inputShape()));
+  std::vector<float> params = model->flatParameters();
+  num_params_ = params.size();
+  ref_samples_per_s_ =
+      sc.reference_gflops * 1e9 / trainFlopsPerSample(config_.model.name, num_params_);
+
+  if (config_.history.db == ":memory:") {
+    history_ = history::createMemoryHistory();
+  } else {
+    FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
+  }
+  history::RunRecord run;
+  run.name = config_.run.name;
+  run.config_json = config_.toJson().dump();
+  run.started_at = unixNow();
+  run.seed = config_.run.seed;
+  run.clock = "virtual";
+  FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+
+  coordinator::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
+  eo.liveness_s = 0;  // virtual clients send no heartbeats; losses are reported as goodbyes
+  eo.sample_partitions = false;
+  eo.num_partitions = static_cast<uint32_t>(sc.clients);
+  eo.min_clients = static_cast<uint32_t>(std::min<uint64_t>(config_.minClients(), sc.clients));
+  eo.bye_on_finish = false;
+  engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
+  engine_->setEligibility([this](const ClientId& id, double t) {
+    return fleet_->online(fleet_->profile(indexOf(id)), t);
+  });
+
+  id_width_ = std::to_string(sc.clients - 1).size();
+  for (uint64_t k = 0; k < sc.clients; ++k) {
+    engine_->registerClient(idOf(k), helloFor(k, fleet_->profile(k), 1), 0.0);
+  }
+  pool_ = std::make_unique<WorkerPool>(sc.workers);
+  progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
+  spdlog::info(
+      "sim: run {}: {} clients ({} fleet, {} availability), {} a round, {} rounds, model {} "
+      "({} parameters), {} workers; reference device {:.0f} samples/s",
+      run_id_, sc.clients, sc.fleet, sc.availability, config_.coordinator.clients_per_round,
+      config_.run.rounds, config_.model.name, num_params_, pool_->size(), ref_samples_per_s_);
+  return Status::ok();
+}
+
+std::shared_ptr<const std::vector<float>> Simulator::startParams(const wire::Task& task) {
+  if (task.model_version != params_version_ || !params_cache_) {
+    auto v = std::make_shared<std::vector<float>>(task.model_bytes.size() / sizeof(float));
+    std::memcpy(v->data(), task.model_bytes.data(), v->size() * sizeof(float));
+    params_cache_ = std::move(v);
+    params_version_ = task.model_version;
+  }
+  return params_cache_;
+}
+
+void Simulator::dispatch(const coordinator::SendTask& st) {
+  const wire::Task& task = st.task;
+  const uint64_t k = indexOf(st.client);
+  const ClientProfile p = fleet_->profile(k);
+  wall_start_.emplace(task.round, unixNow());
+  participants_.insert(k);
+  if (recorded_clients_.insert(k).second) {
+    const wire::Hello h = helloFor(k, p, 1);
+    history::ClientRecord rec;
+    rec.client_id = st.client;
+    rec.device_kind = wire::deviceKindName(h.device_kind);
+    rec.device_name = h.device_name;
+    rec.cores = h.cores;
+    rec.memory_bytes = h.memory_bytes;
+    rec.data_size = h.data_size;
+    rec.first_seen = now_;
+    rec.last_seen = now_;
+    Status s = history_->upsertClient(rec);
+    if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: client");
+  }
+
+  InFlight f;
+  f.client = k;
+  f.id = st.client;
+  f.round = task.round;
+  f.sent_at = now_;
+  f.download_s = p.latency_s + static_cast<double>(task.model_bytes.size()) / p.down_bytes_per_s;
+  f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), task.hparams)) /
+                (p.speed * ref_samples_per_s_);
+  const double done_at = now_ + f.download_s + f.compute_s;
+  const double upload_guess =
+      p.latency_s + static_cast<double>(num_params_ * sizeof(float)) / p.up_bytes_per_s;
+
+  // Dropping out: the per-round draw, or the end of the client's online window.
+  double drop_at = std::numeric_limits<double>::infinity();
+  double fraction = 0;
+  if (fleet_->dropsOut(p, k, task.round, &fraction)) {
+    drop_at = now_ + f.download_s + fraction * f.compute_s;
+  }
+  const double offline_at = fleet_->onlineUntil(p, now_);
+  if (offline_at < done_at + upload_guess) drop_at = std::min(drop_at, offline_at);
+  const uint64_t token = task.task_token;
+  if (std::isfinite(drop_at)) {
+    push(drop_at, EventKind::kDropOut, token, k);
+    in_flight_.emplace(token, std::move(f));
+    return;
+  }
+
+  f.stop = std::make_shared<std::atomic<bool>>(false);
+  client::TrainOptions o;
+  o.epochs = task.hparams.epochs;
+  o.max_steps = task.hparams.max_steps;
+  o.batch_size = task.hparams.batch_size;
+  o.lr = task.hparams.lr;
+  o.momentum = task.hparams.momentum;
+  o.weight_decay = task.hparams.weight_decay;
+  o.seed = task.hparams.seed;
+  auto start = startParams(task);
+  const FleetData* data = data_.get();
+  const std::string model_name = config_.model.name;
+  const std::string model_path = config_.model.path;
+  const uint64_t model_seed = config_.run.seed;
+  const model::InputShape shape = data_->inputShape();
+  f.result = pool_->submit([data, k, start, o, stop = f.stop, model_name, model_path, model_seed,
+                            shape]() -> Result<TrainOutcome> {
+    // One model and trainer per worker thread, reused across tasks: the trainer sets the
+    // parameters from `start` first, so nothing carries over between tasks.
+    thread_local std::unique_ptr<model::Model> model;
+    thread_local std::string model_key;
+    const std::string key = model_name + "|" + model_path;
+    if (!model || model_key != key) {
+      FEDFLEET_ASSIGN_OR_RETURN(model, model::createModel(model_name, model_seed, model_path,
+                                                          shape));
+      model_key = key;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
+    client::Trainer trainer(c10::kCPU);
+    FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r,
+                              trainer.train(*model, *start, *shard.data, shard.indices, o,
+                                            stop.get()));
+    TrainOutcome out;
+    out.result = std::move(r);
+    out.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  });
+  push(done_at, EventKind::kTrainDone, token, k);
+  in_flight_.emplace(token, std::move(f));
+}
+
+void Simulator::onTrainDone(uint64_t token, InFlight& f) {
+  Result<TrainOutcome> got = f.result.get();
+  if (!got.isOk()) {
+    spdlog::warn("sim: client {} round {}: training failed: {}", f.id, f.round,
+                 got.status().toString());
+    engine_->onClientError(
+        f.id, wire::Error{wire::ErrorCode::kInternal, "training failed: " + got.status().message(),
+                          token},
+        now_);
+    in_flight_.erase(token);
+    return;
+  }
+  TrainOutcome& out = *got;
+  wall_compute_[{f.round, f.id}] = out.wall_seconds;
+  const ClientProfile p = fleet_->profile(f.client);
+  const std::vector<float>& delta = out.result.delta;
+  const size_t per_chunk = std::max<size_t>(1, config_.coordinator.chunk_kib * 1024 / 4);
+  double sent = 0;
+  double t = now_ + p.latency_s;
+  for (size_t off = 0, j = 0; off < delta.size() || (delta.empty() && j == 0); off += per_chunk, ++j) {
+    const size_t n = std::min(per_chunk, delta.size() - off);
+    wire::Chunk c;
+    c.task_token = token;
+    c.offset = off;
+    c.payload.assign(reinterpret_cast<const char*>(delta.data() + off), n * sizeof(float));
+    c.last = off + n >= delta.size();
+    const uint64_t bytes = wire::encode(wire::Message(c)).size();
+    sent += static_cast<double>(bytes);
+    f.frame_bytes.push_back(bytes);
+    f.chunks.push_back(std::move(c));
+    push(now_ + p.latency_s + sent / p.up_bytes_per_s, EventKind::kChunk, token, f.client,
+         static_cast<uint32_t>(j));
+    if (delta.empty()) break;
+  }
+  f.summary.task_token = token;
+  f.summary.n_samples = out.result.n_samples;
+  f.summary.steps = out.result.steps;
+  f.summary.mean_loss = out.result.mean_loss;
+  f.summary.sum_sq_loss = out.result.sum_sq_loss;
+  f.summary.compute_seconds = f.compute_s;
+  f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
+  sent += static_cast<double>(f.summary_bytes);
+  t = now_ + p.latency_s + sent / p.up_bytes_per_s;
+  f.summary.upload_seconds = t - now_;
+  push(t, EventKind::kSummary, token, f.client);
+}
+
+void Simulator::handle(const Event& e) {
+  if (e.kind == EventKind::kRejoin) {
+    const ClientProfile p = fleet_->profile(e.client);
+    const double back = fleet_->nextOnline(p, now_);
+    if (back > now_) {
+      push(back, EventKind::kRejoin, 0, e.client);
+      return;
+    }
+    engine_->onHello(idOf(e.client), helloFor(e.client, p, next_session_++), now_);
+    return;
+  }
+  auto it = in_flight_.find(e.token);
+  if (it == in_flight_.end()) return;  // cancelled or rejected: nothing more arrives
+  InFlight& f = it->second;
+  switch (e.kind) {
+    case EventKind::kTrainDone:
+      onTrainDone(e.token, f);
+      break;
+    case EventKind::kChunk: {
+      wire::Chunk c = std::move(f.chunks[e.chunk]);
+      f.chunks[e.chunk] = wire::Chunk();
+      engine_->onChunk(f.id, c, f.frame_bytes[e.chunk], now_);
+      break;
+    }
+    case EventKind::kSummary: {
+      const wire::Summary s = f.summary;
+      const uint64_t bytes = f.summary_bytes;
+      const ClientId id = f.id;
+      in_flight_.erase(it);
+      engine_->onSummary(id, s, bytes, now_);
+      break;
+    }
+    case EventKind::kDropOut: {
+      const ClientId id = f.id;
+      const uint64_t k = f.client;
+      in_flight_.erase(it);
+      engine_->onBye(id, now_);
+      push(now_ + config_.sim.rejoin_s, EventKind::kRejoin, 0, k);
+      break;
+    }
+    case EventKind::kRejoin:
+      break;
+  }
+}
+
+void Simulator::submitEvaluation(const coordinator::Evaluate& ev) {
+  PendingEval pe;
+  pe.round = ev.round;
+  pe.at = now_;
+  const auto test = data_->testSet();
+  constexpr size_t kPiece = 1000;
+  const std::string model_name = config_.model.name;
+  const std::string model_path = config_.model.path;
+  const uint64_t model_seed = config_.run.seed;
+  const model::InputShape shape = data_->inputShape();
+  for (size_t begin = 0; begin < test->size(); begin += kPiece) {
+    const size_t end = std::min(test->size(), begin + kPiece);
+    auto params = ev.params;
+    pe.pieces.push_back(pool_->submit([=]() -> Result<EvalPiece> {
+      thread_local std::unique_ptr<model::Model> model;
+      thread_local std::string model_key;
+      const std::string key = "eval|" + model_name + "|" + model_path;
+      if (!model || model_key != key) {
+        FEDFLEET_ASSIGN_OR_RETURN(model, model::createModel(model_name, model_seed, model_path,
+                                                            shape));
+        model_key = key;
+      }
+      FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*params));
+      std::vector<uint32_t> idx(end - begin);
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(begin + i);
+      FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult r,
+                                model::evaluateIndices(*model, *test, idx, idx.size()));
+      EvalPiece piece;
+      piece.n = r.n;
+      piece.loss_sum = r.loss * static_cast<double>(r.n);
+      piece.correct = static_cast<uint64_t>(std::llround(r.accuracy * static_cast<double>(r.n)));
+      return piece;
+    }));
+  }
+  evals_.push_back(std::move(pe));
+}
+
+void Simulator::collectEvaluations(bool block) {
+  while (!evals_.empty()) {
+    PendingEval& pe = evals_.front();
+    bool ready = true;
+    for (auto& f : pe.pieces) {
+      if (block) f.wait();
+      ready = ready && f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
+    if (!ready) return;
+    std::optional<coordinator::EvalOutcome> outcome;
+    double loss = 0;
+    uint64_t correct = 0, n = 0;
+    bool ok = true;
+    for (auto& f : pe.pieces) {
+      Result<EvalPiece> r = f.get();
+      if (!r.isOk()) {
+        spdlog::warn("sim: evaluating round {}: {}", pe.round, r.status().toString());
+        ok = false;
+        continue;
+      }
+      loss += r->loss_sum;
+      correct += r->correct;
+      n += r->n;
+    }
+    if (ok && n > 0) {
+      outcome = coordinator::EvalOutcome{loss / static_cast<double>(n),
+                                         static_cast<double>(correct) / static_cast<double>(n)};
+    }
+    const uint32_t round = pe.round;
+    const double at = pe.at;
+    evals_.pop_front();
+    engine_->onEvaluated(round, outcome, at);
+    block = false;  // one blocking wait per call is enough to make progress
+  }
+}
+
+Status Simulator::carryOut() {
+  std::vector<Action> actions;
+  while (!(actions = engine_->takeActions()).empty()) {
+    for (auto& a : actions) FEDFLEET_RETURN_IF_ERROR(carryOut(a));
+  }
+  return fatal_;
+}
+
+Status Simulator::carryOut(Action& action) {
+  std::visit(
+      [&](auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, coordinator::SendTask>) {
+          dispatch(a);
+        } else if constexpr (std::is_same_v<T, coordinator::SendCancel>) {
+          auto it = in_flight_.find(a.cancel.task_token);
+          if (it != in_flight_.end()) {
+            if (it->second.stop) it->second.stop->store(true);
+            in_flight_.erase(it);
+          }
+        } else if constexpr (std::is_same_v<T, coordinator::SendError>) {
+          // A rejected update: the client stops sending.
+          in_flight_.erase(a.error.task_token);
+        } else if constexpr (std::is_same_v<T, coordinator::SendBye>) {
+          // Virtual clients need no goodbye.
+        } else if constexpr (std::is_same_v<T, coordinator::UpsertClient>) {
+          Status s = history_->upsertClient(a.client);
+          if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: client");
+        } else if constexpr (std::is_same_v<T, coordinator::RecordEvent>) {
+          Status s = history_->recordEvent(a.event);
+          if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: event");
+        } else if constexpr (std::is_same_v<T, coordinator::Evaluate>) {
+          wall_end_.emplace(a.round, unixNow());
+          submitEvaluation(a);
+        } else if constexpr (std::is_same_v<T, coordinator::CommitRound>) {
+          auto& r = a.round;
+          wall_end_.emplace(r.round, unixNow());
+          auto ws = wall_start_.find(r.round);
+          r.wall_start = ws != wall_start_.end() ? ws->second : wall_end_[r.round];
+          r.wall_end = wall_end_[r.round];
+          for (auto& u : a.updates) {
+            auto wc = wall_compute_.find({u.round, u.client_id});
+            if (wc != wall_compute_.end()) {
+              u.wall_compute_s = wc->second;
+              wall_compute_.erase(wc);
+            }
+          }
+          Status s = coordinator::commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints,
+                                                       "s virtual");
+          if (!s.isOk() && fatal_.isOk()) fatal_ = s;
+          if (r.round > 0) {
+            ++summary_.rounds;
+            if (r.status == "failed") ++summary_.failed_rounds;
+            summary_.completed += r.completed;
+            summary_.late += r.late;
+            summary_.dropped += r.dropped;
+            summary_.rejected += r.rejected;
+            summary_.bytes_up += r.bytes_up;
+            summary_.bytes_down += r.bytes_down;
+            round_virtual_s_.push_back(r.end_time - r.start_time);
+            round_wall_s_.push_back(r.wall_end - r.wall_start);
+          }
+          if (r.test_accuracy) {
+            summary_.final_accuracy = r.test_accuracy;
+            summary_.best_accuracy = std::max(summary_.best_accuracy.value_or(0), *r.test_accuracy);
+          }
+          progress_->update(r.round, r.test_accuracy, r.end_time);
+          wall_start_.erase(r.round);
+          wall_end_.erase(r.round);
+        } else if constexpr (std::is_same_v<T, coordinator::RunFinished>) {
+          finished_ = true;
+          run_ok_ = a.ok;
+          finish_message_ = a.message;
+        }
+      },
+      action);
+  return fatal_;
+}
+
+Result<SimSummary> Simulator::run() {
+  const auto wall0 = std::chrono::steady_clock::now();
+  if (progress_->active()) spdlog::set_level(spdlog::level::warn);  // the bar says it
+  engine_->start(now_);
+  FEDFLEET_RETURN_IF_ERROR(carryOut());
+  while (!finished_) {
+    if (stop_.load()) {
+      progress_->finish();
+      return unavailable("interrupted in round " + std::to_string(engine_->currentRound()));
+    }
+    collectEvaluations(/*block=*/false);
+    FEDFLEET_RETURN_IF_ERROR(carryOut());
+    if (finished_) break;
+    const double t_event = events_.empty() ? INFINITY : events_.top().time;
+    const auto wake = engine_->nextWakeup();
+    const double t_wake = wake ? *wake : INFINITY;
+    if (!std::isfinite(t_event) && !std::isfinite(t_wake)) {
+      if (evals_.empty()) {
+        progress_->finish();
+        return internalError("simulation stalled in round " +
+                             std::to_string(engine_->currentRound()) +
+                             ": no event is scheduled and the engine waits for nothing");
+      }
+      collectEvaluations(/*block=*/true);
+    } else if (t_event <= t_wake) {
+      const Event e = events_.top();
+      events_.pop();
+      now_ = std::max(now_, e.time);
+      handle(e);
+    } else {
+      now_ = std::max(now_, t_wake);
+      engine_->onTick(now_);
+    }
+    FEDFLEET_RETURN_IF_ERROR(carryOut());
+  }
+  progress_->finish();
+  spdlog::set_level(spdlog::level::info);
+  summary_.run_id = run_id_;
+  summary_.virtual_seconds = now_;
+  summary_.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  summary_.median_round_virtual_s = median(round_virtual_s_);
+  summary_.median_round_wall_s = median(round_wall_s_);
+  summary_.registered_clients = config_.sim.clients;
+  summary_.distinct_participants = participants_.size();
+  summary_.db_path = config_.history.db;
+  if (!run_ok_) return failedPrecondition("run failed: " + finish_message_);
+  return summary_;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FleetSimulator>> FleetSimulator::create(const config::Config& config) {
+  auto sim = std::make_unique<Simulator>();
+  FEDFLEET_RETURN_IF_ERROR(sim->init(config));
+  return std::unique_ptr<FleetSimulator>(std::move(sim));
+}
+
+std::string formatSummary(const SimSummary& s) {
+  auto pct = [](std::optional<double> v) {
+    char buf[32];
+    if (!v) return std::string("-");
+    std::snprintf(buf, sizeof(buf), "%.2f%%", 100 * *v);
+    return std::string(buf);
+  };
+  char buf[1024];
+  std::snprintf(
+      buf, sizeof(buf),
+      "run %lld: %u rounds (%u failed), test accuracy %s (best %s)\n"
+      "time: %s virtual (median round %s), %s wall (median round %.3f s)\n"
+      "updates: %llu completed, %llu late, %llu dropped, %llu rejected; %llu of %llu clients "
+      "took part\n"
+      "bytes: %.1f MiB up, %.1f MiB down\n",
+      static_cast<long long>(s.run_id), s.rounds, s.failed_rounds, pct(s.final_accuracy).c_str(),
+      pct(s.best_accuracy).c_str(), ProgressDisplay::duration(s.virtual_seconds).c_str(),
+      ProgressDisplay::duration(s.median_round_virtual_s).c_str(),
+      ProgressDisplay::duration(s.wall_seconds).c_str(), s.median_round_wall_s,
+      static_cast<unsigned long long>(s.completed), static_cast<unsigned long long>(s.late),
+      static_cast<unsigned long long>(s.dropped), static_cast<unsigned long long>(s.rejected),
+      static_cast<unsigned long long>(s.distinct_participants),
+      static_cast<unsigned long long>(s.registered_clients), s.bytes_up / 1048576.0,
+      s.bytes_down / 1048576.0);
+  return buf;
+}
+
+}  // namespace fedfleet::sim

@@ -1,0 +1,70 @@
+// FleetSimulator: a whole edge fleet on one host, driven by the coordinator's own RoundEngine.
+//
+// Only time is simulated. Training is real LibTorch work on real data; how long it would have
+// taken comes from each virtual client's profile (sim/fleet.h):
+//   download  = latency + model bytes / downlink
+//   compute   = samples processed / (speed x the reference device's samples per second)
+//   upload    = for each chunk: latency + bytes so far / uplink (the bytes the encoder produced)
+// The discrete-event loop feeds the engine exactly the events the ZeroMQ driver feeds it (chunks,
+// summaries, goodbyes, hellos, ticks), in virtual-time order; deadlines fire in virtual time.
+//
+// Parallelism without losing determinism: the tasks of a round go to a WorkerPool at once (one
+// LibTorch thread per worker), but their results are consumed in virtual-time order (ties broken
+// by a sequence number), and every job's numbers depend only on its inputs, never on the worker
+// that ran it. Evaluation is split into fixed 1000-sample pieces summed in order. So the same
+// config and seed give the same history at any worker count.
+//
+// Availability: a client that is offline (diurnal trace) is not sampled; a client whose online
+// window closes during its task, or that drops out (per-round dropout probability), says goodbye
+// at that moment, is recorded dropped, and rejoins sim.rejoin_s later (or when next online).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/config/config.h"
+#include "common/history/history.h"
+#include "common/status.h"
+
+namespace fedfleet::sim {
+
+struct SimSummary {
+  int64_t run_id = 0;
+  uint32_t rounds = 0;  // committed training rounds (round 0 excluded)
+  uint32_t failed_rounds = 0;
+  std::optional<double> final_accuracy;
+  std::optional<double> best_accuracy;
+  double virtual_seconds = 0;
+  double wall_seconds = 0;
+  double median_round_virtual_s = 0;
+  double median_round_wall_s = 0;
+  uint64_t completed = 0, late = 0, dropped = 0, rejected = 0;
+  uint64_t bytes_up = 0, bytes_down = 0;
+  uint64_t registered_clients = 0;
+  uint64_t distinct_participants = 0;
+  std::string db_path;
+};
+
+class FleetSimulator {
+ public:
+  // Validates the config, loads or prepares the data, registers sim.clients virtual clients and
+  // opens the history (config.history.db; ":memory:" keeps it in memory). Errors name the key or
+  // file at fault.
+  static Result<std::unique_ptr<FleetSimulator>> create(const config::Config& config);
+  virtual ~FleetSimulator() = default;
+
+  // Runs every round. Errors: a history write that fails (the run stops; what was committed
+  // stays), a training job that fails in a way that is not the client's (kInternal), stop().
+  virtual Result<SimSummary> run() = 0;
+  // Asks run() to stop soon (safe from a signal handler).
+  virtual void stop() = 0;
+  virtual int64_t runId() const = 0;
+};
+
+// The summary as the few lines `fedfleet sim` prints at the end.
+std::string formatSummary(const SimSummary& s);
+
+}  // namespace fedfleet::sim

@@ -1,0 +1,269 @@
+#include "sim/fleet_simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "common/history/history.h"
+#include "common/data/synthetic.h"
+#include "sim/fleet.h"
+#include "sim/model_cost.h"
+
+namespace fedfleet::sim {
+namespace {
+
+std::string tmpPath(const std::string& name) {
+  const std::string p = std::string(FEDFLEET_TEST_TMP) + "/" + name;
+  std::filesystem::remove(p);
+  std::filesystem::remove(p + "-wal");
+  std::filesystem::remove(p + "-shm");
+  return p;
+}
+
+// A small Fashion-MNIST job: 40 clients on 4000 samples, 8 a round.
+config::Config smallJob(const std::string& db) {
+  config::Config c;
+  c.run.seed = 21;
+  c.run.rounds = 3;
+  c.model.name = "mlp";
+  c.data.train_subset = 4000;
+  c.data.test_subset = 2000;
+  c.data.partition = "dirichlet";
+  c.data.alpha = 0.5;
+  c.coordinator.clients_per_round = 8;
+  c.coordinator.quorum = 1;
+  c.train.batch = 16;
+  c.sim.clients = 40;
+  c.sim.progress = "off";
+  c.history.db = db;
+  return c;
+}
+
+struct History {
+  std::vector<history::RunRecord> runs;
+  std::vector<history::RoundRecord> rounds;
+  std::vector<history::UpdateRecord> updates;
+  std::vector<history::EventRecord> events;
+};
+
+History readHistory(const std::string& db, int64_t run_id) {
+  History h;
+  auto store = history::openSqliteHistory(db);
+  EXPECT_TRUE(store.isOk());
+  if (!store.isOk()) return h;
+  h.runs = *(*store)->runs();
+  h.rounds = *(*store)->rounds(run_id);
+  h.updates = *(*store)->updates(run_id, std::nullopt);
+  h.events = *(*store)->events(run_id);
+  return h;
+}
+
+Result<SimSummary> runJob(const config::Config& c) {
+  FEDFLEET_ASSIGN_OR_RETURN(auto sim, FleetSimulator::create(c));
+  return sim->run();
+}
+
+// The determinism requirement: the same config and seed give the same history, bit for
+// bit, at 1 and at 2 worker threads - with a heterogeneous fleet, dropouts and a deadline that
+// cuts off stragglers, so every path of the scheduler is in play.
+TEST(FleetSimulator, SameSeedSameHistoryAtOneAndTwoWorkers) {
+  std::vector<History> runs;
+  for (uint32_t workers : {1u, 2u}) {
+    const std::string db = tmpPath("sim_det_" + std::to_string(workers) + ".db");
+    config::Config c = smallJob(db);
+    c.sim.fleet = "mobile-mix";
+    c.sim.dropout = 0.1;
+    c.sim.rejoin_s = 1;
+    c.coordinator.deadline_s = 20;  // the embedded boards (0.1x, 0.5 Mbit/s) miss it
+    c.sim.workers = workers;
+    auto summary = runJob(c);
+    ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+    runs.push_back(readHistory(db, summary->run_id));
+  }
+  const History& a = runs[0];
+  const History& b = runs[1];
+  ASSERT_EQ(a.rounds.size(), 4u);  // round 0 + 3
+  ASSERT_EQ(a.rounds.size(), b.rounds.size());
+  for (size_t i = 0; i < a.rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    ASSERT_TRUE(a.rounds[i].test_accuracy.has_value());
+    EXPECT_EQ(*a.rounds[i].test_accuracy, *b.rounds[i].test_accuracy);  // bit for bit
+    EXPECT_EQ(*a.rounds[i].test_loss, *b.rounds[i].test_loss);
+    EXPECT_EQ(a.rounds[i].train_loss, b.rounds[i].train_loss);
+    EXPECT_EQ(a.rounds[i].start_time, b.rounds[i].start_time);
+    EXPECT_EQ(a.rounds[i].end_time, b.rounds[i].end_time);
+    EXPECT_EQ(a.rounds[i].completed, b.rounds[i].completed);
+    EXPECT_EQ(a.rounds[i].late, b.rounds[i].late);
+    EXPECT_EQ(a.rounds[i].dropped, b.rounds[i].dropped);
+    EXPECT_EQ(a.rounds[i].bytes_up, b.rounds[i].bytes_up);
+  }
+  ASSERT_EQ(a.updates.size(), b.updates.size());
+  for (size_t i = 0; i < a.updates.size(); ++i) {
+    EXPECT_EQ(a.updates[i].client_id, b.updates[i].client_id);
+    EXPECT_EQ(a.updates[i].status, b.updates[i].status);
+    EXPECT_EQ(a.updates[i].loss, b.updates[i].loss);
+    EXPECT_EQ(a.updates[i].end_time, b.updates[i].end_time);
+    EXPECT_EQ(a.updates[i].weight, b.updates[i].weight);
+  }
+  // The run exercised what it was meant to: stragglers cut off and dropouts.
+  uint32_t late = 0, dropped = 0;
+  for (const auto& r : a.rounds) {
+    late += r.late;
+    dropped += r.dropped;
+  }
+  EXPECT_GT(late, 0u);
+  EXPECT_GT(dropped, 0u);
+  EXPECT_EQ(a.runs.back().clock, "virtual");
+  // Training made progress.
+  EXPECT_GT(*a.rounds.back().test_accuracy, *a.rounds.front().test_accuracy + 0.2);
+}
+
+// Virtual time follows the profile formulas: on the uniform fleet (reference device, 50/20
+// Mbit/s, 20 ms) an update's time is download + samples / speed + upload of the bytes sent.
+TEST(FleetSimulator, VirtualTimeFollowsTheProfiles) {
+  const std::string db = tmpPath("sim_time.db");
+  config::Config c = smallJob(db);
+  c.run.rounds = 2;
+  c.sim.reference_gflops = 0.5;
+  auto summary = runJob(c);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  const History h = readHistory(db, summary->run_id);
+  const uint64_t params = 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10;
+  const double samples_per_s = 0.5e9 / trainFlopsPerSample("mlp", params);
+  const double down = 0.02 + params * 4.0 / (50e6 / 8);
+  ASSERT_EQ(h.updates.size(), 16u);
+  for (const auto& u : h.updates) {
+    SCOPED_TRACE(u.client_id);
+    ASSERT_EQ(u.status, "completed");
+    const double compute = static_cast<double>(u.n_samples) / samples_per_s;
+    EXPECT_NEAR(u.compute_s, compute, 1e-9);
+    const double upload = 0.02 + static_cast<double>(u.bytes_up) / (20e6 / 8);
+    EXPECT_NEAR(u.upload_s, upload, 1e-9);
+    EXPECT_NEAR(u.end_time - u.start_time, down + compute + upload, 1e-6);
+    EXPECT_GT(u.wall_compute_s, 0.0);
+    EXPECT_GT(u.bytes_up, params * 4);  // the frames: payload plus framing
+    EXPECT_LT(u.bytes_up, params * 4 + 4096);
+  }
+  // A round lasts as long as its slowest client.
+  for (uint32_t r = 1; r <= 2; ++r) {
+    double slowest = 0;
+    for (const auto& u : h.updates) {
+      if (u.round == r) slowest = std::max(slowest, u.end_time);
+    }
+    EXPECT_DOUBLE_EQ(h.rounds[r].end_time, slowest);
+    EXPECT_GE(h.rounds[r].wall_end, h.rounds[r].wall_start);
+    EXPECT_GT(h.rounds[r].wall_start, 1.7e9);  // unix seconds
+  }
+  EXPECT_DOUBLE_EQ(h.rounds[2].start_time, h.rounds[1].end_time);  // back to back
+}
+
+// Deadlines fire in virtual time: a tier too slow for the deadline is always late, the round
+// ends exactly at the deadline, and only the fast tier's updates are aggregated.
+TEST(FleetSimulator, DeadlineCutsOffTheSlowTierInVirtualTime) {
+  const std::string fleet = std::string(FEDFLEET_TEST_TMP) + "/sim_two_tiers.csv";
+  std::ofstream(fleet) << "name,share,device,speed,memory_mib,up_mbps,down_mbps,latency_ms\n"
+                          "fast,1,cpu,100,4096,100,100,1\n"
+                          "slow,1,cpu,0.001,1024,1,1,100\n";
+  const std::string db = tmpPath("sim_deadline.db");
+  config::Config c = smallJob(db);
+  c.run.rounds = 2;
+  c.sim.fleet = fleet;
+  c.coordinator.deadline_s = 30;
+  auto summary = runJob(c);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  const History h = readHistory(db, summary->run_id);
+  auto profiles = Fleet::create(fleet, 40, c.run.seed, {});
+  ASSERT_TRUE(profiles.isOk());
+  int late = 0, completed = 0;
+  for (const auto& u : h.updates) {
+    const uint64_t k = std::stoull(u.client_id.substr(1));
+    const bool slow = profiles->profile(k).tier == 1;
+    EXPECT_EQ(u.status, slow ? "late" : "completed") << u.client_id;
+    late += u.status == "late";
+    completed += u.status == "completed";
+    if (slow) {
+      EXPECT_EQ(u.weight, 0.0);
+    }
+  }
+  EXPECT_GT(late, 0);
+  EXPECT_GT(completed, 0);
+  for (uint32_t r = 1; r <= 2; ++r) {
+    if (h.rounds[r].late > 0) {
+      EXPECT_DOUBLE_EQ(h.rounds[r].end_time - h.rounds[r].start_time, 30.0);
+    }
+  }
+}
+
+// Synthetic(1, 1) with many registered clients: data exists only for sampled clients, and the
+// server evaluates on the first devices' test splits.
+TEST(FleetSimulator, SyntheticFleetOfManyClientsTrainsOnlyTheSampled) {
+  const std::string db = tmpPath("sim_synth.db");
+  config::Config c;
+  c.run.seed = 4;
+  c.run.rounds = 3;
+  c.model.name = "logreg";
+  c.data.dataset = "synthetic";
+  c.data.eval_devices = 200;
+  c.coordinator.clients_per_round = 20;
+  c.coordinator.quorum = 1;
+  c.train.batch = 10;
+  c.train.lr = 0.01;
+  c.sim.clients = 200000;
+  c.sim.fleet = "mobile-mix";
+  c.sim.progress = "off";
+  c.history.db = db;
+  auto summary = runJob(c);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  EXPECT_EQ(summary->rounds, 3u);
+  EXPECT_EQ(summary->registered_clients, 200000u);
+  EXPECT_LE(summary->distinct_participants, 60u);
+  const History h = readHistory(db, summary->run_id);
+  auto store = history::openSqliteHistory(db);
+  ASSERT_TRUE(store.isOk());
+  auto clients = (*store)->clients();
+  ASSERT_TRUE(clients.isOk());
+  EXPECT_EQ(clients->size(), summary->distinct_participants);  // rows only for the sampled
+  for (const auto& r : h.rounds) {
+    ASSERT_TRUE(r.test_accuracy.has_value());
+    EXPECT_GE(*r.test_accuracy, 0.0);
+  }
+  // Each update trained on its own device's generated train split: one epoch processes exactly
+  // the device's train samples, counted independently here.
+  data::SyntheticSpec spec;
+  spec.devices = 200000;
+  spec.seed = 4;
+  auto fed = data::SyntheticFederation::create(spec);
+  ASSERT_TRUE(fed.isOk());
+  ASSERT_EQ(h.updates.size(), 60u);
+  for (const auto& u : h.updates) {
+    const uint64_t k = std::stoull(u.client_id.substr(1));
+    EXPECT_EQ(u.n_samples, fed->trainSamples(k)) << u.client_id;
+    EXPECT_EQ(u.partition, static_cast<int32_t>(k));
+  }
+}
+
+TEST(FleetSimulator, BadConfigsAreClearErrors) {
+  config::Config c = smallJob(":memory:");
+  c.sim.fleet = "phones";
+  auto sim = FleetSimulator::create(c);
+  ASSERT_FALSE(sim.isOk());
+  EXPECT_NE(sim.status().message().find("unknown fleet 'phones'"), std::string::npos);
+
+  c = smallJob(":memory:");
+  c.sim.clients = 100000;  // more clients than 4000 samples can be split among
+  sim = FleetSimulator::create(c);
+  ASSERT_FALSE(sim.isOk());
+
+  c = smallJob(":memory:");
+  c.sim.availability = "weekly";
+  sim = FleetSimulator::create(c);
+  ASSERT_FALSE(sim.isOk());
+  EXPECT_NE(sim.status().message().find("sim.availability"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedfleet::sim
