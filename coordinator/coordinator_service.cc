@@ -85,6 +85,11 @@ class ZmqCoordinator final : public CoordinatorService {
 Status ZmqCoordinator::init(const config::Config& config) {
   config_ = config;
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
+  if (config_.data.dataset != "fashion-mnist") {
+    return invalidArgument("data.dataset = \"" + config_.data.dataset +
+                           "\" is generated per device by the simulator (fedfleet sim); a "
+                           "coordinator serves fashion-mnist");
+  }
   const auto& cc = config_.coordinator;
 
   // Model and test set (server-side evaluation).

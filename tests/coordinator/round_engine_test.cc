@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "common/crypto/sha256.h"
 
@@ -410,6 +412,74 @@ TEST(RoundEngine, SameSeedSameSelection) {
   bool differs = false;
   for (uint64_t s = 2; s < 10; ++s) differs |= selections(s) != selections(1);
   EXPECT_TRUE(differs);
+}
+
+// The simulator's path: quiet registration, an eligibility predicate, and sampling among many
+// registered clients (the rank-sampling branch) that is uniform and independent of the order
+// in which clients were registered.
+TEST(RoundEngine, RegisteredClientsAreSampledUniformlyAmongTheEligible) {
+  auto run = [](bool reversed, uint64_t seed, std::map<std::string, int>* counts) {
+    EngineOptions o = baseOptions(20, 20, 1);
+    o.num_partitions = 2000;
+    o.liveness_s = 0;
+    o.rounds = 1;
+    o.seed = seed;
+    o.bye_on_finish = false;
+    Fixture f(o);
+    for (int i = 0; i < 2000; ++i) {
+      const int k = reversed ? 1999 - i : i;
+      char id[16];
+      std::snprintf(id, sizeof(id), "v%04d", k);
+      f.engine->registerClient(id, hello(id, k), 0);
+    }
+    EXPECT_TRUE(f.engine->takeActions().empty());  // registration is silent
+    // Only clients whose number is a multiple of 3 are eligible.
+    f.engine->setEligibility(
+        [](const std::string& id, double) { return std::stoi(id.substr(1)) % 3 == 0; });
+    f.engine->start(0);
+    std::vector<std::string> picked;
+    for (auto& t : actionsOf<SendTask>(f.take())) {
+      picked.push_back(t.client);
+      EXPECT_EQ(t.task.data.index, static_cast<uint32_t>(std::stoi(t.client.substr(1))));
+      if (counts) ++(*counts)[t.client];
+    }
+    return picked;
+  };
+  const auto a = run(false, 3, nullptr);
+  ASSERT_EQ(a.size(), 20u);
+  EXPECT_EQ(std::set<std::string>(a.begin(), a.end()).size(), 20u);  // distinct
+  for (const auto& id : a) EXPECT_EQ(std::stoi(id.substr(1)) % 3, 0) << id;
+  EXPECT_EQ(run(true, 3, nullptr), a);  // registration order does not matter
+  // Uniform over the 667 eligible: over 200 rounds (seeds), each eligible client is picked
+  // 200 * 20 / 667 = 6.0 times on average, and the expected number never picked is
+  // 667 * (1 - 20/667)^200 = 1.5; a biased sampler (say, only the low ranks) would leave
+  // hundreds unpicked. The two halves of the id range also get equal shares.
+  std::map<std::string, int> counts;
+  for (uint64_t seed = 100; seed < 300; ++seed) run(false, seed, &counts);
+  EXPECT_GE(counts.size(), 667u - 10u);
+  int low = 0, high = 0;
+  for (const auto& [id, n] : counts) (std::stoi(id.substr(1)) < 1000 ? low : high) += n;
+  EXPECT_NEAR(static_cast<double>(low) / (low + high), 0.5, 0.03);
+}
+
+TEST(RoundEngine, FewEligibleClientsStillFillTheRoundWhenPossible) {
+  EngineOptions o = baseOptions(5, 5, 1);
+  o.num_partitions = 1000;
+  o.liveness_s = 0;
+  o.rounds = 1;
+  Fixture f(o);
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = "c" + std::to_string(1000 + i);
+    f.engine->registerClient(id, hello(id, i), 0);
+  }
+  // 7 of 1000 eligible: rank sampling mostly misses, the engine falls back to listing them.
+  f.engine->setEligibility([](const std::string& id, double) {
+    return std::stoi(id.substr(1)) % 150 == 0;
+  });
+  f.engine->start(0);
+  const auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 5u);
+  for (const auto& t : tasks) EXPECT_EQ(std::stoi(t.client.substr(1)) % 150, 0) << t.client;
 }
 
 TEST(RoundEngine, PartitionModeNamesSampledPartitions) {
