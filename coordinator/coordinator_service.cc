@@ -76,6 +76,9 @@ class ZmqCoordinator final : public CoordinatorService {
   std::map<ClientId, std::string> key_of_client_;  // public key seen at first Hello
   std::set<std::string> warned_peers_;
   std::map<std::string, double> unknown_reply_at_;
+  // Decode time per update: the engine reads no clock, so the driver times its onChunk calls.
+  std::map<uint64_t, uint32_t> round_of_token_;
+  std::map<std::pair<uint32_t, ClientId>, double> decode_seconds_;
   Status fatal_;
   bool finished_ = false;
   bool run_ok_ = false;
@@ -261,7 +264,13 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::Chunk>) {
+          const auto t0 = std::chrono::steady_clock::now();
           engine_->onChunk(who, m, env.payload.size(), now);
+          auto task = round_of_token_.find(m.task_token);
+          if (task != round_of_token_.end()) {
+            decode_seconds_[{task->second, who}] +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          }
         } else if constexpr (std::is_same_v<T, wire::Summary>) {
           engine_->onSummary(who, m, env.payload.size(), now);
         } else if constexpr (std::is_same_v<T, wire::Heartbeat>) {
@@ -297,6 +306,7 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
       [&](auto& a) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (std::is_same_v<T, SendTask>) {
+          round_of_token_[a.task.task_token] = a.task.round;
           sendTo(a.client, a.task, now);
         } else if constexpr (std::is_same_v<T, SendCancel>) {
           sendTo(a.client, a.cancel, now);
@@ -314,7 +324,16 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           // Real time is the run's clock here.
           a.round.wall_start = a.round.start_time;
           a.round.wall_end = a.round.end_time;
-          for (auto& u : a.updates) u.wall_compute_s = u.compute_s;
+          for (auto& u : a.updates) {
+            u.wall_compute_s = u.compute_s;
+            auto d = decode_seconds_.find({u.round, u.client_id});
+            if (d != decode_seconds_.end()) {
+              u.decode_s = d->second;
+              decode_seconds_.erase(d);
+            }
+          }
+          std::erase_if(round_of_token_,
+                        [&](const auto& kv) { return kv.second <= a.round.round; });
           Status st =
               commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
           if (!st.isOk() && fatal_.isOk()) fatal_ = st;

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "common/check.h"
+#include "common/compress/payload.h"
 #include "common/crypto/sha256.h"
 #include "kernels/accumulate.h"
 
@@ -32,7 +33,8 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       params_(std::move(initial_params)),
       rng_(options_.seed),
       token_rng_(options_.seed ^ 0x5deece66dull),
-      version_(options_.model_version) {
+      version_(options_.model_version),
+      partial_(options_.partial_buffer_bytes) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
   round_ = options_.first_round - 1;
@@ -208,8 +210,7 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
     if (pit != participants_.end() && pit->second.state == UpdateState::kPending) {
       pit->second.state = UpdateState::kDropped;
       pit->second.finished_at = now;
-      pit->second.buffer.clear();
-      pit->second.buffer.shrink_to_fit();
+      takeBack(pit->second, c.task_token, now);
       finished_tokens_.insert(c.task_token);
       event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
     }
@@ -305,7 +306,11 @@ void RoundEngine::startRound(double now) {
     task.data.num_partitions = options_.num_partitions;
     task.data.index = p.partition;
     task.deadline_s = options_.deadline_s;
-    task.codec = "none";
+    task.codec = options_.codec;
+    if (!options_.slow_link_codec.empty() && c.uplink_bytes_per_s > 0 &&
+        c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps) {
+      task.codec = options_.slow_link_codec;
+    }
     task.task_token = newToken();
     task.chunk_bytes = options_.chunk_bytes;
 
@@ -339,8 +344,7 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
 void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now) {
   p.state = UpdateState::kRejected;
   p.finished_at = now;
-  p.buffer.clear();
-  p.buffer.shrink_to_fit();
+  takeBack(p, token, now);
   finished_tokens_.insert(token);
   answered_stale_.insert(token);  // the client is told here; later frames stay quiet
   auto cit = clients_.find(p.client);
@@ -353,38 +357,84 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   maybeFinishEarly(now);
 }
 
+void RoundEngine::takeBack(Participant& p, uint64_t token, double now) {
+  if (p.folded) {
+    const float w = -static_cast<float>(p.weight);
+    Status st = partial_.forEach(
+        token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
+          scratch_.resize(elements);
+          FEDFLEET_RETURN_IF_ERROR(compress::decodePayload(payload, elements, scratch_.data()));
+          kernels::weightedAccumulate(sum_.data() + offset, scratch_.data(), w, elements);
+          return Status::ok();
+        });
+    if (!st.isOk()) {
+      sum_tainted_ = true;
+      event("aggregation_error", p.client,
+            "round " + std::to_string(round_) +
+                ": could not take a partial update back out of the sum: " + st.message(),
+            now);
+    }
+    p.folded = false;
+  }
+  partial_.erase(token);
+}
+
 void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes,
                           double now) {
   onHeartbeat(id, now);
   Participant* p = participantFor(id, chunk.task_token, now);
   if (!p) return;
+  const uint64_t token = chunk.task_token;
   p->bytes_up += frame_bytes;
   if (p->first_chunk_at < 0) p->first_chunk_at = now;
   p->last_chunk_at = now;
-  if (p->last_chunk) {
-    return rejectUpdate(*p, chunk.task_token, "chunk after the last chunk", now);
-  }
-  if (chunk.payload.size() % sizeof(float) != 0) {
-    return rejectUpdate(*p, chunk.task_token,
-                        "chunk payload of " + std::to_string(chunk.payload.size()) +
-                            " bytes is not a whole number of fp32 values",
-                        now);
-  }
-  const uint64_t n = chunk.payload.size() / sizeof(float);
+  if (p->last_chunk) return rejectUpdate(*p, token, "chunk after the last chunk", now);
+  const uint64_t n = chunk.elements;
+  if (n == 0) return rejectUpdate(*p, token, "chunk of 0 elements", now);
   if (chunk.offset != p->next_offset) {
-    return rejectUpdate(*p, chunk.task_token,
+    return rejectUpdate(*p, token,
                         "chunk at offset " + std::to_string(chunk.offset) + ", expected " +
                             std::to_string(p->next_offset),
                         now);
   }
-  if (chunk.offset + n > params_.size()) {
-    return rejectUpdate(*p, chunk.task_token,
+  if (n > params_.size() - chunk.offset) {
+    return rejectUpdate(*p, token,
                         "chunk ends at " + std::to_string(chunk.offset + n) +
                             ", past the model's " + std::to_string(params_.size()) + " values",
                         now);
   }
-  if (p->buffer.empty()) p->buffer.resize(params_.size());
-  std::memcpy(p->buffer.data() + chunk.offset, chunk.payload.data(), chunk.payload.size());
+  if (chunk.n_samples == 0) return rejectUpdate(*p, token, "chunk reports 0 samples", now);
+  if (!p->weight_set) {
+    p->weight = static_cast<double>(chunk.n_samples);
+    p->steps = chunk.steps;
+    p->weight_set = true;
+  } else if (static_cast<double>(chunk.n_samples) != p->weight || chunk.steps != p->steps) {
+    return rejectUpdate(*p, token,
+                        "chunk declares " + std::to_string(chunk.n_samples) + " samples and " +
+                            std::to_string(chunk.steps) + " steps, earlier chunks " +
+                            std::to_string(static_cast<uint64_t>(p->weight)) + " and " +
+                            std::to_string(p->steps),
+                        now);
+  }
+  auto header = compress::readPayloadHeader(chunk.payload);
+  if (!header.isOk()) {
+    return rejectUpdate(*p, token, "chunk payload: " + header.status().message(), now);
+  }
+  scratch_.resize(n);
+  Status st = compress::decodePayload(chunk.payload, n, scratch_.data());
+  if (!st.isOk()) return rejectUpdate(*p, token, "chunk payload: " + st.message(), now);
+  // w * x must stay far from overflow in the running sum: a client cannot poison the round.
+  const float w = static_cast<float>(p->weight);
+  float max_abs = 0;
+  for (float v : scratch_) max_abs = std::max(max_abs, std::fabs(v));
+  if (static_cast<double>(max_abs) * p->weight > 1e30) {
+    return rejectUpdate(*p, token, "delta values too large to aggregate", now);
+  }
+  st = partial_.append(token, chunk.offset, n, chunk.payload);
+  if (!st.isOk()) return rejectUpdate(*p, token, "coordinator: " + st.message(), now);
+  kernels::weightedAccumulate(sum_.data() + chunk.offset, scratch_.data(), w, n);
+  if (p->codec.empty()) p->codec = compress::codecKindName(header->kind);
+  p->folded = true;
   p->next_offset += n;
   p->last_chunk = chunk.last;
 }
@@ -404,24 +454,29 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
                         now);
   }
   if (summary.n_samples == 0) return rejectUpdate(*p, token, "summary reports 0 samples", now);
+  if (static_cast<double>(summary.n_samples) != p->weight || summary.steps != p->steps) {
+    return rejectUpdate(*p, token,
+                        "summary reports " + std::to_string(summary.n_samples) + " samples and " +
+                            std::to_string(summary.steps) + " steps, the chunks " +
+                            std::to_string(static_cast<uint64_t>(p->weight)) + " and " +
+                            std::to_string(p->steps),
+                        now);
+  }
   if (!std::isfinite(summary.mean_loss) || !std::isfinite(summary.sum_sq_loss)) {
     return rejectUpdate(*p, token, "summary has a non-finite loss", now);
   }
-  if (!kernels::allFinite(p->buffer.data(), p->buffer.size())) {
-    return rejectUpdate(*p, token, "delta has non-finite values", now);
-  }
   p->summary = summary;
-  p->weight = static_cast<double>(summary.n_samples);
-  kernels::weightedAccumulate(sum_.data(), p->buffer.data(), static_cast<float>(p->weight),
-                              sum_.size());
   sum_weight_ += p->weight;
-  p->buffer.clear();
-  p->buffer.shrink_to_fit();
+  partial_.erase(token);
+  p->folded = false;  // it counts now: nothing to take back
   p->state = UpdateState::kCompleted;
   p->finished_at = now;
   finished_tokens_.insert(token);
   auto& client = clients_.at(id);
   client.task_token = 0;
+  if (summary.upload_seconds > 0) {
+    client.uplink_bytes_per_s = static_cast<double>(p->bytes_up) / summary.upload_seconds;
+  }
   refreshIdle(id, client);
   maybeFinishEarly(now);
 }
@@ -505,8 +560,7 @@ void RoundEngine::finishRound(double now) {
         cit->second.task_token = 0;
         refreshIdle(p.client, cit->second);
       }
-      p.buffer.clear();
-      p.buffer.shrink_to_fit();
+      takeBack(p, token, now);
       finished_tokens_.insert(token);
     }
     switch (p.state) {
@@ -542,13 +596,20 @@ void RoundEngine::finishRound(double now) {
     u.bytes_up = p.bytes_up;
     u.bytes_down = p.bytes_down;
     u.weight = p.state == UpdateState::kCompleted ? p.weight / std::max(sum_weight_, 1.0) : 0.0;
+    u.codec = p.codec;
+    u.encode_s = p.summary.encode_seconds;
     u.start_time = round_start_;
     u.end_time = p.finished_at >= 0 ? p.finished_at : now;
     u.status = stateName(static_cast<int>(p.state));
     c.updates.push_back(std::move(u));
   }
 
-  const bool ok = r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
+  bool ok = r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
+  if (ok && (sum_tainted_ || !kernels::allFinite(sum_.data(), sum_.size()))) {
+    ok = false;  // recorded as failed below; the model is unchanged
+    event("aggregation_error", "",
+          "round " + std::to_string(round_) + ": the running sum is not usable", now);
+  }
   if (ok) {
     const float scale = static_cast<float>(options_.server_lr / sum_weight_);
     kernels::weightedAccumulate(params_.data(), sum_.data(), scale, params_.size());
@@ -576,6 +637,8 @@ void RoundEngine::finishRound(double now) {
   }
   sum_.clear();
   sum_.shrink_to_fit();
+  sum_tainted_ = false;
+  partial_.clear();
   participants_.clear();
 
   // The next round goes out before this round's model is evaluated (protocol step 8).

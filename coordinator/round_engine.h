@@ -21,13 +21,23 @@
 //     hyper-parameters with a per-(round, partition) seed, the data spec, a deadline and a fresh
 //     random task token. The round deadline is now + deadline_s.
 //  4. Upload. The client streams its delta as Chunks carrying the token, in order (element
-//     offsets must be contiguous), then a Summary. Chunks with an unknown or finished token are
+//     offsets must be contiguous), each a self-describing payload of the task's codec
+//     (common/compress/payload.h) with the update's weight inputs (n_samples, steps), then a
+//     Summary. Streaming aggregation: each chunk is decoded and folded into the round's running
+//     sum (weight n_k) the moment it arrives, so memory is O(model) however many clients upload
+//     at once; its payload is kept aside (PartialLog: in memory up to a bound, then spilled to
+//     a temporary file) until the update completes. Chunks with an unknown or finished token are
 //     answered with an Error (once per token) and recorded as an event; they never touch the
-//     model. A chunk out of order or past the model's size, a summary before the last chunk, or
-//     a delta with a non-finite value rejects that client's update (recorded, not aggregated).
-//  5. Completion. When the summary of a complete delta arrives the update is folded into the
-//     running sum (weight n_k) and its buffer is freed; partial uploads live only in their own
-//     buffer and are discarded if the client is cancelled or lost.
+//     model. A chunk out of order or past the model's size, a payload that does not decode (bad
+//     header, wrong length, a non-finite value), values so large the sum could overflow, a
+//     weight that changes between chunks or disagrees with the summary, or a summary before the
+//     last chunk rejects that client's update (recorded, not aggregated).
+//  5. Completion. When the summary of a complete delta arrives the update counts: its weight
+//     joins the total and its kept payloads are dropped. An update that does not complete
+//     (rejected, cancelled at the deadline, client lost) has its folded chunks subtracted
+//     again, so nothing partial is aggregated. (Floating point: (s + w x) - w x may differ from
+//     s by one rounding; the residue is at most one unit in the last place of the running sum
+//     per element and taken-back chunk.)
 //  6. Round end: when every participant is completed, rejected or dropped, or at the deadline.
 //     At the deadline, participants still working are cancelled and recorded `late`; those whose
 //     connection was lost (no message for liveness_s, or Bye) are `dropped`.
@@ -62,6 +72,7 @@
 
 #include "common/history/history.h"
 #include "common/wire/messages.h"
+#include "coordinator/partial_log.h"
 
 namespace fedfleet::coordinator {
 
@@ -87,6 +98,11 @@ struct EngineOptions {
   wire::HyperParams hparams;  // seed is derived per task
   wire::DataSpec data;        // index is set per task
   uint32_t chunk_bytes = 1 << 20;
+  std::string codec = "none";     // codec spec every task asks for (common/compress/codec_spec.h)
+  std::string slow_link_codec;    // when set: the codec for clients whose last measured uplink
+  double slow_link_mbps = 0;      // was below slow_link_mbps
+  uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of partial uploads kept in memory;
+                                                // beyond this they spill to a temporary file
   bool bye_on_finish = true;  // say Bye to every connected client when the run ends (the
                               // simulator's virtual clients need no goodbye)
 };
@@ -207,14 +223,18 @@ class RoundEngine {
     double last_seen = 0;
     bool connected = false;
     uint64_t task_token = 0;  // 0: idle
+    double uplink_bytes_per_s = 0;  // measured from its last completed upload (0: unknown)
   };
 
   struct Participant {
     ClientId client;
     uint32_t partition = 0;
     UpdateState state = UpdateState::kPending;
-    std::vector<float> buffer;  // delta received so far (freed once folded)
     uint64_t next_offset = 0;   // next element offset expected
+    bool folded = false;        // some chunk is in the running sum (take it back if not completed)
+    bool weight_set = false;    // the first chunk declared n_samples and steps
+    uint64_t steps = 0;
+    std::string codec;          // codec of the first chunk's payload
     bool last_chunk = false;
     uint64_t bytes_up = 0;
     uint64_t bytes_down = 0;
@@ -234,6 +254,8 @@ class RoundEngine {
   void commit(CommitRound commit, double now);
   void finishRun(bool ok, const std::string& message, double now);
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
+  // Subtracts the folded chunks of an update that will not complete and forgets them.
+  void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
   void maybeFinishEarly(double now);
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
@@ -268,6 +290,9 @@ class RoundEngine {
   std::set<uint64_t> answered_stale_;             // stale tokens already answered once
   std::vector<float> sum_;                        // running sum of n_k * D_k
   double sum_weight_ = 0;
+  PartialLog partial_;             // payloads of updates folded in but not yet complete
+  std::vector<float> scratch_;     // one decoded chunk
+  bool sum_tainted_ = false;       // a take-back failed: this round's sum cannot be trusted
 
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
   bool last_round_done_ = false;                   // finish the run after its commit

@@ -7,15 +7,11 @@
 #include <cstring>
 
 #include "kernels/accumulate.h"
+#include "kernels/clones.h"
 
-// One build per instruction set, chosen at load time through an ifunc resolver. x86-64-v3 is
-// AVX2 + FMA (Haswell, Zen 1 and later): there fmaf is one vfmadd instruction per lane. The
-// default build calls libm's correctly rounded fmaf per element: slower, same results.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FEDFLEET_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define FEDFLEET_KERNEL_CLONES
-#endif
+// One build per instruction set (kernels/clones.h). In the x86-64-v3 build fmaf is one vfmadd
+// instruction per lane; the default build calls libm's correctly rounded fmaf per element:
+// slower, same results.
 
 namespace fedfleet::kernels {
 

@@ -8,12 +8,16 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <mutex>
 #include <queue>
 #include <set>
 #include <unordered_map>
 #include <variant>
 
 #include "client/trainer.h"
+#include "common/check.h"
+#include "common/compress/codec.h"
+#include "common/compress/error_feedback.h"
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
@@ -56,9 +60,42 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
+struct EncodedChunk {
+  uint64_t offset = 0, elements = 0;
+  std::string payload;
+};
+
 struct TrainOutcome {
-  client::TrainResult result;
-  double wall_seconds = 0;
+  client::TrainResult result;  // delta released once encoded
+  std::vector<EncodedChunk> chunks;
+  double wall_seconds = 0;    // training
+  double encode_seconds = 0;  // compressing the chunks
+};
+
+// Error-feedback residuals of the virtual clients that use a biased codec, created on first
+// use. A client has one task at a time, so each residual has one user at a time; the lock
+// guards only the map.
+class Residuals {
+ public:
+  Residuals(size_t n, compress::ResidualStorage storage) : n_(n), storage_(storage) {}
+  compress::ErrorFeedback& of(uint64_t client) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(client);
+    if (it == map_.end()) it = map_.emplace(client, compress::ErrorFeedback(n_, storage_)).first;
+    return it->second;
+  }
+  uint64_t memoryBytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t total = 0;
+    for (const auto& [k, ef] : map_) total += ef.memoryBytes();
+    return total;
+  }
+
+ private:
+  size_t n_;
+  compress::ResidualStorage storage_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, compress::ErrorFeedback> map_;  // GUARDED_BY(mu_)
 };
 
 struct EvalPiece {
@@ -136,6 +173,7 @@ class Simulator final : public FleetSimulator {
   std::unique_ptr<FleetData> data_;
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<Residuals> residuals_;
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<ProgressDisplay> progress_;
   int64_t run_id_ = 0;
@@ -154,6 +192,7 @@ class Simulator final : public FleetSimulator {
   std::set<uint64_t> participants_;
   std::map<uint32_t, double> wall_start_, wall_end_;
   std::map<std::pair<uint32_t, ClientId>, double> wall_compute_;
+  std::map<std::pair<uint32_t, ClientId>, double> decode_wall_;
   uint64_t params_version_ = UINT64_MAX;
   std::shared_ptr<const std::vector<float>> params_cache_;
 
@@ -231,6 +270,8 @@ Status Simulator::init(const config::Config& config) {
   for (uint64_t k = 0; k < sc.clients; ++k) {
     engine_->registerClient(idOf(k), helloFor(k, fleet_->profile(k), 1), 0.0);
   }
+  FEDFLEET_ASSIGN_OR_RETURN(auto storage, compress::parseResidualStorage(sc.residual_storage));
+  residuals_ = std::make_unique<Residuals>(num_params_, storage);
   pool_ = std::make_unique<WorkerPool>(sc.workers);
   progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
   spdlog::info(
@@ -314,8 +355,16 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   const std::string model_path = config_.model.path;
   const uint64_t model_seed = config_.run.seed;
   const model::InputShape shape = data_->inputShape();
+  auto spec = compress::parseCodecSpec(task.codec);
+  FEDFLEET_CHECK(spec.isOk());  // the engine sends what config validation accepted
+  auto codec = std::shared_ptr<const compress::Codec>(compress::makeCodec(*spec).value());
+  compress::ErrorFeedback* residual =
+      compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
+  const size_t per_chunk = std::max<size_t>(1, task.chunk_bytes / sizeof(float));
+  const uint64_t codec_seed = task.hparams.seed ^ 0xc0dec5eedull;
   f.result = pool_->submit([data, k, start, o, stop = f.stop, model_name, model_path, model_seed,
-                            shape]() -> Result<TrainOutcome> {
+                            shape, codec, residual, per_chunk,
+                            codec_seed]() -> Result<TrainOutcome> {
     // One model and trainer per worker thread, reused across tasks: the trainer sets the
     // parameters from `start` first, so nothing carries over between tasks.
     thread_local std::unique_ptr<model::Model> model;
@@ -334,8 +383,26 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
                                             stop.get()));
     TrainOutcome out;
     out.result = std::move(r);
-    out.wall_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
+    // Compress as a client would, chunk by chunk (the bytes decide the upload time).
+    const std::vector<float>& delta = out.result.delta;
+    for (size_t off = 0, j = 0; off < delta.size(); off += per_chunk, ++j) {
+      EncodedChunk c;
+      c.offset = off;
+      c.elements = std::min(per_chunk, delta.size() - off);
+      const uint64_t seed = codec_seed + j * 0x9e3779b97f4a7c15ull;
+      if (residual) {
+        FEDFLEET_RETURN_IF_ERROR(
+            residual->encode(*codec, off, delta.data() + off, c.elements, seed, &c.payload));
+      } else {
+        codec->encode(delta.data() + off, c.elements, seed, &c.payload);
+      }
+      out.chunks.push_back(std::move(c));
+    }
+    out.encode_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    out.result.delta = std::vector<float>();  // only the payloads travel on
     return out;
   });
   push(done_at, EventKind::kTrainDone, token, k);
@@ -357,31 +424,32 @@ void Simulator::onTrainDone(uint64_t token, InFlight& f) {
   TrainOutcome& out = *got;
   wall_compute_[{f.round, f.id}] = out.wall_seconds;
   const ClientProfile p = fleet_->profile(f.client);
-  const std::vector<float>& delta = out.result.delta;
-  const size_t per_chunk = std::max<size_t>(1, config_.coordinator.chunk_kib * 1024 / 4);
   double sent = 0;
   double t = now_ + p.latency_s;
-  for (size_t off = 0, j = 0; off < delta.size() || (delta.empty() && j == 0); off += per_chunk, ++j) {
-    const size_t n = std::min(per_chunk, delta.size() - off);
+  for (size_t j = 0; j < out.chunks.size(); ++j) {
+    EncodedChunk& e = out.chunks[j];
     wire::Chunk c;
     c.task_token = token;
-    c.offset = off;
-    c.payload.assign(reinterpret_cast<const char*>(delta.data() + off), n * sizeof(float));
-    c.last = off + n >= delta.size();
+    c.offset = e.offset;
+    c.elements = e.elements;
+    c.payload = std::move(e.payload);
+    c.last = j + 1 == out.chunks.size();
+    c.n_samples = data_->shardSize(f.client);  // FedAvg weighs by the data held, as clients do
+    c.steps = out.result.steps;
     const uint64_t bytes = wire::encode(wire::Message(c)).size();
     sent += static_cast<double>(bytes);
     f.frame_bytes.push_back(bytes);
     f.chunks.push_back(std::move(c));
     push(now_ + p.latency_s + sent / p.up_bytes_per_s, EventKind::kChunk, token, f.client,
          static_cast<uint32_t>(j));
-    if (delta.empty()) break;
   }
   f.summary.task_token = token;
-  f.summary.n_samples = out.result.n_samples;
+  f.summary.n_samples = data_->shardSize(f.client);
   f.summary.steps = out.result.steps;
   f.summary.mean_loss = out.result.mean_loss;
   f.summary.sum_sq_loss = out.result.sum_sq_loss;
   f.summary.compute_seconds = f.compute_s;
+  f.summary.encode_seconds = out.encode_seconds;
   f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
   sent += static_cast<double>(f.summary_bytes);
   t = now_ + p.latency_s + sent / p.up_bytes_per_s;
@@ -410,7 +478,11 @@ void Simulator::handle(const Event& e) {
     case EventKind::kChunk: {
       wire::Chunk c = std::move(f.chunks[e.chunk]);
       f.chunks[e.chunk] = wire::Chunk();
-      engine_->onChunk(f.id, c, f.frame_bytes[e.chunk], now_);
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::pair<uint32_t, ClientId> key{f.round, f.id};
+      engine_->onChunk(f.id, c, f.frame_bytes[e.chunk], now_);  // may erase f (rejected)
+      decode_wall_[key] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       break;
     }
     case EventKind::kSummary: {
@@ -552,6 +624,11 @@ Status Simulator::carryOut(Action& action) {
             if (wc != wall_compute_.end()) {
               u.wall_compute_s = wc->second;
               wall_compute_.erase(wc);
+            }
+            auto dw = decode_wall_.find({u.round, u.client_id});
+            if (dw != decode_wall_.end()) {
+              u.decode_s = dw->second;
+              decode_wall_.erase(dw);
             }
           }
           Status s = coordinator::commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints,

@@ -2,6 +2,9 @@
 
 #include <toml++/toml.h>
 
+#include "common/compress/codec_spec.h"
+#include "common/compress/error_feedback.h"
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -34,6 +37,10 @@ void forEachField(C& c, F&& f) {
   f("coordinator.chunk_kib", c.coordinator.chunk_kib);
   f("coordinator.resume", c.coordinator.resume);
   f("coordinator.threads", c.coordinator.threads);
+  f("coordinator.codec", c.coordinator.codec);
+  f("coordinator.slow_link_codec", c.coordinator.slow_link_codec);
+  f("coordinator.slow_link_mbps", c.coordinator.slow_link_mbps);
+  f("coordinator.partial_buffer_mib", c.coordinator.partial_buffer_mib);
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("data.dataset", c.data.dataset);
@@ -65,6 +72,8 @@ void forEachField(C& c, F&& f) {
   f("client.partition", c.client.partition);
   f("client.heartbeat_s", c.client.heartbeat_s);
   f("client.exit_idle_s", c.client.exit_idle_s);
+  f("client.upload_mbps", c.client.upload_mbps);
+  f("client.residual_storage", c.client.residual_storage);
   f("sim.clients", c.sim.clients);
   f("sim.fleet", c.sim.fleet);
   f("sim.availability", c.sim.availability);
@@ -74,6 +83,7 @@ void forEachField(C& c, F&& f) {
   f("sim.reference_gflops", c.sim.reference_gflops);
   f("sim.workers", c.sim.workers);
   f("sim.progress", c.sim.progress);
+  f("sim.residual_storage", c.sim.residual_storage);
   f("history.db", c.history.db);
 }
 
@@ -284,6 +294,25 @@ Status Config::validate() const {
   }
   if (!(coordinator.server_lr > 0)) return bad("coordinator.server_lr", "must be > 0");
   if (coordinator.threads == 0) return bad("coordinator.threads", "must be at least 1");
+  if (auto spec = compress::parseCodecSpec(coordinator.codec); !spec.isOk()) {
+    return bad("coordinator.codec", spec.status().message());
+  }
+  if (!coordinator.slow_link_codec.empty()) {
+    if (auto spec = compress::parseCodecSpec(coordinator.slow_link_codec); !spec.isOk()) {
+      return bad("coordinator.slow_link_codec", spec.status().message());
+    }
+    if (!(coordinator.slow_link_mbps > 0)) {
+      return bad("coordinator.slow_link_mbps", "must be > 0 when slow_link_codec is set");
+    }
+  }
+  if (coordinator.slow_link_mbps < 0) return bad("coordinator.slow_link_mbps", "must be >= 0");
+  if (!compress::parseResidualStorage(client.residual_storage).isOk()) {
+    return bad("client.residual_storage", "must be fp32, bf16 or fp16");
+  }
+  if (!compress::parseResidualStorage(sim.residual_storage).isOk()) {
+    return bad("sim.residual_storage", "must be fp32, bf16 or fp16");
+  }
+  if (client.upload_mbps < 0) return bad("client.upload_mbps", "must be >= 0 (0: unthrottled)");
   if (coordinator.chunk_kib == 0 || coordinator.chunk_kib > 256 * 1024) {
     return bad("coordinator.chunk_kib", "must be between 1 and 262144");
   }

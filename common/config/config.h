@@ -43,6 +43,10 @@ struct CoordinatorSection {
   bool resume = false;                  // continue the latest run of this name from its checkpoint
   uint32_t threads = 1;                 // LibTorch threads for server-side evaluation (it overlaps
                                         // the clients' training, so one thread avoids contention)
+  std::string codec = "none";           // codec every task asks for (common/compress/codec_spec.h)
+  std::string slow_link_codec;          // codec for clients whose measured uplink is below
+  double slow_link_mbps = 0;            // slow_link_mbps (empty: the same codec for all)
+  uint32_t partial_buffer_mib = 64;     // partial uploads kept in memory; beyond: a temp file
 };
 
 struct ModelSection {
@@ -88,6 +92,8 @@ struct ClientSection {
   int64_t partition = -1;         // ask for this partition (-1: coordinator assigns)
   double heartbeat_s = 1;         // heartbeat period
   double exit_idle_s = 0;         // exit when the coordinator is silent this long (0: never)
+  double upload_mbps = 0;         // emulate an uplink of this many Mbit/s (0: unthrottled)
+  std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
 };
 
 // The fleet simulator (`fedfleet sim`). The run, coordinator, model, data and train sections
@@ -102,6 +108,7 @@ struct SimSection {
   double reference_gflops = 2;     // training FLOP/s (x 1e9) of a speed-1 device
   uint32_t workers = 0;            // training threads (0: one per core)
   std::string progress = "auto";   // auto (a bar on a terminal), on, off
+  std::string residual_storage = "bf16";  // error-feedback residual of each virtual client
 };
 
 struct HistorySection {

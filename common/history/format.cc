@@ -310,6 +310,9 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"start_time", [](const R& r) -> Value { return r.start_time; }},
       {"end_time", [](const R& r) -> Value { return r.end_time; }},
       {"wall_compute_s", [](const R& r) -> Value { return r.wall_compute_s; }},
+      {"codec", [](const R& r) -> Value { return r.codec; }},
+      {"encode_s", [](const R& r) -> Value { return r.encode_s; }},
+      {"decode_s", [](const R& r) -> Value { return r.decode_s; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -323,6 +326,7 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"upload_s", true, [](const R& r) { return fixed(r.upload_s, 2); }},
       {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
       {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
+      {"codec", false, [](const R& r) { return r.codec.empty() ? std::string("-") : r.codec; }},
       {"weight", true, [](const R& r) { return fixed(r.weight, 4); }},
   };
   return render(updates, format, kFields, kColumns);

@@ -86,6 +86,10 @@ struct UpdateRecord {
   double end_time = 0;        // update completed, rejected, cancelled or lost, same clock
   double wall_compute_s = 0;  // real seconds of computation (the simulator measures it; a real
                               // client's compute_s is already real)
+  std::string codec;          // codec of the upload's payloads ("none", "qsgd", "topk", ...;
+                              // empty when nothing arrived)
+  double encode_s = 0;        // the client's time compressing (as it reports it)
+  double decode_s = 0;        // the coordinator's time decoding and folding its chunks
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   double weight = 0;

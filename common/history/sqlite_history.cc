@@ -68,6 +68,9 @@ CREATE TABLE updates (
   start_time REAL,
   end_time REAL,
   wall_compute_s REAL,
+  codec TEXT NOT NULL DEFAULT '',
+  encode_s REAL,
+  decode_s REAL,
   FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
 );
 CREATE INDEX updates_by_round ON updates (run_id, round);
@@ -112,6 +115,9 @@ UPDATE rounds SET wall_start = start_time, wall_end = end_time;
 ALTER TABLE updates ADD COLUMN start_time REAL;
 ALTER TABLE updates ADD COLUMN end_time REAL;
 ALTER TABLE updates ADD COLUMN wall_compute_s REAL;
+ALTER TABLE updates ADD COLUMN codec TEXT NOT NULL DEFAULT '';
+ALTER TABLE updates ADD COLUMN encode_s REAL;
+ALTER TABLE updates ADD COLUMN decode_s REAL;
 UPDATE updates SET wall_compute_s = compute_s;
 UPDATE schema_version SET version = 2;
 )sql";
@@ -122,7 +128,8 @@ constexpr const char* kRoundColumns =
     "wall_end";
 constexpr const char* kUpdateColumns =
     "run_id, round, client_id, \"partition\", n_samples, steps, loss, compute_s, upload_s, "
-    "bytes_up, bytes_down, weight, status, start_time, end_time, wall_compute_s";
+    "bytes_up, bytes_down, weight, status, start_time, end_time, wall_compute_s, codec, "
+    "encode_s, decode_s";
 constexpr const char* kClientColumns =
     "client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size, first_seen, "
     "last_seen";
@@ -457,7 +464,7 @@ Status SqliteHistory::prepareStatements() {
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_update_,
        "INSERT INTO updates (" + update_cols +
-           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
        "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob) "
        "VALUES (?, ?, ?, ?, ?)"},
@@ -596,7 +603,10 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
         .bindText(u.status)
         .bindDouble(u.start_time)
         .bindDouble(u.end_time)
-        .bindDouble(u.wall_compute_s);
+        .bindDouble(u.wall_compute_s)
+        .bindText(u.codec)
+        .bindDouble(u.encode_s)
+        .bindDouble(u.decode_s);
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   return Status::ok();
@@ -694,6 +704,9 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
     u.start_time = q.columnDouble(13);
     u.end_time = q.columnDouble(14);
     u.wall_compute_s = q.columnDouble(15);
+    u.codec = q.columnText(16);
+    u.encode_s = q.columnDouble(17);
+    u.decode_s = q.columnDouble(18);
     return u;
   });
 }

@@ -164,6 +164,9 @@ void fill(schema::Chunk::Builder b, const Chunk& m) {
     b.setPayload(asData(m.payload));
   }
   b.setLast(m.last);
+  b.setElements(m.elements);
+  b.setNSamples(m.n_samples);
+  b.setSteps(m.steps);
 }
 
 void fill(schema::Summary::Builder b, const Summary& m) {
@@ -174,6 +177,7 @@ void fill(schema::Summary::Builder b, const Summary& m) {
   b.setSumSqLoss(m.sum_sq_loss);
   b.setComputeSeconds(m.compute_seconds);
   b.setUploadSeconds(m.upload_seconds);
+  b.setEncodeSeconds(m.encode_seconds);
 }
 
 void fill(schema::Cancel::Builder b, const Cancel& m) {
@@ -282,6 +286,9 @@ Result<Message> read(schema::Chunk::Reader r) {
   m.offset = r.getOffset();
   m.payload = toString(r.getPayload());
   m.last = r.getLast();
+  m.elements = r.getElements();
+  m.n_samples = r.getNSamples();
+  m.steps = r.getSteps();
   return Message(std::move(m));
 }
 
@@ -294,6 +301,7 @@ Result<Message> read(schema::Summary::Reader r) {
   m.sum_sq_loss = r.getSumSqLoss();
   m.compute_seconds = r.getComputeSeconds();
   m.upload_seconds = r.getUploadSeconds();
+  m.encode_seconds = r.getEncodeSeconds();
   return Message(std::move(m));
 }
 

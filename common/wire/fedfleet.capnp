@@ -80,6 +80,9 @@ struct Chunk {
   offset @2 :UInt64;
   payload @3 :Data;
   last @4 :Bool;
+  elements @5 :UInt64;  # values this chunk's payload decodes to
+  nSamples @6 :UInt64;  # the update's weight inputs, known once training is done: the
+  steps @7 :UInt64;     # coordinator folds each chunk into its running sum as it arrives
 }
 
 struct Summary {
@@ -90,6 +93,7 @@ struct Summary {
   sumSqLoss @4 :Float64;
   computeSeconds @5 :Float64;
   uploadSeconds @6 :Float64;
+  encodeSeconds @7 :Float64;
 }
 
 struct Cancel {

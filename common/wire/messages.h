@@ -16,7 +16,7 @@
 
 namespace fedfleet::wire {
 
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: chunks carry elements and weights
 
 enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
 const char* deviceKindName(DeviceKind kind);  // "cpu" or "cuda"
@@ -86,6 +86,10 @@ struct Chunk {
   uint64_t offset = 0;
   std::string payload;  // encoded by the task's codec ("none": fp32 little endian)
   bool last = false;
+  uint64_t elements = 0;   // values the payload decodes to (offset .. offset + elements)
+  uint64_t n_samples = 0;  // the update's sample count and local steps, the same on every
+  uint64_t steps = 0;      // chunk and in the Summary: the coordinator weights each chunk by
+                           // them as it arrives (streaming aggregation)
 };
 
 // Client -> coordinator, after the last chunk: what the local work was.
@@ -97,6 +101,7 @@ struct Summary {
   double sum_sq_loss = 0;
   double compute_seconds = 0;
   double upload_seconds = 0;
+  double encode_seconds = 0;  // time spent compressing the chunks
 };
 
 struct Cancel {

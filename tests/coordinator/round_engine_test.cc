@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "common/compress/codec.h"
 #include "common/crypto/sha256.h"
 
 namespace fedfleet::coordinator {
@@ -28,8 +29,26 @@ wire::Hello hello(const std::string& id, int32_t partition = -1) {
   return h;
 }
 
+// A codec "none" payload (header + fp32) holding `v`.
 std::string floats(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  static const auto codec = std::move(compress::makeCodec(compress::CodecSpec()).value());
+  std::string out;
+  codec->encode(v.data(), v.size(), 0, &out);
+  return out;
+}
+
+// A chunk of `v` at `offset`, declaring the update's weight inputs (n samples, 3 steps).
+wire::Chunk chunkOf(uint64_t token, uint64_t offset, const std::vector<float>& v, bool last,
+                    uint64_t n = 10, uint64_t steps = 3) {
+  wire::Chunk c;
+  c.task_token = token;
+  c.offset = offset;
+  c.payload = floats(v);
+  c.elements = v.size();
+  c.last = last;
+  c.n_samples = n;
+  c.steps = steps;
+  return c;
 }
 
 struct Fixture {
@@ -64,11 +83,9 @@ struct Fixture {
               double now, size_t per_chunk = 2) {
     for (size_t off = 0; off < delta.size(); off += per_chunk) {
       size_t len = std::min(per_chunk, delta.size() - off);
-      wire::Chunk c;
-      c.task_token = token;
-      c.offset = off;
-      c.payload = floats(std::vector<float>(delta.begin() + off, delta.begin() + off + len));
-      c.last = off + len == delta.size();
+      wire::Chunk c = chunkOf(token, off,
+                              std::vector<float>(delta.begin() + off, delta.begin() + off + len),
+                              off + len == delta.size(), n);
       engine->onChunk(id, c, 100, now);
     }
     wire::Summary s;
@@ -188,11 +205,12 @@ TEST(RoundEngine, NextRoundIsDispatchedBeforeThePreviousModelIsEvaluated) {
   auto tasks = actionsOf<SendTask>(engine.takeActions());
   ASSERT_EQ(tasks.size(), 1u);
   const uint64_t token = tasks[0].task.task_token;
-  wire::Chunk c{token, 0, 0, floats({1, 2, 3}), true};
+  wire::Chunk c = chunkOf(token, 0, {1, 2, 3}, true, 10);
   engine.onChunk("a", c, 12, 1);
   wire::Summary s;
   s.task_token = token;
   s.n_samples = 10;
+  s.steps = 3;
   engine.onSummary("a", s, 8, 1);
   auto actions = engine.takeActions();
   // Round 2's task, then the evaluation of round 1's model; no commit yet.
@@ -260,9 +278,7 @@ TEST(RoundEngine, LostClientIsDroppedAndItsPartialUploadIsNeverAggregated) {
   std::map<std::string, uint64_t> token;
   for (auto& t : actionsOf<SendTask>(f.take())) token[t.client] = t.task.task_token;
   // b sends the first two of three values, then dies.
-  wire::Chunk c;
-  c.task_token = token["b"];
-  c.payload = floats({1000, 1000});
+  wire::Chunk c = chunkOf(token["b"], 0, {1000, 1000}, false, 4);
   f.engine->onChunk("b", c, 10, 0.5);
   f.upload("a", token["a"], {1, 2, 3}, 4, 1.0);
   f.engine->onHeartbeat("a", 3.0);
@@ -304,35 +320,38 @@ TEST(RoundEngine, RejectsBadUploads) {
   std::vector<Case> cases = {
       {"out of order",
        [](RoundEngine& e, uint64_t t) {
-         wire::Chunk c{t, 0, 1, floats({1}), false};
+         wire::Chunk c = chunkOf(t, 1, {1}, false);
          e.onChunk("a", c, 4, 1);
        }},
       {"past the end",
        [](RoundEngine& e, uint64_t t) {
-         wire::Chunk c{t, 0, 0, floats({1, 2, 3, 4}), true};
+         wire::Chunk c = chunkOf(t, 0, {1, 2, 3, 4}, true);
          e.onChunk("a", c, 4, 1);
        }},
       {"ragged payload",
        [](RoundEngine& e, uint64_t t) {
-         wire::Chunk c{t, 0, 0, "abcde", true};
+         wire::Chunk c = chunkOf(t, 0, {1, 2, 3}, true);
+         c.payload = "abcde";
          e.onChunk("a", c, 4, 1);
        }},
       {"summary too early",
        [](RoundEngine& e, uint64_t t) {
-         wire::Chunk c{t, 0, 0, floats({1, 2}), false};
+         wire::Chunk c = chunkOf(t, 0, {1, 2}, false);
          e.onChunk("a", c, 4, 1);
          wire::Summary s;
          s.task_token = t;
-         s.n_samples = 3;
+         s.n_samples = 10;
+         s.steps = 3;
          e.onSummary("a", s, 4, 1);
        }},
       {"non-finite",
        [](RoundEngine& e, uint64_t t) {
-         wire::Chunk c{t, 0, 0, floats({1, NAN, 3}), true};
+         wire::Chunk c = chunkOf(t, 0, {1, NAN, 3}, true);
          e.onChunk("a", c, 4, 1);
          wire::Summary s;
          s.task_token = t;
-         s.n_samples = 3;
+         s.n_samples = 10;
+         s.steps = 3;
          e.onSummary("a", s, 4, 1);
        }},
   };
@@ -385,7 +404,7 @@ TEST(RoundEngine, UnknownTokenIsAnsweredAndRecordedOnce) {
   f.engine->start(0);
   f.engine->onHello("a", hello("a"), 0);
   f.take();
-  wire::Chunk c{12345, 0, 0, floats({1}), true};
+  wire::Chunk c = chunkOf(12345, 0, {1}, true);
   f.engine->onChunk("a", c, 4, 1);
   f.engine->onChunk("a", c, 4, 1);
   auto actions = f.take();
@@ -469,7 +488,8 @@ TEST(RoundEngine, FewEligibleClientsStillFillTheRoundWhenPossible) {
   o.rounds = 1;
   Fixture f(o);
   for (int i = 0; i < 1000; ++i) {
-    const std::string id = "c" + std::to_string(1000 + i);
+    char id[16];
+    std::snprintf(id, sizeof(id), "c%d", 1000 + i);
     f.engine->registerClient(id, hello(id, i), 0);
   }
   // 7 of 1000 eligible: rank sampling mostly misses, the engine falls back to listing them.
@@ -530,6 +550,157 @@ TEST(RoundEngine, RunsAllRoundsThenSaysBye) {
   EXPECT_TRUE(done[0].ok);
   EXPECT_EQ(f.engine->params(), (std::vector<float>{2, 2, 2}));
   EXPECT_EQ(f.engine->modelVersion(), 2u);
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+std::string encodeWith(const std::string& spec, const std::vector<float>& v, uint64_t seed) {
+  auto codec = compress::makeCodec(compress::parseCodecSpec(spec).value()).value();
+  std::string out;
+  codec->encode(v.data(), v.size(), seed, &out);
+  return out;
+}
+
+// Compressed chunks are decoded and folded as they arrive; the aggregate is the weighted mean
+// of what the payloads decode to.
+TEST(RoundEngine, FoldsCompressedChunksAsTheyArrive) {
+  EngineOptions o = baseOptions(2, 2, 2);
+  o.codec = "qsgd8";
+  Fixture f(o, std::vector<float>(6, 0.0f));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  std::map<std::string, uint64_t> token;
+  for (auto& t : actionsOf<SendTask>(f.take())) {
+    token[t.client] = t.task.task_token;
+    EXPECT_EQ(t.task.codec, "qsgd8");
+  }
+  const std::vector<float> da = {0.5f, -0.25f, 1.0f, 0.125f, -2.0f, 0.75f};
+  const std::vector<float> db = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<float> expect(6, 0.0f);
+  for (const auto& [id, delta, n] :
+       {std::tuple{"a", da, uint64_t{30}}, std::tuple{"b", db, uint64_t{10}}}) {
+    for (size_t off = 0; off < 6; off += 3) {
+      const std::vector<float> part(delta.begin() + off, delta.begin() + off + 3);
+      wire::Chunk c = chunkOf(token[id], off, part, off == 3, n);
+      c.payload = encodeWith("qsgd8", part, off + 7);
+      std::vector<float> decoded(3);
+      ASSERT_TRUE(compress::decodePayload(c.payload, 3, decoded.data()).isOk());
+      for (size_t i = 0; i < 3; ++i) expect[off + i] += static_cast<float>(n) * decoded[i];
+      f.engine->onChunk(id, c, 40, 1);
+    }
+    wire::Summary s;
+    s.task_token = token[id];
+    s.n_samples = n;
+    s.steps = 3;
+    s.encode_seconds = 0.25;
+    f.engine->onSummary(id, s, 20, 1);
+  }
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 2u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(f.engine->params()[i], expect[i] / 40.0f, 1e-6);
+  for (const auto& u : commits[0].updates) {
+    EXPECT_EQ(u.codec, "qsgd");
+    EXPECT_EQ(u.encode_s, 0.25);
+  }
+}
+
+// A straggler's chunks were folded before the deadline; at the deadline they are taken back out,
+// and a client whose declared weight changes mid-upload is rejected and taken back out too.
+TEST(RoundEngine, PartialChunksOfLateAndRejectedUpdatesAreTakenBack) {
+  for (uint64_t bound : {uint64_t{64} << 20, uint64_t{0}}) {  // in memory, and spilled to a file
+    SCOPED_TRACE("partial buffer bound " + std::to_string(bound));
+    EngineOptions o = baseOptions(3, 3, 1);
+    o.partial_buffer_bytes = bound;
+    Fixture f(o, {0, 0, 0, 0});
+    f.engine->start(0);
+    for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+    std::map<std::string, uint64_t> token;
+    for (auto& t : actionsOf<SendTask>(f.take())) token[t.client] = t.task.task_token;
+    // b: half its delta, then silence until the deadline (alive: heartbeats).
+    f.engine->onChunk("b", chunkOf(token["b"], 0, {0.3f, 0.7f}, false, 7), 30, 1);
+    // c: a chunk declaring 5 samples, then one declaring 6: rejected.
+    f.engine->onChunk("c", chunkOf(token["c"], 0, {100.1f, -3.3f}, false, 5), 30, 1);
+    f.engine->onChunk("c", chunkOf(token["c"], 2, {1, 1}, true, 6), 30, 1.5);
+    f.upload("a", token["a"], {0.25f, 0.5f, 0.75f, 1.0f}, 4, 2.0);
+    for (double t = 2.5; t < 10; t += 2) {
+      f.engine->onHeartbeat("b", t);
+      f.engine->onHeartbeat("c", t);
+    }
+    f.engine->onTick(10);
+    auto actions = f.take();
+    auto commits = actionsOf<CommitRound>(actions);
+    ASSERT_EQ(commits.size(), 1u);
+    EXPECT_EQ(commits[0].round.completed, 1u);
+    EXPECT_EQ(commits[0].round.late, 1u);
+    EXPECT_EQ(commits[0].round.rejected, 1u);
+    // Only a's delta is aggregated (up to one rounding per taken-back value).
+    const std::vector<float> want = {0.25f, 0.5f, 0.75f, 1.0f};
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(f.engine->params()[i], want[i], 1e-5) << i;
+    bool saw_reason = false;
+    for (const auto& e : actionsOf<SendError>(actions)) {
+      saw_reason |= e.error.message.find("declares 6 samples") != std::string::npos;
+    }
+    EXPECT_TRUE(saw_reason);
+  }
+}
+
+TEST(RoundEngine, SummaryWeightMustMatchTheChunks) {
+  Fixture f(baseOptions(1, 1, 1), {0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  const auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  const uint64_t t = tasks[0].task.task_token;
+  f.engine->onChunk("a", chunkOf(t, 0, {1, 2}, true, 8), 30, 1);
+  wire::Summary s;
+  s.task_token = t;
+  s.n_samples = 800;  // a client inflating its weight after the fact
+  s.steps = 3;
+  f.engine->onSummary("a", s, 20, 1);
+  auto actions = f.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.rejected, 1u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{0, 0}));
+}
+
+// The coordinator asks clients on slow links (measured from their last upload) for a stronger
+// codec.
+TEST(RoundEngine, SlowLinksGetTheSlowLinkCodec) {
+  EngineOptions o = baseOptions(2, 2, 1);
+  o.codec = "fp16";
+  o.slow_link_codec = "topk:0.01";
+  o.slow_link_mbps = 10;
+  Fixture f(o, {0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  std::map<std::string, uint64_t> token;
+  for (auto& t : actionsOf<SendTask>(f.take())) {
+    token[t.client] = t.task.task_token;
+    EXPECT_EQ(t.task.codec, "fp16");  // nothing measured yet
+  }
+  // a uploads 100 + 100 bytes in 0.1 ms (16 Mbit/s); b the same in 1 s (1.6 kbit/s).
+  for (const auto& [id, secs] : {std::pair{"a", 1e-4}, std::pair{"b", 1.0}}) {
+    f.engine->onChunk(id, chunkOf(token[id], 0, {1, 1}, true, 5), 100, 1);
+    wire::Summary s;
+    s.task_token = token[id];
+    s.n_samples = 5;
+    s.steps = 3;
+    s.upload_seconds = secs;
+    f.engine->onSummary(id, s, 100, 1);
+  }
+  std::map<std::string, std::string> codec;
+  for (auto& t : actionsOf<SendTask>(f.take())) codec[t.client] = t.task.codec;
+  ASSERT_EQ(codec.size(), 2u);
+  EXPECT_EQ(codec["a"], "fp16");
+  EXPECT_EQ(codec["b"], "topk:0.01");
 }
 
 }  // namespace

@@ -231,11 +231,12 @@ TEST(Format, OtherTablesHaveHeaderAndOneLinePerRecord) {
   u.compute_s = 1.5;
   u.upload_s = 0.25;
   u.weight = 0.5;
+  u.codec = "qsgd";
   EXPECT_EQ(formatUpdates({u}, Format::kTable),
             "round  client_id  status     partition  n_samples  steps    loss  compute_s  "
-            "upload_s  bytes_up  bytes_down  weight\n"
+            "upload_s  bytes_up  bytes_down  codec  weight\n"
             "    3  edge-1     completed          2        600     10  0.2500       1.50  "
-            "    0.25         0           0  0.5000\n");
+            "    0.25         0           0  qsgd   0.5000\n");
 }
 
 }  // namespace

@@ -315,6 +315,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   ASSERT_TRUE(updates.isOk());
   ASSERT_EQ(updates->size(), 1u);
   EXPECT_EQ((*updates)[0].wall_compute_s, 3.25);
+  EXPECT_EQ((*updates)[0].codec, "");
   // New rows carry the new fields.
   RunRecord sim{0, "sim", "{}", 1.0, 3, "virtual"};
   auto id = store->beginRun(sim);
@@ -334,6 +335,9 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   u.start_time = 5;
   u.end_time = 8.5;
   u.wall_compute_s = 0.125;
+  u.codec = "topk";
+  u.encode_s = 0.5;
+  u.decode_s = 0.25;
   ASSERT_TRUE(store->commitRound(r, {u}, std::nullopt).isOk());
   auto back = store->rounds(*id);
   ASSERT_TRUE(back.isOk());
@@ -342,6 +346,9 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   ASSERT_TRUE(back_updates.isOk());
   EXPECT_EQ((*back_updates)[0].end_time, 8.5);
   EXPECT_EQ((*back_updates)[0].wall_compute_s, 0.125);
+  EXPECT_EQ((*back_updates)[0].codec, "topk");
+  EXPECT_EQ((*back_updates)[0].encode_s, 0.5);
+  EXPECT_EQ((*back_updates)[0].decode_s, 0.25);
   auto back_runs = store->runs();
   EXPECT_EQ(back_runs->back().clock, "virtual");
 }

@@ -72,6 +72,9 @@ Chunk sampleChunk(size_t payload_bytes = 24) {
   m.payload.resize(payload_bytes);
   for (size_t i = 0; i < m.payload.size(); ++i) m.payload[i] = static_cast<char>(i * 13);
   m.last = true;
+  m.elements = 6;
+  m.n_samples = 600;
+  m.steps = 19;
   return m;
 }
 
@@ -84,6 +87,7 @@ Summary sampleSummary() {
   m.sum_sq_loss = 290.5;
   m.compute_seconds = 1.75;
   m.upload_seconds = 0.0625;
+  m.encode_seconds = 0.03125;
   return m;
 }
 
@@ -142,6 +146,9 @@ void expectEqual(const Chunk& a, const Chunk& b) {
   EXPECT_EQ(a.offset, b.offset);
   EXPECT_TRUE(a.payload == b.payload) << "payload differs";
   EXPECT_EQ(a.last, b.last);
+  EXPECT_EQ(a.elements, b.elements);
+  EXPECT_EQ(a.n_samples, b.n_samples);
+  EXPECT_EQ(a.steps, b.steps);
 }
 
 void expectEqual(const Summary& a, const Summary& b) {
@@ -152,6 +159,7 @@ void expectEqual(const Summary& a, const Summary& b) {
   EXPECT_EQ(a.sum_sq_loss, b.sum_sq_loss);
   EXPECT_EQ(a.compute_seconds, b.compute_seconds);
   EXPECT_EQ(a.upload_seconds, b.upload_seconds);
+  EXPECT_EQ(a.encode_seconds, b.encode_seconds);
 }
 
 void expectEqual(const Cancel& a, const Cancel& b) {

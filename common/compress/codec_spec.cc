@@ -1,0 +1,146 @@
+#include "common/compress/codec_spec.h"
+
+#include <charconv>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+namespace fedfleet::compress {
+namespace {
+
+constexpr const char* kNames = "none, fp32, fp16, bf16, qsgd8, qsgd4, topk[:ratio], sign";
+
+Status bad(const std::string& text, const std::string& why) {
+  return invalidArgument("codec \"" + text + "\": " + why);
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string_view::npos ? pos : pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+bool parseDouble(std::string_view s, double* out) {
+  const auto res = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return res.ec == std::errc() && res.ptr == s.data() + s.size();
+}
+
+bool parseUint32(std::string_view s, uint32_t* out) {
+  const auto res = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return res.ec == std::errc() && res.ptr == s.data() + s.size();
+}
+
+bool hasBucket(const std::string& name) { return name == "qsgd" || name == "sign"; }
+
+std::string shortest(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, res.ptr);
+}
+
+}  // namespace
+
+bool isBiased(const CodecSpec& spec) { return spec.name == "topk" || spec.name == "sign"; }
+
+bool usesErrorFeedback(const CodecSpec& spec) { return isBiased(spec) && spec.error_feedback; }
+
+Status validate(const CodecSpec& spec) {
+  const std::string& n = spec.name;
+  if (n != "none" && n != "fp16" && n != "bf16" && n != "qsgd" && n != "topk" && n != "sign") {
+    return invalidArgument("unknown codec name \"" + n +
+                           "\" (expected none, fp16, bf16, qsgd, topk or sign)");
+  }
+  if (n == "qsgd" && spec.bits != 8 && spec.bits != 4) {
+    return invalidArgument("qsgd bits must be 8 or 4, not " + std::to_string(spec.bits));
+  }
+  if (hasBucket(n) && (spec.bucket < 8 || spec.bucket > kMaxBucket || spec.bucket % 8 != 0)) {
+    return invalidArgument("bucket must be a multiple of 8 in [8, " + std::to_string(kMaxBucket) +
+                           "], not " + std::to_string(spec.bucket));
+  }
+  if (n == "topk" && !(spec.ratio > 0.0 && spec.ratio <= 1.0)) {
+    return invalidArgument("topk ratio must be in (0, 1], not " + shortest(spec.ratio));
+  }
+  return Status::ok();
+}
+
+Result<CodecSpec> parseCodecSpec(const std::string& text) {
+  const std::vector<std::string_view> parts = split(text, ',');
+  const std::vector<std::string_view> head = split(parts[0], ':');
+  if (head.size() > 2) return bad(text, "more than one ':'");
+  const std::string_view name = head[0];
+  CodecSpec spec;
+  if (name == "none" || name == "fp32") {
+    spec.name = "none";
+  } else if (name == "fp16" || name == "bf16" || name == "topk" || name == "sign") {
+    spec.name = std::string(name);
+  } else if (name == "qsgd8" || name == "qsgd4") {
+    spec.name = "qsgd";
+    spec.bits = name == "qsgd8" ? 8 : 4;
+  } else {
+    return bad(text, "unknown codec \"" + std::string(name) + "\" (expected " + kNames + ")");
+  }
+  if (head.size() == 2) {
+    if (spec.name != "topk") return bad(text, "only topk takes a ':' argument (the ratio)");
+    if (!parseDouble(head[1], &spec.ratio) || !(spec.ratio > 0.0 && spec.ratio <= 1.0)) {
+      return bad(text, "topk ratio \"" + std::string(head[1]) + "\" is not a number in (0, 1]");
+    }
+  }
+  bool seen_bucket = false, seen_ef = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const size_t eq = parts[i].find('=');
+    if (eq == std::string_view::npos) {
+      return bad(text, "option \"" + std::string(parts[i]) + "\" is not key=value");
+    }
+    const std::string_view key = parts[i].substr(0, eq);
+    const std::string_view value = parts[i].substr(eq + 1);
+    if (key == "bucket") {
+      if (!hasBucket(spec.name)) return bad(text, "bucket applies to qsgd8, qsgd4 and sign only");
+      if (seen_bucket) return bad(text, "bucket given twice");
+      seen_bucket = true;
+      if (!parseUint32(value, &spec.bucket) || spec.bucket < 8 || spec.bucket > kMaxBucket ||
+          spec.bucket % 8 != 0) {
+        return bad(text, "bucket \"" + std::string(value) + "\" is not a multiple of 8 in [8, " +
+                             std::to_string(kMaxBucket) + "]");
+      }
+    } else if (key == "ef") {
+      if (!isBiased(spec)) {
+        return bad(text, "ef (error feedback) applies to the biased codecs topk and sign only");
+      }
+      if (seen_ef) return bad(text, "ef given twice");
+      seen_ef = true;
+      if (value == "on") {
+        spec.error_feedback = true;
+      } else if (value == "off") {
+        spec.error_feedback = false;
+      } else {
+        return bad(text, "ef must be on or off, not \"" + std::string(value) + "\"");
+      }
+    } else {
+      return bad(text, "unknown option \"" + std::string(key) + "\" (expected bucket or ef)");
+    }
+  }
+  return spec;
+}
+
+std::string toString(const CodecSpec& spec) {
+  std::string s = spec.name;
+  if (spec.name == "qsgd") {
+    s += std::to_string(spec.bits);
+  } else if (spec.name == "topk") {
+    s += ':';
+    s += shortest(spec.ratio);
+  }
+  if (hasBucket(spec.name) && spec.bucket != CodecSpec().bucket) {
+    s += ",bucket=" + std::to_string(spec.bucket);
+  }
+  if (isBiased(spec) && !spec.error_feedback) s += ",ef=off";
+  return s;
+}
+
+}  // namespace fedfleet::compress

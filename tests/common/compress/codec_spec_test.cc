@@ -1,0 +1,142 @@
+// Codec spec text: every documented form parses to the right fields, the canonical text
+// round-trips, and every kind of mistake is refused with a message that names it.
+#include "common/compress/codec_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace fedfleet::compress {
+namespace {
+
+using ::testing::HasSubstr;
+
+CodecSpec parsed(const std::string& text) {
+  Result<CodecSpec> r = parseCodecSpec(text);
+  EXPECT_TRUE(r.isOk()) << text << ": " << r.status().toString();
+  return r.isOk() ? r.value() : CodecSpec();
+}
+
+TEST(CodecSpec, ParsesEveryDocumentedForm) {
+  EXPECT_EQ(parsed("none"), CodecSpec());
+  EXPECT_EQ(parsed("fp32").name, "none");
+  EXPECT_EQ(parsed("fp16").name, "fp16");
+  EXPECT_EQ(parsed("bf16").name, "bf16");
+  const CodecSpec q8 = parsed("qsgd8");
+  EXPECT_EQ(q8.name, "qsgd");
+  EXPECT_EQ(q8.bits, 8u);
+  EXPECT_EQ(q8.bucket, 512u);
+  const CodecSpec q4 = parsed("qsgd4,bucket=256");
+  EXPECT_EQ(q4.bits, 4u);
+  EXPECT_EQ(q4.bucket, 256u);
+  const CodecSpec topk = parsed("topk:0.001");
+  EXPECT_EQ(topk.name, "topk");
+  EXPECT_EQ(topk.ratio, 0.001);
+  EXPECT_TRUE(topk.error_feedback);
+  EXPECT_EQ(parsed("topk").ratio, 0.01);
+  EXPECT_FALSE(parsed("topk:0.05,ef=off").error_feedback);
+  const CodecSpec sign = parsed("sign,bucket=1024,ef=on");
+  EXPECT_EQ(sign.name, "sign");
+  EXPECT_EQ(sign.bucket, 1024u);
+  EXPECT_TRUE(sign.error_feedback);
+  EXPECT_EQ(parsed("topk:1").ratio, 1.0);
+}
+
+TEST(CodecSpec, CanonicalTextRoundTrips) {
+  const std::vector<std::string> texts = {"none",
+                                          "fp16",
+                                          "bf16",
+                                          "qsgd8",
+                                          "qsgd4",
+                                          "qsgd8,bucket=8",
+                                          "qsgd4,bucket=16777216",
+                                          "topk:0.01",
+                                          "topk:0.3333",
+                                          "topk:1e-05,ef=off",
+                                          "sign",
+                                          "sign,bucket=64,ef=off"};
+  for (const std::string& text : texts) {
+    const CodecSpec spec = parsed(text);
+    EXPECT_EQ(toString(spec), text);
+    EXPECT_EQ(parsed(toString(spec)), spec) << text;
+  }
+  EXPECT_EQ(toString(parsed("fp32")), "none");
+  EXPECT_EQ(toString(parsed("topk")), "topk:0.01");
+  EXPECT_EQ(toString(parsed("sign,ef=on,bucket=512")), "sign");
+}
+
+TEST(CodecSpec, RefusesMistakesWithClearMessages) {
+  struct Case {
+    std::string text, message;
+  };
+  const std::vector<Case> cases = {
+      {"", "unknown codec"},
+      {"zip", "expected none, fp32, fp16"},
+      {"qsgd", "unknown codec \"qsgd\""},
+      {"qsgd2", "unknown codec"},
+      {"QSGD8", "unknown codec"},
+      {"topk:0", "not a number in (0, 1]"},
+      {"topk:1.5", "not a number in (0, 1]"},
+      {"topk:-0.1", "not a number in (0, 1]"},
+      {"topk:abc", "not a number"},
+      {"topk:nan", "not a number"},
+      {"topk:0.1:2", "more than one ':'"},
+      {"fp16:0.5", "only topk takes"},
+      {"qsgd8,bucket=100", "multiple of 8"},
+      {"qsgd8,bucket=0", "multiple of 8"},
+      {"qsgd8,bucket=33554432", "multiple of 8"},
+      {"qsgd8,bucket=-8", "multiple of 8"},
+      {"qsgd8,bucket=", "multiple of 8"},
+      {"qsgd8,bucket=64,bucket=64", "twice"},
+      {"topk,bucket=64", "bucket applies to"},
+      {"fp16,ef=on", "biased codecs"},
+      {"qsgd8,ef=off", "biased codecs"},
+      {"topk,ef=yes", "on or off"},
+      {"sign,ef=on,ef=off", "twice"},
+      {"sign,size=3", "unknown option \"size\""},
+      {"sign,bucket", "not key=value"},
+      {"sign,", "not key=value"},
+  };
+  for (const Case& c : cases) {
+    const Result<CodecSpec> r = parseCodecSpec(c.text);
+    ASSERT_FALSE(r.isOk()) << "accepted \"" << c.text << "\"";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(), HasSubstr(c.message)) << c.text;
+    EXPECT_THAT(r.status().message(), HasSubstr("\"" + c.text + "\"")) << "names the input";
+  }
+}
+
+TEST(CodecSpec, ValidateChecksProgrammaticSpecs) {
+  EXPECT_TRUE(validate(CodecSpec()).isOk());
+  CodecSpec s;
+  s.name = "gzip";
+  EXPECT_FALSE(validate(s).isOk());
+  s.name = "qsgd";
+  s.bits = 2;
+  EXPECT_THAT(validate(s).message(), HasSubstr("bits"));
+  s.bits = 4;
+  s.bucket = 12;
+  EXPECT_THAT(validate(s).message(), HasSubstr("bucket"));
+  s.bucket = 16;
+  EXPECT_TRUE(validate(s).isOk());
+  s.name = "topk";
+  s.ratio = 0.0;
+  EXPECT_THAT(validate(s).message(), HasSubstr("ratio"));
+  s.ratio = 0.5;
+  EXPECT_TRUE(validate(s).isOk());
+}
+
+TEST(CodecSpec, BiasAndErrorFeedback) {
+  EXPECT_TRUE(isBiased(parsed("topk")));
+  EXPECT_TRUE(isBiased(parsed("sign")));
+  EXPECT_FALSE(isBiased(parsed("qsgd8")));
+  EXPECT_FALSE(isBiased(parsed("fp16")));
+  EXPECT_TRUE(usesErrorFeedback(parsed("topk")));
+  EXPECT_FALSE(usesErrorFeedback(parsed("topk,ef=off")));
+  EXPECT_FALSE(usesErrorFeedback(parsed("none")));  // error_feedback is true, but unbiased
+}
+
+}  // namespace
+}  // namespace fedfleet::compress
