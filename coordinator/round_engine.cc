@@ -651,7 +651,8 @@ void RoundEngine::finishRound(double now) {
     wait_since_ = now;
     tryStartRound(now);
   }
-  if (ok) {
+  const bool evaluate = ok && (options_.eval_every <= 1 || round % options_.eval_every == 0 || last);
+  if (evaluate) {
     awaiting_eval_.emplace(round, std::move(c));
     emit(Evaluate{round, std::make_shared<const std::vector<float>>(params_)});
   } else {

@@ -48,6 +48,8 @@
 //     then is the new model evaluated: an Evaluate action asks the driver to evaluate it and
 //     report back with onEvaluated(). Clients train while the server evaluates, instead of
 //     waiting for it.
+//     With eval_every = n > 1 only every n-th round (and the last) is evaluated; the others
+//     are committed at once without test metrics.
 //  9. Commit. When the evaluation is reported (at once for a failed round), one CommitRound
 //     action carries the round row with its test metrics, one update row per participant and
 //     (every checkpoint_every rounds, and after the last) a checkpoint. After the last round's
@@ -103,6 +105,7 @@ struct EngineOptions {
   double slow_link_mbps = 0;      // was below slow_link_mbps
   uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of partial uploads kept in memory;
                                                 // beyond this they spill to a temporary file
+  uint32_t eval_every = 1;    // evaluate after every this many rounds (and after the last)
   bool bye_on_finish = true;  // say Bye to every connected client when the run ends (the
                               // simulator's virtual clients need no goodbye)
 };

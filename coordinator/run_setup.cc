@@ -38,6 +38,7 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.data.subset = config.data.train_subset;
   eo.chunk_bytes = cc.chunk_kib * 1024;
   eo.codec = cc.codec;
+  eo.eval_every = cc.eval_every;
   eo.slow_link_codec = cc.slow_link_codec;
   eo.slow_link_mbps = cc.slow_link_mbps;
   eo.partial_buffer_bytes = uint64_t{cc.partial_buffer_mib} << 20;

@@ -41,6 +41,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.slow_link_codec", c.coordinator.slow_link_codec);
   f("coordinator.slow_link_mbps", c.coordinator.slow_link_mbps);
   f("coordinator.partial_buffer_mib", c.coordinator.partial_buffer_mib);
+  f("coordinator.eval_every", c.coordinator.eval_every);
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("data.dataset", c.data.dataset);
@@ -305,6 +306,7 @@ Status Config::validate() const {
       return bad("coordinator.slow_link_mbps", "must be > 0 when slow_link_codec is set");
     }
   }
+  if (coordinator.eval_every == 0) return bad("coordinator.eval_every", "must be at least 1");
   if (coordinator.slow_link_mbps < 0) return bad("coordinator.slow_link_mbps", "must be >= 0");
   if (!compress::parseResidualStorage(client.residual_storage).isOk()) {
     return bad("client.residual_storage", "must be fp32, bf16 or fp16");

@@ -47,6 +47,7 @@ struct CoordinatorSection {
   std::string slow_link_codec;          // codec for clients whose measured uplink is below
   double slow_link_mbps = 0;            // slow_link_mbps (empty: the same codec for all)
   uint32_t partial_buffer_mib = 64;     // partial uploads kept in memory; beyond: a temp file
+  uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
 };
 
 struct ModelSection {

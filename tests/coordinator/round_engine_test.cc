@@ -705,3 +705,36 @@ TEST(RoundEngine, SlowLinksGetTheSlowLinkCodec) {
 
 }  // namespace
 }  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+TEST(RoundEngine, EvalEveryEvaluatesOnlyEveryNthRoundAndTheLast) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.rounds = 5;
+  o.eval_every = 2;
+  Fixture f(o, {0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  std::vector<uint32_t> evaluated, committed;
+  for (int r = 1; r <= 5; ++r) {
+    auto actions = f.take();
+    for (const auto& e : actionsOf<Evaluate>(actions)) evaluated.push_back(e.round);
+    for (const auto& c : actionsOf<CommitRound>(actions)) {
+      committed.push_back(c.round.round);
+      EXPECT_EQ(c.round.test_accuracy.has_value(), c.round.round % 2 == 0 || c.round.round == 5)
+          << c.round.round;
+    }
+    auto tasks = actionsOf<SendTask>(actions);
+    ASSERT_EQ(tasks.size(), 1u);
+    f.upload("a", tasks[0].task.task_token, {1, 1}, 4, r);
+  }
+  auto actions = f.take();
+  for (const auto& e : actionsOf<Evaluate>(actions)) evaluated.push_back(e.round);
+  for (const auto& c : actionsOf<CommitRound>(actions)) committed.push_back(c.round.round);
+  EXPECT_EQ(evaluated, (std::vector<uint32_t>{0, 2, 4, 5}));
+  EXPECT_EQ(committed, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
