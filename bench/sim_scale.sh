@@ -11,7 +11,12 @@
 # end of round 20 in the history: the registration of the fleet before round 1 is reported
 # apart, as startup_s), at 10k and at 1M registered clients; peak RSS of the 1M run
 # (/usr/bin/time). Goals: rounds_per_s >= 1 and peak_rss_mib <= 2048 at 1M, and per-round cost
-# that does not grow with the fleet: rounds_per_s(1M) >= 0.75 x rounds_per_s(10k).
+# that does not grow with the fleet: training throughput (samples trained per wall second over
+# the same rounds) at 1M >= 0.75 x at 10k. Throughput, not rounds per second, is compared
+# because the work of a round is not the same in both: Synthetic's sample counts are
+# log-normal(4, 2) with a heavy tail, and a fleet of 10k devices re-samples the same 10k draws
+# (whose mean is usually below the population's), while 1M keeps drawing new, sometimes huge,
+# devices.
 # Environment: BUILD_DIR (default build), ROUNDS (default 20), WORKERS (default 0: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +33,7 @@ fi
 WORK=$(mktemp -d /tmp/sim_scale.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-run_scale() {  # clients -> "rounds_per_s startup_s peak_rss_mib"
+run_scale() {  # clients -> "rounds_per_s startup_s peak_rss_mib samples_per_s"
   local clients=$1 db="$WORK/scale-$1.db"
   /usr/bin/time -f "%M" -o "$WORK/time-$clients" "$FEDFLEET" sim --progress off \
     --clients "$clients" --clients-per-round 1000 --rounds "$ROUNDS" --model logreg \
@@ -45,21 +50,24 @@ run_scale() {  # clients -> "rounds_per_s startup_s peak_rss_mib"
   started=$(sqlite3 "$db" "SELECT started_at FROM runs")
   first_start=$(sqlite3 "$db" "SELECT wall_start FROM rounds WHERE round = 1")
   last_end=$(sqlite3 "$db" "SELECT wall_end FROM rounds WHERE round = $ROUNDS")
+  local samples
+  samples=$(sqlite3 "$db" "SELECT SUM(n_samples) FROM updates WHERE round BETWEEN 1 AND $ROUNDS")
   awk -v r="$ROUNDS" -v a="$first_start" -v b="$last_end" -v s="$started" -v m="$rss_kib" \
-    'BEGIN {printf "%.3f %.1f %.0f\n", r / (b - a), a - s, m / 1024}'
+    -v n="$samples" 'BEGIN {printf "%.3f %.1f %.0f %.0f\n", r / (b - a), a - s, m / 1024, n / (b - a)}'
   sed -n '/^run /,$p' "$WORK/log-$clients" | sed 's/^/    /' >&2
 }
 
 echo "== 10,000 registered clients" >&2
-read -r rps_10k startup_10k rss_10k < <(run_scale 10000)
-echo "   rounds/s $rps_10k, startup $startup_10k s, peak RSS $rss_10k MiB" >&2
+read -r rps_10k startup_10k rss_10k sps_10k < <(run_scale 10000)
+echo "   rounds/s $rps_10k, samples/s $sps_10k, startup $startup_10k s, peak RSS $rss_10k MiB" >&2
 echo "== 1,000,000 registered clients" >&2
-read -r rps_1m startup_1m rss_1m < <(run_scale 1000000)
-echo "   rounds/s $rps_1m, startup $startup_1m s, peak RSS $rss_1m MiB" >&2
+read -r rps_1m startup_1m rss_1m sps_1m < <(run_scale 1000000)
+echo "   rounds/s $rps_1m, samples/s $sps_1m, startup $startup_1m s, peak RSS $rss_1m MiB" >&2
 
-ok=$(awk -v a="$rps_1m" -v b="$rps_10k" -v m="$rss_1m" \
-  'BEGIN {print (a >= 1 && m <= 2048 && a >= 0.75 * b) ? 1 : 0}')
-scaling=$(awk -v a="$rps_1m" -v b="$rps_10k" 'BEGIN {printf "%.3f", a / b}')
+scaling=$(awk -v a="$sps_1m" -v b="$sps_10k" 'BEGIN {printf "%.3f", a / b}')
+ok=$(awk -v a="$rps_1m" -v s="$scaling" -v m="$rss_1m" \
+  'BEGIN {print (a >= 1 && m <= 2048 && s >= 0.75) ? 1 : 0}')
 echo "RESULT rounds_per_s=$rps_1m peak_rss_mib=$rss_1m rounds_per_s_10k=$rps_10k" \
-  "scaling_ratio=$scaling startup_s=$startup_1m peak_rss_mib_10k=$rss_10k"
+  "samples_per_s=$sps_1m samples_per_s_10k=$sps_10k scaling_ratio=$scaling" \
+  "startup_s=$startup_1m peak_rss_mib_10k=$rss_10k"
 [ "$ok" = 1 ]

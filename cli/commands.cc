@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "client/client_runtime.h"
+#include "common/compress/error_feedback.h"
 #include "common/config/config.h"
 #include "common/history/format.h"
 #include "common/history/history.h"
@@ -206,6 +207,10 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.heartbeat_s = cc.heartbeat_s;
   o.liveness_s = std::max(5.0, 5 * cc.heartbeat_s);
   o.exit_idle_s = cc.exit_idle_s;
+  o.upload_mbps = cc.upload_mbps;
+  o.upload_burst_bytes = size_t{cc.upload_burst_kib} * 1024;
+  o.upload_pipelined = cc.upload_pipelined;
+  o.residual_storage = compress::parseResidualStorage(cc.residual_storage).value();
   o.transport.endpoint = cc.coordinator;
   o.transport.routing_id = o.client_id;
   // The client loop must keep beating while the coordinator is away: give up on a send soon.

@@ -5,14 +5,20 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
 #include <thread>
 
+#include "client/token_bucket.h"
 #include "client/trainer.h"
+#include "client/upload_pipeline.h"
+#include "common/compress/codec.h"
 #include "common/crypto/sha256.h"
 #include "common/data/dataset.h"
 #include "common/data/partition.h"
@@ -33,15 +39,46 @@ std::string partitionKey(const wire::DataSpec& d) {
          std::to_string(d.seed) + "|" + std::to_string(d.subset);
 }
 
+// Longest the loop waits for the encoder's next chunk before it polls the socket again (it
+// wakes as soon as the chunk is ready; the socket then waits at most this long).
+constexpr double kEncoderWaitS = 0.005;
+// Longest the loop waits in one receive while a task trains: the upload starts at most this
+// long after training ends.
+constexpr int kTrainingPollMs = 2;
+// Longest the loop sends chunks back to back before it polls the socket again.
+constexpr double kSendSliceS = 0.02;
+
 // One task in progress on the worker thread.
 struct Job {
   wire::Task task;
+  std::shared_ptr<const compress::Codec> codec;
   double received_at = 0;
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
   Result<TrainResult> result{internalError("not run")};
-  uint64_t partition_size = 0;  // n_k: the samples the client holds for this task
+  uint64_t partition_size = 0;   // n_k: the samples the client holds for this task
+  std::vector<ChunkRange> plan;  // the delta's chunks (set by the worker after training)
+  double trained_at = 0;         // when training ended
   std::thread thread;
+};
+
+// A trained update on its way out (loop thread only).
+struct Upload {
+  wire::Task task;  // model_bytes dropped
+  std::shared_ptr<const compress::Codec> codec;
+  double received_at = 0;
+  double trained_at = 0;
+  double started_at = 0;  // when its pipeline started
+  uint64_t partition_size = 0;
+  TrainResult result;  // delta moved into the pipeline once it starts
+  std::vector<ChunkRange> plan;
+  std::unique_ptr<UploadPipeline> pipeline;  // null until this upload's turn
+  bool uses_residual = false;
+  std::string frame;  // the next chunk, encoded as a frame, waiting for the throttle
+  bool frame_last = false;
+  double release_at = 0;  // when `frame` may pass the throttle
+  uint64_t bytes = 0;     // chunk frame bytes sent
+  size_t chunks = 0;
 };
 
 class ZmqClient final : public ClientRuntime {
@@ -57,6 +94,17 @@ class ZmqClient final : public ClientRuntime {
   void startJob(wire::Task task, double now);
   void abandonJob(const std::string& why);
   void finishJob();
+  // Abandons the upload (active or queued) of `token`; true if there was one.
+  bool abandonUpload(uint64_t token, const std::string& why);
+  void abandonAllUploads(const std::string& why);
+  // Starts the next queued upload's pipeline when none is active.
+  void startUpload();
+  // Sends what the pipeline and the throttle allow now (for at most kSendSliceS); finishes the
+  // upload with its Summary after the last chunk.
+  void pumpUpload(double now);
+  // Milliseconds the next receive may wait without delaying the upload (at most `idle_ms`).
+  int receiveTimeoutMs(double now, int idle_ms) const;
+  Result<std::shared_ptr<const compress::Codec>> codecFor(const std::string& text);
   // Runs on the worker thread.
   void train(Job& job);
   Result<const std::vector<uint32_t>*> indicesFor(const wire::DataSpec& spec);
@@ -66,6 +114,15 @@ class ZmqClient final : public ClientRuntime {
   torch::Device device_{torch::kCPU};
   std::atomic<bool> stop_{false};
   std::unique_ptr<Job> job_;
+
+  // Uploads: the front one is in flight once its pipeline exists; the others wait.
+  std::deque<std::unique_ptr<Upload>> uploads_;
+  std::optional<TokenBucket> bucket_;
+  std::map<std::string, std::shared_ptr<const compress::Codec>> codecs_;
+  // Error-feedback residual, kept across tasks; the encoder thread of the active pipeline uses
+  // it while that pipeline exists, the loop thread otherwise.
+  std::unique_ptr<compress::ErrorFeedback> residual_;
+  std::string residual_codec_;  // canonical spec the residual belongs to
 
   // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
   std::optional<data::Dataset> train_set_;
@@ -81,6 +138,10 @@ class ZmqClient final : public ClientRuntime {
 
 Status ZmqClient::init(const ClientRuntimeOptions& options) {
   options_ = options;
+  if (!(options_.upload_mbps >= 0)) return invalidArgument("upload_mbps must be >= 0");
+  if (options_.upload_queue_chunks == 0) return invalidArgument("upload_queue_chunks must be >= 1");
+  bucket_.emplace(TokenBucket::bytesPerSecond(options_.upload_mbps),
+                  static_cast<double>(options_.upload_burst_bytes), steadyNow());
   FEDFLEET_ASSIGN_OR_RETURN(device_, model::resolveDevice(options_.device));
   FEDFLEET_ASSIGN_OR_RETURN(transport_, transport::createClient(options_.transport));
   return Status::ok();
@@ -169,10 +230,28 @@ void ZmqClient::train(Job& job) {
     o.weight_decay = t.hparams.weight_decay;
     o.seed = t.hparams.seed;
     Trainer trainer(device_);
-    return trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
+    auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
+    job.trained_at = steadyNow();
+    if (result.isOk()) {
+      const model::Layout layout = mit->second->layout();
+      job.plan = planChunks(
+          layout.total == result->delta.size() ? layout : flatLayout(result->delta.size()),
+          t.chunk_bytes);
+    }
+    return result;
   };
   job.result = run();
   job.done.store(true);
+}
+
+Result<std::shared_ptr<const compress::Codec>> ZmqClient::codecFor(const std::string& text) {
+  auto it = codecs_.find(text);
+  if (it != codecs_.end()) return it->second;
+  FEDFLEET_ASSIGN_OR_RETURN(compress::CodecSpec spec, compress::parseCodecSpec(text));
+  FEDFLEET_ASSIGN_OR_RETURN(std::unique_ptr<compress::Codec> codec, compress::makeCodec(spec));
+  std::shared_ptr<const compress::Codec> shared = std::move(codec);
+  codecs_.emplace(text, shared);
+  return shared;
 }
 
 void ZmqClient::startJob(wire::Task task, double now) {
@@ -183,10 +262,18 @@ void ZmqClient::startJob(wire::Task task, double now) {
                      task.task_token});
     return;
   }
-  spdlog::info("client {}: round {} task, partition {}", options_.client_id, task.round,
-               task.data.index);
+  auto codec = codecFor(task.codec);
+  if (!codec.isOk()) {
+    send(wire::Error{wire::ErrorCode::kRejected, "codec: " + codec.status().message(),
+                     task.task_token});
+    return;
+  }
+  spdlog::info("client {}: round {} task, partition {}, codec {}{}", options_.client_id, task.round,
+               task.data.index, compress::toString((*codec)->spec()),
+               uploads_.empty() ? "" : " (an upload is still draining)");
   job_ = std::make_unique<Job>();
   job_->task = std::move(task);
+  job_->codec = std::move(codec).value();
   job_->received_at = now;
   Job* job = job_.get();
   job_->thread = std::thread([this, job] { train(*job); });
@@ -211,37 +298,151 @@ void ZmqClient::finishJob() {
     send(wire::Error{wire::ErrorCode::kInternal, job->result.status().message(), t.task_token});
     return;
   }
-  const TrainResult& r = job->result.value();
-  if (r.stopped_early) return;  // cancelled or past the deadline: nothing is uploaded
+  if (job->result->stopped_early) return;  // cancelled or past the deadline: nothing is uploaded
+  auto u = std::make_unique<Upload>();
+  u->task = std::move(job->task);
+  std::string().swap(u->task.model_bytes);
+  u->codec = std::move(job->codec);
+  u->received_at = job->received_at;
+  u->trained_at = job->trained_at;
+  u->partition_size = job->partition_size;
+  u->result = std::move(job->result).value();
+  u->plan = std::move(job->plan);
+  uploads_.push_back(std::move(u));
+  startUpload();
+}
 
-  const double t0 = steadyNow();
-  const size_t total = r.delta.size();
-  const size_t per_chunk = std::max<size_t>(1, t.chunk_bytes / sizeof(float));
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(per_chunk, total - offset);
-    wire::Chunk c;
-    c.task_token = t.task_token;
-    c.tensor_index = 0;
-    c.offset = offset;
-    c.payload.assign(reinterpret_cast<const char*>(r.delta.data() + offset), n * sizeof(float));
-    offset += n;
-    c.last = offset == total;
-    send(c);
-  } while (offset < total);
-  wire::Summary s;
-  s.task_token = t.task_token;
-  s.n_samples = job->partition_size;  // FedAvg weighs by the data held, not by samples seen
-  s.steps = r.steps;
-  s.mean_loss = r.mean_loss;
-  s.sum_sq_loss = r.sum_sq_loss;
-  s.compute_seconds = r.compute_seconds;
-  s.upload_seconds = steadyNow() - t0;
-  send(s);
-  ::malloc_trim(0);  // hand the task's buffers back to the system between rounds
-  spdlog::info("client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s)",
-               options_.client_id, t.round, job->partition_size, r.steps, r.mean_loss,
-               r.compute_seconds);
+void ZmqClient::startUpload() {
+  if (uploads_.empty() || uploads_.front()->pipeline) return;
+  Upload& u = *uploads_.front();
+  const size_t n = u.result.delta.size();
+  // The residual belongs to one codec and model size: another one of either starts afresh
+  // (whether or not the new codec uses error feedback).
+  const std::string key = compress::toString(u.codec->spec());
+  if (residual_ && (residual_->size() != n || residual_codec_ != key)) {
+    spdlog::info("client {}: error-feedback residual dropped ({} -> {}, {} -> {} elements)",
+                 options_.client_id, residual_codec_, key, residual_->size(), n);
+    residual_.reset();
+  }
+  compress::ErrorFeedback* residual = nullptr;
+  if (compress::usesErrorFeedback(u.codec->spec())) {
+    if (!residual_) {
+      residual_ = std::make_unique<compress::ErrorFeedback>(n, options_.residual_storage);
+      residual_codec_ = key;
+    }
+    residual = residual_.get();
+    u.uses_residual = true;
+  }
+  u.started_at = steadyNow();
+  UploadPipelineOptions po;
+  po.queue_depth = options_.upload_queue_chunks;
+  po.pipelined = options_.upload_pipelined;
+  u.pipeline = std::make_unique<UploadPipeline>(std::move(u.result.delta), std::move(u.plan),
+                                                u.codec, residual, u.task.hparams.seed, po);
+}
+
+bool ZmqClient::abandonUpload(uint64_t token, const std::string& why) {
+  for (auto it = uploads_.begin(); it != uploads_.end(); ++it) {
+    Upload& u = **it;
+    if (u.task.task_token != token) continue;
+    spdlog::info("client {}: abandoning round {} upload after {} of {} chunks: {}",
+                 options_.client_id, u.task.round, u.chunks,
+                 u.pipeline ? u.pipeline->chunkCount() : u.plan.size(), why);
+    const bool touched_residual = u.pipeline && u.uses_residual;
+    u.pipeline.reset();  // joins the encoder: the residual is the loop thread's again
+    if (touched_residual && residual_) residual_->reset();
+    uploads_.erase(it);
+    ::malloc_trim(0);
+    startUpload();
+    return true;
+  }
+  return false;
+}
+
+void ZmqClient::abandonAllUploads(const std::string& why) {
+  while (!uploads_.empty()) abandonUpload(uploads_.front()->task.task_token, why);
+}
+
+int ZmqClient::receiveTimeoutMs(double now, int idle_ms) const {
+  // While training, look often: the end of training starts the upload.
+  if (job_) idle_ms = std::min(idle_ms, kTrainingPollMs);
+  if (uploads_.empty() || !uploads_.front()->pipeline) return idle_ms;
+  const Upload& u = *uploads_.front();
+  if (u.frame.empty()) return 0;  // pumpUpload waits for the encoder instead
+  const double wait_ms = (u.release_at - now) * 1e3;
+  if (wait_ms <= 0) return 0;
+  return std::min(idle_ms, static_cast<int>(std::ceil(wait_ms)));
+}
+
+void ZmqClient::pumpUpload(double now) {
+  const double slice_end = now + kSendSliceS;
+  while (!uploads_.empty() && uploads_.front()->pipeline && now < slice_end) {
+    Upload& u = *uploads_.front();
+    const wire::Task& t = u.task;
+    if (u.frame.empty()) {
+      std::optional<EncodedChunk> c = u.pipeline->pop(std::min(kEncoderWaitS, slice_end - now));
+      if (!c) {
+        if (u.pipeline->failed()) {
+          const Status st = u.pipeline->status();
+          spdlog::error("client {}: round {} update not uploaded: {}", options_.client_id, t.round,
+                        st.toString());
+          send(wire::Error{wire::ErrorCode::kInternal, st.message(), t.task_token});
+          abandonUpload(t.task_token, "encoding failed");
+          continue;
+        }
+        return;  // the encoder is behind: come back after the next poll
+      }
+      now = steadyNow();
+      wire::Chunk m;
+      m.task_token = t.task_token;
+      m.tensor_index = c->range.tensor_index;
+      m.offset = c->range.offset;
+      m.elements = c->range.elements;
+      m.payload = std::move(c->payload);
+      m.last = c->last;
+      m.n_samples = u.partition_size;
+      m.steps = u.result.steps;
+      u.frame = wire::encode(m);
+      u.frame_last = c->last;
+      u.release_at = bucket_->reserve(u.frame.size(), now);
+    }
+    if (now < u.release_at) return;  // the throttle holds it: come back after the next poll
+    Status st = transport_->send(u.frame);
+    if (!st.isOk()) {
+      // The frame is lost (the coordinator is away): the update cannot be complete.
+      spdlog::warn("client {}: send Chunk: {}", options_.client_id, st.toString());
+      abandonUpload(t.task_token, "a chunk could not be sent");
+      continue;
+    }
+    u.bytes += u.frame.size();
+    ++u.chunks;
+    std::string().swap(u.frame);
+    now = steadyNow();
+    if (!u.frame_last) continue;
+
+    wire::Summary s;
+    s.task_token = t.task_token;
+    s.n_samples = u.partition_size;  // FedAvg weighs by the data held, not by samples seen
+    s.steps = u.result.steps;
+    s.mean_loss = u.result.mean_loss;
+    s.sum_sq_loss = u.result.sum_sq_loss;
+    s.compute_seconds = u.result.compute_seconds;
+    s.upload_seconds = now - u.started_at;
+    s.encode_seconds = u.pipeline->encodeSeconds();
+    send(s);
+    spdlog::info(
+        "client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s) codec={} "
+        "chunks={} bytes={} encode_s={:.4f} upload_s={:.4f} after_training_s={:.4f} mode={} "
+        "mbps={} burst_bytes={}",
+        options_.client_id, t.round, u.partition_size, u.result.steps, u.result.mean_loss,
+        u.result.compute_seconds, compress::toString(u.codec->spec()), u.chunks, u.bytes,
+        s.encode_seconds, s.upload_seconds, now - u.trained_at,
+        options_.upload_pipelined ? "pipelined" : "serial", options_.upload_mbps,
+        options_.upload_burst_bytes);
+    uploads_.pop_front();  // joins the finished encoder
+    ::malloc_trim(0);      // hand the task's buffers back to the system between rounds
+    startUpload();
+  }
 }
 
 void ZmqClient::handle(wire::Message& message, double now) {
@@ -252,6 +453,7 @@ void ZmqClient::handle(wire::Message& message, double now) {
           startJob(std::move(m), now);
         } else if constexpr (std::is_same_v<T, wire::Cancel>) {
           if (job_ && job_->task.task_token == m.task_token) abandonJob("cancelled: " + m.reason);
+          abandonUpload(m.task_token, "cancelled: " + m.reason);
         } else if constexpr (std::is_same_v<T, wire::Bye>) {
           spdlog::info("client {}: coordinator said goodbye: {}", options_.client_id, m.reason);
           finished_ = true;
@@ -262,6 +464,7 @@ void ZmqClient::handle(wire::Message& message, double now) {
             spdlog::warn("client {}: coordinator error {}: {}", options_.client_id,
                          static_cast<int>(m.code), m.message);
             if (job_ && m.task_token == job_->task.task_token) abandonJob(m.message);
+            abandonUpload(m.task_token, m.message);
           }
         }
         // Heartbeat replies only refresh liveness.
@@ -277,12 +480,14 @@ Status ZmqClient::run() {
   while (!finished_) {
     if (stop_.load()) {
       abandonJob("stopping");
+      abandonAllUploads("stopping");
       send(wire::Bye{"client stopping"});
       return unavailable("interrupted");
     }
-    auto got = transport_->receive(20);
+    auto got = transport_->receive(receiveTimeoutMs(now, 20));
     if (!got.isOk()) {
       abandonJob("socket failed");
+      abandonAllUploads("socket failed");
       return got.status();
     }
     now = steadyNow();
@@ -298,6 +503,14 @@ Status ZmqClient::run() {
     }
     if (job_ && job_->done.load()) finishJob();
     if (job_ && now - job_->received_at > job_->task.deadline_s) abandonJob("deadline passed");
+    for (size_t i = 0; i < uploads_.size(); ++i) {
+      if (now - uploads_[i]->received_at > uploads_[i]->task.deadline_s) {
+        abandonUpload(uploads_[i]->task.task_token, "deadline passed");
+        break;  // the rest is looked at in the next iteration
+      }
+    }
+    pumpUpload(now);
+    now = steadyNow();
     if (now - last_heartbeat >= options_.heartbeat_s) {
       send(wire::Heartbeat{++heartbeat_seq_});
       last_heartbeat = now;
@@ -310,10 +523,12 @@ Status ZmqClient::run() {
     }
     if (options_.exit_idle_s > 0 && now - last_rx > options_.exit_idle_s) {
       abandonJob("coordinator silent");
+      abandonAllUploads("coordinator silent");
       return timeoutError("coordinator silent for " + std::to_string(now - last_rx) + " s");
     }
   }
   abandonJob("run finished");
+  abandonAllUploads("run finished");
   return Status::ok();
 }
 

@@ -1,10 +1,41 @@
 // ClientRuntime: a client process's loop. It says Hello, trains the tasks the coordinator
 // sends, uploads each delta in chunks followed by a Summary, and keeps the connection alive.
 //
-// Threads: the calling thread owns the DEALER socket and does all sends and receives; local
-// training runs on one worker thread at a time (LibTorch intra-op threads as configured). A
-// Cancel, a deadline or a coordinator error about the task sets the worker's stop flag; its
-// result is then discarded, never uploaded.
+// Threads: the calling thread (the loop thread) owns the DEALER socket and does all sends and
+// receives; local training runs on one worker thread at a time (LibTorch intra-op threads as
+// configured); an upload's chunks are compressed on its UploadPipeline's encoder thread
+// (client/upload_pipeline.h) while the loop thread sends the ones already encoded. A Cancel, a
+// deadline or a coordinator error about the task sets the worker's stop flag, or cancels the
+// upload; a stopped result is discarded, never uploaded, and a cancelled upload sends nothing
+// more (the coordinator drops the partial update).
+//
+// Upload of one update, on the loop thread:
+//   1. Training ends (the worker also cuts the delta into chunks, planChunks over the model's
+//      layout and the task's chunk_bytes); the update joins the upload queue.
+//   2. When no other upload is in flight, an UploadPipeline starts encoding its chunks with
+//      the task's codec (wire::Task::codec, a compress::CodecSpec text), through the client's
+//      error-feedback residual when the codec is biased (compress::usesErrorFeedback).
+//   3. Each loop iteration takes the next encoded chunk, reserves its frame bytes in the token
+//      bucket (upload_mbps; client/token_bucket.h) and sends it once the bucket lets it pass.
+//      Meanwhile the loop keeps receiving, answering Cancels and sending Heartbeats: it never
+//      blocks on the encoder or the throttle for more than a poll slice. Only chunk frames
+//      pass through the bucket; Hello, Heartbeat, Summary and Error frames are small and don't.
+//   4. After the last chunk, the Summary: upload_seconds = from the start of this upload (step
+//      2) to this moment, when the last chunk has passed the throttle (the coordinator divides
+//      the bytes by it to estimate the uplink); encode_seconds = the encoder's time. The log
+//      line "<id>: round R uploaded (...)" gives both per update, and after_training_s, from
+//      the end of training to the Summary (which also counts a wait behind an earlier upload).
+//
+// A task whose codec text does not parse is answered with Error kRejected and not trained; an
+// update that is not finite is answered with Error kInternal before any chunk is sent.
+//
+// Asynchronous mode: a Task that arrives while an upload drains starts training at once; the
+// upload goes on (a Cancel or an Error naming its token stops it), and the new update queues
+// behind it. A Task that arrives while another task trains abandons that training, as before.
+//
+// Error feedback: one residual per client process, kept across tasks and used chunk by chunk;
+// it is reset when the codec or the model size changes, and when an upload that used it is
+// abandoned part-way (its residual would count chunks the coordinator never aggregated).
 //
 // Reconnection: the coordinator answers every Heartbeat. When it has been silent for
 // `liveness_s` (for example it restarted), or answers with "unknown client", the runtime says
@@ -15,6 +46,7 @@
 #include <memory>
 #include <string>
 
+#include "common/compress/error_feedback.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 
@@ -31,12 +63,23 @@ struct ClientRuntimeOptions {
   double heartbeat_s = 1;
   double liveness_s = 5;   // coordinator silence before saying Hello again
   double exit_idle_s = 0;  // give up after this much silence (0: never)
+
+  // Uplink emulation: a token bucket of upload_mbps Mbit/s (0: unlimited) holding up to
+  // upload_burst_bytes, in front of every chunk frame.
+  double upload_mbps = 0;
+  size_t upload_burst_bytes = 64 << 10;
+  // Upload pipeline: encoded chunks kept ready ahead of the sender; pipelined = false encodes
+  // the whole update before sending (the baseline bench/pipeline_overlap.sh compares with).
+  size_t upload_queue_chunks = 4;
+  bool upload_pipelined = true;
+  // How the error-feedback residual is stored (fp32 exact; bf16/fp16 half the memory).
+  compress::ResidualStorage residual_storage = compress::ResidualStorage::kFp32;
 };
 
 class ClientRuntime {
  public:
   // Connects (asynchronously) and resolves the device. Errors: bad device spec, transport
-  // options rejected.
+  // options rejected, upload_mbps < 0 or upload_queue_chunks == 0 (kInvalidArgument).
   static Result<std::unique_ptr<ClientRuntime>> create(const ClientRuntimeOptions& options);
   virtual ~ClientRuntime() = default;
 

@@ -12,6 +12,13 @@
 // (data::Dataset::hasFeatures()) take the same two paths with float rows copied as they are
 // (no normalisation). Per-sample losses stay on the device and are read once at the end.
 //
+// Gradients: the built-in fully connected models ("logreg", "mlp") on the CPU take a fast path
+// by default, without autograd: the forward pass, cross-entropy, backward pass and the SGD
+// update are written out over ATen matrix products (out= calls into buffers allocated once per
+// call) and plain loops, which costs a fraction of autograd + torch::optim::SGD per step on the
+// small batches of a simulated fleet. Everything else (cnn, lenet, TorchScript, a GPU) goes
+// through autograd. Both paths compute the same function up to float rounding.
+//
 // Unlike common/model/*.h, this header includes <torch/torch.h>: client code that trains speaks
 // LibTorch (torch::Device, torch::set_num_threads) and gets it from here.
 #pragma once
@@ -54,7 +61,16 @@ class Trainer {
   // two give bit-identical inputs; forcing kDeviceShard on the CPU lets CPU-only tests cover it.
   enum class BatchSource { kAuto, kHostGather, kDeviceShard };
 
-  explicit Trainer(c10::Device device, BatchSource source = BatchSource::kAuto);
+  // How gradients and the SGD step are computed. kAutograd: LibTorch autograd and
+  // torch::optim::SGD, for any model. kManual: hand-written forward, backward and update for the
+  // models supportsManualGradients() accepts; the same SGD (d = g + weight_decay * w; momentum
+  // buffer d on the first step, momentum * buf + d after; w -= lr * buf, or lr * d without
+  // momentum), so results agree with kAutograd up to float rounding (not bit for bit). kAuto:
+  // kManual where supported, else kAutograd.
+  enum class GradientPath { kAuto, kAutograd, kManual };
+
+  explicit Trainer(c10::Device device, BatchSource source = BatchSource::kAuto,
+                   GradientPath gradients = GradientPath::kAuto);
 
   // Local SGD from `start` (flat parameters in the layout of `model`): sets the model to
   // `start`, then runs `opts.epochs` passes over `indices` of `ds` (or exactly opts.max_steps
@@ -65,21 +81,30 @@ class Trainer {
   // training, and is left holding the trained parameters in its previous train/eval mode.
   // `stop`, when non-null, is read before every step; once true, training ends after the step
   // in progress, and the result holds the work done with stopped_early = true. Same inputs and
-  // seed on the CPU give a bit-identical result (with the same LibTorch thread count).
+  // seed on the CPU give a bit-identical result (with the same LibTorch thread count and
+  // gradient path).
   // Failures: start.size() != model's parameter count, empty indices, an index >= ds.size(),
-  // batch_size == 0, epochs == 0 with max_steps == 0, or sample storage that does not match the
-  // labels (data::checkSampleStorage: an empty image shape, too few bytes or floats) ->
-  // kInvalidArgument; a LibTorch failure (model/input mismatch, out of memory) -> kInternal.
-  // Safe to call concurrently from several threads with different models.
+  // batch_size == 0, epochs == 0 with max_steps == 0, sample storage that does not match the
+  // labels (data::checkSampleStorage: an empty image shape, too few bytes or floats), or
+  // GradientPath::kManual for a model supportsManualGradients() rejects -> kInvalidArgument; a
+  // LibTorch failure (model/input mismatch, a label >= the model's classes, out of memory) ->
+  // kInternal. Safe to call concurrently from several threads with different models.
   Result<TrainResult> train(model::Model& model, const std::vector<float>& start,
                             const data::Dataset& ds, const std::vector<uint32_t>& indices,
                             const TrainOptions& opts, const std::atomic<bool>* stop = nullptr);
+
+  // Whether the manual gradient path applies to `model` with this trainer: the trainer's device
+  // is the CPU and `model` is a built-in "logreg" (one Linear layer) or "mlp" (Linear layers with
+  // a ReLU between consecutive ones) whose parameters() are fp32 and form a chain of weights
+  // [out, in] and biases [out], each layer's in being the previous layer's out.
+  bool supportsManualGradients(model::Model& model) const;
 
   const c10::Device& device() const { return device_; }
 
  private:
   c10::Device device_;
   BatchSource source_;
+  GradientPath gradients_;
 };
 
 }  // namespace fedfleet::client

@@ -133,6 +133,22 @@ Status ZmqCoordinator::init(const config::Config& config) {
                    cp->model_version);
     } else if (cp.status().code() != StatusCode::kNotFound) {
       return cp.status();
+    } else {
+      // No checkpoint: no round changed the model yet (only round 0 and failed rounds are
+      // recorded), so it is still the initial one, which the same seed builds again. Continue
+      // after the last recorded round; do not record round 0 twice.
+      FEDFLEET_ASSIGN_OR_RETURN(auto done, history_->rounds(run_id_));
+      for (const auto& r : done) {
+        if (r.status == "ok") {
+          return failedPrecondition("--resume: run " + std::to_string(run_id_) + " has round " +
+                                    std::to_string(r.round) +
+                                    " but no checkpoint to resume from "
+                                    "(coordinator.checkpoint_every = 0?)");
+        }
+        eo.first_round = std::max(eo.first_round, r.round + 1);
+      }
+      if (!done.empty()) eo.evaluate_initial = false;
+      spdlog::info("resuming run {} from its initial model", run_id_);
     }
   } else {
     history::RunRecord run;
@@ -158,9 +174,11 @@ Status ZmqCoordinator::init(const config::Config& config) {
     const EngineOptions from_config = engineOptionsFromConfig(config_, run_id_);
     const uint32_t first_round = eo.first_round;
     const uint64_t model_version = eo.model_version;
+    const bool evaluate_initial = eo.evaluate_initial;
     eo = from_config;
     eo.first_round = first_round;
     eo.model_version = model_version;
+    eo.evaluate_initial = evaluate_initial;
   }
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));

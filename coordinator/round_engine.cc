@@ -78,7 +78,7 @@ std::vector<Action> RoundEngine::takeActions() {
 
 void RoundEngine::start(double now) {
   FEDFLEET_CHECK(phase_ == Phase::kIdle);
-  if (options_.first_round == 1) {
+  if (options_.first_round == 1 && options_.evaluate_initial) {
     CommitRound c;
     c.round.run_id = options_.run_id;
     c.round.round = 0;

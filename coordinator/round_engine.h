@@ -105,6 +105,7 @@ struct EngineOptions {
   double slow_link_mbps = 0;      // was below slow_link_mbps
   uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of partial uploads kept in memory;
                                                 // beyond this they spill to a temporary file
+  bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
   uint32_t eval_every = 1;    // evaluate after every this many rounds (and after the last)
   bool bye_on_finish = true;  // say Bye to every connected client when the run ends (the
                               // simulator's virtual clients need no goodbye)

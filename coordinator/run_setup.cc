@@ -48,6 +48,12 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
 Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& commit,
                             uint32_t keep_checkpoints, const char* clock_unit) {
   const auto& r = commit.round;
+  Status st = store.commitRound(commit.round, commit.updates, commit.checkpoint);
+  if (!st.isOk()) {
+    return st.withContext("history: committing round " + std::to_string(r.round) +
+                          " (the round is lost from the database; the run stops)");
+  }
+  // Logged once it is in the database, so a log line always means a durable round.
   if (r.test_accuracy) {
     spdlog::info(
         "round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  loss {:.4f}  "
@@ -57,11 +63,6 @@ Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& com
   } else {
     spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round, r.status,
                  r.completed, r.selected, r.late, r.dropped);
-  }
-  Status st = store.commitRound(commit.round, commit.updates, commit.checkpoint);
-  if (!st.isOk()) {
-    return st.withContext("history: committing round " + std::to_string(r.round) +
-                          " (the round is lost from the database; the run stops)");
   }
   if (commit.checkpoint && keep_checkpoints > 0) {
     Status pr = store.pruneCheckpoints(r.run_id, keep_checkpoints);

@@ -14,7 +14,8 @@ PACKAGES=(
   libcpp-httplib-dev zlib1g-dev libcsv-dev
   dataset-fashion-mnist
   python3-torch python3-numpy
-  procps
+  procps time bsdutils
+  docker.io docker-compose debootstrap
 )
 
 missing=()

@@ -74,6 +74,8 @@ void forEachField(C& c, F&& f) {
   f("client.heartbeat_s", c.client.heartbeat_s);
   f("client.exit_idle_s", c.client.exit_idle_s);
   f("client.upload_mbps", c.client.upload_mbps);
+  f("client.upload_burst_kib", c.client.upload_burst_kib);
+  f("client.upload_pipelined", c.client.upload_pipelined);
   f("client.residual_storage", c.client.residual_storage);
   f("sim.clients", c.sim.clients);
   f("sim.fleet", c.sim.fleet);
@@ -315,6 +317,9 @@ Status Config::validate() const {
     return bad("sim.residual_storage", "must be fp32, bf16 or fp16");
   }
   if (client.upload_mbps < 0) return bad("client.upload_mbps", "must be >= 0 (0: unthrottled)");
+  if (client.upload_burst_kib == 0 || client.upload_burst_kib > 1048576) {
+    return bad("client.upload_burst_kib", "must be between 1 and 1048576");
+  }
   if (coordinator.chunk_kib == 0 || coordinator.chunk_kib > 256 * 1024) {
     return bad("coordinator.chunk_kib", "must be between 1 and 262144");
   }

@@ -94,6 +94,9 @@ struct ClientSection {
   double heartbeat_s = 1;         // heartbeat period
   double exit_idle_s = 0;         // exit when the coordinator is silent this long (0: never)
   double upload_mbps = 0;         // emulate an uplink of this many Mbit/s (0: unthrottled)
+  uint32_t upload_burst_kib = 64;  // token-bucket depth of that emulated uplink
+  bool upload_pipelined = true;    // encode chunk i+1 while chunk i is sent (false: encode all,
+                                   // then send; the benchmark's baseline)
   std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
 };
 

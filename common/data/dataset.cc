@@ -231,9 +231,12 @@ Status shareImages(Dataset& ds, const std::string& cache_dir, const std::string&
     return static_cast<size_t>(st.st_size);
   };
   if (sizeOf(path) != bytes) {
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    // A unique name (mkstemp), not the pid: processes in different containers sharing the
+    // cache volume can have the same pid.
+    std::string tmp = path + ".tmp.XXXXXX";
+    int fd = ::mkstemp(tmp.data());
     if (fd < 0) return ioError("cannot create " + tmp + ": " + std::strerror(errno));
+    ::fchmod(fd, 0644);
     size_t done = 0;
     while (done < bytes) {
       ssize_t n = ::write(fd, ds.images.data() + done, bytes - done);

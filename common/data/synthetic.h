@@ -10,13 +10,22 @@
 // v = B * 1 with B ~ N(0, beta) for the whole federation instead (alpha is then unused).
 //
 // Nothing is stored per device: a federation of a million devices costs as much memory as one of
-// thirty. Every device draws from its own std::mt19937_64 streams, seeded through std::seed_seq
-// from (seed, k, stream): one for its sample count, one for its parameters, one for each split's
-// samples. Device k's data thus depends only on (spec, k): not on which devices were generated
-// before, in what order, or on which thread. Draws use std::normal_distribution and
-// std::lognormal_distribution, so the numbers differ from NumPy's (same distributions) and, since
-// the standard leaves those algorithms to the library, may differ between standard libraries;
-// with one library they are bit-for-bit reproducible.
+// thirty. Every device draws from its own random streams, keyed by (seed, k, stream): one for its
+// sample count, one for its parameters, one for each split's samples. Device k's data thus
+// depends only on (spec, k): not on which devices were generated before, in what order, or on
+// which thread; with one compiler and build flags it is bit-for-bit reproducible.
+// - The sample count is a std::lognormal_distribution draw on a std::mt19937_64 seeded through
+//   std::seed_seq (as in earlier versions, so device sizes did not change; the standard leaves
+//   the algorithm to the library, so they may differ between standard libraries).
+// - Parameters and samples are fp32 standard normals from a xoshiro256++ generator per stream
+//   (its 256-bit state derived from (seed, k, stream) by chained SplitMix64 bijections, so
+//   distinct streams start at distinct, well-mixed states of one 2^256 cycle), turned into
+//   normals in bulk by a vectorisable Box-Muller transform with polynomial log, sqrt and sin/cos
+//   (accurate to a few float ulp, and free of libm calls, whose last bits vary by C library).
+//   Samples are drawn in fp32 and labelled from the stored fp32 values, the products x W_k + b_k
+//   in fp32. About 0.4 us a sample at dim 60, 10 classes, on one core (2.4 us with
+//   std::normal_distribution on std::mt19937_64).
+// The numbers differ from NumPy's (same distributions).
 #pragma once
 
 #include <cstdint>
@@ -70,14 +79,22 @@ class SyntheticFederation {
   // kResourceExhausted.
   Result<Dataset> generate(uint64_t k, bool train) const;
 
- private:
-  struct Parameters;  // v (dim), W (dim x classes, row-major), b (classes)
+  // The parameters device k's samples are drawn from: x ~ N(v, diag((j+1)^-1.2)),
+  // y = argmax(x W + b).
+  struct DeviceParameters {
+    std::vector<float> v;  // dim
+    std::vector<float> w;  // dim x classes, row-major: w[j * classes + c]
+    std::vector<float> b;  // classes
+  };
+  // Device k's parameters (the shared ones for the IID variant), as generate() uses them.
+  // O(dim * num_classes). Precondition (checked, abort): k < devices().
+  DeviceParameters deviceParameters(uint64_t k) const;
 
+ private:
   explicit SyntheticFederation(const SyntheticSpec& spec) : spec_(spec) {}
-  Parameters deviceParameters(uint64_t k) const;
 
   SyntheticSpec spec_;
-  std::shared_ptr<const Parameters> shared_;  // the IID variant's parameters; null otherwise
+  std::shared_ptr<const DeviceParameters> shared_;  // the IID variant's parameters; else null
 };
 
 }  // namespace fedfleet::data

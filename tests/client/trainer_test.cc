@@ -212,7 +212,8 @@ TEST_F(TrainerTest, ZeroLearningRateLossMatchesEvaluate) {
   EXPECT_NEAR(r->mean_loss, per.mean().item<double>(), 1e-5);
 }
 
-// The trainer against a plain LibTorch SGD loop written here: same order, same batches.
+// The trainer against a plain LibTorch SGD loop written here: same order, same batches. The
+// trainer takes its manual gradient path for the MLP (by default); the loop uses autograd.
 TEST_F(TrainerTest, MatchesAPlainSgdLoop) {
   TrainOptions opts;
   opts.epochs = 2;
@@ -225,6 +226,7 @@ TEST_F(TrainerTest, MatchesAPlainSgdLoop) {
   auto m = mustCreate("mlp", 6);
   const auto start = m->flatParameters();
   Trainer trainer(torch::kCPU);
+  EXPECT_TRUE(trainer.supportsManualGradients(*m));
   auto r = trainer.train(*m, start, *train_, idx, opts);
   ASSERT_TRUE(r.isOk());
 

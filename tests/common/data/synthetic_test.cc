@@ -210,6 +210,79 @@ TEST(SyntheticTest, FeaturesFollowTheDeviceDistribution) {
   }
 }
 
+// Standardised residuals (x_ij - v_j) / (j + 1)^-0.6 of a device's samples: N(0, 1) each.
+std::vector<double> residuals(const Dataset& ds, const SyntheticFederation::DeviceParameters& p) {
+  std::vector<double> z(ds.features.size());
+  for (size_t i = 0; i < ds.size(); ++i) {
+    for (size_t j = 0; j < ds.feature_dim; ++j) {
+      z[i * ds.feature_dim + j] = (ds.feature(i)[j] - p.v[j]) / std::pow(j + 1.0, -0.6);
+    }
+  }
+  return z;
+}
+
+// The stated distribution, dimension by dimension, on one device of n = 20000 samples, against
+// the device's own v_k. The sample mean of dimension j has standard error sd_j / sqrt(n) =
+// 0.0071 sd_j; the mean square deviation from v_j (n degrees of freedom) over sd_j^2 has
+// standard deviation sqrt(2 / n) = 0.010. We allow 5 standard errors each: 120 checks then fail
+// by chance with probability ~120 * 5.7e-7 < 1e-4.
+TEST(SyntheticTest, FeaturesHaveTheStatedMeanAndVariance) {
+  SyntheticSpec spec;
+  spec.devices = 5000;
+  spec.max_samples = 22222;  // round(0.9 * 22222) = 20000 train samples
+  spec.seed = 4;
+  const auto fed = mustCreate(spec);
+  uint64_t k = 0;
+  while (k < spec.devices && fed.totalSamples(k) < spec.max_samples) ++k;
+  ASSERT_LT(k + 1, spec.devices) << "P(22222+ samples) = P(Z > 3.0) = 0.0013: ~7 in 5000 expected";
+  const Dataset ds = mustGenerate(fed, k, true);
+  const auto p = fed.deviceParameters(k);
+  ASSERT_EQ(ds.size(), 20000u);
+  ASSERT_EQ(p.v.size(), 60u);
+  const double n = static_cast<double>(ds.size());
+  for (size_t j = 0; j < 60; ++j) {
+    const double sd = std::pow(j + 1.0, -0.6);
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < ds.size(); ++i) {
+      sum += ds.feature(i)[j];
+      sq += std::pow(ds.feature(i)[j] - p.v[j], 2);
+    }
+    EXPECT_NEAR(sum / n, p.v[j], 5 * sd / std::sqrt(n)) << "dimension " << j;
+    EXPECT_NEAR(sq / n / (sd * sd), 1.0, 5 * std::sqrt(2 / n)) << "dimension " << j;
+  }
+
+  // The labels are argmax(x W + b) of the stored x with these parameters. generate() sums in
+  // fp32, this in fp64: they may disagree only where two logits tie to within rounding (~1e-6),
+  // which a handful of 20000 samples at most could do.
+  size_t disagree = 0;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    std::vector<double> logits(p.b.begin(), p.b.end());
+    for (size_t j = 0; j < 60; ++j) {
+      for (size_t c = 0; c < 10; ++c) logits[c] += double(ds.feature(i)[j]) * p.w[j * 10 + c];
+    }
+    disagree += std::max_element(logits.begin(), logits.end()) - logits.begin() != ds.labels[i];
+  }
+  EXPECT_LE(disagree, 5u);
+
+  // Independent streams: the residuals of another device, and of this device's test split,
+  // are uncorrelated with these (a correlation over m pairs has standard deviation 1/sqrt(m)).
+  const auto z = residuals(ds, p);
+  for (const auto& [other, params] :
+       {std::pair{mustGenerate(fed, k + 1, true), fed.deviceParameters(k + 1)},
+        std::pair{mustGenerate(fed, k, false), p}}) {
+    const auto w = residuals(other, params);
+    const size_t m = std::min(z.size(), w.size());
+    ASSERT_GE(m, 50u * 60u);
+    double dot = 0, zz = 0, ww = 0;
+    for (size_t i = 0; i < m; ++i) {
+      dot += z[i] * w[i];
+      zz += z[i] * z[i];
+      ww += w[i] * w[i];
+    }
+    EXPECT_LT(std::abs(dot / std::sqrt(zz * ww)), 5 / std::sqrt(static_cast<double>(m)));
+  }
+}
+
 TEST(SyntheticTest, IidVariantSharesTheDistribution) {
   // Two large devices: under the IID variant their label distributions agree up to sampling
   // noise (total variation ~ sqrt(classes / n) ~ 0.07 at n ~ 1000, usually far less); under the
@@ -234,6 +307,11 @@ TEST(SyntheticTest, IidVariantSharesTheDistribution) {
                                         labelShares(mustGenerate(probe, big[1], true)));
   EXPECT_GT(tv_niid, 0.3);
   // The shared parameters make even the features' means agree (v = B * 1 for every device).
+  const auto pa = iid.deviceParameters(big[0]), pb = iid.deviceParameters(big[1]);
+  EXPECT_EQ(pa.w, pb.w);
+  EXPECT_EQ(pa.b, pb.b);
+  EXPECT_EQ(pa.v, std::vector<float>(spec.dim, pa.v[0]));
+  EXPECT_NE(probe.deviceParameters(big[0]).w, probe.deviceParameters(big[1]).w);
   const Dataset a = mustGenerate(iid, big[0], true), b = mustGenerate(iid, big[1], true);
   double mean_a = 0, mean_b = 0;
   for (size_t i = 0; i < a.size(); ++i) mean_a += a.feature(i)[0] / a.size();

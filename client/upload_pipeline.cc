@@ -1,0 +1,217 @@
+#include "client/upload_pipeline.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+
+#include "common/check.h"
+
+namespace fedfleet::client {
+namespace {
+
+double steadyNow() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t splitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+bool allFinite(const std::vector<float>& x) {
+  // A float is NaN or infinite when its exponent bits are all ones. An OR over a comparison of
+  // the bits vectorises (a sum of x * 0 would not: float addition does not reassociate).
+  uint32_t bad = 0;
+  for (float v : x) bad |= (std::bit_cast<uint32_t>(v) & 0x7f800000u) == 0x7f800000u;
+  return bad == 0;
+}
+
+}  // namespace
+
+std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes) {
+  const uint64_t max_elems = std::min<uint64_t>(std::max<size_t>(1, chunk_bytes / sizeof(float)),
+                                                compress::kMaxPayloadElements);
+  std::vector<ChunkRange> plan;
+  std::optional<ChunkRange> group;  // whole tensors collected so far
+  auto flush = [&] {
+    if (group) plan.push_back(*group);
+    group.reset();
+  };
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const auto& t = layout.tensors[i];
+    const uint64_t numel = t.numel;
+    if (numel == 0) continue;  // holds nothing: in no chunk's count, never a chunk's start
+    if (numel > max_elems) {
+      flush();
+      const uint64_t pieces = (numel + max_elems - 1) / max_elems;
+      const uint64_t base = numel / pieces, longer = numel % pieces;
+      uint64_t offset = t.offset;
+      for (uint64_t p = 0; p < pieces; ++p) {
+        const uint64_t n = base + (p < longer ? 1 : 0);
+        plan.push_back({static_cast<uint32_t>(i), offset, n});
+        offset += n;
+      }
+      continue;
+    }
+    if (group && group->elements + numel > max_elems) flush();
+    if (!group) group = ChunkRange{static_cast<uint32_t>(i), t.offset, 0};
+    group->elements += numel;
+  }
+  flush();
+  if (plan.empty()) plan.push_back({0, 0, 0});
+  return plan;
+}
+
+model::Layout flatLayout(size_t n) {
+  model::Layout layout;
+  layout.tensors.push_back({"flat", {static_cast<int64_t>(n)}, n, 0});
+  layout.total = n;
+  return layout;
+}
+
+uint64_t chunkSeed(uint64_t task_seed, size_t index) {
+  return splitMix64(splitMix64(task_seed) ^ (0x5851f42d4c957f2dull * (index + 1)));
+}
+
+UploadPipeline::UploadPipeline(std::vector<float> delta, std::vector<ChunkRange> plan,
+                               std::shared_ptr<const compress::Codec> codec,
+                               compress::ErrorFeedback* residual, uint64_t task_seed,
+                               UploadPipelineOptions options)
+    : delta_(std::move(delta)),
+      plan_(std::move(plan)),
+      codec_(std::move(codec)),
+      residual_(residual),
+      task_seed_(task_seed),
+      options_(options) {
+  FEDFLEET_CHECK(codec_ != nullptr);
+  FEDFLEET_CHECK(!plan_.empty());
+  FEDFLEET_CHECK(options_.queue_depth >= 1);
+  uint64_t next = 0;
+  for (const auto& r : plan_) {
+    FEDFLEET_CHECK_MSG(r.offset == next, "upload plan is not contiguous");
+    next += r.elements;
+  }
+  FEDFLEET_CHECK_MSG(next == delta_.size(), "upload plan does not cover the delta");
+  FEDFLEET_CHECK(residual_ == nullptr || residual_->size() == delta_.size());
+  encoder_ = std::thread([this] { encodeAll(); });
+}
+
+UploadPipeline::~UploadPipeline() {
+  cancel();
+  encoder_.join();
+}
+
+void UploadPipeline::cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  ready_.clear();
+  cv_.notify_all();
+}
+
+bool UploadPipeline::drained() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return taken_ == plan_.size();
+}
+
+bool UploadPipeline::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !status_.isOk();
+}
+
+Status UploadPipeline::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+double UploadPipeline::encodeSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return encode_seconds_;
+}
+
+std::optional<EncodedChunk> UploadPipeline::tryPop() { return pop(0); }
+
+std::optional<EncodedChunk> UploadPipeline::pop(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [&] { return !ready_.empty() || !status_.isOk() || cancelled_; };
+  if (timeout_s > 0) cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), ready);
+  if (ready_.empty() || !status_.isOk() || cancelled_) return std::nullopt;
+  EncodedChunk c = std::move(ready_.front());
+  ready_.pop_front();
+  ++taken_;
+  cv_.notify_all();
+  return c;
+}
+
+bool UploadPipeline::waitForRoom() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return cancelled_ || ready_.size() < options_.queue_depth; });
+  return !cancelled_;
+}
+
+Result<EncodedChunk> UploadPipeline::encodeChunk(size_t index) {
+  const ChunkRange& r = plan_[index];
+  EncodedChunk c;
+  c.index = index;
+  c.range = r;
+  c.last = index + 1 == plan_.size();
+  const double t0 = steadyNow();
+  const float* x = delta_.data() + r.offset;
+  const uint64_t seed = chunkSeed(task_seed_, index);
+  if (residual_ != nullptr) {
+    FEDFLEET_RETURN_IF_ERROR(residual_->encode(*codec_, r.offset, x, r.elements, seed, &c.payload));
+  } else {
+    c.payload.reserve(codec_->maxEncodedBytes(r.elements));
+    codec_->encode(x, r.elements, seed, &c.payload);
+  }
+  c.encode_seconds = steadyNow() - t0;
+  return c;
+}
+
+void UploadPipeline::encodeAll() {
+  auto fail = [&](Status st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(st);
+    ready_.clear();
+    cv_.notify_all();
+  };
+  const double t0 = steadyNow();
+  const bool finite = allFinite(delta_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    encode_seconds_ += steadyNow() - t0;
+  }
+  if (!finite) {
+    fail(invalidArgument("the update has non-finite values"));
+    return;
+  }
+  std::vector<EncodedChunk> held;  // non-pipelined: everything, released at the end
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    if (options_.pipelined && !waitForRoom()) return;
+    auto c = encodeChunk(i);
+    if (!c.isOk()) {
+      fail(c.status());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return;
+    encode_seconds_ += c->encode_seconds;
+    if (options_.pipelined) {
+      ready_.push_back(std::move(c).value());
+      cv_.notify_all();
+    } else {
+      held.push_back(std::move(c).value());
+    }
+  }
+  if (!options_.pipelined) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return;
+    for (auto& c : held) ready_.push_back(std::move(c));
+    cv_.notify_all();
+  }
+}
+
+}  // namespace fedfleet::client

@@ -1,0 +1,140 @@
+// UploadPipeline: encodes a trained delta chunk by chunk on its own thread while the client's
+// loop thread sends the chunks already encoded, so compression and the uplink overlap instead
+// of alternating (chunk i + 1 is encoded while chunk i is on the wire).
+//
+// Chunking (planChunks): the delta is cut along the model's tensors, and no chunk holds more
+// than max(1, chunk_bytes / 4) elements (chunk_bytes of fp32 input; the encoded payload is
+// smaller for every codec but none). A tensor larger than that is split into the fewest pieces
+// that fit, of equal size (the first numel % pieces one element longer), so the last piece is
+// not a sliver; consecutive smaller tensors are grouped whole into one chunk while the group
+// fits. A chunk is therefore either a run of whole tensors or one piece of one tensor, never
+// straddles a tensor boundary in part, and the chunks cover [0, total) with contiguous,
+// increasing offsets. Empty tensors are skipped (a chunk's tensor_index is the tensor holding
+// its first element). An empty model gives one chunk of 0 elements (the upload still has a
+// last chunk).
+//
+// Threads: the constructor starts one encoder thread, which first checks the whole delta is
+// finite, then encodes the chunks in order into a queue of at most `queue_depth` chunks,
+// waiting for room; the owner (the client's loop thread) takes them with tryPop()/pop() and
+// is the only thread that sends. Non-pipelined mode (the baseline of bench/pipeline_overlap.sh)
+// encodes every chunk before the first is released.
+//
+// Randomness: chunk i is encoded with seed chunkSeed(task_seed, i), so a stochastic codec
+// (qsgd) draws different numbers for every chunk and the same upload is bit-identical on a
+// rerun.
+//
+// Error feedback: when given a compress::ErrorFeedback, every chunk is encoded through it
+// (payload of delta + residual; the residual keeps what the codec dropped). The encoder thread
+// is its only user from construction until the pipeline is destroyed (the destructor joins).
+// If the pipeline is cancelled or fails part-way, the residual of the chunks already encoded
+// has been updated as though they were delivered: the owner should reset() it then.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/compress/codec.h"
+#include "common/compress/error_feedback.h"
+#include "common/model/model.h"
+#include "common/status.h"
+
+namespace fedfleet::client {
+
+// One element range of the flat delta.
+struct ChunkRange {
+  uint32_t tensor_index = 0;  // index in the layout of the tensor the range starts in
+  uint64_t offset = 0;        // first element
+  uint64_t elements = 0;
+
+  bool operator==(const ChunkRange&) const = default;
+};
+
+// The chunks of a delta laid out as `layout`, by the rule above. chunk_bytes == 0 counts as 4
+// (one element a chunk).
+std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes);
+
+// A layout of one tensor of n elements, for a delta whose model layout is unknown.
+model::Layout flatLayout(size_t n);
+
+// The codec seed of chunk `index` of an upload whose task carries `task_seed` (a SplitMix64
+// mix of the two, so neighbouring seeds and indices give unrelated streams).
+uint64_t chunkSeed(uint64_t task_seed, size_t index);
+
+// A chunk ready to send.
+struct EncodedChunk {
+  size_t index = 0;  // position in the plan
+  ChunkRange range;
+  std::string payload;  // self-describing codec payload (common/compress/payload.h)
+  double encode_seconds = 0;
+  bool last = false;
+};
+
+struct UploadPipelineOptions {
+  size_t queue_depth = 4;  // encoded chunks waiting to be sent, at most (>= 1)
+  bool pipelined = true;   // false: encode every chunk before releasing the first
+};
+
+class UploadPipeline {
+ public:
+  // Starts encoding `delta` cut as `plan` with `codec`. The plan must cover the delta exactly
+  // with contiguous increasing offsets (a broken plan is a caller bug: it aborts). `residual`,
+  // when non-null, must have delta.size() elements and outlive the pipeline; it is used by the
+  // encoder thread alone until the destructor returns.
+  UploadPipeline(std::vector<float> delta, std::vector<ChunkRange> plan,
+                 std::shared_ptr<const compress::Codec> codec, compress::ErrorFeedback* residual,
+                 uint64_t task_seed, UploadPipelineOptions options = {});
+  // Cancels and joins the encoder thread.
+  ~UploadPipeline();
+  UploadPipeline(const UploadPipeline&) = delete;
+  UploadPipeline& operator=(const UploadPipeline&) = delete;
+
+  // The next chunk, in plan order, if it has been encoded (and, non-pipelined, once all have);
+  // nullopt otherwise, and always after failed() or once every chunk has been taken.
+  std::optional<EncodedChunk> tryPop();
+  // As tryPop, waiting up to timeout_s for the chunk.
+  std::optional<EncodedChunk> pop(double timeout_s);
+
+  // True once every chunk has been taken.
+  bool drained() const;
+  // True when encoding stopped on an error: the delta (or delta + residual) is not finite.
+  // status() then says why (INVALID_ARGUMENT); no further chunk comes.
+  bool failed() const;
+  Status status() const;
+  // Stops the encoder after the chunk in progress; chunks not yet taken are dropped.
+  void cancel();
+
+  size_t chunkCount() const { return plan_.size(); }
+  // Seconds the encoder thread spent so far (finiteness check and every chunk's encoding).
+  double encodeSeconds() const;
+
+ private:
+  void encodeAll();
+  Result<EncodedChunk> encodeChunk(size_t index);
+  bool waitForRoom();
+
+  const std::vector<float> delta_;
+  const std::vector<ChunkRange> plan_;
+  const std::shared_ptr<const compress::Codec> codec_;
+  compress::ErrorFeedback* const residual_;
+  const uint64_t task_seed_;
+  const UploadPipelineOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;      // signalled on every queue change, failure and cancel
+  std::deque<EncodedChunk> ready_;  // GUARDED_BY(mu_)
+  size_t taken_ = 0;                // GUARDED_BY(mu_)
+  bool cancelled_ = false;          // GUARDED_BY(mu_)
+  Status status_;                   // GUARDED_BY(mu_)
+  double encode_seconds_ = 0;       // GUARDED_BY(mu_)
+  std::thread encoder_;
+};
+
+}  // namespace fedfleet::client

@@ -1,0 +1,392 @@
+// The client runtime against a scripted coordinator (a ROUTER socket on 127.0.0.1 driven by
+// the test thread): what an upload looks like on the wire for several codecs, the throttle
+// (with heartbeats flowing while it holds chunks back), Cancel during an upload, and a Task
+// arriving while an upload drains (asynchronous mode).
+#include "client/client_runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <variant>
+
+#include "client/trainer.h"
+#include "client/upload_pipeline.h"
+#include "common/compress/codec.h"
+#include "common/compress/error_feedback.h"
+#include "common/compress/payload.h"
+#include "common/crypto/sha256.h"
+#include "common/data/dataset.h"
+#include "common/data/partition.h"
+#include "common/model/model.h"
+#include "common/transport/transport.h"
+#include "common/wire/messages.h"
+
+namespace fedfleet::client {
+namespace {
+
+constexpr uint32_t kSubset = 600;
+constexpr uint32_t kSteps = 3;
+constexpr size_t kLogregParams = 784 * 10 + 10;
+
+double steadyNow() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+struct Received {
+  wire::Message message;
+  double at = 0;
+  size_t frame_bytes = 0;
+};
+
+class ClientRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ds = data::loadFashionMnist(data::defaultFashionMnistDir(), true, kSubset);
+    if (!ds.isOk()) GTEST_SKIP() << "Fashion-MNIST not installed: " << ds.status().toString();
+    train_ = std::make_unique<data::Dataset>(std::move(ds).value());
+    transport::ServerOptions so;
+    so.endpoint = "tcp://127.0.0.1:*";
+    so.insecure = true;
+    auto server = transport::createServer(so);
+    ASSERT_TRUE(server.isOk()) << server.status().toString();
+    server_ = std::move(server).value();
+    auto m = model::createModel("logreg", 7, "");
+    ASSERT_TRUE(m.isOk());
+    start_ = (*m)->flatParameters();
+  }
+
+  void TearDown() override {
+    if (runtime_) runtime_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void startClient(ClientRuntimeOptions o) {
+    o.transport.endpoint = server_->boundEndpoint();
+    o.transport.insecure = true;
+    o.transport.routing_id = "client-t";
+    o.client_id = "client-t";
+    o.device = "cpu";
+    o.threads = 1;
+    auto rt = ClientRuntime::create(o);
+    ASSERT_TRUE(rt.isOk()) << rt.status().toString();
+    runtime_ = std::move(rt).value();
+    thread_ = std::thread([this] { run_status_ = runtime_->run(); });
+    auto hello = next(30);
+    ASSERT_TRUE(hello && std::holds_alternative<wire::Hello>(hello->message));
+  }
+
+  // The next message from the client other than a Heartbeat (answered and counted), waiting
+  // up to timeout_s.
+  std::optional<Received> next(double timeout_s) {
+    const double until = steadyNow() + timeout_s;
+    while (steadyNow() < until) {
+      auto got = server_->receive(10);
+      if (!got.isOk() || !got->has_value()) continue;
+      peer_ = (*got)->peer;
+      auto m = wire::decode((*got)->payload);
+      EXPECT_TRUE(m.isOk()) << m.status().toString();
+      if (!m.isOk()) continue;
+      if (auto* hb = std::get_if<wire::Heartbeat>(&*m)) {
+        ++heartbeats_;
+        send(wire::Heartbeat{hb->seq});
+        continue;
+      }
+      return Received{std::move(*m), steadyNow(), (*got)->payload.size()};
+    }
+    return std::nullopt;
+  }
+
+  void send(const wire::Message& m) { ASSERT_TRUE(server_->send(peer_, wire::encode(m)).isOk()); }
+
+  wire::Task task(uint64_t token, const std::string& codec, uint32_t chunk_bytes,
+                  uint32_t steps = kSteps) {
+    wire::Task t;
+    t.round = static_cast<uint32_t>(token);
+    t.model_name = "logreg";
+    t.model_bytes.assign(reinterpret_cast<const char*>(start_.data()), start_.size() * 4);
+    t.model_sha256 = crypto::sha256(t.model_bytes);
+    t.hparams.max_steps = steps;
+    t.hparams.batch_size = 32;
+    t.hparams.lr = 0.05f;
+    t.hparams.seed = 100 + token;
+    t.data.subset = kSubset;
+    t.deadline_s = 120;
+    t.codec = codec;
+    t.task_token = token;
+    t.chunk_bytes = chunk_bytes;
+    return t;
+  }
+
+  // The delta the client must have computed for `t` (same trainer, data and thread count).
+  std::vector<float> expectedDelta(const wire::Task& t) {
+    data::PartitionSpec ps;
+    ps.scheme = t.data.scheme;
+    ps.num_partitions = t.data.num_partitions;
+    ps.seed = t.data.seed;
+    ps.alpha = t.data.alpha;
+    ps.labels_per_client = t.data.labels_per_client;
+    auto parts = data::partitionIndices(train_->labels, train_->num_classes, ps);
+    EXPECT_TRUE(parts.isOk());
+    auto m = model::createModel("logreg", 0, "");
+    EXPECT_TRUE(m.isOk());
+    TrainOptions o;
+    o.max_steps = t.hparams.max_steps;
+    o.batch_size = t.hparams.batch_size;
+    o.lr = t.hparams.lr;
+    o.seed = t.hparams.seed;
+    torch::set_num_threads(1);
+    Trainer trainer(torch::kCPU);
+    auto r = trainer.train(**m, start_, *train_, (*parts)[t.data.index], o);
+    EXPECT_TRUE(r.isOk()) << r.status().toString();
+    return r.isOk() ? r->delta : std::vector<float>{};
+  }
+
+  // Collects one upload: chunks up to and including the Summary.
+  struct Upload {
+    std::vector<wire::Chunk> chunks;
+    std::vector<double> chunk_at;
+    std::vector<size_t> chunk_frame_bytes;
+    size_t frame_bytes = 0;
+    std::optional<wire::Summary> summary;
+    double summary_at = 0;
+  };
+  Upload collect(uint64_t token, double timeout_s = 60) {
+    Upload u;
+    while (true) {
+      auto r = next(timeout_s);
+      if (!r) {
+        ADD_FAILURE() << "upload of token " << token << " incomplete after " << u.chunks.size()
+                      << " chunks";
+        return u;
+      }
+      if (auto* c = std::get_if<wire::Chunk>(&r->message)) {
+        EXPECT_EQ(c->task_token, token);
+        u.chunks.push_back(*c);
+        u.chunk_at.push_back(r->at);
+        u.chunk_frame_bytes.push_back(r->frame_bytes);
+        u.frame_bytes += r->frame_bytes;
+      } else if (auto* s = std::get_if<wire::Summary>(&r->message)) {
+        EXPECT_EQ(s->task_token, token);
+        u.summary = *s;
+        u.summary_at = r->at;
+        return u;
+      } else {
+        ADD_FAILURE() << "unexpected " << wire::messageName(r->message);
+      }
+    }
+  }
+
+  std::unique_ptr<data::Dataset> train_;
+  std::unique_ptr<transport::ServerTransport> server_;
+  std::vector<float> start_;
+  std::string peer_;
+  int heartbeats_ = 0;
+  std::unique_ptr<ClientRuntime> runtime_;
+  std::thread thread_;
+  Status run_status_;
+};
+
+class ClientRuntimeCodecTest : public ClientRuntimeTest,
+                               public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ClientRuntimeCodecTest, UploadsCodecChunksInOrderThenASummary) {
+  startClient({});
+  const wire::Task t = task(1, GetParam(), 8 << 10);  // 2048 elements a chunk
+  send(t);
+  const Upload u = collect(1);
+  ASSERT_TRUE(u.summary);
+  // logreg: weight 7840 in 4 pieces of 1960, bias 10 alone.
+  ASSERT_EQ(u.chunks.size(), 5u);
+  uint64_t next = 0;
+  std::vector<float> decoded(kLogregParams, std::nanf(""));
+  for (size_t i = 0; i < u.chunks.size(); ++i) {
+    const wire::Chunk& c = u.chunks[i];
+    EXPECT_EQ(c.offset, next);
+    EXPECT_EQ(c.tensor_index, i < 4 ? 0u : 1u);
+    EXPECT_LE(c.elements, 2048u);
+    EXPECT_EQ(c.last, i + 1 == u.chunks.size());
+    EXPECT_EQ(c.n_samples, kSubset);
+    EXPECT_EQ(c.steps, kSteps);
+    auto header = compress::readPayloadHeader(c.payload);
+    ASSERT_TRUE(header.isOk());
+    EXPECT_EQ(std::string(compress::codecKindName(header->kind)),
+              GetParam().substr(0, GetParam().find_first_of(":0123456789")));
+    ASSERT_TRUE(compress::decodePayload(c.payload, c.elements, decoded.data() + c.offset).isOk());
+    next += c.elements;
+  }
+  EXPECT_EQ(next, kLogregParams);
+  EXPECT_EQ(u.summary->n_samples, kSubset);
+  EXPECT_EQ(u.summary->steps, kSteps);
+  EXPECT_GT(u.summary->compute_seconds, 0);
+  EXPECT_GT(u.summary->encode_seconds, 0);
+  EXPECT_GE(u.summary->upload_seconds, 0);
+
+  const std::vector<float> delta = expectedDelta(t);
+  ASSERT_EQ(delta.size(), kLogregParams);
+  if (GetParam() == "none") {
+    EXPECT_EQ(std::memcmp(decoded.data(), delta.data(), delta.size() * 4), 0);
+  } else if (GetParam() == "qsgd8") {
+    // Off by at most one level, ||bucket||_2 / 127, in buckets of 512 from each chunk's start.
+    for (const wire::Chunk& c : u.chunks) {
+      for (uint64_t b = 0; b < c.elements; b += 512) {
+        const uint64_t lo = c.offset + b, hi = c.offset + std::min<uint64_t>(c.elements, b + 512);
+        double norm = 0;
+        for (uint64_t i = lo; i < hi; ++i) norm += double(delta[i]) * delta[i];
+        for (uint64_t i = lo; i < hi; ++i) {
+          ASSERT_LE(std::abs(double(decoded[i]) - delta[i]), std::sqrt(norm) / 127 * 1.00001)
+              << "element " << i;
+        }
+      }
+    }
+  } else {  // topk: the largest magnitudes are sent, the rest is 0
+    size_t kept = 0;
+    for (float v : decoded) kept += v != 0;
+    EXPECT_LE(kept, static_cast<size_t>(0.05 * kLogregParams) + 5);
+    EXPECT_GT(kept, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, ClientRuntimeCodecTest,
+                         ::testing::Values("none", "qsgd8", "topk:0.05"));
+
+// Error feedback in the client process: the residual of one top-k upload is carried into the
+// next, and dropped when a task asks for another codec. The test replays the client's
+// ErrorFeedback on the deltas it must have computed and expects the same bytes, chunk by chunk.
+TEST_F(ClientRuntimeTest, ErrorFeedbackResidualIsCarriedAcrossTasksAndDroppedOnACodecChange) {
+  startClient({});
+  const auto spec = compress::parseCodecSpec("topk:0.02");
+  ASSERT_TRUE(spec.isOk());
+  auto codec = compress::makeCodec(*spec);
+  ASSERT_TRUE(codec.isOk());
+  compress::ErrorFeedback replay(kLogregParams);
+  const std::vector<std::string> codecs = {"topk:0.02", "topk:0.02", "qsgd8", "topk:0.02"};
+  for (uint64_t token = 1; token <= codecs.size(); ++token) {
+    SCOPED_TRACE("task " + std::to_string(token) + " " + codecs[token - 1]);
+    const wire::Task t = task(token, codecs[token - 1], 8 << 10);
+    send(t);
+    const Upload u = collect(token);
+    ASSERT_TRUE(u.summary);
+    if (codecs[token - 1] != "topk:0.02") {
+      replay.reset();  // what the client must do when the codec changes
+      continue;
+    }
+    const std::vector<float> delta = expectedDelta(t);
+    ASSERT_EQ(delta.size(), kLogregParams);
+    for (size_t i = 0; i < u.chunks.size(); ++i) {
+      const wire::Chunk& c = u.chunks[i];
+      std::string expected;
+      ASSERT_TRUE(replay
+                      .encode(**codec, c.offset, delta.data() + c.offset, c.elements,
+                              chunkSeed(t.hparams.seed, i), &expected)
+                      .isOk());
+      EXPECT_EQ(c.payload, expected) << "chunk " << i;
+    }
+  }
+  // The residual made a difference: task 2's upload is not top-k of its delta alone.
+  compress::ErrorFeedback fresh(kLogregParams);
+  const wire::Task t2 = task(2, "topk:0.02", 8 << 10);
+  const std::vector<float> d2 = expectedDelta(t2);
+  std::string alone;
+  ASSERT_TRUE(
+      fresh.encode(**codec, 0, d2.data(), 1960, chunkSeed(t2.hparams.seed, 0), &alone).isOk());
+  std::string carried;
+  compress::ErrorFeedback again(kLogregParams);
+  const std::vector<float> d1 = expectedDelta(task(1, "topk:0.02", 8 << 10));
+  ASSERT_TRUE(again.encode(**codec, 0, d1.data(), 1960, chunkSeed(101, 0), &carried).isOk());
+  carried.clear();
+  ASSERT_TRUE(again.encode(**codec, 0, d2.data(), 1960, chunkSeed(102, 0), &carried).isOk());
+  EXPECT_NE(alone, carried);
+}
+
+TEST_F(ClientRuntimeTest, AnUnknownCodecIsReportedNotTrained) {
+  startClient({});
+  send(task(1, "zip", 8 << 10));
+  auto r = next(30);
+  ASSERT_TRUE(r);
+  auto* e = std::get_if<wire::Error>(&r->message);
+  ASSERT_NE(e, nullptr) << wire::messageName(r->message);
+  EXPECT_EQ(e->task_token, 1u);
+  EXPECT_NE(e->message.find("codec"), std::string::npos) << e->message;
+}
+
+// 0.4 Mbit/s = 50 kB/s and a 1 KiB burst: the ~31 kB update takes about 0.6 s, chunk by chunk,
+// and the loop still beats every 50 ms meanwhile.
+TEST_F(ClientRuntimeTest, ThrottleHoldsTheUploadToTheRateWhileHeartbeatsFlow) {
+  ClientRuntimeOptions o;
+  o.upload_mbps = 0.4;
+  o.upload_burst_bytes = 1024;
+  o.heartbeat_s = 0.05;
+  startClient(o);
+  send(task(1, "none", 4 << 10));  // 1024 elements, ~4 kB frames
+  heartbeats_ = 0;
+  const Upload u = collect(1);
+  ASSERT_TRUE(u.summary);
+  ASSERT_GE(u.chunks.size(), 8u);
+  const double rate = 0.4e6 / 8;
+  const double min_s = (u.frame_bytes - 1024) / rate;
+  EXPECT_GE(u.summary->upload_seconds, 0.95 * min_s);
+  EXPECT_GE(u.summary_at - u.chunk_at.front(), 0.9 * (u.frame_bytes - 1024 - 4200) / rate);
+  EXPECT_LT(u.summary->upload_seconds, min_s + 2.0);  // loose: the throttle, not the machine
+  // Beats while chunks were held back (about one per 50 ms of a ~0.6 s upload).
+  EXPECT_GE(heartbeats_, 4);
+}
+
+TEST_F(ClientRuntimeTest, CancelStopsAnUploadInFlight) {
+  ClientRuntimeOptions o;
+  o.upload_mbps = 0.4;
+  o.upload_burst_bytes = 1024;
+  startClient(o);
+  send(task(1, "none", 4 << 10));
+  auto first = next(30);
+  ASSERT_TRUE(first && std::holds_alternative<wire::Chunk>(first->message));
+  send(wire::Cancel{1, "round closed"});
+  // Nothing more of task 1 than what was already on its way: no Summary.
+  const double until = steadyNow() + 1.0;
+  int chunks_after = 0;
+  while (steadyNow() < until) {
+    auto r = next(until - steadyNow());
+    if (!r) break;
+    ASSERT_FALSE(std::holds_alternative<wire::Summary>(r->message));
+    chunks_after += std::holds_alternative<wire::Chunk>(r->message);
+  }
+  EXPECT_LE(chunks_after, 1);
+  // The client is free for the next task.
+  send(task(2, "none", 1 << 20));
+  const Upload u = collect(2);
+  EXPECT_TRUE(u.summary);
+}
+
+// Asynchronous mode: task 2 arrives while task 1's upload is held by the throttle (0.1 Mbit/s:
+// about 2.5 s); it trains at once, and its upload follows task 1's without waiting for its
+// training: its first chunk comes after task 1's Summary sooner than its training took (once
+// the throttle's hold on that chunk, its bytes over the rate, is taken off).
+TEST_F(ClientRuntimeTest, ATaskArrivingDuringAnUploadTrainsWhileItDrains) {
+  ClientRuntimeOptions o;
+  o.upload_mbps = 0.1;
+  o.upload_burst_bytes = 1024;
+  startClient(o);
+  send(task(1, "none", 4 << 10));
+  auto first = next(30);
+  ASSERT_TRUE(first && std::holds_alternative<wire::Chunk>(first->message));
+  send(task(2, "qsgd8", 4 << 10, 3000));
+  const Upload u1 = collect(1);
+  ASSERT_TRUE(u1.summary);
+  const Upload u2 = collect(2);
+  ASSERT_TRUE(u2.summary);
+  EXPECT_GE(u2.chunk_at.front(), u1.summary_at);  // one upload at a time
+  const double train2 = u2.summary->compute_seconds;
+  ASSERT_LT(train2, 1.5) << "task 2 trained for longer than task 1 uploads: no overlap to see";
+  ASSERT_GT(train2, 0.05) << "task 2 trains too fast to tell";
+  const double held = u2.chunk_frame_bytes.front() / (0.1e6 / 8);
+  EXPECT_LT(u2.chunk_at.front() - u1.summary_at - held, 0.5 * train2)
+      << "task 2 did not train while task 1 uploaded";
+}
+
+}  // namespace
+}  // namespace fedfleet::client
