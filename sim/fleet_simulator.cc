@@ -511,7 +511,7 @@ void Simulator::submitEvaluation(const coordinator::Evaluate& ev) {
   pe.round = ev.round;
   pe.at = now_;
   const auto test = data_->testSet();
-  constexpr size_t kPiece = 1000;
+  constexpr size_t kPiece = 250;
   const std::string model_name = config_.model.name;
   const std::string model_path = config_.model.path;
   const uint64_t model_seed = config_.run.seed;

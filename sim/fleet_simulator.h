@@ -11,7 +11,7 @@
 // Parallelism without losing determinism: the tasks of a round go to a WorkerPool at once (one
 // LibTorch thread per worker), but their results are consumed in virtual-time order (ties broken
 // by a sequence number), and every job's numbers depend only on its inputs, never on the worker
-// that ran it. Evaluation is split into fixed 1000-sample pieces summed in order. So the same
+// that ran it. Evaluation is split into fixed 250-sample pieces summed in order. So the same
 // config and seed give the same history at any worker count.
 //
 // Availability: a client that is offline (diurnal trace) is not sampled; a client whose online
