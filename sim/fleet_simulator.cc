@@ -141,6 +141,8 @@ struct PendingEval {
 
 class Simulator final : public FleetSimulator {
  public:
+  // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
+  ~Simulator() override { pool_.reset(); }
   Status init(const config::Config& config);
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }
