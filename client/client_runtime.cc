@@ -221,14 +221,7 @@ void ZmqClient::train(Job& job) {
     }
     std::vector<float> start(t.model_bytes.size() / sizeof(float));
     std::memcpy(start.data(), t.model_bytes.data(), start.size() * sizeof(float));
-    TrainOptions o;
-    o.epochs = t.hparams.epochs;
-    o.max_steps = t.hparams.max_steps;
-    o.batch_size = t.hparams.batch_size;
-    o.lr = t.hparams.lr;
-    o.momentum = t.hparams.momentum;
-    o.weight_decay = t.hparams.weight_decay;
-    o.seed = t.hparams.seed;
+    const TrainOptions o = trainOptionsFrom(t.hparams);
     Trainer trainer(device_);
     auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
     job.trained_at = steadyNow();

@@ -497,4 +497,16 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
   }
 }
 
+TrainOptions trainOptionsFrom(const wire::HyperParams& hp) {
+  TrainOptions o;
+  o.epochs = hp.epochs;
+  o.max_steps = hp.max_steps;
+  o.batch_size = hp.batch_size;
+  o.lr = hp.lr;
+  o.momentum = hp.momentum;
+  o.weight_decay = hp.weight_decay;
+  o.seed = hp.seed;
+  return o;
+}
+
 }  // namespace fedfleet::client

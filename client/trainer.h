@@ -32,6 +32,7 @@
 #include "common/data/dataset.h"
 #include "common/model/model.h"
 #include "common/status.h"
+#include "common/wire/messages.h"
 
 namespace fedfleet::client {
 
@@ -44,6 +45,9 @@ struct TrainOptions {
   float weight_decay = 0;
   uint64_t seed = 0;  // seeds the per-epoch shuffle (std::mt19937_64)
 };
+
+// The options a task's hyper-parameters ask for (the client runtime and the simulator alike).
+TrainOptions trainOptionsFrom(const wire::HyperParams& hp);
 
 struct TrainResult {
   std::vector<float> delta;  // final flat parameters - start, in the model's layout

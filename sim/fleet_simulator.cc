@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "client/trainer.h"
+#include "client/upload_pipeline.h"
 #include "common/check.h"
 #include "common/compress/codec.h"
 #include "common/compress/error_feedback.h"
@@ -139,6 +140,28 @@ struct PendingEval {
   std::vector<std::future<Result<EvalPiece>>> pieces;
 };
 
+// What a worker needs to build the run's model.
+struct ModelRecipe {
+  std::string name, path;
+  uint64_t seed = 0;
+  model::InputShape shape;
+};
+
+// The calling worker's model, built on first use and reused by every job on that thread
+// (training and evaluation set the parameters they need first, so nothing carries over).
+Result<model::Model*> workerModel(const ModelRecipe& recipe) {
+  thread_local std::unique_ptr<model::Model> model;
+  thread_local std::string key;
+  const std::string want = recipe.name + "|" + recipe.path;
+  if (!model || key != want) {
+    FEDFLEET_ASSIGN_OR_RETURN(model,
+                              model::createModel(recipe.name, recipe.seed, recipe.path,
+                                                 recipe.shape));
+    key = want;
+  }
+  return model.get();
+}
+
 class Simulator final : public FleetSimulator {
  public:
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
@@ -169,6 +192,9 @@ class Simulator final : public FleetSimulator {
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
   std::shared_ptr<const std::vector<float>> startParams(const wire::Task& task);
+  ModelRecipe modelRecipe() const {
+    return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
+  }
 
   config::Config config_;
   std::unique_ptr<history::HistoryStore> history_;
@@ -343,40 +369,20 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   }
 
   f.stop = std::make_shared<std::atomic<bool>>(false);
-  client::TrainOptions o;
-  o.epochs = task.hparams.epochs;
-  o.max_steps = task.hparams.max_steps;
-  o.batch_size = task.hparams.batch_size;
-  o.lr = task.hparams.lr;
-  o.momentum = task.hparams.momentum;
-  o.weight_decay = task.hparams.weight_decay;
-  o.seed = task.hparams.seed;
+  const client::TrainOptions o = client::trainOptionsFrom(task.hparams);
   auto start = startParams(task);
   const FleetData* data = data_.get();
-  const std::string model_name = config_.model.name;
-  const std::string model_path = config_.model.path;
-  const uint64_t model_seed = config_.run.seed;
-  const model::InputShape shape = data_->inputShape();
+  const ModelRecipe recipe = modelRecipe();
   auto spec = compress::parseCodecSpec(task.codec);
   FEDFLEET_CHECK(spec.isOk());  // the engine sends what config validation accepted
   auto codec = std::shared_ptr<const compress::Codec>(compress::makeCodec(*spec).value());
   compress::ErrorFeedback* residual =
       compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
-  const size_t per_chunk = std::max<size_t>(1, task.chunk_bytes / sizeof(float));
-  const uint64_t codec_seed = task.hparams.seed ^ 0xc0dec5eedull;
-  f.result = pool_->submit([data, k, start, o, stop = f.stop, model_name, model_path, model_seed,
-                            shape, codec, residual, per_chunk,
-                            codec_seed]() -> Result<TrainOutcome> {
-    // One model and trainer per worker thread, reused across tasks: the trainer sets the
-    // parameters from `start` first, so nothing carries over between tasks.
-    thread_local std::unique_ptr<model::Model> model;
-    thread_local std::string model_key;
-    const std::string key = model_name + "|" + model_path;
-    if (!model || model_key != key) {
-      FEDFLEET_ASSIGN_OR_RETURN(model, model::createModel(model_name, model_seed, model_path,
-                                                          shape));
-      model_key = key;
-    }
+  const size_t chunk_bytes = task.chunk_bytes;
+  const uint64_t task_seed = task.hparams.seed;
+  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual,
+                            chunk_bytes, task_seed]() -> Result<TrainOutcome> {
+    FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
     const auto t0 = std::chrono::steady_clock::now();
     FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
     client::Trainer trainer(c10::kCPU);
@@ -387,18 +393,20 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     out.result = std::move(r);
     const auto t1 = std::chrono::steady_clock::now();
     out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
-    // Compress as a client would, chunk by chunk (the bytes decide the upload time).
+    // Compress as a client does: the same chunks and per-chunk seeds (client/upload_pipeline.h);
+    // the bytes decide the upload time.
     const std::vector<float>& delta = out.result.delta;
-    for (size_t off = 0, j = 0; off < delta.size(); off += per_chunk, ++j) {
+    const auto plan = client::planChunks(model->layout(), chunk_bytes);
+    for (size_t j = 0; j < plan.size(); ++j) {
       EncodedChunk c;
-      c.offset = off;
-      c.elements = std::min(per_chunk, delta.size() - off);
-      const uint64_t seed = codec_seed + j * 0x9e3779b97f4a7c15ull;
+      c.offset = plan[j].offset;
+      c.elements = plan[j].elements;
+      const uint64_t seed = client::chunkSeed(task_seed, j);
       if (residual) {
-        FEDFLEET_RETURN_IF_ERROR(
-            residual->encode(*codec, off, delta.data() + off, c.elements, seed, &c.payload));
+        FEDFLEET_RETURN_IF_ERROR(residual->encode(*codec, c.offset, delta.data() + c.offset,
+                                                  c.elements, seed, &c.payload));
       } else {
-        codec->encode(delta.data() + off, c.elements, seed, &c.payload);
+        codec->encode(delta.data() + c.offset, c.elements, seed, &c.payload);
       }
       out.chunks.push_back(std::move(c));
     }
@@ -514,22 +522,12 @@ void Simulator::submitEvaluation(const coordinator::Evaluate& ev) {
   pe.at = now_;
   const auto test = data_->testSet();
   constexpr size_t kPiece = 250;
-  const std::string model_name = config_.model.name;
-  const std::string model_path = config_.model.path;
-  const uint64_t model_seed = config_.run.seed;
-  const model::InputShape shape = data_->inputShape();
+  const ModelRecipe recipe = modelRecipe();
   for (size_t begin = 0; begin < test->size(); begin += kPiece) {
     const size_t end = std::min(test->size(), begin + kPiece);
     auto params = ev.params;
     pe.pieces.push_back(pool_->submit([=]() -> Result<EvalPiece> {
-      thread_local std::unique_ptr<model::Model> model;
-      thread_local std::string model_key;
-      const std::string key = "eval|" + model_name + "|" + model_path;
-      if (!model || model_key != key) {
-        FEDFLEET_ASSIGN_OR_RETURN(model, model::createModel(model_name, model_seed, model_path,
-                                                            shape));
-        model_key = key;
-      }
+      FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
       FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*params));
       std::vector<uint32_t> idx(end - begin);
       for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(begin + i);
