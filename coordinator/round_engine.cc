@@ -188,6 +188,7 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
   rec.last_seen = now;
   emit(UpsertClient{rec});
   if (phase_ == Phase::kWaiting) tryStartRound(now);
+  if (phase_ == Phase::kRunning && options_.async) refillAsync(now);
 }
 
 void RoundEngine::onHeartbeat(const ClientId& id, double now) {
@@ -213,11 +214,16 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
       takeBack(pit->second, c.task_token, now);
       finished_tokens_.insert(c.task_token);
       event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
+      if (options_.async) {
+        window_.push_back(updateRecord(pit->second, 0, now));
+        participants_.erase(pit);
+      }
     }
     c.task_token = 0;
   } else {
     event("client_left", id, why, now);
   }
+  if (options_.async) return refillAsync(now);
   maybeFinishEarly(now);
 }
 
@@ -264,7 +270,23 @@ void RoundEngine::tryStartRound(double now) {
 }
 
 void RoundEngine::startRound(double now) {
-  std::vector<ClientId> idle = sampleIdle(options_.clients_per_round, now);
+  if (options_.async) {
+    ++round_;
+    phase_ = Phase::kRunning;
+    round_start_ = now;
+    window_start_ = now;
+    sum_.assign(params_.size(), 0.0f);
+    buffered_ = 0;
+    window_loss_ = 0;
+    refillAsync(now);
+    return;
+  }
+  size_t want = options_.clients_per_round;
+  if (options_.over_selection > 0) {
+    want = static_cast<size_t>(
+        std::ceil(options_.clients_per_round * (1.0 + options_.over_selection) - 1e-9));
+  }
+  std::vector<ClientId> idle = sampleIdle(want, now);
   if (idle.empty()) return;
   const size_t k = idle.size();
 
@@ -279,46 +301,95 @@ void RoundEngine::startRound(double now) {
   ++round_;
   phase_ = Phase::kRunning;
   round_start_ = now;
-  round_deadline_ = now + options_.deadline_s;
+  const double deadline_s = roundDeadlineSeconds();
+  round_deadline_ = now + deadline_s;
+  if (options_.deadline_mode == "percentile") {
+    recent_durations_.emplace_back();
+    while (recent_durations_.size() > options_.deadline_window + 1) recent_durations_.pop_front();
+  }
   participants_.clear();
   sum_.assign(params_.size(), 0.0f);
   sum_weight_ = 0;
 
   for (size_t i = 0; i < k; ++i) {
     const ClientId& id = idle[i];
-    auto& c = clients_.at(id);
-    Participant p;
-    p.client = id;
-    p.partition = options_.sample_partitions ? partitions[i % partitions.size()]
-                                             : static_cast<uint32_t>(c.partition);
-    p.bytes_down = model_bytes_.size();
-
-    wire::Task task;
-    task.run_id = static_cast<uint64_t>(options_.run_id);
-    task.round = round_;
-    task.model_version = version_;
-    task.model_name = options_.model_name;
-    task.model_bytes = model_bytes_;
-    task.model_sha256 = model_sha_;
-    task.hparams = options_.hparams;
-    task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
-    task.data = options_.data;
-    task.data.num_partitions = options_.num_partitions;
-    task.data.index = p.partition;
-    task.deadline_s = options_.deadline_s;
-    task.codec = options_.codec;
-    if (!options_.slow_link_codec.empty() && c.uplink_bytes_per_s > 0 &&
-        c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps) {
-      task.codec = options_.slow_link_codec;
-    }
-    task.task_token = newToken();
-    task.chunk_bytes = options_.chunk_bytes;
-
-    c.task_token = task.task_token;
-    idle_.erase(id);
-    participants_.emplace(task.task_token, std::move(p));
-    emit(SendTask{id, std::move(task)});
+    const uint32_t partition = options_.sample_partitions
+                                   ? partitions[i % partitions.size()]
+                                   : static_cast<uint32_t>(clients_.at(id).partition);
+    dispatch(id, partition, deadline_s, now);
   }
+}
+
+double RoundEngine::roundDeadlineSeconds() const {
+  if (options_.deadline_mode != "percentile") return options_.deadline_s;
+  std::vector<double> d;
+  for (const auto& round : recent_durations_) d.insert(d.end(), round.begin(), round.end());
+  if (d.size() < options_.clients_per_round || d.empty()) return options_.deadline_s;
+  // The q-quantile by linear interpolation between order statistics (NumPy's default).
+  std::sort(d.begin(), d.end());
+  const double pos = options_.deadline_percentile * static_cast<double>(d.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, d.size() - 1);
+  const double q = d[lo] + (pos - static_cast<double>(lo)) * (d[hi] - d[lo]);
+  return std::min(options_.deadline_s, q * options_.deadline_slack);
+}
+
+void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now) {
+  auto& c = clients_.at(id);
+  Participant p;
+  p.client = id;
+  p.partition = partition;
+  p.bytes_down = model_bytes_.size();
+  p.start_version = version_;
+  p.sent_at = now;
+  p.deadline = now + deadline_s;
+
+  wire::Task task;
+  task.run_id = static_cast<uint64_t>(options_.run_id);
+  task.round = round_;
+  task.model_version = version_;
+  task.model_name = options_.model_name;
+  task.model_bytes = model_bytes_;
+  task.model_sha256 = model_sha_;
+  task.hparams = options_.hparams;
+  task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
+  task.data = options_.data;
+  task.data.num_partitions = options_.num_partitions;
+  task.data.index = p.partition;
+  task.deadline_s = deadline_s;
+  task.codec = options_.codec;
+  if (!options_.slow_link_codec.empty() && c.uplink_bytes_per_s > 0 &&
+      c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps) {
+    task.codec = options_.slow_link_codec;
+  }
+  if (options_.adaptive_steps && c.steps_per_s > 0 && c.overhead_s >= 0) {
+    // Work sized to finish at adaptive_target of the deadline, never above the configured
+    // work times adaptive_max_factor (unknown data size: no cap from it).
+    const auto& hp = options_.hparams;
+    double configured = hp.max_steps;
+    if (configured == 0 && c.hello.data_size > 0) {
+      configured = static_cast<double>(hp.epochs) *
+                   std::ceil(static_cast<double>(c.hello.data_size) / hp.batch_size);
+    }
+    const double budget = options_.adaptive_target * deadline_s - c.overhead_s;
+    double steps = std::floor(c.steps_per_s * budget);
+    if (configured > 0) steps = std::min(steps, std::floor(configured * options_.adaptive_max_factor));
+    task.hparams.max_steps = static_cast<uint32_t>(std::clamp(steps, 1.0, 1e9));
+  }
+  if (options_.partial_work) {
+    // Stop training early enough to upload by the deadline: the non-compute time measured
+    // last time (download and upload), with a quarter more for safety; unknown: 80%.
+    task.hparams.stop_after_s = c.overhead_s >= 0
+                                    ? std::max(0.05 * deadline_s, deadline_s - 1.25 * c.overhead_s)
+                                    : 0.8 * deadline_s;
+  }
+  task.task_token = newToken();
+  task.chunk_bytes = options_.chunk_bytes;
+
+  c.task_token = task.task_token;
+  idle_.erase(id);
+  participants_.emplace(task.task_token, std::move(p));
+  emit(SendTask{id, std::move(task)});
 }
 
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
@@ -354,12 +425,17 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
+  if (options_.async) {
+    window_.push_back(updateRecord(p, 0, now));
+    participants_.erase(token);  // p is gone from here on
+    return refillAsync(now);
+  }
   maybeFinishEarly(now);
 }
 
 void RoundEngine::takeBack(Participant& p, uint64_t token, double now) {
   if (p.folded) {
-    const float w = -static_cast<float>(p.weight);
+    const float w = -static_cast<float>(p.fold_weight);
     Status st = partial_.forEach(
         token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
           scratch_.resize(elements);
@@ -407,6 +483,7 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   if (!p->weight_set) {
     p->weight = static_cast<double>(chunk.n_samples);
     p->steps = chunk.steps;
+    p->fold_weight = p->weight;
     p->weight_set = true;
   } else if (static_cast<double>(chunk.n_samples) != p->weight || chunk.steps != p->steps) {
     return rejectUpdate(*p, token,
@@ -424,17 +501,21 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   Status st = compress::decodePayload(chunk.payload, n, scratch_.data());
   if (!st.isOk()) return rejectUpdate(*p, token, "chunk payload: " + st.message(), now);
   // w * x must stay far from overflow in the running sum: a client cannot poison the round.
-  const float w = static_cast<float>(p->weight);
   float max_abs = 0;
   for (float v : scratch_) max_abs = std::max(max_abs, std::fabs(v));
-  if (static_cast<double>(max_abs) * p->weight > 1e30) {
+  if (static_cast<double>(max_abs) * std::max({p->weight, p->fold_weight, 1.0}) > 1e30) {
     return rejectUpdate(*p, token, "delta values too large to aggregate", now);
   }
   st = partial_.append(token, chunk.offset, n, chunk.payload);
   if (!st.isOk()) return rejectUpdate(*p, token, "coordinator: " + st.message(), now);
-  kernels::weightedAccumulate(sum_.data() + chunk.offset, scratch_.data(), w, n);
   if (p->codec.empty()) p->codec = compress::codecKindName(header->kind);
-  p->folded = true;
+  if (!options_.async) {
+    // Synchronous: fold now. Asynchronous: the weight depends on the staleness at completion,
+    // so the update is folded from the PartialLog when its summary arrives.
+    kernels::weightedAccumulate(sum_.data() + chunk.offset, scratch_.data(),
+                                static_cast<float>(p->fold_weight), n);
+    p->folded = true;
+  }
   p->next_offset += n;
   p->last_chunk = chunk.last;
 }
@@ -466,10 +547,6 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
     return rejectUpdate(*p, token, "summary has a non-finite loss", now);
   }
   p->summary = summary;
-  sum_weight_ += p->weight;
-  partial_.erase(token);
-  p->folded = false;  // it counts now: nothing to take back
-  p->state = UpdateState::kCompleted;
   p->finished_at = now;
   finished_tokens_.insert(token);
   auto& client = clients_.at(id);
@@ -477,8 +554,26 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   if (summary.upload_seconds > 0) {
     client.uplink_bytes_per_s = static_cast<double>(p->bytes_up) / summary.upload_seconds;
   }
+  learnFromCompletion(client, *p, now);
   refreshIdle(id, client);
+  if (options_.async) return completeAsync(*p, token, now);
+  sum_weight_ += p->weight;
+  partial_.erase(token);
+  p->folded = false;  // it counts now: nothing to take back
+  p->state = UpdateState::kCompleted;
   maybeFinishEarly(now);
+}
+
+void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, double now) {
+  const double duration = now - p.sent_at;
+  if (p.summary.compute_seconds > 0 && p.summary.steps > 0) {
+    c.steps_per_s = static_cast<double>(p.summary.steps) / p.summary.compute_seconds;
+    c.overhead_s = std::max(0.0, duration - p.summary.compute_seconds);
+  }
+  if (!options_.async && options_.deadline_mode == "percentile") {
+    if (recent_durations_.empty()) recent_durations_.emplace_back();
+    recent_durations_.back().push_back(duration);
+  }
 }
 
 void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, double now) {
@@ -492,11 +587,17 @@ void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, do
 }
 
 void RoundEngine::maybeFinishEarly(double now) {
-  if (phase_ != Phase::kRunning) return;
+  if (phase_ != Phase::kRunning || options_.async) return;
+  uint32_t completed = 0;
+  bool pending = false;
   for (const auto& [token, p] : participants_) {
-    if (p.state == UpdateState::kPending) return;
+    pending |= p.state == UpdateState::kPending;
+    completed += p.state == UpdateState::kCompleted;
   }
-  finishRound(now);
+  // Over-selection: the first K completed updates end the round; the rest are cancelled.
+  if (!pending || (options_.over_selection > 0 && completed >= options_.clients_per_round)) {
+    finishRound(now);
+  }
 }
 
 void RoundEngine::onTick(double now) {
@@ -512,7 +613,22 @@ void RoundEngine::onTick(double now) {
     if (phase_ == Phase::kFinished) return;
     loseClient(id, "silent for more than " + std::to_string(options_.liveness_s) + " s", now);
   }
-  if (phase_ == Phase::kRunning && now >= round_deadline_) finishRound(now);
+  if (phase_ == Phase::kRunning && options_.async) {
+    std::vector<uint64_t> due;
+    for (const auto& [token, p] : participants_) {
+      if (p.state == UpdateState::kPending && now >= p.deadline) due.push_back(token);
+    }
+    for (uint64_t token : due) {
+      auto it = participants_.find(token);
+      if (it == participants_.end()) continue;
+      expire(it->second, token, "deadline passed", now);
+      window_.push_back(updateRecord(it->second, 0, now));
+      participants_.erase(it);
+    }
+    if (!due.empty()) refillAsync(now);
+  } else if (phase_ == Phase::kRunning && now >= round_deadline_) {
+    finishRound(now);
+  }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
     if (phase_ == Phase::kWaiting && now - wait_since_ > options_.wait_clients_s) {
@@ -533,9 +649,68 @@ std::optional<double> RoundEngine::nextWakeup() const {
       if (c.connected) consider(c.last_seen + options_.liveness_s);
     }
   }
-  if (phase_ == Phase::kRunning) consider(round_deadline_);
+  if (phase_ == Phase::kRunning && options_.async) {
+    for (const auto& [token, p] : participants_) {
+      if (p.state == UpdateState::kPending) consider(p.deadline);
+    }
+  } else if (phase_ == Phase::kRunning) {
+    consider(round_deadline_);
+  }
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
   return t;
+}
+
+void RoundEngine::expire(Participant& p, uint64_t token, const std::string& why, double now) {
+  auto cit = clients_.find(p.client);
+  const bool alive = cit != clients_.end() && cit->second.connected;
+  p.state = alive ? UpdateState::kLate : UpdateState::kDropped;
+  p.finished_at = now;
+  if (alive) {
+    emit(SendCancel{p.client, wire::Cancel{token, why}});
+    cit->second.task_token = 0;
+    refreshIdle(p.client, cit->second);
+  }
+  takeBack(p, token, now);
+  finished_tokens_.insert(token);
+  if (!options_.async && options_.deadline_mode == "percentile" && alive) {
+    // Censored: it took at least until now. Without this the quantile of completed durations
+    // alone could only shrink the deadline.
+    if (recent_durations_.empty()) recent_durations_.emplace_back();
+    recent_durations_.back().push_back(now - p.sent_at);
+  }
+}
+
+history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double weight,
+                                                double now) const {
+  history::UpdateRecord u;
+  u.run_id = options_.run_id;
+  u.round = round_;
+  u.client_id = p.client;
+  u.partition = static_cast<int32_t>(p.partition);
+  u.n_samples = p.summary.n_samples;
+  u.steps = p.summary.steps;
+  u.loss = p.summary.mean_loss;
+  u.compute_s = p.summary.compute_seconds;
+  u.upload_s = p.summary.upload_seconds;
+  u.bytes_up = p.bytes_up;
+  u.bytes_down = p.bytes_down;
+  u.weight = p.state == UpdateState::kCompleted ? weight : 0.0;
+  u.codec = p.codec;
+  u.encode_s = p.summary.encode_seconds;
+  u.start_time = p.sent_at;
+  u.end_time = p.finished_at >= 0 ? p.finished_at : now;
+  u.status = stateName(static_cast<int>(p.state));
+  return u;
+}
+
+Status RoundEngine::foldFromLog(uint64_t token, float w) {
+  return partial_.forEach(
+      token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
+        scratch_.resize(elements);
+        FEDFLEET_RETURN_IF_ERROR(compress::decodePayload(payload, elements, scratch_.data()));
+        kernels::weightedAccumulate(sum_.data() + offset, scratch_.data(), w, elements);
+        return Status::ok();
+      });
 }
 
 void RoundEngine::finishRound(double now) {
@@ -550,19 +725,7 @@ void RoundEngine::finishRound(double now) {
 
   double loss_sum = 0;
   for (auto& [token, p] : participants_) {
-    if (p.state == UpdateState::kPending) {
-      auto cit = clients_.find(p.client);
-      const bool alive = cit != clients_.end() && cit->second.connected;
-      p.state = alive ? UpdateState::kLate : UpdateState::kDropped;
-      p.finished_at = now;
-      if (alive) {
-        emit(SendCancel{p.client, wire::Cancel{token, "deadline passed"}});
-        cit->second.task_token = 0;
-        refreshIdle(p.client, cit->second);
-      }
-      takeBack(p, token, now);
-      finished_tokens_.insert(token);
-    }
+    if (p.state == UpdateState::kPending) expire(p, token, "deadline passed", now);
     switch (p.state) {
       case UpdateState::kCompleted:
         ++r.completed;
@@ -582,26 +745,7 @@ void RoundEngine::finishRound(double now) {
     }
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
-
-    history::UpdateRecord u;
-    u.run_id = options_.run_id;
-    u.round = round_;
-    u.client_id = p.client;
-    u.partition = static_cast<int32_t>(p.partition);
-    u.n_samples = p.summary.n_samples;
-    u.steps = p.summary.steps;
-    u.loss = p.summary.mean_loss;
-    u.compute_s = p.summary.compute_seconds;
-    u.upload_s = p.summary.upload_seconds;
-    u.bytes_up = p.bytes_up;
-    u.bytes_down = p.bytes_down;
-    u.weight = p.state == UpdateState::kCompleted ? p.weight / std::max(sum_weight_, 1.0) : 0.0;
-    u.codec = p.codec;
-    u.encode_s = p.summary.encode_seconds;
-    u.start_time = round_start_;
-    u.end_time = p.finished_at >= 0 ? p.finished_at : now;
-    u.status = stateName(static_cast<int>(p.state));
-    c.updates.push_back(std::move(u));
+    c.updates.push_back(updateRecord(p, p.weight / std::max(sum_weight_, 1.0), now));
   }
 
   bool ok = r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
@@ -615,17 +759,25 @@ void RoundEngine::finishRound(double now) {
     kernels::weightedAccumulate(params_.data(), sum_.data(), scale, params_.size());
     ++version_;
     refreshModelBytes();
-    r.status = "ok";
     r.train_loss = loss_sum / sum_weight_;
   } else {
-    r.status = "failed";
     event("round_failed", "",
           "round " + std::to_string(round_) + ": " + std::to_string(r.completed) +
               " updates, quorum " + std::to_string(options_.quorum),
           now);
   }
+  sum_.clear();
+  sum_.shrink_to_fit();
+  sum_tainted_ = false;
+  partial_.clear();
+  participants_.clear();
+  endServerStep(std::move(c), ok, round_ >= options_.rounds, now);
+}
+
+void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
+  auto& r = c.round;
+  r.status = ok ? "ok" : "failed";
   r.model_version = version_;
-  const bool last = round_ >= options_.rounds;
   if (ok && options_.checkpoint_every > 0 && (round_ % options_.checkpoint_every == 0 || last)) {
     history::CheckpointRecord cp;
     cp.run_id = options_.run_id;
@@ -635,17 +787,15 @@ void RoundEngine::finishRound(double now) {
     cp.blob = model_bytes_;
     c.checkpoint = std::move(cp);
   }
-  sum_.clear();
-  sum_.shrink_to_fit();
-  sum_tainted_ = false;
-  partial_.clear();
-  participants_.clear();
-
   // The next round goes out before this round's model is evaluated (protocol step 8).
   const uint32_t round = round_;
   if (last) {
     last_round_done_ = true;
     phase_ = Phase::kDraining;  // nothing new starts; the run ends after the commit
+  } else if (options_.async) {
+    ++round_;
+    round_start_ = now;
+    window_start_ = now;
   } else {
     phase_ = Phase::kWaiting;
     wait_since_ = now;
@@ -660,6 +810,107 @@ void RoundEngine::finishRound(double now) {
   }
 }
 
+void RoundEngine::refillAsync(double now) {
+  if (phase_ != Phase::kRunning) return;
+  size_t pending = 0;
+  for (const auto& [token, p] : participants_) pending += p.state == UpdateState::kPending;
+  if (pending >= options_.async_concurrency) return;
+  const std::vector<ClientId> ids = sampleIdle(options_.async_concurrency - pending, now);
+  for (const ClientId& id : ids) {
+    uint32_t partition = static_cast<uint32_t>(std::max(clients_.at(id).partition, 0));
+    if (options_.sample_partitions) {
+      partition = std::uniform_int_distribution<uint32_t>(0, options_.num_partitions - 1)(rng_);
+    }
+    dispatch(id, partition, options_.deadline_s, now);
+  }
+}
+
+void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
+  const uint64_t s = version_ - p.start_version;
+  p.staleness = static_cast<uint32_t>(std::min<uint64_t>(s, UINT32_MAX));
+  double weight = 0;
+  if (s > options_.max_staleness) {
+    p.state = UpdateState::kRejected;
+    partial_.erase(token);
+    event("stale_update", p.client,
+          "round " + std::to_string(round_) + ": " + std::to_string(s) +
+              " versions behind (max_staleness " + std::to_string(options_.max_staleness) + ")",
+          now);
+  } else {
+    // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
+    weight = 1.0 / std::sqrt(1.0 + static_cast<double>(s));
+    Status st = foldFromLog(token, static_cast<float>(weight));
+    partial_.erase(token);
+    if (!st.isOk()) {
+      // A partly folded update cannot be taken out again reliably: this step is tainted.
+      sum_tainted_ = true;
+      p.state = UpdateState::kRejected;
+      event("aggregation_error", p.client,
+            "round " + std::to_string(round_) + ": folding a buffered update: " + st.message(), now);
+    } else {
+      p.state = UpdateState::kCompleted;
+      ++buffered_;
+      window_loss_ += weight * p.summary.mean_loss;
+      sum_weight_ += weight;
+    }
+  }
+  window_.push_back(updateRecord(p, weight / options_.async_buffer, now));
+  participants_.erase(token);
+  if (buffered_ >= options_.async_buffer) {
+    flushAsync(now);
+  } else {
+    refillAsync(now);
+  }
+}
+
+void RoundEngine::flushAsync(double now) {
+  const bool last = round_ >= options_.rounds;
+  if (last) {
+    // The run ends with this step: tasks still out are cancelled and recorded with it.
+    for (auto& [token, p] : participants_) {
+      if (p.state != UpdateState::kPending) continue;
+      expire(p, token, "run finished", now);
+      window_.push_back(updateRecord(p, 0, now));
+    }
+    participants_.clear();
+  }
+  CommitRound c;
+  auto& r = c.round;
+  r.run_id = options_.run_id;
+  r.round = round_;
+  r.start_time = window_start_;
+  r.end_time = now;
+  for (const auto& u : window_) {
+    ++r.selected;
+    r.completed += u.status == "completed";
+    r.late += u.status == "late";
+    r.dropped += u.status == "dropped";
+    r.rejected += u.status == "rejected";
+    r.bytes_up += u.bytes_up;
+    r.bytes_down += u.bytes_down;
+  }
+  c.updates = std::move(window_);
+  window_.clear();
+  bool ok = buffered_ > 0 && !sum_tainted_ && kernels::allFinite(sum_.data(), sum_.size());
+  if (ok) {
+    const float scale = static_cast<float>(options_.server_lr / options_.async_buffer);
+    kernels::weightedAccumulate(params_.data(), sum_.data(), scale, params_.size());
+    ++version_;
+    refreshModelBytes();
+    r.train_loss = window_loss_ / sum_weight_;
+  } else {
+    event("round_failed", "", "round " + std::to_string(round_) + ": the buffered sum is not usable",
+          now);
+  }
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  sum_weight_ = 0;
+  sum_tainted_ = false;
+  buffered_ = 0;
+  window_loss_ = 0;
+  endServerStep(std::move(c), ok, last, now);
+  if (!last) refillAsync(now);
+}
+
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
   auto it = awaiting_eval_.find(round);
   if (it == awaiting_eval_.end()) return;
@@ -669,7 +920,31 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
     c.round.test_loss = outcome->loss;
     c.round.test_accuracy = outcome->accuracy;
   }
+  const bool reached = options_.target_accuracy > 0 && outcome && round > 0 &&
+                       outcome->accuracy >= options_.target_accuracy &&
+                       phase_ != Phase::kFinished;
   commit(std::move(c), now);
+  if (!reached || phase_ == Phase::kFinished) return;
+  // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
+  // in flight are cancelled (their round is never recorded), and the run ends.
+  for (auto& [r, pending] : awaiting_eval_) emit(std::move(pending));
+  awaiting_eval_.clear();
+  for (auto& [token, p] : participants_) {
+    if (p.state != UpdateState::kPending) continue;
+    finished_tokens_.insert(token);
+    auto cit = clients_.find(p.client);
+    if (cit != clients_.end() && cit->second.connected) {
+      emit(SendCancel{p.client, wire::Cancel{token, "target accuracy reached"}});
+      cit->second.task_token = 0;
+      refreshIdle(p.client, cit->second);
+    }
+  }
+  participants_.clear();
+  partial_.clear();
+  finishRun(true,
+            "target accuracy " + std::to_string(options_.target_accuracy) + " reached in round " +
+                std::to_string(round),
+            now);
 }
 
 void RoundEngine::commit(CommitRound c, double now) {

@@ -59,6 +59,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -107,8 +108,59 @@ struct EngineOptions {
                                                 // beyond this they spill to a temporary file
   bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
   uint32_t eval_every = 1;    // evaluate after every this many rounds (and after the last)
+  double target_accuracy = 0;  // > 0: the run ends at the first evaluation reaching it
   bool bye_on_finish = true;  // say Bye to every connected client when the run ends (the
                               // simulator's virtual clients need no goodbye)
+
+  // ---- Aggregation (ALGORITHMS.md "Aggregation") ----
+  // fedavg: weights n_k; fednova: d_k = D_k / a_k(tau_k, momentum), scaled by tau_eff;
+  // scaffold: unweighted mean of D_k, and c += |S|/N mean Dc_k (updates are 2P values long);
+  // median, trimmed_mean: coordinate-wise over complete updates, unweighted (buffered within
+  // robust_buffer_bytes, spilled to a temporary file beyond).
+  std::string aggregator = "fedavg";
+  double trim_fraction = 0.1;
+  double clip_norm = 0;  // > 0: each update is scaled to at most this L2 norm before averaging
+  // Server optimiser on the pseudo-gradient G (coordinator/server_optimizer.h); its learning
+  // rate is server_lr.
+  std::string server_optimizer = "fedavg";
+  double server_momentum = 0.9;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double tau = 1e-3;
+  uint64_t robust_buffer_bytes = 256ull << 20;
+
+  // ---- Straggler policies (synchronous mode) ----
+  // Round deadline: "fixed" (deadline_s), or "percentile": the deadline_percentile quantile of
+  // the task durations (task sent -> summary) completed in the last deadline_window rounds,
+  // times deadline_slack, never more than deadline_s (deadline_s until enough durations, one
+  // round's worth, are known).
+  std::string deadline_mode = "fixed";
+  double deadline_percentile = 0.9;
+  uint32_t deadline_window = 5;
+  double deadline_slack = 1.2;
+  // Over-selection: select ceil(K (1 + b)) and aggregate the first K to complete; the rest are
+  // cancelled and recorded late.
+  double over_selection = 0;
+  // Partial work: tasks say stop_after_s (the deadline less the client's expected upload time,
+  // from its measured uplink) so a slow client uploads what it did by then with its true steps.
+  bool partial_work = false;
+  // Heterogeneity-aware work: each task's max_steps is sized from the client's measured speed
+  // (steps per compute second, and its non-compute overhead) so that it finishes at
+  // adaptive_target x the deadline; at most adaptive_max_factor x the configured work; clients
+  // not yet measured get the configured work.
+  bool adaptive_steps = false;
+  double adaptive_target = 0.8;
+  double adaptive_max_factor = 1.0;
+
+  // ---- Asynchronous buffered aggregation (FedBuff) ----
+  // async: at most async_concurrency clients train at once, each from the version it pulled;
+  // every async_buffer completed updates, x += server_lr (1/K) sum w(s_i) D_i with
+  // w(s) = 1/sqrt(1 + s), s = versions since the task's; staler than max_staleness: rejected.
+  // A "round" is one such server step. Each task has its own deadline (deadline_s).
+  bool async = false;
+  uint32_t async_concurrency = 10;
+  uint32_t async_buffer = 5;
+  uint32_t max_staleness = 10;
 };
 
 struct EvalOutcome {
@@ -228,6 +280,8 @@ class RoundEngine {
     bool connected = false;
     uint64_t task_token = 0;  // 0: idle
     double uplink_bytes_per_s = 0;  // measured from its last completed upload (0: unknown)
+    double steps_per_s = 0;   // local steps per compute second, last completed task (0: unknown)
+    double overhead_s = -1;   // its task duration less compute (download, upload; -1: unknown)
   };
 
   struct Participant {
@@ -246,7 +300,12 @@ class RoundEngine {
     double last_chunk_at = -1;
     double finished_at = -1;  // summary, rejection, cancellation or loss
     wire::Summary summary;
-    double weight = 0;
+    double weight = 0;        // n_k, as the chunks declare it
+    double fold_weight = 0;   // what its chunks are folded into the running sum with
+    uint64_t start_version = 0;  // model version the task carried
+    double sent_at = 0;
+    double deadline = 0;         // this task's deadline (the round's, or its own when async)
+    uint32_t staleness = 0;      // async: versions behind when it completed
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
@@ -262,6 +321,24 @@ class RoundEngine {
   void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
   void maybeFinishEarly(double now);
+  // The deadline a round starting now gets (EngineOptions::deadline_mode).
+  double roundDeadlineSeconds() const;
+  // Builds and emits one task for `id` (idle) and registers it as a participant.
+  void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now);
+  // History row of a finished participant; `weight` is its share of the aggregate.
+  history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
+  // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
+  void expire(Participant& p, uint64_t token, const std::string& why, double now);
+  // Folds a complete update kept in the PartialLog into the running sum with weight `w`.
+  Status foldFromLog(uint64_t token, float w);
+  // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
+  void learnFromCompletion(ClientState& c, const Participant& p, double now);
+  // Asynchronous mode: keep async_concurrency tasks in flight; one server step per buffer.
+  void refillAsync(double now);
+  void completeAsync(Participant& p, uint64_t token, double now);
+  void flushAsync(double now);
+  // After a server step: evaluate (every eval_every) or commit, and finish after the last.
+  void endServerStep(CommitRound c, bool ok, bool last, double now);
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
   std::vector<ClientId> sampleIdle(size_t k, double now);
   void refreshIdle(const ClientId& id, const ClientState& c);
@@ -297,6 +374,13 @@ class RoundEngine {
   PartialLog partial_;             // payloads of updates folded in but not yet complete
   std::vector<float> scratch_;     // one decoded chunk
   bool sum_tainted_ = false;       // a take-back failed: this round's sum cannot be trusted
+
+  std::deque<std::vector<double>> recent_durations_;  // completed task durations per round
+  // Asynchronous mode: the server step being built.
+  uint32_t buffered_ = 0;                           // updates folded into sum_
+  std::vector<history::UpdateRecord> window_;       // updates that ended during this step
+  double window_start_ = 0;
+  double window_loss_ = 0;                          // sum of w(s) x mean loss of the buffered
 
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
   bool last_round_done_ = false;                   // finish the run after its commit

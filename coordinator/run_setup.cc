@@ -12,6 +12,7 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   EngineOptions eo;
   eo.run_id = run_id;
   eo.rounds = config.run.rounds;
+  eo.target_accuracy = config.run.target_accuracy;
   eo.clients_per_round = cc.clients_per_round;
   eo.min_clients = config.minClients();
   eo.quorum = config.quorum();
@@ -42,6 +43,32 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.slow_link_codec = cc.slow_link_codec;
   eo.slow_link_mbps = cc.slow_link_mbps;
   eo.partial_buffer_bytes = uint64_t{cc.partial_buffer_mib} << 20;
+  eo.hparams.prox_mu = static_cast<float>(config.train.prox_mu);
+  const auto& a = config.aggregation;
+  eo.aggregator = a.method;
+  eo.hparams.scaffold = a.method == "scaffold";
+  eo.trim_fraction = a.trim_fraction;
+  eo.clip_norm = a.clip_norm;
+  eo.server_optimizer = a.server_optimizer;
+  eo.server_momentum = a.server_momentum;
+  eo.beta1 = a.beta1;
+  eo.beta2 = a.beta2;
+  eo.tau = a.tau;
+  eo.robust_buffer_bytes = uint64_t{a.buffer_mib} << 20;
+  const auto& p = config.policy;
+  eo.async = p.mode == "async";
+  eo.deadline_mode = p.deadline;
+  eo.deadline_percentile = p.deadline_percentile;
+  eo.deadline_window = p.deadline_window;
+  eo.deadline_slack = p.deadline_slack;
+  eo.over_selection = p.over_selection;
+  eo.partial_work = p.partial_work;
+  eo.adaptive_steps = p.adaptive_steps;
+  eo.adaptive_target = p.adaptive_target;
+  eo.adaptive_max_factor = p.adaptive_max_factor;
+  eo.async_concurrency = p.async_concurrency;
+  eo.async_buffer = p.async_buffer;
+  eo.max_staleness = p.max_staleness;
   return eo;
 }
 

@@ -347,8 +347,17 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   f.round = task.round;
   f.sent_at = now_;
   f.download_s = p.latency_s + static_cast<double>(task.model_bytes.size()) / p.down_bytes_per_s;
-  f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), task.hparams)) /
-                (p.speed * ref_samples_per_s_);
+  wire::HyperParams hp = task.hparams;
+  const double samples_per_s = p.speed * ref_samples_per_s_;
+  f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
+  if (hp.stop_after_s > 0 && f.compute_s > hp.stop_after_s) {
+    // Partial work: the client is stopped stop_after_s after receipt and sends the steps it
+    // finished by then (at least one), as a real client's stop flag would.
+    const double steps_fit =
+        std::floor(hp.stop_after_s * samples_per_s / std::max<uint32_t>(hp.batch_size, 1));
+    hp.max_steps = static_cast<uint32_t>(std::clamp(steps_fit, 1.0, 1e9));
+    f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
+  }
   const double done_at = now_ + f.download_s + f.compute_s;
   const double upload_guess =
       p.latency_s + static_cast<double>(num_params_ * sizeof(float)) / p.up_bytes_per_s;
@@ -369,7 +378,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   }
 
   f.stop = std::make_shared<std::atomic<bool>>(false);
-  const client::TrainOptions o = client::trainOptionsFrom(task.hparams);
+  const client::TrainOptions o = client::trainOptionsFrom(hp);
   auto start = startParams(task);
   const FleetData* data = data_.get();
   const ModelRecipe recipe = modelRecipe();

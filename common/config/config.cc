@@ -20,6 +20,7 @@ void forEachField(C& c, F&& f) {
   f("run.name", c.run.name);
   f("run.seed", c.run.seed);
   f("run.rounds", c.run.rounds);
+  f("run.target_accuracy", c.run.target_accuracy);
   f("coordinator.bind", c.coordinator.bind);
   f("coordinator.insecure", c.coordinator.insecure);
   f("coordinator.keys_dir", c.coordinator.keys_dir);
@@ -42,6 +43,28 @@ void forEachField(C& c, F&& f) {
   f("coordinator.slow_link_mbps", c.coordinator.slow_link_mbps);
   f("coordinator.partial_buffer_mib", c.coordinator.partial_buffer_mib);
   f("coordinator.eval_every", c.coordinator.eval_every);
+  f("policy.mode", c.policy.mode);
+  f("policy.deadline", c.policy.deadline);
+  f("policy.deadline_percentile", c.policy.deadline_percentile);
+  f("policy.deadline_window", c.policy.deadline_window);
+  f("policy.deadline_slack", c.policy.deadline_slack);
+  f("policy.over_selection", c.policy.over_selection);
+  f("policy.partial_work", c.policy.partial_work);
+  f("policy.adaptive_steps", c.policy.adaptive_steps);
+  f("policy.adaptive_target", c.policy.adaptive_target);
+  f("policy.adaptive_max_factor", c.policy.adaptive_max_factor);
+  f("policy.async_concurrency", c.policy.async_concurrency);
+  f("policy.async_buffer", c.policy.async_buffer);
+  f("policy.max_staleness", c.policy.max_staleness);
+  f("aggregation.method", c.aggregation.method);
+  f("aggregation.trim_fraction", c.aggregation.trim_fraction);
+  f("aggregation.clip_norm", c.aggregation.clip_norm);
+  f("aggregation.server_optimizer", c.aggregation.server_optimizer);
+  f("aggregation.server_momentum", c.aggregation.server_momentum);
+  f("aggregation.beta1", c.aggregation.beta1);
+  f("aggregation.beta2", c.aggregation.beta2);
+  f("aggregation.tau", c.aggregation.tau);
+  f("aggregation.buffer_mib", c.aggregation.buffer_mib);
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("data.dataset", c.data.dataset);
@@ -65,6 +88,7 @@ void forEachField(C& c, F&& f) {
   f("train.lr", c.train.lr);
   f("train.momentum", c.train.momentum);
   f("train.weight_decay", c.train.weight_decay);
+  f("train.prox_mu", c.train.prox_mu);
   f("client.coordinator", c.client.coordinator);
   f("client.id", c.client.id);
   f("client.keys_dir", c.client.keys_dir);
@@ -274,6 +298,9 @@ Status Config::validate() const {
     return invalidArgument("'" + key + "' " + why);
   };
   if (run.rounds == 0) return bad("run.rounds", "must be at least 1");
+  if (run.target_accuracy < 0 || run.target_accuracy > 1) {
+    return bad("run.target_accuracy", "must be in [0, 1] (a fraction; 0: off)");
+  }
   if (coordinator.clients_per_round == 0)
     return bad("coordinator.clients_per_round", "must be at least 1");
   if (quorum() > coordinator.clients_per_round) {
@@ -381,6 +408,78 @@ Status Config::validate() const {
   if (!(client.heartbeat_s > 0)) return bad("client.heartbeat_s", "must be > 0");
   if (client.exit_idle_s < 0) return bad("client.exit_idle_s", "must be >= 0");
   if (history.db.empty()) return bad("history.db", "must not be empty");
+  if (train.prox_mu < 0) return bad("train.prox_mu", "must be >= 0");
+  FEDFLEET_RETURN_IF_ERROR(validatePolicy());
+  return validateAggregation();
+}
+
+namespace {
+
+// "must be one of a, b, c; got "x"" when `value` is not in `names`.
+Status oneOf(const std::string& key, const std::string& value,
+             std::initializer_list<const char*> names) {
+  std::string list;
+  for (const char* n : names) {
+    if (value == n) return Status::ok();
+    list += (list.empty() ? "" : ", ") + std::string(n);
+  }
+  return invalidArgument("'" + key + "' must be one of " + list + "; got \"" + value + "\"");
+}
+
+}  // namespace
+
+Status Config::validatePolicy() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return invalidArgument("'" + key + "' " + why);
+  };
+  const auto& p = policy;
+  FEDFLEET_RETURN_IF_ERROR(oneOf("policy.mode", p.mode, {"sync", "async"}));
+  FEDFLEET_RETURN_IF_ERROR(oneOf("policy.deadline", p.deadline, {"fixed", "percentile"}));
+  if (!(p.deadline_percentile > 0 && p.deadline_percentile <= 1)) {
+    return bad("policy.deadline_percentile", "must be in (0, 1]");
+  }
+  if (p.deadline_window == 0) return bad("policy.deadline_window", "must be at least 1");
+  if (!(p.deadline_slack > 0)) return bad("policy.deadline_slack", "must be > 0");
+  if (p.over_selection < 0 || p.over_selection > 10) {
+    return bad("policy.over_selection", "must be in [0, 10]");
+  }
+  if (!(p.adaptive_target > 0 && p.adaptive_target <= 1)) {
+    return bad("policy.adaptive_target", "must be in (0, 1]");
+  }
+  if (!(p.adaptive_max_factor >= 1)) return bad("policy.adaptive_max_factor", "must be >= 1");
+  if (p.async_concurrency == 0) return bad("policy.async_concurrency", "must be at least 1");
+  if (p.async_buffer == 0) return bad("policy.async_buffer", "must be at least 1");
+  if (p.mode == "async" && p.over_selection > 0) {
+    return bad("policy.over_selection", "applies to mode = \"sync\" only");
+  }
+  return Status::ok();
+}
+
+Status Config::validateAggregation() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return invalidArgument("'" + key + "' " + why);
+  };
+  const auto& a = aggregation;
+  FEDFLEET_RETURN_IF_ERROR(oneOf("aggregation.method", a.method,
+                                 {"fedavg", "fednova", "scaffold", "median", "trimmed_mean"}));
+  FEDFLEET_RETURN_IF_ERROR(oneOf("aggregation.server_optimizer", a.server_optimizer,
+                                 {"fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi"}));
+  if (!(a.trim_fraction >= 0 && a.trim_fraction < 0.5)) {
+    return bad("aggregation.trim_fraction", "must be in [0, 0.5)");
+  }
+  if (a.clip_norm < 0) return bad("aggregation.clip_norm", "must be >= 0 (0: off)");
+  if (!(a.server_momentum >= 0 && a.server_momentum < 1)) {
+    return bad("aggregation.server_momentum", "must be in [0, 1)");
+  }
+  if (!(a.beta1 >= 0 && a.beta1 < 1)) return bad("aggregation.beta1", "must be in [0, 1)");
+  if (!(a.beta2 >= 0 && a.beta2 < 1)) return bad("aggregation.beta2", "must be in [0, 1)");
+  if (!(a.tau > 0)) return bad("aggregation.tau", "must be > 0");
+  if (a.buffer_mib == 0) return bad("aggregation.buffer_mib", "must be at least 1");
+  if (policy.mode == "async" && a.method != "fedavg") {
+    return bad("aggregation.method",
+               "must be fedavg with policy.mode = \"async\" (FedBuff weighs by staleness), got \"" +
+                   a.method + "\"");
+  }
   return Status::ok();
 }
 

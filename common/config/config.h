@@ -20,6 +20,7 @@ struct RunSection {
   std::string name = "fedfleet";  // run name recorded in the history
   uint64_t seed = 1;              // seeds sampling, model init, partitions, shuffling
   uint32_t rounds = 5;            // rounds to run (failed rounds count)
+  double target_accuracy = 0;     // stop at the first evaluation reaching this (0: never)
 };
 
 struct CoordinatorSection {
@@ -48,6 +49,39 @@ struct CoordinatorSection {
   double slow_link_mbps = 0;            // slow_link_mbps (empty: the same codec for all)
   uint32_t partial_buffer_mib = 64;     // partial uploads kept in memory; beyond: a temp file
   uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
+};
+
+// How rounds treat slow clients (docs/ALGORITHMS in shared/ALGORITHMS.md; coordinator/round_engine.h).
+struct PolicySection {
+  std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff)
+  std::string deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
+                                   // task durations, at most coordinator.deadline_s)
+  double deadline_percentile = 0.9;
+  uint32_t deadline_window = 5;    // rounds of durations the percentile looks at
+  double deadline_slack = 1.2;     // the percentile times this
+  double over_selection = 0;       // select ceil(K (1 + b)), aggregate the first K
+  bool partial_work = false;       // clients stop before the deadline and send what they did
+  bool adaptive_steps = false;     // size each client's local steps to its measured speed
+  double adaptive_target = 0.8;    // ... to finish at this fraction of the deadline
+  double adaptive_max_factor = 1;  // ... doing at most this many times the configured work
+  uint32_t async_concurrency = 10;  // async: clients training at once (C)
+  uint32_t async_buffer = 5;        // async: updates per server step (K)
+  uint32_t max_staleness = 10;      // async: staler updates are rejected
+};
+
+// How updates become the next model.
+struct AggregationSection {
+  std::string method = "fedavg";  // fedavg, fednova, scaffold, median, trimmed_mean
+  double trim_fraction = 0.1;     // trimmed_mean: dropped at each end
+  double clip_norm = 0;           // clip each update's L2 norm to this before averaging (0: off)
+  std::string server_optimizer = "fedavg";  // fedavg, fedavgm, fedadagrad, fedadam, fedyogi
+                                            // (learning rate: coordinator.server_lr)
+  double server_momentum = 0.9;   // fedavgm
+  double beta1 = 0.9;             // adaptive optimisers
+  double beta2 = 0.99;
+  double tau = 1e-3;
+  uint32_t buffer_mib = 256;      // median, trimmed_mean: updates kept in memory; beyond: a
+                                  // temporary file
 };
 
 struct ModelSection {
@@ -82,6 +116,7 @@ struct TrainSection {
   double lr = 0.05;
   double momentum = 0;
   double weight_decay = 0;
+  double prox_mu = 0;  // FedProx proximal term mu (0: off)
 };
 
 struct ClientSection {
@@ -122,6 +157,8 @@ struct HistorySection {
 struct Config {
   RunSection run;
   CoordinatorSection coordinator;
+  PolicySection policy;
+  AggregationSection aggregation;
   ModelSection model;
   DataSection data;
   TrainSection train;
@@ -140,6 +177,8 @@ struct Config {
 
   // Checks ranges and cross-field rules (for example quorum <= clients_per_round).
   Status validate() const;
+  Status validatePolicy() const;       // the [policy] section (part of validate())
+  Status validateAggregation() const;  // the [aggregation] section (part of validate())
 
   // Effective values after defaults are resolved.
   uint32_t minClients() const;

@@ -47,6 +47,9 @@ struct HyperParams {
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   uint64_t seed = 0;  // seeds shuffling and any client-side randomness for this task
+  float prox_mu = 0.0f;     // FedProx proximal coefficient (0: off)
+  bool scaffold = false;    // SCAFFOLD: correct gradients with the task's control variates
+  double stop_after_s = 0;  // partial work: stop training this long after receipt (0: off)
 };
 
 // Which samples the client trains on: partition `index` of the data set split `scheme` ways.
@@ -76,6 +79,7 @@ struct Task {
   std::string codec = "none";
   uint64_t task_token = 0;  // echoed by every Chunk and Summary of this task
   uint32_t chunk_bytes = 1 << 20;
+  std::string control_bytes;  // SCAFFOLD server control variate c (fp32), empty otherwise
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first

@@ -80,18 +80,19 @@ struct Fixture {
   }
   // Sends `delta` in chunks of `per_chunk` values, then a summary.
   void upload(const std::string& id, uint64_t token, const std::vector<float>& delta, uint64_t n,
-              double now, size_t per_chunk = 2) {
+              double now, size_t per_chunk = 2, uint64_t steps = 3, double compute_s = 0) {
     for (size_t off = 0; off < delta.size(); off += per_chunk) {
       size_t len = std::min(per_chunk, delta.size() - off);
       wire::Chunk c = chunkOf(token, off,
                               std::vector<float>(delta.begin() + off, delta.begin() + off + len),
-                              off + len == delta.size(), n);
+                              off + len == delta.size(), n, steps);
       engine->onChunk(id, c, 100, now);
     }
     wire::Summary s;
     s.task_token = token;
     s.n_samples = n;
-    s.steps = 3;
+    s.steps = steps;
+    s.compute_seconds = compute_s;
     s.mean_loss = 1.5;
     engine->onSummary(id, s, 50, now);
   }
@@ -734,6 +735,253 @@ TEST(RoundEngine, EvalEveryEvaluatesOnlyEveryNthRoundAndTheLast) {
   for (const auto& c : actionsOf<CommitRound>(actions)) committed.push_back(c.round.round);
   EXPECT_EQ(evaluated, (std::vector<uint32_t>{0, 2, 4, 5}));
   EXPECT_EQ(committed, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+}
+
+
+// ---- Straggler policies ----
+
+std::map<std::string, uint64_t> tokensOf(const std::vector<SendTask>& tasks) {
+  std::map<std::string, uint64_t> t;
+  for (const auto& st : tasks) t[st.client] = st.task.task_token;
+  return t;
+}
+
+TEST(RoundEnginePolicies, OverSelectionAggregatesTheFirstKAndCancelsTheRest) {
+  EngineOptions o = baseOptions(2, 3, 2);
+  o.over_selection = 0.5;  // ceil(2 x 1.5) = 3 selected
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 3u);
+  auto token = tokensOf(tasks);
+  f.upload("c", token["c"], {2, 2, 2}, 1, 1);
+  EXPECT_TRUE(actionsOf<CommitRound>(f.take()).empty());
+  f.upload("a", token["a"], {4, 0, 0}, 3, 2);
+  auto actions = f.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 2u);
+  EXPECT_EQ(commits[0].round.late, 1u);
+  EXPECT_DOUBLE_EQ(commits[0].round.end_time, 2);  // at the K-th completion, not the deadline
+  // (1 x (2,2,2) + 3 x (4,0,0)) / 4 = (3.5, 0.5, 0.5)
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 3.5f);
+  EXPECT_FLOAT_EQ(f.engine->params()[1], 0.5f);
+  auto cancels = actionsOf<SendCancel>(actions);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].client, "b");
+  // The late client's upload after the cut is stale and changes nothing.
+  f.upload("b", token["b"], {100, 100, 100}, 1, 3);
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 3.5f);
+}
+
+TEST(RoundEnginePolicies, PercentileDeadlineFollowsRecentDurationsWithLateOnesCensored) {
+  EngineOptions o = baseOptions(2, 2, 1);
+  o.deadline_mode = "percentile";
+  o.deadline_percentile = 0.5;
+  o.deadline_slack = 1.0;
+  o.deadline_window = 2;
+  o.rounds = 4;
+  o.liveness_s = 0;  // no heartbeats in this test
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_DOUBLE_EQ(tasks[0].task.deadline_s, 10);  // nothing measured yet: deadline_s
+  auto token = tokensOf(tasks);
+  f.upload("a", token["a"], {1, 1, 1}, 1, 2);  // took 2 s
+  f.upload("b", token["b"], {1, 1, 1}, 1, 6);  // took 6 s
+  tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  // Median of {2, 6} = 4; the round started at 6, so its deadline is at 10.
+  EXPECT_DOUBLE_EQ(tasks[0].task.deadline_s, 4);
+  token = tokensOf(tasks);
+  f.upload("a", token["a"], {1, 1, 1}, 1, 7);  // 1 s
+  f.engine->onTick(10);                          // b is late: censored at 4 s
+  tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  // Durations {2, 6} and {1, 4}: the median of {1, 2, 4, 6} is 3.
+  EXPECT_DOUBLE_EQ(tasks[0].task.deadline_s, 3);
+}
+
+TEST(RoundEnginePolicies, PartialWorkAsksToStopBeforeTheDeadlineLessMeasuredOverhead) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.partial_work = true;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_DOUBLE_EQ(tasks[0].task.hparams.stop_after_s, 8);  // unknown overhead: 80% of 10 s
+  // Sent at 0, done at 3 after 1 s of compute: 2 s of download and upload.
+  f.upload("a", tasks[0].task.task_token, {1, 1, 1}, 1, 3, 2, 3, 1.0);
+  tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_DOUBLE_EQ(tasks[0].task.hparams.stop_after_s, 10 - 1.25 * 2);
+}
+
+TEST(RoundEnginePolicies, AdaptiveStepsSizeWorkToTheMeasuredSpeed) {
+  EngineOptions o = baseOptions(2, 2, 1);
+  o.adaptive_steps = true;
+  o.adaptive_target = 0.8;
+  o.adaptive_max_factor = 1.0;
+  o.hparams.epochs = 1;
+  o.hparams.batch_size = 10;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  wire::Hello ha = hello("a"), hb = hello("b");
+  ha.data_size = 100;  // configured work: 1 epoch of 10 steps
+  hb.data_size = 100;
+  f.engine->onHello("a", ha, 0);
+  f.engine->onHello("b", hb, 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  for (const auto& t : tasks) EXPECT_EQ(t.task.hparams.max_steps, 0u);  // not measured yet
+  auto token = tokensOf(tasks);
+  // a: 10 steps in 5 s of compute, done at 6 (1 s overhead): 2 steps/s.
+  f.upload("a", token["a"], {1, 1, 1}, 1, 6, 2, 10, 5.0);
+  // b: 10 steps in 20 s... would be late at 10; it reports at 9 with compute 8 s: 1.25 steps/s.
+  f.upload("b", token["b"], {1, 1, 1}, 1, 9, 2, 10, 8.0);
+  tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  std::map<std::string, uint32_t> steps;
+  for (const auto& t : tasks) steps[t.client] = t.task.hparams.max_steps;
+  // a: floor(2 x (8 - 1)) = 14, capped at the configured 10. b: floor(1.25 x (8 - 1)) = 8.
+  EXPECT_EQ(steps["a"], 10u);
+  EXPECT_EQ(steps["b"], 8u);
+}
+
+// ---- FedBuff ----
+
+EngineOptions asyncOptions() {
+  EngineOptions o = baseOptions(1, 3, 1);
+  o.async = true;
+  o.async_concurrency = 3;
+  o.async_buffer = 2;
+  o.max_staleness = 5;
+  o.rounds = 2;
+  return o;
+}
+
+TEST(RoundEngineAsync, BuffersKUpdatesWithStalenessWeights) {
+  Fixture f(asyncOptions(), {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 3u);  // concurrency 3
+  for (const auto& t : tasks) EXPECT_EQ(t.task.model_version, 0u);
+  auto token = tokensOf(tasks);
+  f.upload("a", token["a"], {1, 1, 1}, 1, 1);
+  auto next = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(next.size(), 1u);  // a is idle again and refills the slot (from version 0)
+  EXPECT_EQ(next[0].client, "a");
+  f.upload("b", token["b"], {3, 3, 3}, 7, 2);  // buffer full: x += (1/2)(1 + 3) = 2
+  auto actions = f.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 1u);
+  EXPECT_EQ(commits[0].round.completed, 2u);
+  EXPECT_EQ(commits[0].round.model_version, 1u);
+  for (const auto& u : commits[0].updates) EXPECT_DOUBLE_EQ(u.weight, 0.5);
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 2.0f);
+  next = actionsOf<SendTask>(actions);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].client, "b");
+  EXPECT_EQ(next[0].task.model_version, 1u);
+  // c trained from version 0 (staleness 1, weight 1/sqrt(2)); b's second task from version 1.
+  f.upload("c", token["c"], {4, 0, 0}, 1, 3);
+  f.upload("b", next[0].task.task_token, {0, 2, 0}, 1, 4);
+  commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 2u);
+  const float w = static_cast<float>(1 / std::sqrt(2.0));
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 2.0f + 0.5f * 4 * w);
+  EXPECT_FLOAT_EQ(f.engine->params()[1], 2.0f + 0.5f * 2);
+  EXPECT_FLOAT_EQ(f.engine->params()[2], 2.0f);
+  // The last step cancels what is still out (a's second task, c's new one) and records it.
+  EXPECT_EQ(commits[0].round.late, 2u);
+  EXPECT_TRUE(f.engine->finished());
+  std::map<std::string, double> weight;
+  for (const auto& u : commits[0].updates) weight[u.client_id + u.status] = u.weight;
+  EXPECT_NEAR(weight["ccompleted"], 0.5 / std::sqrt(2.0), 1e-12);
+  EXPECT_DOUBLE_EQ(weight["bcompleted"], 0.5);
+}
+
+TEST(RoundEngineAsync, TooStaleUpdatesAreRejectedAndRecorded) {
+  EngineOptions o = asyncOptions();
+  o.max_staleness = 0;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  f.upload("a", token["a"], {1, 1, 1}, 1, 1);
+  f.upload("b", token["b"], {1, 1, 1}, 1, 2);  // step 1: version 1
+  f.take();
+  f.upload("c", token["c"], {50, 50, 50}, 1, 3);  // from version 0: 1 behind
+  auto actions = f.take();
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 1.0f);
+  bool recorded = false;
+  for (const auto& e : actionsOf<RecordEvent>(actions)) recorded |= e.event.kind == "stale_update";
+  EXPECT_TRUE(recorded);
+}
+
+TEST(RoundEngineAsync, EachTaskHasItsOwnDeadline) {
+  EngineOptions o = asyncOptions();
+  o.deadline_s = 5;
+  o.min_clients = 1;  // tasks go out as clients arrive
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  f.engine->onHello("b", hello("b"), 0);
+  f.engine->onHello("c", hello("c"), 2);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 3u);
+  EXPECT_DOUBLE_EQ(*f.engine->nextWakeup(), 3);  // liveness_s 3 after the first hellos
+  f.engine->onHeartbeat("a", 2.9);
+  f.engine->onHeartbeat("b", 2.9);
+  f.engine->onHeartbeat("a", 4.9);
+  f.engine->onHeartbeat("b", 4.9);
+  f.engine->onHeartbeat("c", 4.9);
+  f.engine->onTick(5);  // a's and b's tasks (sent at 0) expire; c's (sent at 2) does not
+  auto actions = f.take();
+  auto cancels = actionsOf<SendCancel>(actions);
+  ASSERT_EQ(cancels.size(), 2u);
+  auto again = actionsOf<SendTask>(actions);
+  EXPECT_EQ(again.size(), 2u);  // the freed slots are refilled at once
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.rounds = 10;
+  o.target_accuracy = 0.5;  // the fixture reports accuracy 0.5 for every evaluation
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);  // round 0 (initial) reaching it does not count
+  f.upload("a", tasks[0].task.task_token, {1, 1, 1}, 1, 1);
+  auto actions = f.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 1u);
+  EXPECT_TRUE(f.engine->finished());
+  // Round 2 went out before round 1's evaluation; it is cancelled and never recorded.
+  auto sent = actionsOf<SendTask>(actions);
+  ASSERT_EQ(sent.size(), 1u);
+  auto cancels = actionsOf<SendCancel>(actions);
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].cancel.task_token, sent[0].task.task_token);
+  auto done = actionsOf<RunFinished>(actions);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].ok);
 }
 
 }  // namespace
