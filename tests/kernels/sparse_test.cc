@@ -1,5 +1,7 @@
 // Threshold select, gather and scatter-add against naive loops, including ties at the
-// threshold, signed zeros, NaN, a capacity smaller than the result, and unaligned fp16 values.
+// threshold, signed zeros, NaN, a capacity smaller than the result, and unaligned fp16 values;
+// the index varints of top-k payloads against a naive coder, with gaps of every length (1 to 5
+// bytes), an index at the end of the range, and every kind of malformed input.
 #include "kernels/sparse.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/convert.h"
@@ -167,6 +171,149 @@ TEST(Gather, Fp16OfTheNamedElements) {
   gatherFp16(nullptr, nullptr, 0, nullptr);
   scatterAdd(nullptr, nullptr, nullptr, 1.0f, 0);
   EXPECT_EQ(selectAtLeast(nullptr, 0, 1.0f, nullptr, 0), 0u);
+}
+
+// The LEB128 gap coding of kernels/sparse.h, written out the plain way.
+std::vector<unsigned char> naiveGapBytes(const std::vector<uint32_t>& idx) {
+  std::vector<unsigned char> out;
+  uint64_t next = 0;
+  for (uint32_t i : idx) {
+    uint64_t v = i - next;
+    next = static_cast<uint64_t>(i) + 1;
+    do {
+      out.push_back(static_cast<unsigned char>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+      v >>= 7;
+    } while (v != 0);
+  }
+  return out;
+}
+
+// Increasing indices below n: mostly short gaps (density `p`), with some gaps of each varint
+// length up to 5 bytes where n leaves room, and n - 1 as the last index.
+std::vector<uint32_t> mixedIndices(uint64_t n, double p, uint32_t seed) {
+  std::mt19937_64 gen(seed);
+  std::geometric_distribution<uint64_t> short_gap(p);
+  const uint64_t long_gaps[] = {127, 128, 16383, 16384, 2097151, 2097152, 268435455, 268435456};
+  std::vector<uint32_t> idx;
+  uint64_t next = 0;
+  for (size_t j = 0;; ++j) {
+    uint64_t gap = short_gap(gen);
+    if (j % 97 == 13) gap = long_gaps[(j / 97) % 8];
+    if (next + gap >= n - 1) break;
+    idx.push_back(static_cast<uint32_t>(next + gap));
+    next += gap + 1;
+  }
+  idx.push_back(static_cast<uint32_t>(n - 1));
+  return idx;
+}
+
+class IndexGapsTest : public ::testing::TestWithParam<std::tuple<uint64_t, double>> {};
+
+TEST_P(IndexGapsTest, RoundTripMatchesNaiveCoderWithAndWithoutPrefetch) {
+  const auto [n, p] = GetParam();
+  const std::vector<uint32_t> idx = mixedIndices(n, p, 7);
+  const size_t k = idx.size();
+  std::vector<unsigned char> bytes(5 * k);
+  const size_t size = encodeIndexGaps(idx.data(), k, bytes.data());
+  bytes.resize(size);
+  ASSERT_EQ(bytes, naiveGapBytes(idx));
+  std::vector<float> acc(1 << 16);  // prefetch is a hint: any address will do
+  for (const float* prefetch :
+       {static_cast<const float*>(nullptr), static_cast<const float*>(acc.data())}) {
+    std::vector<uint32_t> got(k + 1, 0xdeadbeef);
+    const IndexGapDecode r = decodeIndexGaps(bytes.data(), size, k, n, got.data(), prefetch);
+    ASSERT_EQ(r.code, IndexGapDecode::kOk) << "entry " << r.entry;
+    EXPECT_EQ(got[k], 0xdeadbeefu) << "wrote past k";
+    got.resize(k);
+    EXPECT_EQ(got, idx);
+  }
+  // The last index is n - 1: one element fewer puts it out of range, and says which.
+  std::vector<uint32_t> got(k);
+  const IndexGapDecode r = decodeIndexGaps(bytes.data(), size, k, n - 1, got.data(), nullptr);
+  EXPECT_EQ(r.code, IndexGapDecode::kOutOfRange);
+  EXPECT_EQ(r.entry, k - 1);
+  EXPECT_EQ(r.index, n - 1);
+  EXPECT_TRUE(std::equal(idx.begin(), idx.end() - 1, got.begin()));  // the ones before it
+}
+
+INSTANTIATE_TEST_SUITE_P(Densities, IndexGapsTest,
+                         ::testing::Combine(::testing::Values(uint64_t{300}, uint64_t{262144},
+                                                              uint64_t{1} << 31,
+                                                              uint64_t{0xffffffff}),
+                                            ::testing::Values(0.9, 0.01, 0.0001)));
+
+TEST(IndexGaps, EmptyAndSingleIndices) {
+  uint32_t idx[2] = {7, 7};
+  EXPECT_EQ(encodeIndexGaps(nullptr, 0, nullptr), 0u);
+  EXPECT_EQ(decodeIndexGaps(nullptr, 0, 0, 0, nullptr, nullptr).code, IndexGapDecode::kOk);
+  const unsigned char zero = 0;
+  EXPECT_EQ(decodeIndexGaps(&zero, 1, 0, 10, idx, nullptr).code, IndexGapDecode::kTrailing);
+  EXPECT_EQ(decodeIndexGaps(&zero, 1, 1, 1, idx, nullptr).code, IndexGapDecode::kOk);
+  EXPECT_EQ(idx[0], 0u);
+  EXPECT_EQ(decodeIndexGaps(&zero, 1, 1, 0, idx, nullptr).code, IndexGapDecode::kOutOfRange);
+  // The largest index a payload can name: 0xfffffffe, five bytes.
+  const uint32_t last = 0xfffffffe;
+  unsigned char five[5];
+  ASSERT_EQ(encodeIndexGaps(&last, 1, five), 5u);
+  EXPECT_EQ(decodeIndexGaps(five, 5, 1, 0xffffffff, idx, nullptr).code, IndexGapDecode::kOk);
+  EXPECT_EQ(idx[0], last);
+}
+
+// Malformed varint streams, with the fault early (where the 8-byte fast path reads) and in the
+// last bytes (where the general loop does): the code, the entry, and the indices before it.
+TEST(IndexGaps, RefusesMalformedStreamsNamingTheEntry) {
+  const uint64_t n = 100000;
+  std::vector<uint32_t> idx(200);
+  for (size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<uint32_t>(j * 400);  // 2 bytes
+  const std::vector<unsigned char> good = naiveGapBytes(idx);
+  for (size_t at : {size_t{3}, size_t{100}, idx.size() - 1}) {
+    SCOPED_TRACE("fault at entry " + std::to_string(at));
+    // The byte offset where entry `at` starts.
+    const size_t offset =
+        naiveGapBytes(std::vector<uint32_t>(idx.begin(), idx.begin() + at)).size();
+    auto check = [&](const std::vector<unsigned char>& bad, size_t k, IndexGapDecode::Code code,
+                     size_t entry) {
+      std::vector<uint32_t> got(k, 0xdeadbeef);
+      const IndexGapDecode r = decodeIndexGaps(bad.data(), bad.size(), k, n, got.data(), nullptr);
+      EXPECT_EQ(r.code, code);
+      EXPECT_EQ(r.entry, entry);
+      for (size_t j = 0; j < std::min(entry, k); ++j) ASSERT_EQ(got[j], idx[j]) << j;
+    };
+    // Out of range: entry `at` jumps past n (a 3-byte gap).
+    std::vector<unsigned char> far(good.begin(), good.begin() + offset);
+    for (unsigned char b : naiveGapBytes({static_cast<uint32_t>(n)})) far.push_back(b);
+    check(far, at + 1, IndexGapDecode::kOutOfRange, at);
+    // Out of range by one, in a 2-byte gap (the fast path's case when bytes follow): the
+    // range ends at the index entry `at` names.
+    {
+      std::vector<uint32_t> got(idx.size(), 0xdeadbeef);
+      const IndexGapDecode r =
+          decodeIndexGaps(good.data(), good.size(), idx.size(), idx[at], got.data(), nullptr);
+      EXPECT_EQ(r.code, IndexGapDecode::kOutOfRange);
+      EXPECT_EQ(r.entry, at);
+      EXPECT_EQ(r.index, idx[at]);
+      for (size_t j = 0; j < at; ++j) ASSERT_EQ(got[j], idx[j]) << j;
+    }
+    // Overlong: six bytes for entry `at`, then more good bytes.
+    std::vector<unsigned char> overlong(good.begin(), good.begin() + offset);
+    overlong.insert(overlong.end(), {0x80, 0x80, 0x80, 0x80, 0x80, 0x00});
+    overlong.insert(overlong.end(), good.begin() + offset, good.end());
+    check(overlong, idx.size(), IndexGapDecode::kOverlong, at);
+    // Truncated inside entry `at` (its first byte continues).
+    std::vector<unsigned char> cut(good.begin(), good.begin() + offset + 1);
+    check(cut, idx.size(), IndexGapDecode::kTruncated, at);
+    // Ends before entry `at`.
+    std::vector<unsigned char> short_stream(good.begin(), good.begin() + offset);
+    check(short_stream, idx.size(), IndexGapDecode::kTruncated, at);
+  }
+  // Bytes after the k-th index.
+  std::vector<unsigned char> extra = good;
+  extra.push_back(0);
+  std::vector<uint32_t> got(idx.size());
+  EXPECT_EQ(decodeIndexGaps(extra.data(), extra.size(), idx.size(), n, got.data(), nullptr).code,
+            IndexGapDecode::kTrailing);
+  EXPECT_EQ(decodeIndexGaps(good.data(), good.size(), idx.size() - 1, n, got.data(), nullptr).code,
+            IndexGapDecode::kTrailing);
 }
 
 }  // namespace

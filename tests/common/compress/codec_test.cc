@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/accumulate.h"
+#include "kernels/sparse.h"
 
 namespace fedfleet::compress {
 namespace {
@@ -396,6 +397,88 @@ TEST(Payload, RefusesBadHeadersAndBodiesWithReasons) {
     EXPECT_EQ(out, std::vector<float>(m, 7.0f)) << c.reason << ": output touched";
     EXPECT_EQ(acc, std::vector<float>(m, 7.0f)) << c.reason << ": accumulator touched";
   }
+}
+
+// Top-k payloads made by hand (kernels::encodeIndexGaps), with gaps of 1- to 4-byte varints
+// (tests/kernels/sparse_test.cc covers 5) and the last element of the range kept, folded by
+// decodeAccumulatePayload: the same bits as the reference, decode to dense then add each kept value
+// with one fma.
+TEST(Payload, TopkFoldEqualsDecodeThenScatterOnLongGapsAndRangeEnds) {
+  std::mt19937 gen(21);
+  for (const uint32_t n : {1u, 5u, 1000u, 262144u, 5000000u}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    std::vector<uint32_t> idx;
+    const uint32_t long_gaps[] = {200, 20000, 3000000};
+    for (uint64_t next = gen() % 3, j = 0; next < n; ++j) {
+      idx.push_back(static_cast<uint32_t>(next));
+      next += 1 + (j % 5 == 4 ? long_gaps[(j / 5) % 3] : gen() % 150);
+    }
+    if (idx.back() != n - 1) idx.push_back(n - 1);
+    const size_t k = idx.size();
+    std::vector<float> values = gaussian(k, 22);
+    values[0] = 65504.0f;  // the largest fp16
+    std::vector<unsigned char> halves(2 * k), gaps(5 * k);
+    std::vector<uint32_t> iota(k);
+    std::iota(iota.begin(), iota.end(), 0u);
+    kernels::gatherFp16(values.data(), iota.data(), k, halves.data());
+    gaps.resize(kernels::encodeIndexGaps(idx.data(), k, gaps.data()));
+    PayloadHeader h;
+    h.kind = CodecKind::kTopk;
+    h.param = static_cast<uint32_t>(k);
+    h.n = n;
+    std::string payload;
+    appendPayloadHeader(h, &payload);
+    payload.append(reinterpret_cast<const char*>(halves.data()), halves.size());
+    payload.append(reinterpret_cast<const char*>(gaps.data()), gaps.size());
+
+    std::vector<float> dense(n), acc(n, 0.25f), want(n, 0.25f);
+    ASSERT_TRUE(decodePayload(payload, n, dense.data()).isOk());
+    ASSERT_TRUE(decodeAccumulatePayload(payload, n, -0.3f, acc.data()).isOk());
+    for (size_t j = 0; j < k; ++j) {
+      want[idx[j]] = std::fma(-0.3f, dense[idx[j]], want[idx[j]]);
+      ASSERT_NE(dense[idx[j]], 0.0f) << "entry " << j;
+    }
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(bitsOf(acc[i]), bitsOf(want[i])) << i;
+    EXPECT_EQ(dense[n - 1], dense[idx[k - 1]]);
+
+    // The same payload for one element fewer is refused, and nothing is folded, although every
+    // index but the last is in range.
+    if (n > 1) {
+      std::string shorter = payload;
+      const uint32_t m = n - 1;
+      std::memcpy(shorter.data() + 8, &m, sizeof(m));
+      std::vector<float> untouched(m, 0.25f);
+      const Status st = decodeAccumulatePayload(shorter, m, 1.0f, untouched.data());
+      EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+      EXPECT_THAT(st.message(), HasSubstr("index " + std::to_string(k - 1) + " is"));
+      EXPECT_EQ(untouched, std::vector<float>(m, 0.25f));
+    }
+  }
+}
+
+// An update cut into chunks as the client's upload pipeline cuts it (the last one shorter),
+// each chunk its own topk payload, folded chunk by chunk into one accumulator: the same bits as
+// decoding each chunk to dense and adding it with weightedAccumulate.
+TEST(Payload, ChunkedTopkFoldEqualsDenseReference) {
+  const size_t n = 1000003, chunk = 262144;  // 4 chunks, the last 213571 elements
+  const auto codec = codecFor("topk:0.01");
+  std::vector<float> acc = gaussian(n, 23), want = acc;
+  for (uint32_t u = 0; u < 3; ++u) {
+    const std::vector<float> x = gaussian(n, 30 + u, 0.01f * static_cast<float>(u + 1));
+    const float w = 1.0f / static_cast<float>(u + 2);
+    for (size_t off = 0; off < n; off += chunk) {
+      const size_t len = std::min(chunk, n - off);
+      std::string payload;
+      codec->encode(x.data() + off, len, u * 10 + off / chunk, &payload);
+      std::vector<float> dense(len);
+      ASSERT_TRUE(decodePayload(payload, len, dense.data()).isOk());
+      kernels::weightedAccumulate(want.data() + off, dense.data(), w, len);
+      ASSERT_TRUE(decodeAccumulatePayload(payload, len, w, acc.data() + off).isOk());
+    }
+  }
+  size_t mismatches = 0;
+  for (size_t i = 0; i < n; ++i) mismatches += bitsOf(acc[i]) != bitsOf(want[i]);
+  EXPECT_EQ(mismatches, 0u);
 }
 
 TEST(Payload, CodecRefusesAnotherCodecsPayloadButTheFreeFunctionsTakeAny) {
