@@ -108,6 +108,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
   EngineOptions eo;
+  std::string engine_state;  // from the checkpoint resumed from
   if (cc.resume) {
     FEDFLEET_ASSIGN_OR_RETURN(auto runs, history_->runs());
     const history::RunRecord* found = nullptr;
@@ -129,6 +130,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
       std::memcpy(params.data(), cp->blob.data(), cp->blob.size());
       eo.first_round = cp->round + 1;
       eo.model_version = cp->model_version;
+      engine_state = cp->engine_state;
       spdlog::info("resuming run {} after round {} (model version {})", run_id_, cp->round,
                    cp->model_version);
     } else if (cp.status().code() != StatusCode::kNotFound) {
@@ -180,7 +182,13 @@ Status ZmqCoordinator::init(const config::Config& config) {
     eo.model_version = model_version;
     eo.evaluate_initial = evaluate_initial;
   }
+  FEDFLEET_RETURN_IF_ERROR(checkEngineOptions(eo));
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
+  if (!engine_state.empty()) {
+    // Selection continues where it stopped (generator and selector state).
+    Status st = engine_->loadState(engine_state);
+    if (!st.isOk()) return st.withContext("--resume: checkpoint of run " + std::to_string(run_id_));
+  }
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
   spdlog::info("coordinator: run {} listening on {} ({}), {} rounds, {} clients a round", run_id_,
                server_->boundEndpoint(), cc.insecure ? "PLAIN TEXT" : "CURVE", config_.run.rounds,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <unordered_set>
 
 #include "common/check.h"
@@ -39,6 +40,85 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
   round_ = options_.first_round - 1;
   refreshModelBytes();
+  if (options_.selector.name != "uniform") {
+    auto sel = Selector::create(options_.selector);
+    FEDFLEET_CHECK(sel.isOk());  // checkEngineOptions() at start-up says why
+    selector_ = std::move(*sel);
+  }
+}
+
+void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availability) {
+  if (!selector_) return;
+  selector_->setSpeedHint(std::move(speed));
+  selector_->setAvailabilityHint(std::move(availability));
+}
+
+namespace {
+
+// Engine state blob: "FFE1", then length-prefixed (u64 little endian) sections in a fixed order.
+constexpr std::string_view kStateMagic = "FFE1";
+
+void putSection(std::string* out, std::string_view bytes) {
+  const uint64_t n = bytes.size();
+  char len[8];
+  std::memcpy(len, &n, 8);
+  out->append(len, 8);
+  out->append(bytes);
+}
+
+Result<std::string_view> takeSection(std::string_view* in, const char* what) {
+  uint64_t n = 0;
+  if (in->size() < 8) return corrupt(std::string("engine state: truncated before ") + what);
+  std::memcpy(&n, in->data(), 8);
+  in->remove_prefix(8);
+  if (n > in->size()) return corrupt(std::string("engine state: truncated ") + what);
+  std::string_view s = in->substr(0, n);
+  in->remove_prefix(n);
+  return s;
+}
+
+}  // namespace
+
+std::string RoundEngine::saveState() const {
+  std::string out(kStateMagic);
+  std::ostringstream rng;
+  rng << rng_;
+  putSection(&out, rng.str());
+  putSection(&out, selector_ ? selector_->saveState() : std::string());
+  return out;
+}
+
+Status RoundEngine::loadState(std::string_view blob) {
+  if (blob.substr(0, kStateMagic.size()) != kStateMagic) {
+    return corrupt("engine state: not a fedfleet engine state");
+  }
+  blob.remove_prefix(kStateMagic.size());
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view rng_text, takeSection(&blob, "generator"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, takeSection(&blob, "selector"));
+  std::mt19937_64 rng;
+  std::istringstream in{std::string(rng_text)};
+  in >> rng;
+  if (in.fail()) return corrupt("engine state: bad generator state");
+  if (selector_ && !selector_blob.empty()) {
+    FEDFLEET_RETURN_IF_ERROR(selector_->loadState(selector_blob));
+  }
+  rng_ = rng;
+  return Status::ok();
+}
+
+void RoundEngine::feedback(const Participant& p, double now) {
+  if (!selector_) return;
+  ParticipationFeedback f;
+  f.client = p.client;
+  f.round = round_;
+  f.completed = p.state == UpdateState::kCompleted;
+  f.n_samples = p.summary.n_samples;
+  f.sum_sq_loss = p.summary.sum_sq_loss;
+  // Late and dropped clients are charged their deadline: they took at least that long.
+  const bool missed = p.state == UpdateState::kLate || p.state == UpdateState::kDropped;
+  f.duration_s = (missed ? std::max(p.deadline, p.finished_at) : p.finished_at >= 0 ? p.finished_at : now) -
+                 p.sent_at;
+  selector_->feedback(f);
 }
 
 size_t RoundEngine::connectedClients() const {
@@ -216,6 +296,7 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
       event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
       if (options_.async) {
         window_.push_back(updateRecord(pit->second, 0, now));
+        feedback(pit->second, now);
         participants_.erase(pit);
       }
     }
@@ -232,6 +313,13 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
   std::vector<ClientId> out;
   out.reserve(std::min(k, n));
   auto ok = [&](const ClientId& id) { return !eligible_ || eligible_(id, now); };
+  if (selector_) {
+    std::vector<ClientId> candidates;
+    for (const ClientId& id : idle_) {
+      if (ok(id)) candidates.push_back(id);
+    }
+    return selector_->select(candidates, k, round_ + (options_.async ? 0 : 1), now, rng_);
+  }
   // Many idle clients: draw ranks uniformly and skip repeats and ineligible ones, which is
   // uniform sampling without replacement over the eligible clients at O(K log N). When that
   // keeps missing (few eligible), or there are few idle clients, list them all instead.
@@ -427,6 +515,7 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
   if (options_.async) {
     window_.push_back(updateRecord(p, 0, now));
+    feedback(p, now);
     participants_.erase(token);  // p is gone from here on
     return refillAsync(now);
   }
@@ -623,6 +712,7 @@ void RoundEngine::onTick(double now) {
       if (it == participants_.end()) continue;
       expire(it->second, token, "deadline passed", now);
       window_.push_back(updateRecord(it->second, 0, now));
+      feedback(it->second, now);
       participants_.erase(it);
     }
     if (!due.empty()) refillAsync(now);
@@ -746,6 +836,7 @@ void RoundEngine::finishRound(double now) {
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
     c.updates.push_back(updateRecord(p, p.weight / std::max(sum_weight_, 1.0), now));
+    feedback(p, now);
   }
 
   bool ok = r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
@@ -785,6 +876,7 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
     cp.model_version = version_;
     cp.sha256_hex = crypto::toHex(model_sha_);
     cp.blob = model_bytes_;
+    cp.engine_state = saveState();
     c.checkpoint = std::move(cp);
   }
   // The next round goes out before this round's model is evaluated (protocol step 8).
@@ -855,6 +947,7 @@ void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
     }
   }
   window_.push_back(updateRecord(p, weight / options_.async_buffer, now));
+  feedback(p, now);
   participants_.erase(token);
   if (buffered_ >= options_.async_buffer) {
     flushAsync(now);
@@ -871,6 +964,7 @@ void RoundEngine::flushAsync(double now) {
       if (p.state != UpdateState::kPending) continue;
       expire(p, token, "run finished", now);
       window_.push_back(updateRecord(p, 0, now));
+      feedback(p, now);
     }
     participants_.clear();
   }

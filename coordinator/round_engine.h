@@ -76,6 +76,7 @@
 #include "common/history/history.h"
 #include "common/wire/messages.h"
 #include "coordinator/partial_log.h"
+#include "coordinator/selector.h"
 
 namespace fedfleet::coordinator {
 
@@ -128,6 +129,11 @@ struct EngineOptions {
   double beta2 = 0.99;
   double tau = 1e-3;
   uint64_t robust_buffer_bytes = 256ull << 20;
+
+  // ---- Client selection ----
+  // uniform: the O(K log N) rank sampling described above. Others (coordinator/selector.h) see
+  // every idle eligible client and learn from each participant's outcome.
+  SelectorOptions selector;
 
   // ---- Straggler policies (synchronous mode) ----
   // Round deadline: "fixed" (deadline_s), or "percentile": the deadline_percentile quantile of
@@ -246,6 +252,16 @@ class RoundEngine {
   using Eligibility = std::function<bool(const ClientId& id, double now)>;
   void setEligibility(Eligibility eligible) { eligible_ = std::move(eligible); }
 
+  // Hints for the selector (coordinator/selector.h); ignored by uniform selection.
+  void setSelectorHints(SpeedHint speed, AvailabilityHint availability);
+
+  // State that must survive a restart besides the model: the selection generator and the
+  // selector's learned state (saved with every checkpoint, as CheckpointRecord::engine_state).
+  std::string saveState() const;
+  // Restores saveState()'s blob (when resuming). A corrupt blob or one of another selector is
+  // an error and changes nothing.
+  Status loadState(std::string_view blob);
+
   // Time passed: fires deadlines, liveness expiries and the wait-for-clients limit.
   void onTick(double now);
 
@@ -325,6 +341,8 @@ class RoundEngine {
   double roundDeadlineSeconds() const;
   // Builds and emits one task for `id` (idle) and registers it as a participant.
   void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now);
+  // Tells the selector how a finished participant fared.
+  void feedback(const Participant& p, double now);
   // History row of a finished participant; `weight` is its share of the aggregate.
   history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
@@ -366,6 +384,7 @@ class RoundEngine {
                                    __gnu_pbds::tree_order_statistics_node_update>;
   IdleSet idle_;
   Eligibility eligible_;
+  std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
   std::map<uint64_t, Participant> participants_;  // by task token, current round only
   std::set<uint64_t> finished_tokens_;            // tokens of ended tasks (stale)
   std::set<uint64_t> answered_stale_;             // stale tokens already answered once

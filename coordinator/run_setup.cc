@@ -69,7 +69,25 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.async_concurrency = p.async_concurrency;
   eo.async_buffer = p.async_buffer;
   eo.max_staleness = p.max_staleness;
+  const auto& sel = config.selection;
+  eo.selector.name = sel.selector;
+  eo.selector.explore_initial = sel.explore_initial;
+  eo.selector.explore_decay = sel.explore_decay;
+  eo.selector.explore_min = sel.explore_min;
+  eo.selector.alpha = sel.alpha;
+  eo.selector.preferred_duration_s = sel.preferred_duration_s;
+  eo.selector.cutoff = sel.cutoff;
+  eo.selector.pacer_window = sel.pacer_window;
+  eo.selector.pacer_step_s = sel.pacer_step_s;
+  eo.selector.expected_round_s = sel.expected_round_s;
+  eo.selector.recent_failure_rounds = sel.recent_failure_rounds;
   return eo;
+}
+
+Status checkEngineOptions(const EngineOptions& options) {
+  Status st = validateSelectorOptions(options.selector);
+  if (!st.isOk()) return st.withContext("config [selection]");
+  return Status::ok();
 }
 
 Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& commit,

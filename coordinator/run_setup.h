@@ -17,6 +17,10 @@ namespace fedfleet::coordinator {
 // model_version are the caller's to set).
 EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id);
 
+// What the engine's constructor would otherwise abort on: selector and server optimiser
+// options it cannot build (kInvalidArgument naming the config key).
+Status checkEngineOptions(const EngineOptions& options);
+
 // Logs one line for the round and writes it (round, updates, checkpoint) in one transaction,
 // then prunes old checkpoints down to `keep_checkpoints` (a pruning failure is only logged: the
 // round is safe). `clock_unit` labels the round's duration in the log ("s", or "s virtual").

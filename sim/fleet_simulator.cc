@@ -228,6 +228,7 @@ class Simulator final : public FleetSimulator {
   bool finished_ = false;
   bool run_ok_ = false;
   std::string finish_message_;
+  wire::HyperParams hparams_;  // the configured local work (selector speed hints)
   SimSummary summary_;
   std::vector<double> round_virtual_s_, round_wall_s_;
 };
@@ -289,10 +290,28 @@ Status Simulator::init(const config::Config& config) {
   eo.num_partitions = static_cast<uint32_t>(sc.clients);
   eo.min_clients = static_cast<uint32_t>(std::min<uint64_t>(config_.minClients(), sc.clients));
   eo.bye_on_finish = false;
+  FEDFLEET_RETURN_IF_ERROR(coordinator::checkEngineOptions(eo));
+  hparams_ = eo.hparams;
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
   engine_->setEligibility([this](const ClientId& id, double t) {
     return fleet_->online(fleet_->profile(indexOf(id)), t);
   });
+  // What a deployment learns by asking devices (or from history), the simulator knows from
+  // the profile: the expected task duration at the configured work, and how long a client
+  // stays online.
+  engine_->setSelectorHints(
+      [this](const std::string& id) {
+        const uint64_t k = indexOf(id);
+        const ClientProfile p = fleet_->profile(k);
+        const double bytes = static_cast<double>(num_params_ * sizeof(float));
+        const double samples = static_cast<double>(
+            plannedSamples(data_->shardSize(k), hparams_));
+        return 2 * p.latency_s + bytes / p.down_bytes_per_s + bytes / p.up_bytes_per_s +
+               samples / (p.speed * ref_samples_per_s_);
+      },
+      [this](const std::string& id, double t) {
+        return fleet_->onlineUntil(fleet_->profile(indexOf(id)), t) - t;
+      });
 
   id_width_ = std::to_string(sc.clients - 1).size();
   for (uint64_t k = 0; k < sc.clients; ++k) {

@@ -65,6 +65,17 @@ void forEachField(C& c, F&& f) {
   f("aggregation.beta2", c.aggregation.beta2);
   f("aggregation.tau", c.aggregation.tau);
   f("aggregation.buffer_mib", c.aggregation.buffer_mib);
+  f("selection.selector", c.selection.selector);
+  f("selection.explore_initial", c.selection.explore_initial);
+  f("selection.explore_decay", c.selection.explore_decay);
+  f("selection.explore_min", c.selection.explore_min);
+  f("selection.alpha", c.selection.alpha);
+  f("selection.preferred_duration_s", c.selection.preferred_duration_s);
+  f("selection.cutoff", c.selection.cutoff);
+  f("selection.pacer_window", c.selection.pacer_window);
+  f("selection.pacer_step_s", c.selection.pacer_step_s);
+  f("selection.expected_round_s", c.selection.expected_round_s);
+  f("selection.recent_failure_rounds", c.selection.recent_failure_rounds);
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("data.dataset", c.data.dataset);
@@ -224,6 +235,18 @@ Status applyTable(Config& config, const toml::table& root, const std::string& or
   }
   return Status::ok();
 }
+
+// "must be one of a, b, c; got "x"" when `value` is not in `names`.
+Status oneOf(const std::string& key, const std::string& value,
+             std::initializer_list<const char*> names) {
+  std::string list;
+  for (const char* n : names) {
+    if (value == n) return Status::ok();
+    list += (list.empty() ? "" : ", ") + std::string(n);
+  }
+  return invalidArgument("'" + key + "' must be one of " + list + "; got \"" + value + "\"");
+}
+
 
 }  // namespace
 
@@ -410,23 +433,13 @@ Status Config::validate() const {
   if (history.db.empty()) return bad("history.db", "must not be empty");
   if (train.prox_mu < 0) return bad("train.prox_mu", "must be >= 0");
   FEDFLEET_RETURN_IF_ERROR(validatePolicy());
+  // Ranges of the selector's own parameters are checked where it is built
+  // (coordinator::checkEngineOptions); the name is checked here.
+  FEDFLEET_RETURN_IF_ERROR(
+      oneOf("selection.selector", selection.selector, {"uniform", "oort", "availability"}));
   return validateAggregation();
 }
 
-namespace {
-
-// "must be one of a, b, c; got "x"" when `value` is not in `names`.
-Status oneOf(const std::string& key, const std::string& value,
-             std::initializer_list<const char*> names) {
-  std::string list;
-  for (const char* n : names) {
-    if (value == n) return Status::ok();
-    list += (list.empty() ? "" : ", ") + std::string(n);
-  }
-  return invalidArgument("'" + key + "' must be one of " + list + "; got \"" + value + "\"");
-}
-
-}  // namespace
 
 Status Config::validatePolicy() const {
   auto bad = [](const std::string& key, const std::string& why) {

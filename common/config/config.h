@@ -84,6 +84,22 @@ struct AggregationSection {
                                   // temporary file
 };
 
+// Which clients a round samples (coordinator/selector.h).
+struct SelectionSection {
+  std::string selector = "uniform";  // uniform, oort, availability
+  double explore_initial = 0.9;      // oort: exploration fraction eps at first
+  double explore_decay = 0.98;       // oort: eps multiplied by this every round
+  double explore_min = 0.2;          // oort: floor of eps
+  double alpha = 2;                  // oort: duration penalty exponent
+  double preferred_duration_s = 0;   // oort: preferred round duration T (0: median seen)
+  double cutoff = 0.95;              // oort: exploit among utilities >= cutoff x the cut-off
+  uint32_t pacer_window = 20;        // oort: rounds per pacer window
+  double pacer_step_s = 0;           // oort: pacer raises T by this (0: 10%)
+  double expected_round_s = 0;       // availability: a client should stay online this long
+                                     // (0: estimated from completed tasks)
+  uint32_t recent_failure_rounds = 5;  // availability: recent failures are taken last
+};
+
 struct ModelSection {
   std::string name = "mlp";  // logreg, mlp, cnn, lenet, torchscript
   std::string path;          // TorchScript file when name = "torchscript"
@@ -159,6 +175,7 @@ struct Config {
   CoordinatorSection coordinator;
   PolicySection policy;
   AggregationSection aggregation;
+  SelectionSection selection;
   ModelSection model;
   DataSection data;
   TrainSection train;

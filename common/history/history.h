@@ -114,6 +114,7 @@ struct CheckpointRecord {
   uint64_t model_version = 0;
   std::string sha256_hex;
   std::string blob;  // flat fp32 parameters
+  std::string engine_state;  // the round engine's learned state (RoundEngine::saveState)
 };
 
 struct EventRecord {

@@ -91,6 +91,7 @@ CREATE TABLE checkpoints (
   model_version INTEGER NOT NULL,
   sha256 TEXT NOT NULL,
   blob BLOB NOT NULL,
+  engine_state BLOB NOT NULL DEFAULT x'',
   PRIMARY KEY (run_id, round),
   FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
 );
@@ -103,7 +104,7 @@ CREATE TABLE events (
   detail TEXT NOT NULL
 );
 CREATE INDEX events_by_run ON events (run_id);
-INSERT INTO schema_version (version) VALUES (2);
+INSERT INTO schema_version (version) VALUES (3);
 )sql";
 
 // Version 1 -> 2: the run's clock, wall times of rounds, task times of updates.
@@ -120,6 +121,13 @@ ALTER TABLE updates ADD COLUMN encode_s REAL;
 ALTER TABLE updates ADD COLUMN decode_s REAL;
 UPDATE updates SET wall_compute_s = compute_s;
 UPDATE schema_version SET version = 2;
+)sql";
+
+// Version 2 -> 3: the engine's learned state (selection generator, selector, server optimiser,
+// control variates) beside each checkpointed model.
+constexpr std::string_view kMigrate2To3Sql = R"sql(
+ALTER TABLE checkpoints ADD COLUMN engine_state BLOB NOT NULL DEFAULT x'';
+UPDATE schema_version SET version = 3;
 )sql";
 
 constexpr const char* kRoundColumns =
@@ -385,7 +393,11 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
       if (extra) return failedPrecondition(ctx + ": the schema_version table has several rows");
     }
     version_stmt.reset();
-    if (version == 1) return execSql(db, kMigrate1To2Sql, ctx + ": upgrade schema 1 -> 2");
+    if (version == 1) {
+      FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate1To2Sql, ctx + ": upgrade schema 1 -> 2"));
+      version = 2;
+    }
+    if (version == 2) return execSql(db, kMigrate2To3Sql, ctx + ": upgrade schema 2 -> 3");
     if (version != kSqliteSchemaVersion) {
       return failedPrecondition(
           ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
@@ -466,8 +478,8 @@ Status SqliteHistory::prepareStatements() {
        "INSERT INTO updates (" + update_cols +
            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
-       "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob) "
-       "VALUES (?, ?, ?, ?, ?)"},
+       "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob, engine_state) "
+       "VALUES (?, ?, ?, ?, ?, ?)"},
       {&insert_event_,
        "INSERT INTO events (run_id, time, kind, client_id, detail) VALUES (?, ?, ?, ?, ?)"},
       {&select_runs_,
@@ -484,7 +496,8 @@ Status SqliteHistory::prepareStatements() {
        "SELECT run_id, time, kind, client_id, detail FROM events WHERE run_id IS NULL "
        "ORDER BY id"},
       {&select_latest_checkpoint_,
-       "SELECT run_id, round, model_version, sha256, blob FROM checkpoints WHERE run_id = ? "
+       "SELECT run_id, round, model_version, sha256, blob, engine_state FROM checkpoints "
+       "WHERE run_id = ? "
        "ORDER BY round DESC LIMIT 1"},
       {&select_checkpoint_rounds_, "SELECT round FROM checkpoints WHERE run_id = ? ORDER BY round"},
       {&prune_checkpoints_,
@@ -581,7 +594,8 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
         .bindInt(checkpoint->round)
         .bindUint(checkpoint->model_version)
         .bindText(checkpoint->sha256_hex)
-        .bindBlob(checkpoint->blob);
+        .bindBlob(checkpoint->blob)
+        .bindBlob(checkpoint->engine_state);
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   for (size_t i = 0; i < updates.size(); ++i) {
@@ -758,6 +772,7 @@ Result<CheckpointRecord> SqliteHistory::latestCheckpoint(int64_t run_id) {
   c.model_version = q.columnUint(2);
   c.sha256_hex = q.columnText(3);
   c.blob = q.columnBlob(4);
+  c.engine_state = q.columnBlob(5);
   return c;
 }
 

@@ -986,3 +986,50 @@ TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
 
 }  // namespace
 }  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+// Oort through the engine: a restarted engine given the checkpoint's engine state selects the
+// same clients as the one that kept running.
+TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterARestart) {
+  EngineOptions o = baseOptions(2, 6, 1);
+  o.rounds = 3;
+  o.selector.name = "oort";
+  o.selector.explore_initial = 0.5;
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e", "f"};
+  Fixture first(o, {0, 0, 0});
+  first.engine->start(0);
+  for (const auto& id : ids) first.engine->onHello(id, hello(id), 0);
+  auto round1 = actionsOf<SendTask>(first.take());
+  ASSERT_EQ(round1.size(), 2u);
+  double t = 1;
+  for (const auto& st : round1) first.upload(st.client, st.task.task_token, {1, 1, 1}, 10, t++);
+  auto actions = first.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  ASSERT_TRUE(commits[0].checkpoint.has_value());
+  const std::string state = commits[0].checkpoint->engine_state;
+  EXPECT_EQ(state.substr(0, 4), "FFE1");
+  auto round2 = actionsOf<SendTask>(actions);
+  ASSERT_EQ(round2.size(), 2u);
+
+  EngineOptions resumed = o;
+  resumed.first_round = 2;
+  resumed.model_version = 1;
+  resumed.evaluate_initial = false;
+  Fixture second(resumed, first.engine->params());
+  ASSERT_TRUE(second.engine->loadState(state).isOk());
+  second.engine->start(10);
+  for (const auto& id : ids) second.engine->onHello(id, hello(id), 10);
+  auto again = actionsOf<SendTask>(second.take());
+  ASSERT_EQ(again.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(again[i].client, round2[i].client);
+
+  // A corrupt state is refused and changes nothing.
+  EXPECT_FALSE(second.engine->loadState(state.substr(0, state.size() - 3)).isOk());
+  EXPECT_FALSE(second.engine->loadState("nonsense").isOk());
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
