@@ -1,0 +1,52 @@
+#include "coordinator/update_weights.h"
+
+#include <cmath>
+
+#include "common/check.h"
+#include "kernels/accumulate.h"
+
+namespace fedfleet::coordinator {
+
+double fedNovaNormaliser(uint64_t tau, double momentum) {
+  FEDFLEET_CHECK_MSG(std::isfinite(momentum) && momentum >= 0.0 && momentum < 1.0,
+                     "FedNova: client momentum must be in [0, 1)");
+  const double t = static_cast<double>(tau);
+  if (momentum == 0.0) return t;
+  const double rho = momentum;
+  return (t - rho * (1.0 - std::pow(rho, t)) / (1.0 - rho)) / (1.0 - rho);
+}
+
+double stalenessWeight(uint64_t staleness) {
+  return 1.0 / std::sqrt(1.0 + static_cast<double>(staleness));
+}
+
+double clipScale(double norm, double clip) {
+  if (!(clip > 0.0)) return 1.0;
+  if (!std::isfinite(norm)) return 0.0;
+  if (norm <= clip) return 1.0;
+  return clip / norm;
+}
+
+double l2Norm(const float* x, size_t n) { return std::sqrt(kernels::squaredNorm(x, n)); }
+
+double FedNovaAccumulator::foldWeight(double n_k, double a_k) const {
+  FEDFLEET_CHECK_MSG(n_k >= 0.0 && a_k > 0.0 && std::isfinite(n_k) && std::isfinite(a_k),
+                     "FedNova: an update needs n_k >= 0 and a normaliser a_k > 0");
+  return n_k / a_k;
+}
+
+void FedNovaAccumulator::add(double n_k, double a_k) {
+  FEDFLEET_CHECK_MSG(n_k >= 0.0 && a_k > 0.0 && std::isfinite(n_k) && std::isfinite(a_k),
+                     "FedNova: an update needs n_k >= 0 and a normaliser a_k > 0");
+  sum_n_ += n_k;
+  sum_na_ += n_k * a_k;
+  ++count_;
+}
+
+double FedNovaAccumulator::effectiveSteps() const { return sum_n_ > 0.0 ? sum_na_ / sum_n_ : 0.0; }
+
+double FedNovaAccumulator::finalScale() const {
+  return sum_n_ > 0.0 ? effectiveSteps() / sum_n_ : 0.0;
+}
+
+}  // namespace fedfleet::coordinator
