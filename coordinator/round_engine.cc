@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <unordered_set>
@@ -45,6 +46,40 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     FEDFLEET_CHECK(sel.isOk());  // checkEngineOptions() at start-up says why
     selector_ = std::move(*sel);
   }
+  auto opt = ServerOptimizer::create(serverOptimizerOptions(options_));
+  FEDFLEET_CHECK(opt.isOk());
+  optimizer_ = std::move(*opt);
+  if (options_.aggregator == "median" || options_.aggregator == "trimmed_mean") {
+    auto agg = RobustAggregator::create(robustAggregatorOptions(options_, params_.size()));
+    FEDFLEET_CHECK(agg.isOk());
+    robust_ = std::move(*agg);
+  }
+  if (options_.aggregator == "scaffold") {
+    control_.assign(params_.size(), 0.0f);
+    control_bytes_.assign(params_.size() * sizeof(float), '\0');
+  }
+}
+
+ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& o) {
+  ServerOptimizerOptions so;
+  so.name = o.server_optimizer;
+  so.lr = o.server_lr;
+  so.beta1 = o.beta1;
+  so.beta2 = o.beta2;
+  so.tau = o.tau;
+  so.momentum = o.server_momentum;
+  return so;
+}
+
+RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& o, uint64_t n_params) {
+  RobustAggregatorOptions ro;
+  ro.kind = o.aggregator == "median" ? RobustKind::kMedian : RobustKind::kTrimmedMean;
+  ro.trim_fraction = o.trim_fraction;
+  ro.n_params = std::max<uint64_t>(n_params, 1);
+  ro.memory_bound_bytes = o.robust_buffer_bytes;
+  const char* tmp = std::getenv("TMPDIR");
+  ro.spill_dir = tmp && *tmp ? tmp : "/tmp";
+  return ro;
 }
 
 void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availability) {
@@ -85,6 +120,8 @@ std::string RoundEngine::saveState() const {
   rng << rng_;
   putSection(&out, rng.str());
   putSection(&out, selector_ ? selector_->saveState() : std::string());
+  putSection(&out, optimizer_->saveState());
+  putSection(&out, control_bytes_);
   return out;
 }
 
@@ -95,12 +132,33 @@ Status RoundEngine::loadState(std::string_view blob) {
   blob.remove_prefix(kStateMagic.size());
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view rng_text, takeSection(&blob, "generator"));
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, takeSection(&blob, "selector"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, takeSection(&blob, "optimiser"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, takeSection(&blob, "control"));
   std::mt19937_64 rng;
   std::istringstream in{std::string(rng_text)};
   in >> rng;
   if (in.fail()) return corrupt("engine state: bad generator state");
+  if (!control_blob.empty() && control_blob.size() != control_bytes_.size()) {
+    return corrupt("engine state: control variate of " + std::to_string(control_blob.size()) +
+                   " bytes, expected " + std::to_string(control_bytes_.size()));
+  }
+  // Everything checked that can be without changing state; the optimiser and selector leave
+  // theirs unchanged when they refuse a blob.
+  auto optimizer = ServerOptimizer::create(optimizer_->options());
+  FEDFLEET_RETURN_IF_ERROR(optimizer.status());
+  FEDFLEET_RETURN_IF_ERROR((*optimizer)->loadState(optimizer_blob));
+  if ((*optimizer)->stateSize() != 0 && (*optimizer)->stateSize() != params_.size()) {
+    return corrupt("engine state: optimiser state for " +
+                   std::to_string((*optimizer)->stateSize()) + " values, the model has " +
+                   std::to_string(params_.size()));
+  }
   if (selector_ && !selector_blob.empty()) {
     FEDFLEET_RETURN_IF_ERROR(selector_->loadState(selector_blob));
+  }
+  optimizer_ = std::move(*optimizer);
+  if (!control_blob.empty()) {
+    control_bytes_.assign(control_blob);
+    std::memcpy(control_.data(), control_bytes_.data(), control_bytes_.size());
   }
   rng_ = rng;
   return Status::ok();
@@ -396,7 +454,7 @@ void RoundEngine::startRound(double now) {
     while (recent_durations_.size() > options_.deadline_window + 1) recent_durations_.pop_front();
   }
   participants_.clear();
-  sum_.assign(params_.size(), 0.0f);
+  sum_.assign(updateSize(), 0.0f);
   sum_weight_ = 0;
 
   for (size_t i = 0; i < k; ++i) {
@@ -471,6 +529,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
                                     ? std::max(0.05 * deadline_s, deadline_s - 1.25 * c.overhead_s)
                                     : 0.8 * deadline_s;
   }
+  if (options_.aggregator == "scaffold") task.control_bytes = control_bytes_;
   task.task_token = newToken();
   task.chunk_bytes = options_.chunk_bytes;
 
@@ -562,10 +621,10 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
                             std::to_string(p->next_offset),
                         now);
   }
-  if (n > params_.size() - chunk.offset) {
+  if (n > updateSize() - chunk.offset) {
     return rejectUpdate(*p, token,
                         "chunk ends at " + std::to_string(chunk.offset + n) +
-                            ", past the model's " + std::to_string(params_.size()) + " values",
+                            ", past the update's " + std::to_string(updateSize()) + " values",
                         now);
   }
   if (chunk.n_samples == 0) return rejectUpdate(*p, token, "chunk reports 0 samples", now);
@@ -573,6 +632,16 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
     p->weight = static_cast<double>(chunk.n_samples);
     p->steps = chunk.steps;
     p->fold_weight = p->weight;
+    if (options_.aggregator == "fednova") {
+      if (chunk.steps == 0) {
+        return rejectUpdate(*p, token, "FedNova needs the update's local steps (chunk says 0)",
+                            now);
+      }
+      p->fold_weight = fednova_.foldWeight(
+          p->weight, fedNovaNormaliser(chunk.steps, options_.hparams.momentum));
+    } else if (options_.aggregator == "scaffold") {
+      p->fold_weight = 1;  // SCAFFOLD averages without weights
+    }
     p->weight_set = true;
   } else if (static_cast<double>(chunk.n_samples) != p->weight || chunk.steps != p->steps) {
     return rejectUpdate(*p, token,
@@ -592,15 +661,20 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   // w * x must stay far from overflow in the running sum: a client cannot poison the round.
   float max_abs = 0;
   for (float v : scratch_) max_abs = std::max(max_abs, std::fabs(v));
+  if (chunk.offset < params_.size()) {  // the delta part (not SCAFFOLD's control delta)
+    const uint64_t m = std::min<uint64_t>(n, params_.size() - chunk.offset);
+    for (uint64_t i = 0; i < m; ++i) p->sq_norm += static_cast<double>(scratch_[i]) * scratch_[i];
+  }
   if (static_cast<double>(max_abs) * std::max({p->weight, p->fold_weight, 1.0}) > 1e30) {
     return rejectUpdate(*p, token, "delta values too large to aggregate", now);
   }
   st = partial_.append(token, chunk.offset, n, chunk.payload);
   if (!st.isOk()) return rejectUpdate(*p, token, "coordinator: " + st.message(), now);
   if (p->codec.empty()) p->codec = compress::codecKindName(header->kind);
-  if (!options_.async) {
-    // Synchronous: fold now. Asynchronous: the weight depends on the staleness at completion,
-    // so the update is folded from the PartialLog when its summary arrives.
+  if (foldsOnArrival()) {
+    // Synchronous linear aggregators fold now. Asynchronous: the weight depends on the
+    // staleness at completion, so the update is folded from the PartialLog when its summary
+    // arrives; median and trimmed mean need the whole update.
     kernels::weightedAccumulate(sum_.data() + chunk.offset, scratch_.data(),
                                 static_cast<float>(p->fold_weight), n);
     p->folded = true;
@@ -616,10 +690,10 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   if (!p) return;
   p->bytes_up += frame_bytes;
   const uint64_t token = summary.task_token;
-  if (!p->last_chunk || p->next_offset != params_.size()) {
+  if (!p->last_chunk || p->next_offset != updateSize()) {
     return rejectUpdate(*p, token,
                         "summary after " + std::to_string(p->next_offset) + " of " +
-                            std::to_string(params_.size()) + " values" +
+                            std::to_string(updateSize()) + " values" +
                             (p->last_chunk ? "" : " (no last chunk)"),
                         now);
   }
@@ -636,6 +710,10 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
     return rejectUpdate(*p, token, "summary has a non-finite loss", now);
   }
   p->summary = summary;
+  if (!options_.async) {
+    Status counted = countUpdate(*p, token);
+    if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);
+  }
   p->finished_at = now;
   finished_tokens_.insert(token);
   auto& client = clients_.at(id);
@@ -651,6 +729,58 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   p->folded = false;  // it counts now: nothing to take back
   p->state = UpdateState::kCompleted;
   maybeFinishEarly(now);
+}
+
+Status RoundEngine::countUpdate(Participant& p, uint64_t token) {
+  const double clip =
+      options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
+  if (robust()) {
+    std::vector<float> full(params_.size());
+    FEDFLEET_RETURN_IF_ERROR(partial_.forEach(
+        token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
+          return compress::decodePayload(payload, elements, full.data() + offset);
+        }));
+    if (clip < 1) {
+      for (float& v : full) v = static_cast<float>(v * clip);
+    }
+    return robust_->add(full.data(), full.size());
+  }
+  if (clip < 1) {
+    // Folded in full as it arrived: fold (clip - 1) x the update again to scale it down.
+    Status st = foldFromLog(token, static_cast<float>((clip - 1) * p.fold_weight));
+    if (!st.isOk()) {
+      sum_tainted_ = true;  // partly corrected: the round's sum cannot be trusted
+      return st;
+    }
+  }
+  if (options_.aggregator == "fednova") {
+    fednova_.add(p.weight, fedNovaNormaliser(p.steps, options_.hparams.momentum));
+  }
+  return Status::ok();
+}
+
+bool RoundEngine::applyServerStep(uint32_t completed) {
+  const size_t n = params_.size();
+  // The pseudo-gradient G, computed in place in the first n values of sum_.
+  if (robust()) {
+    if (!robust_->aggregate(sum_.data()).isOk()) return false;
+  } else if (options_.aggregator == "fednova") {
+    kernels::scale(sum_.data(), static_cast<float>(fednova_.finalScale()), n);
+  } else if (options_.aggregator == "scaffold") {
+    // x += eta_g mean_k D_k; c += (|S| / N) mean_k Dc_k = sum_k Dc_k / N.
+    const float total = static_cast<float>(std::max<size_t>(clients_.size(), 1));
+    std::vector<float> next_c(control_);
+    kernels::weightedAccumulate(next_c.data(), sum_.data() + n, 1.0f / total, n);
+    if (!kernels::allFinite(next_c.data(), n)) return false;
+    control_ = std::move(next_c);
+    std::memcpy(control_bytes_.data(), control_.data(), n * sizeof(float));
+    kernels::scale(sum_.data(), 1.0f / static_cast<float>(completed), n);
+  } else {
+    kernels::scale(sum_.data(), static_cast<float>(1.0 / sum_weight_), n);
+  }
+  if (!kernels::allFinite(sum_.data(), n)) return false;
+  optimizer_->apply(params_.data(), sum_.data(), n);
+  return true;
 }
 
 void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, double now) {
@@ -845,9 +975,14 @@ void RoundEngine::finishRound(double now) {
     event("aggregation_error", "",
           "round " + std::to_string(round_) + ": the running sum is not usable", now);
   }
+  if (ok && !applyServerStep(r.completed)) {
+    ok = false;
+    event("aggregation_error", "",
+          "round " + std::to_string(round_) + ": the aggregate (" + options_.aggregator +
+              ") is not usable; the model is unchanged",
+          now);
+  }
   if (ok) {
-    const float scale = static_cast<float>(options_.server_lr / sum_weight_);
-    kernels::weightedAccumulate(params_.data(), sum_.data(), scale, params_.size());
     ++version_;
     refreshModelBytes();
     r.train_loss = loss_sum / sum_weight_;
@@ -860,6 +995,8 @@ void RoundEngine::finishRound(double now) {
   sum_.clear();
   sum_.shrink_to_fit();
   sum_tainted_ = false;
+  fednova_.clear();
+  if (robust_) robust_->clear();
   partial_.clear();
   participants_.clear();
   endServerStep(std::move(c), ok, round_ >= options_.rounds, now);
@@ -930,8 +1067,10 @@ void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
           now);
   } else {
     // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
-    weight = 1.0 / std::sqrt(1.0 + static_cast<double>(s));
-    Status st = foldFromLog(token, static_cast<float>(weight));
+    weight = stalenessWeight(s);
+    const double clip =
+        options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
+    Status st = foldFromLog(token, static_cast<float>(weight * clip));
     partial_.erase(token);
     if (!st.isOk()) {
       // A partly folded update cannot be taken out again reliably: this step is tainted.
@@ -987,8 +1126,11 @@ void RoundEngine::flushAsync(double now) {
   window_.clear();
   bool ok = buffered_ > 0 && !sum_tainted_ && kernels::allFinite(sum_.data(), sum_.size());
   if (ok) {
-    const float scale = static_cast<float>(options_.server_lr / options_.async_buffer);
-    kernels::weightedAccumulate(params_.data(), sum_.data(), scale, params_.size());
+    // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
+    kernels::scale(sum_.data(), 1.0f / static_cast<float>(options_.async_buffer), sum_.size());
+    optimizer_->apply(params_.data(), sum_.data(), params_.size());
+  }
+  if (ok) {
     ++version_;
     refreshModelBytes();
     r.train_loss = window_loss_ / sum_weight_;

@@ -76,7 +76,10 @@
 #include "common/history/history.h"
 #include "common/wire/messages.h"
 #include "coordinator/partial_log.h"
+#include "coordinator/robust_aggregator.h"
 #include "coordinator/selector.h"
+#include "coordinator/server_optimizer.h"
+#include "coordinator/update_weights.h"
 
 namespace fedfleet::coordinator {
 
@@ -215,6 +218,11 @@ struct RunFinished {
 using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
                             Evaluate, CommitRound, RunFinished>;
 
+// The server optimiser and robust aggregator `options` ask for (run_setup.h checks that they
+// can be built before an engine is).
+ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& options);
+RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& options, uint64_t n_params);
+
 class RoundEngine {
  public:
   // `initial_params` is the flat model the run starts from (fresh or from a checkpoint).
@@ -322,6 +330,7 @@ class RoundEngine {
     double sent_at = 0;
     double deadline = 0;         // this task's deadline (the round's, or its own when async)
     uint32_t staleness = 0;      // async: versions behind when it completed
+    double sq_norm = 0;          // squared L2 norm of the delta part received so far
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
@@ -349,6 +358,16 @@ class RoundEngine {
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
   // Folds a complete update kept in the PartialLog into the running sum with weight `w`.
   Status foldFromLog(uint64_t token, float w);
+  // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
+  uint64_t updateSize() const { return options_.aggregator == "scaffold" ? 2 * params_.size() : params_.size(); }
+  bool robust() const { return robust_ != nullptr; }
+  // Whether chunks are folded into the running sum as they arrive (else at completion).
+  bool foldsOnArrival() const { return !options_.async && !robust(); }
+  // A completed update counts: clipping, FedNova bookkeeping, robust buffering. An error
+  // (a spill that failed, a log that cannot be read back) is returned for rejection.
+  Status countUpdate(Participant& p, uint64_t token);
+  // x <- server optimiser step on this round's pseudo-gradient; false when it is not usable.
+  bool applyServerStep(uint32_t completed);
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
   // Asynchronous mode: keep async_concurrency tasks in flight; one server step per buffer.
@@ -385,6 +404,11 @@ class RoundEngine {
   IdleSet idle_;
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
+  std::unique_ptr<ServerOptimizer> optimizer_;
+  std::unique_ptr<RobustAggregator> robust_;  // median, trimmed_mean
+  FedNovaAccumulator fednova_;
+  std::vector<float> control_;                // SCAFFOLD server control variate c
+  std::string control_bytes_;                 // c as sent in tasks
   std::map<uint64_t, Participant> participants_;  // by task token, current round only
   std::set<uint64_t> finished_tokens_;            // tokens of ended tasks (stale)
   std::set<uint64_t> answered_stale_;             // stale tokens already answered once

@@ -87,6 +87,12 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
 Status checkEngineOptions(const EngineOptions& options) {
   Status st = validateSelectorOptions(options.selector);
   if (!st.isOk()) return st.withContext("config [selection]");
+  auto opt = ServerOptimizer::create(serverOptimizerOptions(options));
+  if (!opt.isOk()) return opt.status().withContext("config [aggregation]");
+  if (options.aggregator == "median" || options.aggregator == "trimmed_mean") {
+    auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
+    if (!agg.isOk()) return agg.status().withContext("config [aggregation]");
+  }
   return Status::ok();
 }
 

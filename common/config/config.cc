@@ -488,6 +488,10 @@ Status Config::validateAggregation() const {
   if (!(a.beta2 >= 0 && a.beta2 < 1)) return bad("aggregation.beta2", "must be in [0, 1)");
   if (!(a.tau > 0)) return bad("aggregation.tau", "must be > 0");
   if (a.buffer_mib == 0) return bad("aggregation.buffer_mib", "must be at least 1");
+  if (a.method == "scaffold" && a.clip_norm > 0) {
+    return bad("aggregation.clip_norm", "is not supported with SCAFFOLD (it would scale the "
+                                        "control variates too); set it to 0");
+  }
   if (policy.mode == "async" && a.method != "fedavg") {
     return bad("aggregation.method",
                "must be fedavg with policy.mode = \"async\" (FedBuff weighs by staleness), got \"" +

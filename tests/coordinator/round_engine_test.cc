@@ -1033,3 +1033,131 @@ TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterAResta
 
 }  // namespace
 }  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+// One round with clients a, b (and more registered) uploading the given deltas; returns the
+// commit.
+struct Upload {
+  std::string client;
+  std::vector<float> delta;
+  uint64_t n = 1;
+  uint64_t steps = 3;
+};
+CommitRound oneRound(Fixture& f, const std::vector<std::string>& ids,
+                     const std::vector<Upload>& uploads) {
+  f.engine->start(0);
+  for (const auto& id : ids) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  double t = 1;
+  for (const auto& u : uploads) f.upload(u.client, token.at(u.client), u.delta, u.n, t++, 2, u.steps);
+  auto commits = actionsOf<CommitRound>(f.take());
+  EXPECT_EQ(commits.size(), 1u);
+  return commits.empty() ? CommitRound{} : commits[0];
+}
+
+TEST(RoundEngineAggregation, FedNovaNormalisesByLocalSteps) {
+  EngineOptions o = baseOptions(2, 2, 2);
+  o.aggregator = "fednova";
+  Fixture f(o, {0, 0, 0});
+  // n = 1, 3; tau = 2, 4: d_a = (1, 1, 1), d_b = (1, 0, 2); sum p d = (1, 0.25, 1.75);
+  // tau_eff = (1 x 2 + 3 x 4) / 4 = 3.5; x = 3.5 x (1, 0.25, 1.75).
+  auto c = oneRound(f, {"a", "b"}, {{"a", {2, 2, 2}, 1, 2}, {"b", {4, 0, 8}, 3, 4}});
+  EXPECT_EQ(c.round.status, "ok");
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 3.5f);
+  EXPECT_FLOAT_EQ(f.engine->params()[1], 0.875f);
+  EXPECT_FLOAT_EQ(f.engine->params()[2], 6.125f);
+}
+
+TEST(RoundEngineAggregation, FedNovaWithEqualStepsIsFedAvg) {
+  EngineOptions o = baseOptions(2, 2, 2);
+  Fixture avg(o, {1, 1, 1});
+  o.aggregator = "fednova";
+  o.hparams.momentum = 0.9f;
+  Fixture nova(o, {1, 1, 1});
+  const std::vector<Upload> ups = {{"a", {2, -2, 2}, 1, 5}, {"b", {4, 0, 8}, 3, 5}};
+  oneRound(avg, {"a", "b"}, ups);
+  oneRound(nova, {"a", "b"}, ups);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(nova.engine->params()[i], avg.engine->params()[i], 1e-5);
+}
+
+TEST(RoundEngineAggregation, CoordinateWiseMedianIgnoresAnOutlier) {
+  EngineOptions o = baseOptions(3, 3, 3);
+  o.aggregator = "median";
+  Fixture f(o, {0, 0, 0});
+  auto c = oneRound(f, {"a", "b", "c"},
+                    {{"a", {1, 10, -1}, 1}, {"b", {2, 0, 5}, 50}, {"c", {1000, 5, 0}, 1}});
+  EXPECT_EQ(c.round.status, "ok");
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{2, 5, 0}));
+}
+
+TEST(RoundEngineAggregation, TrimmedMeanDropsTheEnds) {
+  EngineOptions o = baseOptions(4, 4, 4);
+  o.aggregator = "trimmed_mean";
+  o.trim_fraction = 0.25;  // floor(0.25 x 4) = 1 dropped at each end
+  o.robust_buffer_bytes = 16;  // forces the later updates to spill to a file
+  Fixture f(o, {0, 0, 0});
+  oneRound(f, {"a", "b", "c", "d"},
+           {{"a", {1, 0, 0}}, {"b", {2, 0, 0}}, {"c", {4, 0, 9}}, {"d", {100, 0, -9}}});
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{3, 0, 0}));
+}
+
+TEST(RoundEngineAggregation, NormClippingScalesLargeUpdatesBeforeAveraging) {
+  EngineOptions o = baseOptions(2, 2, 2);
+  o.clip_norm = 1;
+  Fixture f(o, {0, 0, 0});
+  // (3, 4, 0) has norm 5 -> (0.6, 0.8, 0); (0, 0, 0.5) is left; weights 1 and 1.
+  oneRound(f, {"a", "b"}, {{"a", {3, 4, 0}}, {"b", {0, 0, 0.5f}}});
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 0.3f);
+  EXPECT_FLOAT_EQ(f.engine->params()[1], 0.4f);
+  EXPECT_FLOAT_EQ(f.engine->params()[2], 0.25f);
+}
+
+TEST(RoundEngineAggregation, ScaffoldAveragesDeltasAndUpdatesTheServerControlVariate) {
+  EngineOptions o = baseOptions(2, 4, 2);
+  o.aggregator = "scaffold";
+  o.hparams.scaffold = true;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c", "d"}) f.engine->onHello(id, hello(id), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[0].task.control_bytes, std::string(12, '\0'));  // c starts at 0
+  // Updates are 2P long: D_k then Dc_k. Weights (n) do not matter to SCAFFOLD.
+  const std::vector<std::vector<float>> up = {{1, 2, 3, 4, 4, 4}, {3, 2, 1, 0, 0, 8}};
+  for (size_t i = 0; i < 2; ++i) {
+    f.upload(tasks[i].client, tasks[i].task.task_token, up[i], i == 0 ? 1 : 7, 1.0 + i);
+  }
+  auto actions = f.take();
+  ASSERT_EQ(actionsOf<CommitRound>(actions).size(), 1u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{2, 2, 2}));  // mean of the deltas
+  auto next = actionsOf<SendTask>(actions);
+  ASSERT_FALSE(next.empty());
+  // c = (Dc_a + Dc_b) / N with N = 4 registered clients = (1, 1, 3).
+  std::vector<float> c(3);
+  ASSERT_EQ(next[0].task.control_bytes.size(), 12u);
+  std::memcpy(c.data(), next[0].task.control_bytes.data(), 12);
+  EXPECT_EQ(c, (std::vector<float>{1, 1, 3}));
+}
+
+TEST(RoundEngineAggregation, ServerMomentumCarriesAcrossRounds) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.server_optimizer = "fedavgm";
+  o.server_momentum = 0.5;
+  o.rounds = 2;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  for (int round = 0; round < 2; ++round) {
+    auto tasks = actionsOf<SendTask>(f.take());
+    ASSERT_EQ(tasks.size(), 1u);
+    f.upload("a", tasks[0].task.task_token, {2, 0, -2}, 1, 1.0 + round);
+  }
+  f.take();
+  // m1 = G, x1 = G; m2 = 0.5 G + G, x2 = 2.5 G with G = (2, 0, -2).
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{5, 0, -5}));
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
