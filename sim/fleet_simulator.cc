@@ -26,6 +26,7 @@
 #include "coordinator/run_setup.h"
 #include "sim/fleet.h"
 #include "sim/fleet_data.h"
+#include "sim/hash.h"
 #include "sim/model_cost.h"
 #include "sim/progress.h"
 #include "sim/worker_pool.h"
@@ -368,6 +369,19 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   f.download_s = p.latency_s + static_cast<double>(task.model_bytes.size()) / p.down_bytes_per_s;
   wire::HyperParams hp = task.hparams;
   const double samples_per_s = p.speed * ref_samples_per_s_;
+  const auto& sc = config_.sim;
+  if (sc.stragglers > 0 && hp.epochs > 1 && hp.max_steps == 0) {
+    // A straggler this round: only 1..E-1 epochs (uniform), drawn from (seed, round, client).
+    const uint64_t h = mix(config_.run.seed ^ 0x73747267ull, task.round, k);
+    if (unitInterval(h) < sc.stragglers) {
+      if (sc.straggler_mode == "drop") {
+        f.compute_s = std::numeric_limits<double>::infinity();
+        in_flight_.emplace(task.task_token, std::move(f));  // never reports: late at the deadline
+        return;
+      }
+      hp.epochs = 1 + static_cast<uint32_t>(unitInterval(mix(h, 7, 0)) * (hp.epochs - 1));
+    }
+  }
   f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
   if (hp.stop_after_s > 0 && f.compute_s > hp.stop_after_s) {
     // Partial work: the client is stopped stop_after_s after receipt and sends the steps it

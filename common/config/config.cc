@@ -122,6 +122,8 @@ void forEachField(C& c, F&& f) {
   f("sim.workers", c.sim.workers);
   f("sim.progress", c.sim.progress);
   f("sim.residual_storage", c.sim.residual_storage);
+  f("sim.stragglers", c.sim.stragglers);
+  f("sim.straggler_mode", c.sim.straggler_mode);
   f("history.db", c.history.db);
 }
 
@@ -410,6 +412,8 @@ Status Config::validate() const {
     return bad("sim.dropout", "must be in [0, 1), or -1 for each tier's own");
   }
   if (!(sim.rejoin_s >= 0)) return bad("sim.rejoin_s", "must be >= 0");
+  if (!(sim.stragglers >= 0 && sim.stragglers <= 1)) return bad("sim.stragglers", "must be in [0, 1]");
+  FEDFLEET_RETURN_IF_ERROR(oneOf("sim.straggler_mode", sim.straggler_mode, {"partial", "drop"}));
   if (!(sim.reference_gflops > 0)) return bad("sim.reference_gflops", "must be > 0");
   if (sim.progress != "auto" && sim.progress != "on" && sim.progress != "off") {
     return bad("sim.progress", "must be auto, on or off; got \"" + sim.progress + "\"");

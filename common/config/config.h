@@ -164,6 +164,11 @@ struct SimSection {
   uint32_t workers = 0;            // training threads (0: one per core)
   std::string progress = "auto";   // auto (a bar on a terminal), on, off
   std::string residual_storage = "bf16";  // error-feedback residual of each virtual client
+  // Systems heterogeneity as in FedProx's experiments: this fraction of the tasks (drawn per
+  // client and round) are stragglers that manage only a random 1..E-1 of the E local epochs.
+  double stragglers = 0;
+  std::string straggler_mode = "partial";  // partial: they send that work; drop: they never
+                                           // report (late at the deadline), as FedAvg drops them
 };
 
 struct HistorySection {

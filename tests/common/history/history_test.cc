@@ -39,7 +39,7 @@ auto fields(const EventRecord& e) {
   return std::tie(e.run_id, e.time, e.kind, e.client_id, e.detail);
 }
 auto fields(const CheckpointRecord& c) {
-  return std::tie(c.run_id, c.round, c.model_version, c.sha256_hex, c.blob);
+  return std::tie(c.run_id, c.round, c.model_version, c.sha256_hex, c.blob, c.engine_state);
 }
 
 template <typename T>
@@ -95,6 +95,7 @@ CheckpointRecord makeCheckpoint(int64_t run_id, uint32_t round) {
   c.model_version = 1000 + round;
   c.sha256_hex = std::string(64, static_cast<char>('a' + round % 6));
   c.blob = std::string("\0\x01\xff\x7f", 4) + std::string(1000 + round, static_cast<char>(round));
+  c.engine_state = std::string("FFE1\0\xfe", 6) + std::to_string(round);
   return c;
 }
 

@@ -91,7 +91,7 @@ TEST_F(SqliteHistoryTest, UsesWalJournal) {
   ASSERT_EQ(header.size(), 100u);
   EXPECT_EQ(header[18], 2);
   EXPECT_EQ(header[19], 2);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "2");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "3");
   EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
                      "('updates_by_round', 'events_by_run')"),
             "2");
@@ -172,7 +172,7 @@ TEST_F(SqliteHistoryTest, NewerSchemaVersionIsRefused) {
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string message = store.status().message();
   EXPECT_NE(message.find("schema version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("version 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 3"), std::string::npos) << message;
   EXPECT_NE(message.find("newer"), std::string::npos) << message;
   EXPECT_NE(message.find(path_), std::string::npos) << message;
 }
@@ -300,7 +300,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "2");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "3");
   auto runs = store->runs();
   ASSERT_TRUE(runs.isOk());
   ASSERT_EQ(runs->size(), 1u);
