@@ -11,11 +11,10 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli/history_command.h"
 #include "client/client_runtime.h"
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
-#include "common/history/format.h"
-#include "common/history/history.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "sim/fleet_simulator.h"
@@ -287,47 +286,6 @@ int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t c
   return 0;
 }
 
-int runHistory(const std::string& db, const std::string& format, int64_t run) {
-  auto fmt = history::parseFormat(format);
-  if (!fmt.isOk()) {
-    std::cerr << "fedfleet history: " << fmt.status().message() << "\n";
-    return 2;
-  }
-  if (!std::filesystem::exists(db)) {
-    std::cerr << "fedfleet history: " << db << ": no such file\n";
-    return 2;
-  }
-  auto store = history::openSqliteHistory(db);
-  if (!store.isOk()) {
-    std::cerr << "fedfleet history: " << store.status().toString() << "\n";
-    return 1;
-  }
-  auto runs = (*store)->runs();
-  if (!runs.isOk()) {
-    std::cerr << "fedfleet history: " << runs.status().toString() << "\n";
-    return 1;
-  }
-  if (runs->empty()) {
-    std::cerr << "fedfleet history: " << db << " holds no runs\n";
-    return 1;
-  }
-  if (run <= 0) {
-    run = runs->back().run_id;
-  } else if (std::none_of(runs->begin(), runs->end(),
-                          [run](const history::RunRecord& r) { return r.run_id == run; })) {
-    std::cerr << "fedfleet history: " << db << " has no run " << run << " (runs 1.."
-              << runs->back().run_id << ")\n";
-    return 2;
-  }
-  auto rounds = (*store)->rounds(run);
-  if (!rounds.isOk()) {
-    std::cerr << "fedfleet history: " << rounds.status().toString() << "\n";
-    return 1;
-  }
-  std::cout << history::formatRounds(*rounds, *fmt);
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -368,6 +326,8 @@ int main(int argc, char** argv) {
                     "Write the bound endpoint (with the port actually chosen) to this file");
   addFlagOverride(coord, coord_overrides, "--resume", "coordinator.resume",
                   "Resume the latest run of this name");
+  addOverride<int64_t>(coord, coord_overrides, "--metrics-port", "metrics.port",
+                       "Serve /metrics and /status on this port (0: off)");
 
   // client
   ConfigFlags client_flags;
@@ -430,13 +390,46 @@ int main(int argc, char** argv) {
   kg->add_option("--prefix", key_prefix, "Client name prefix for --clients");
   kg->add_flag("--force", key_force, "Overwrite existing key files");
 
-  // history
-  std::string hist_db = "fedfleet.db", hist_format = "table", hist_level = "warn";
-  int64_t hist_run = 0;
-  auto* hist = app.add_subcommand("history", "Print the rounds of a run from a history database");
-  hist->add_option("--db", hist_db, "SQLite history file");
-  hist->add_option("--format", hist_format, "table, csv or json");
-  hist->add_option("--run", hist_run, "Run id (default: the latest)");
+  // history: `fedfleet history [runs|rounds|clients|updates|events]`; rounds without a
+  // subcommand. The options may come before or after the subcommand.
+  HistoryArgs hist_args;
+  std::string hist_level = "warn";
+  auto* hist = app.add_subcommand("history",
+                                  "Print the history: runs, rounds (default), clients, "
+                                  "updates, events");
+  hist->add_option("--db", hist_args.db, "SQLite history file");
+  hist->add_option("--format", hist_args.format, "table, csv or json");
+  hist->add_option("--run", hist_args.run,
+                   "Run id (rounds, updates: default the latest; runs, clients, events: all)");
+  hist->require_subcommand(0, 1);
+  const std::pair<const char*, const char*> kHistoryViews[] = {
+      {"runs", "The runs: id, name, start, seed, clock (CSV/JSON: with the configuration)"},
+      {"rounds", "The rounds of a run"},
+      {"clients", "The clients (with --run: those that took part in the run)"},
+      {"updates", "The client updates of a run (--round N: of one round)"},
+      {"events", "Recorded events (rejections, refusals, drops, ...)"},
+  };
+  std::vector<CLI::App*> hist_views;
+  for (const auto& [name, help] : kHistoryViews) {
+    auto* view = hist->add_subcommand(name, help);
+    view->fallthrough();
+    if (std::string(name) == "updates") {
+      view->add_option_function<uint32_t>(
+          "--round", [&hist_args](const uint32_t& r) { hist_args.round = r; }, "Only this round");
+    }
+    hist_views.push_back(view);
+  }
+
+  // report
+  ReportArgs report_args;
+  auto* report = app.add_subcommand(
+      "report", "Write a self-contained HTML report (charts, stragglers, config) of a history");
+  report->add_option("--db", report_args.db, "SQLite history file");
+  report->add_option("-o,--output", report_args.output, "HTML file to write");
+  report->add_option("--run", report_args.runs, "Run id to show (repeatable; default: every run)");
+  report->add_option_function<uint32_t>(
+      "--timeline-round", [&report_args](const uint32_t& r) { report_args.timeline_round = r; },
+      "Round of the per-client timeline (default: the one with the worst stragglers)");
 
   try {
     app.parse(argc, argv);
@@ -460,7 +453,13 @@ int main(int argc, char** argv) {
   if (kg->parsed()) {
     return runKeygen(key_dir, key_names, key_clients, key_prefix, key_coordinator, key_force);
   }
-  if (hist->parsed()) return runHistory(hist_db, hist_format, hist_run);
+  if (hist->parsed()) {
+    for (auto* view : hist_views) {
+      if (view->parsed()) hist_args.what = view->get_name();
+    }
+    return runHistoryCommand(hist_args);
+  }
+  if (report->parsed()) return runReportCommand(report_args);
   return 2;
 }
 

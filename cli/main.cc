@@ -1,4 +1,4 @@
-// fedfleet: the one program. Subcommands: coordinator, client, keygen, history.
+// fedfleet: the one program. Subcommands: coordinator, client, sim, keygen, history, report.
 #include "cli/commands.h"
 
 int main(int argc, char** argv) { return fedfleet::cli::main(argc, argv); }

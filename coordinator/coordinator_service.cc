@@ -14,6 +14,7 @@
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
 #include "coordinator/background_evaluator.h"
+#include "coordinator/metrics_server.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/run_setup.h"
 
@@ -62,6 +63,10 @@ class ZmqCoordinator final : public CoordinatorService {
   void sendTo(const ClientId& id, const wire::Message& message, double now);
   void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
                    double now);
+  // Live metrics (no-ops when metrics.port = 0): fold a committed round into the snapshot, and
+  // hand the snapshot to the server (at most every 100 ms unless `force`).
+  void countCommit(const CommitRound& commit);
+  void publishMetrics(double now, bool force);
 
   config::Config config_;
   std::unique_ptr<transport::ServerTransport> server_;
@@ -83,6 +88,9 @@ class ZmqCoordinator final : public CoordinatorService {
   bool finished_ = false;
   bool run_ok_ = false;
   std::string finish_message_;
+  std::unique_ptr<MetricsServer> metrics_;  // null when metrics.port = 0
+  MetricsSnapshot metrics_snapshot_;        // the loop's copy; the server gets copies
+  double metrics_published_at_ = 0;
 };
 
 Status ZmqCoordinator::init(const config::Config& config) {
@@ -190,6 +198,17 @@ Status ZmqCoordinator::init(const config::Config& config) {
     if (!st.isOk()) return st.withContext("--resume: checkpoint of run " + std::to_string(run_id_));
   }
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
+  metrics_snapshot_.run_id = run_id_;
+  metrics_snapshot_.run_name = config_.run.name;
+  metrics_snapshot_.rounds_target = config_.run.rounds;
+  if (config_.metrics.port > 0) {
+    FEDFLEET_ASSIGN_OR_RETURN(
+        metrics_,
+        MetricsServer::start(config_.metrics.bind, static_cast<uint16_t>(config_.metrics.port)));
+    metrics_->publish(metrics_snapshot_);
+    spdlog::info("coordinator: metrics on {}/metrics and {}/status", metrics_->url(),
+                 metrics_->url());
+  }
   spdlog::info("coordinator: run {} listening on {} ({}), {} rounds, {} clients a round", run_id_,
                server_->boundEndpoint(), cc.insecure ? "PLAIN TEXT" : "CURVE", config_.run.rounds,
                cc.clients_per_round);
@@ -205,6 +224,7 @@ void ZmqCoordinator::recordEvent(const std::string& kind, const std::string& cli
   e.client_id = client;
   e.detail = detail;
   spdlog::warn("event {}: {} {}", kind, client, detail);
+  ++metrics_snapshot_.events_by_kind[kind];
   Status st = history_->recordEvent(e);
   if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: recording an event");
 }
@@ -344,6 +364,7 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           Status st = history_->upsertClient(a.client);
           if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: client");
         } else if constexpr (std::is_same_v<T, RecordEvent>) {
+          ++metrics_snapshot_.events_by_kind[a.event.kind];
           Status st = history_->recordEvent(a.event);
           if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
         } else if constexpr (std::is_same_v<T, CommitRound>) {
@@ -363,6 +384,7 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           Status st =
               commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
           if (!st.isOk() && fatal_.isOk()) fatal_ = st;
+          if (st.isOk()) countCommit(a);
         } else if constexpr (std::is_same_v<T, Evaluate>) {
           // Runs beside the loop; the next round's tasks went out before (they come first in
           // the action list). The result comes back through takeResults() in run().
@@ -376,8 +398,31 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
       action);
 }
 
+void ZmqCoordinator::countCommit(const CommitRound& commit) {
+  MetricsSnapshot& m = metrics_snapshot_;
+  const history::RoundRecord& r = commit.round;
+  ++m.rounds_committed;
+  m.last_committed_round = r.round;
+  m.bytes_up += r.bytes_up;
+  m.bytes_down += r.bytes_down;
+  if (r.test_accuracy) m.test_accuracy = r.test_accuracy;
+  if (r.test_loss) m.test_loss = r.test_loss;
+  for (const auto& u : commit.updates) ++m.updates_by_status[u.status];
+  if (r.status != "initial") m.round_duration.observe(r.end_time - r.start_time);
+}
+
+void ZmqCoordinator::publishMetrics(double now, bool force) {
+  if (!metrics_ || (!force && now - metrics_published_at_ < 0.1)) return;
+  metrics_snapshot_.round = engine_->currentRound();
+  metrics_snapshot_.model_version = engine_->modelVersion();
+  metrics_snapshot_.connected_clients = engine_->connectedClients();
+  metrics_->publish(metrics_snapshot_);
+  metrics_published_at_ = now;
+}
+
 Status ZmqCoordinator::run() {
   engine_->start(unixNow());
+  metrics_snapshot_.state = "running";
   FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
   while (!finished_) {
     if (stop_.load()) {
@@ -385,6 +430,8 @@ Status ZmqCoordinator::run() {
       const double now = unixNow();
       recordEvent("run_interrupted", "",
                   "stopped at round " + std::to_string(engine_->currentRound()), now);
+      metrics_snapshot_.state = "interrupted";
+      publishMetrics(now, true);
       return unavailable("interrupted during round " + std::to_string(engine_->currentRound()));
     }
     double now = unixNow();
@@ -417,7 +464,10 @@ Status ZmqCoordinator::run() {
     }
     engine_->onTick(now);
     FEDFLEET_RETURN_IF_ERROR(carryOut(now));
+    publishMetrics(now, false);
   }
+  metrics_snapshot_.state = run_ok_ ? "finished" : "failed";
+  publishMetrics(unixNow(), true);
   if (!run_ok_) return timeoutError(finish_message_);
   return Status::ok();
 }

@@ -3,7 +3,8 @@
 # compute and bandwidth span over 10x, online 16 h a day, 2% dropping out of a task) train the
 # MLP on Fashion-MNIST split Dirichlet(0.5), 50 sampled a round, 30 rounds, with the
 # coordinator's own round engine on a virtual clock (examples/configs/sim_mobile_mix.toml).
-# Prints progress, a summary and where the SQLite history went, then the rounds table.
+# Prints progress, a summary and where the SQLite history went, then the rounds table, and
+# writes the HTML report (charts, stragglers, config) next to the database.
 # scripts/demo_processes.sh runs real coordinator and client processes over CURVE instead.
 #   BUILD_DIR (default build), OUT (default out/demo-<time>), ROUNDS (default 30)
 set -euo pipefail
@@ -24,6 +25,8 @@ echo "demo: simulating 1,000 mobile-mix clients; output in $OUT"
   --db "$OUT/history.db" --rounds "${ROUNDS:-30}" 2> >(tee "$OUT/sim.log" >&2)
 echo
 "$FEDFLEET" history --db "$OUT/history.db"
+"$FEDFLEET" report --db "$OUT/history.db" -o "$OUT/report.html" > /dev/null
 echo
 echo "history: $OUT/history.db"
+echo "report:  $OUT/report.html"
 echo "log:     $OUT/sim.log"

@@ -15,6 +15,7 @@ PACKAGES=(
   dataset-fashion-mnist
   python3-torch python3-numpy
   procps time bsdutils
+  chromium
   docker.io docker-compose debootstrap
 )
 

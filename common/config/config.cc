@@ -125,6 +125,8 @@ void forEachField(C& c, F&& f) {
   f("sim.stragglers", c.sim.stragglers);
   f("sim.straggler_mode", c.sim.straggler_mode);
   f("history.db", c.history.db);
+  f("metrics.port", c.metrics.port);
+  f("metrics.bind", c.metrics.bind);
 }
 
 template <typename T>
@@ -435,6 +437,8 @@ Status Config::validate() const {
   if (!(client.heartbeat_s > 0)) return bad("client.heartbeat_s", "must be > 0");
   if (client.exit_idle_s < 0) return bad("client.exit_idle_s", "must be >= 0");
   if (history.db.empty()) return bad("history.db", "must not be empty");
+  if (metrics.port > 65535) return bad("metrics.port", "must be a TCP port (1-65535) or 0 (off)");
+  if (metrics.bind.empty()) return bad("metrics.bind", "must not be empty");
   if (train.prox_mu < 0) return bad("train.prox_mu", "must be >= 0");
   FEDFLEET_RETURN_IF_ERROR(validatePolicy());
   // Ranges of the selector's own parameters are checked where it is built

@@ -175,6 +175,13 @@ struct HistorySection {
   std::string db = "fedfleet.db";
 };
 
+// Live metrics of a coordinator (coordinator/metrics_server.h): GET /metrics in Prometheus text
+// format and GET /status as JSON, over plain HTTP.
+struct MetricsSection {
+  uint32_t port = 0;               // TCP port of the endpoint; 0: no endpoint
+  std::string bind = "127.0.0.1";  // address to listen on (loopback: only this host may read)
+};
+
 struct Config {
   RunSection run;
   CoordinatorSection coordinator;
@@ -187,6 +194,7 @@ struct Config {
   ClientSection client;
   SimSection sim;
   HistorySection history;
+  MetricsSection metrics;
 
   // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors
   // return kInvalidArgument naming the file, line and key; the Config may then be partly set.

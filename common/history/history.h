@@ -125,6 +125,19 @@ struct EventRecord {
   std::string detail;
 };
 
+// One evaluation of one block's model in a block-cyclic run. Read-only in this build: the
+// schema it creates has no block table; the block-cyclic trainer adds
+// block_metrics(run_id, round, block, model, accuracy, loss), and readers show it when present.
+// block and model are read as text, whatever type the writer gives them.
+struct BlockMetricRecord {
+  int64_t run_id = 0;
+  uint32_t round = 0;
+  std::string block;
+  std::string model;
+  std::optional<double> accuracy;  // fraction in [0, 1]
+  std::optional<double> loss;
+};
+
 class HistoryStore {
  public:
   virtual ~HistoryStore() = default;
@@ -153,6 +166,13 @@ class HistoryStore {
   virtual Result<std::vector<EventRecord>> events(std::optional<int64_t> run_id) = 0;
   // The checkpoint with the highest round of `run_id`; kNotFound if none.
   virtual Result<CheckpointRecord> latestCheckpoint(int64_t run_id) = 0;
+
+  // The block_metrics rows of `run_id`, ordered by round, block, model. Empty when the database
+  // has no block_metrics table (not a block-cyclic history) or the run has no rows; the default
+  // implementation (the memory backend, test doubles) has no block table.
+  virtual Result<std::vector<BlockMetricRecord>> blockMetrics(int64_t /*run_id*/) {
+    return std::vector<BlockMetricRecord>{};
+  }
 
   // The rounds of `run_id` that have a checkpoint, ascending (empty for an unknown run). The
   // default implementation (for test doubles) returns kFailedPrecondition; both backends

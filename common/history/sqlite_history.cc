@@ -318,6 +318,7 @@ class SqliteHistory final : public HistoryStore {
   Result<std::vector<EventRecord>> events(std::optional<int64_t> run_id) override;
   Result<CheckpointRecord> latestCheckpoint(int64_t run_id) override;
   Result<std::vector<uint32_t>> checkpointRounds(int64_t run_id) override;
+  Result<std::vector<BlockMetricRecord>> blockMetrics(int64_t run_id) override;
   Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override;
 
  private:
@@ -780,6 +781,37 @@ Result<std::vector<uint32_t>> SqliteHistory::checkpointRounds(int64_t run_id) {
   Query q = query(select_checkpoint_rounds_, "checkpointRounds(" + std::to_string(run_id) + ")");
   q.bindInt(run_id);
   return collectRows<uint32_t>(q, [](Query& q) { return q.columnUint32(0); });
+}
+
+Result<std::vector<BlockMetricRecord>> SqliteHistory::blockMetrics(int64_t run_id) {
+  const std::string ctx = "blockMetrics(" + std::to_string(run_id) + ")";
+  // The table is not part of this build's schema (see BlockMetricRecord): look for it each time,
+  // and prepare the query only when it is there.
+  FEDFLEET_ASSIGN_OR_RETURN(
+      StatementPtr exists,
+      prepare(db_.get(),
+              "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'block_metrics'"));
+  {
+    Query q = query(exists, ctx + ": look for the table");
+    FEDFLEET_ASSIGN_OR_RETURN(bool found, q.step());
+    if (!found) return std::vector<BlockMetricRecord>{};
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(StatementPtr select,
+                            prepare(db_.get(),
+                                    "SELECT run_id, round, block, model, accuracy, loss FROM "
+                                    "block_metrics WHERE run_id = ? ORDER BY round, block, model"));
+  Query q = query(select, ctx);
+  q.bindInt(run_id);
+  return collectRows<BlockMetricRecord>(q, [](Query& q) {
+    BlockMetricRecord b;
+    b.run_id = q.columnInt(0);
+    b.round = q.columnUint32(1);
+    b.block = q.columnText(2);
+    b.model = q.columnText(3);
+    b.accuracy = q.columnOptionalDouble(4);
+    b.loss = q.columnOptionalDouble(5);
+    return b;
+  });
 }
 
 Status SqliteHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last) {

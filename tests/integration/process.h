@@ -2,9 +2,12 @@
 // in a log file; wait with a time limit; kill. Used by the multi-process tests.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -104,6 +107,21 @@ inline std::string waitForEndpoint(const std::string& path, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return "";
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0); 0 when
+// no socket could be bound. Another process may take it before the caller binds it.
+inline int freeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 }  // namespace fedfleet::testing

@@ -93,6 +93,24 @@ TEST(Config, WrongTypesAndRangesAreErrors) {
   EXPECT_FALSE(g.validate().isOk());
 }
 
+TEST(Config, MetricsSectionIsOffAndLoopbackByDefaultAndChecked) {
+  Config c;
+  EXPECT_EQ(c.metrics.port, 0u);
+  EXPECT_EQ(c.metrics.bind, "127.0.0.1");
+  ASSERT_TRUE(c.loadString("[metrics]\nport = 9464\nbind = \"0.0.0.0\"\n", "m").isOk());
+  EXPECT_EQ(c.metrics.port, 9464u);
+  EXPECT_EQ(c.metrics.bind, "0.0.0.0");
+  EXPECT_TRUE(c.validate().isOk());
+  Status unknown = c.loadString("[metrics]\npath = \"/m\"\n", "m");
+  EXPECT_NE(unknown.message().find("unknown key 'metrics.path'"), std::string::npos)
+      << unknown.message();
+  ASSERT_TRUE(c.set("metrics.port=70000").isOk());
+  Status v = c.validate();
+  EXPECT_FALSE(v.isOk());
+  EXPECT_NE(v.message().find("metrics.port"), std::string::npos) << v.message();
+  EXPECT_FALSE(c.set("metrics.port=-1").isOk());
+}
+
 TEST(Config, SetOverridesAcceptTomlAndBareWords) {
   Config c;
   ASSERT_TRUE(c.set("train.lr=0.25").isOk());

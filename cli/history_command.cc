@@ -1,0 +1,177 @@
+#include "cli/history_command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "cli/report.h"
+#include "common/history/format.h"
+#include "common/history/history.h"
+
+namespace fedfleet::cli {
+namespace {
+
+// Opens an existing history for reading. Prints the problem and returns the exit status in
+// `exit_code` on failure: 2 for a missing file, 1 for one that is not a fedfleet history.
+std::unique_ptr<history::HistoryStore> openExisting(const std::string& db, const char* command,
+                                                    int* exit_code) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(db, ec)) {
+    std::cerr << "fedfleet " << command << ": " << db << ": no such file\n";
+    *exit_code = 2;
+    return nullptr;
+  }
+  // SQLite would turn an empty file into a new, empty history; a reader must not write.
+  if (std::filesystem::file_size(db, ec) == 0) {
+    std::cerr << "fedfleet " << command << ": " << db
+              << ": empty file, not a fedfleet history database\n";
+    *exit_code = 1;
+    return nullptr;
+  }
+  auto store = history::openSqliteHistory(db);
+  if (!store.isOk()) {
+    std::cerr << "fedfleet " << command << ": " << store.status().toString() << "\n";
+    *exit_code = 1;
+    return nullptr;
+  }
+  return std::move(store).value();
+}
+
+// Checks `run` is in `runs`; prints the problem otherwise.
+bool knownRun(const std::vector<history::RunRecord>& runs, int64_t run, const std::string& db,
+              const char* command) {
+  if (std::any_of(runs.begin(), runs.end(),
+                  [run](const history::RunRecord& r) { return r.run_id == run; })) {
+    return true;
+  }
+  std::cerr << "fedfleet " << command << ": " << db << " has no run " << run;
+  if (!runs.empty()) {
+    std::cerr << " (runs " << runs.front().run_id << ".." << runs.back().run_id << ")";
+  }
+  std::cerr << "\n";
+  return false;
+}
+
+template <typename T>
+bool failed(const Result<T>& r, const char* command) {
+  if (r.isOk()) return false;
+  std::cerr << "fedfleet " << command << ": " << r.status().toString() << "\n";
+  return true;
+}
+
+}  // namespace
+
+int runHistoryCommand(const HistoryArgs& args) {
+  constexpr const char* kCommand = "history";
+  auto fmt = history::parseFormat(args.format);
+  if (!fmt.isOk()) {
+    std::cerr << "fedfleet history: " << fmt.status().message() << "\n";
+    return 2;
+  }
+  int exit_code = 0;
+  auto store = openExisting(args.db, kCommand, &exit_code);
+  if (!store) return exit_code;
+  auto runs = store->runs();
+  if (failed(runs, kCommand)) return 1;
+  if (args.run > 0 && !knownRun(*runs, args.run, args.db, kCommand)) return 2;
+  const std::optional<int64_t> run_filter =
+      args.run > 0 ? std::optional<int64_t>(args.run) : std::nullopt;
+
+  if (args.what == "runs") {
+    std::vector<history::RunRecord> rows;
+    for (const auto& r : *runs) {
+      if (!run_filter || r.run_id == *run_filter) rows.push_back(r);
+    }
+    std::cout << history::formatRuns(rows, *fmt);
+    return 0;
+  }
+  if (args.what == "clients") {
+    auto clients = store->clients();
+    if (failed(clients, kCommand)) return 1;
+    std::vector<history::ClientRecord> rows;
+    if (run_filter) {
+      auto updates = store->updates(*run_filter, std::nullopt);
+      if (failed(updates, kCommand)) return 1;
+      std::set<std::string> in_run;
+      for (const auto& u : *updates) in_run.insert(u.client_id);
+      for (const auto& c : *clients) {
+        if (in_run.count(c.client_id)) rows.push_back(c);
+      }
+    } else {
+      rows = std::move(*clients);
+    }
+    std::cout << history::formatClients(rows, *fmt);
+    return 0;
+  }
+  if (args.what == "events") {
+    auto events = store->events(run_filter);
+    if (failed(events, kCommand)) return 1;
+    std::cout << history::formatEvents(*events, *fmt);
+    return 0;
+  }
+
+  // rounds and updates: one run, the latest by default.
+  if (runs->empty()) {
+    std::cerr << "fedfleet history: " << args.db << " holds no runs\n";
+    return 1;
+  }
+  const int64_t run = run_filter.value_or(runs->back().run_id);
+  if (args.what == "updates") {
+    auto updates = store->updates(run, args.round);
+    if (failed(updates, kCommand)) return 1;
+    std::cout << history::formatUpdates(*updates, *fmt);
+    return 0;
+  }
+  auto rounds = store->rounds(run);
+  if (failed(rounds, kCommand)) return 1;
+  std::cout << history::formatRounds(*rounds, *fmt);
+  return 0;
+}
+
+int runReportCommand(const ReportArgs& args) {
+  constexpr const char* kCommand = "report";
+  int exit_code = 0;
+  auto store = openExisting(args.db, kCommand, &exit_code);
+  if (!store) return exit_code;
+  auto runs = store->runs();
+  if (failed(runs, kCommand)) return 1;
+  if (runs->empty()) {
+    std::cerr << "fedfleet report: " << args.db << " holds no runs\n";
+    return 1;
+  }
+  for (int64_t run : args.runs) {
+    if (!knownRun(*runs, run, args.db, kCommand)) return 2;
+  }
+  ReportOptions options;
+  options.title = "fedfleet report: " + std::filesystem::path(args.db).filename().string();
+  options.runs = args.runs;
+  options.timeline_round = args.timeline_round;
+  auto html = renderReport(*store, options);
+  if (failed(html, kCommand)) return 1;
+  // Written next to the target and renamed, so a reader never sees half a report.
+  const std::string tmp = args.output + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << *html;
+    out.close();
+    if (!out) {
+      std::cerr << "fedfleet report: cannot write " << tmp << "\n";
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      return 1;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, args.output, ec);
+  if (ec) {
+    std::cerr << "fedfleet report: cannot write " << args.output << ": " << ec.message() << "\n";
+    std::filesystem::remove(tmp, ec);
+    return 1;
+  }
+  std::cout << "report: " << std::filesystem::absolute(args.output).string() << "\n";
+  return 0;
+}
+
+}  // namespace fedfleet::cli

@@ -1,0 +1,430 @@
+#include "cli/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/svg_chart.h"
+
+namespace fedfleet::cli {
+namespace {
+
+using history::RoundRecord;
+using history::RunRecord;
+using history::UpdateRecord;
+
+constexpr size_t kMaxTimelineRows = 200;
+
+constexpr const char* kStyle = R"css(
+body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; max-width: 1600px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+p.meta, p.note { color: #555; font-size: 13px; margin: 4px 0; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f4f4f4; }
+.grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 12px 24px; }
+figure.chart { margin: 0; }
+figure.chart svg { width: 100%; height: auto; display: block; }
+.chart-title { font-weight: bold; font-size: 14px; margin: 6px 0 2px; }
+.legend { font-size: 12px; color: #333; margin: 2px 0 0 72px; }
+.legend .key { margin-right: 14px; white-space: nowrap; }
+.legend .swatch { display: inline-block; width: 12px; height: 12px; margin-right: 4px;
+                  vertical-align: -2px; border-radius: 2px; }
+details { margin: 8px 0; }
+summary { cursor: pointer; font-weight: bold; font-size: 14px; }
+)css";
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string percent(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? fixed(*v * 100, 2) + "%" : "-";
+}
+
+std::string utcTime(double unix_seconds) {
+  if (!std::isfinite(unix_seconds) || unix_seconds <= 0 || unix_seconds > 1e11) return "-";
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  if (gmtime_r(&t, &tm) == nullptr) return "-";
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// A unit for values up to `max`: its name and the factor values are multiplied by.
+struct Unit {
+  std::string name;
+  double scale;
+};
+
+Unit timeUnit(double max_seconds) {
+  if (max_seconds > 3 * 3600) return {"h", 1.0 / 3600};
+  if (max_seconds > 300) return {"min", 1.0 / 60};
+  return {"s", 1};
+}
+
+Unit byteUnit(double max_bytes) {
+  if (max_bytes >= 1e9) return {"GB", 1e-9};
+  if (max_bytes >= 1e6) return {"MB", 1e-6};
+  if (max_bytes >= 1e3) return {"kB", 1e-3};
+  return {"B", 1};
+}
+
+std::string humanBytes(double bytes) {
+  const Unit u = byteUnit(bytes);
+  return fixed(bytes * u.scale, u.scale == 1 ? 0 : 1) + " " + u.name;
+}
+
+std::string humanSeconds(double seconds) {
+  if (!std::isfinite(seconds)) return "-";
+  const Unit u = timeUnit(seconds);
+  return fixed(seconds * u.scale, u.scale == 1 ? 1 : 2) + " " + u.name;
+}
+
+// One run's rows, loaded once.
+struct RunData {
+  RunRecord run;
+  std::vector<RoundRecord> rounds;
+  std::vector<UpdateRecord> updates;
+  std::vector<history::BlockMetricRecord> blocks;
+  double origin = 0;  // the run's first round start, on its clock
+
+  std::string label() const {
+    return "run " + std::to_string(run.run_id) + " · " + run.name + " (" + run.clock + " clock)";
+  }
+  double elapsed(double t) const { return t - origin; }
+};
+
+std::string td(const std::string& text, bool numeric = false) {
+  return std::string(numeric ? "<td class=\"num\">" : "<td>") + htmlEscape(text) + "</td>";
+}
+
+std::string runsTable(const std::vector<RunData>& data) {
+  std::string out =
+      "<table class=\"runs\"><tr><th>run</th><th>name</th><th>clock</th><th>started</th>"
+      "<th>rounds</th><th>failed</th><th>initial acc.</th><th>final acc.</th><th>best acc.</th>"
+      "<th>bytes up</th><th>bytes down</th><th>run time</th><th>wall time</th></tr>\n";
+  for (const auto& d : data) {
+    uint32_t trained = 0, failed = 0;
+    uint64_t up = 0, down = 0;
+    std::optional<double> initial, last, best;
+    double end = d.origin, wall_lo = std::numeric_limits<double>::infinity(), wall_hi = -wall_lo;
+    for (const auto& r : d.rounds) {
+      if (r.status != "initial") ++trained;
+      if (r.status == "failed") ++failed;
+      up += r.bytes_up;
+      down += r.bytes_down;
+      if (r.test_accuracy) {
+        if (r.status == "initial") initial = r.test_accuracy;
+        last = r.test_accuracy;
+        best = best ? std::max(*best, *r.test_accuracy) : *r.test_accuracy;
+      }
+      end = std::max(end, r.end_time);
+      if (std::isfinite(r.wall_start)) wall_lo = std::min(wall_lo, r.wall_start);
+      if (std::isfinite(r.wall_end)) wall_hi = std::max(wall_hi, r.wall_end);
+    }
+    out += "<tr data-run-id=\"" + std::to_string(d.run.run_id) + "\">" +
+           td(std::to_string(d.run.run_id), true) + td(d.run.name) + td(d.run.clock) +
+           td(utcTime(d.run.started_at)) + td(std::to_string(trained), true) +
+           td(std::to_string(failed), true) + td(percent(initial), true) + td(percent(last), true) +
+           td(percent(best), true) + td(humanBytes(up), true) + td(humanBytes(down), true) +
+           td(humanSeconds(d.elapsed(end)), true) +
+           td(wall_hi >= wall_lo ? humanSeconds(wall_hi - wall_lo) : "-", true) + "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+// Accuracy and loss of every run against round and against time since its start.
+std::string overlayCharts(const std::vector<RunData>& data) {
+  double max_elapsed = 0;
+  for (const auto& d : data) {
+    for (const auto& r : d.rounds) max_elapsed = std::max(max_elapsed, d.elapsed(r.end_time));
+  }
+  const Unit tu = timeUnit(max_elapsed);
+  std::vector<ChartSeries> acc_round, acc_time, loss_round, loss_time;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const RunData& d = data[i];
+    ChartSeries ar{d.label(), paletteColor(i), {}, {}}, at = ar, lr = ar, lt = ar;
+    for (const auto& r : d.rounds) {
+      if (r.test_accuracy) {
+        ar.x.push_back(r.round);
+        ar.y.push_back(*r.test_accuracy);
+        at.x.push_back(d.elapsed(r.end_time));
+        at.y.push_back(*r.test_accuracy);
+      }
+      if (r.test_loss) {
+        lr.x.push_back(r.round);
+        lr.y.push_back(*r.test_loss);
+        lt.x.push_back(d.elapsed(r.end_time));
+        lt.y.push_back(*r.test_loss);
+      }
+    }
+    acc_round.push_back(std::move(ar));
+    acc_time.push_back(std::move(at));
+    loss_round.push_back(std::move(lr));
+    loss_time.push_back(std::move(lt));
+  }
+  ChartAxis round_axis{"round", 1, std::nullopt, std::nullopt, true};
+  ChartAxis time_axis{"time since the run started (" + tu.name + "; each run on its own clock)",
+                      tu.scale, 0.0, std::nullopt, false};
+  ChartAxis acc_axis{"test accuracy (%)", 100, std::nullopt, std::nullopt, false};
+  ChartAxis loss_axis{"test loss (cross-entropy)", 1, std::nullopt, std::nullopt, false};
+  std::string out = "<div class=\"grid\">\n";
+  out +=
+      renderLineChart("accuracy-round", "Test accuracy by round", round_axis, acc_axis, acc_round);
+  out += renderLineChart("accuracy-time", "Test accuracy over time", time_axis, acc_axis, acc_time);
+  out += renderLineChart("loss-round", "Test loss by round", round_axis, loss_axis, loss_round);
+  out += renderLineChart("loss-time", "Test loss over time", time_axis, loss_axis, loss_time);
+  return out + "</div>\n";
+}
+
+std::string participantsChart(const RunData& d, const std::string& id) {
+  std::vector<double> rounds;
+  BarSeries completed{"completed", "#009E73", {}}, late{"late", "#E69F00", {}},
+      dropped{"dropped", "#D55E00", {}}, rejected{"rejected", "#CC79A7", {}};
+  for (const auto& r : d.rounds) {
+    if (r.status == "initial") continue;
+    rounds.push_back(r.round);
+    completed.values.push_back(r.completed);
+    late.values.push_back(r.late);
+    dropped.values.push_back(r.dropped);
+    rejected.values.push_back(r.rejected);
+  }
+  return renderBarChart(id, "Participants per round (selected clients by outcome)", rounds,
+                        ChartAxis{"round", 1, std::nullopt, std::nullopt, true},
+                        ChartAxis{"clients", 1, std::nullopt, std::nullopt, true},
+                        {completed, late, dropped, rejected}, /*stacked=*/true);
+}
+
+std::string bytesChart(const RunData& d, const std::string& id) {
+  std::vector<double> rounds;
+  BarSeries up{"bytes up (clients to coordinator)", "#0072B2", {}},
+      down{"bytes down (coordinator to clients)", "#56B4E9", {}};
+  double max_bytes = 0;
+  for (const auto& r : d.rounds) {
+    if (r.status == "initial") continue;
+    rounds.push_back(r.round);
+    up.values.push_back(static_cast<double>(r.bytes_up));
+    down.values.push_back(static_cast<double>(r.bytes_down));
+    max_bytes =
+        std::max({max_bytes, static_cast<double>(r.bytes_up), static_cast<double>(r.bytes_down)});
+  }
+  const Unit u = byteUnit(max_bytes);
+  return renderBarChart(
+      id, "Traffic per round", rounds, ChartAxis{"round", 1, std::nullopt, std::nullopt, true},
+      ChartAxis{u.name + " per round", u.scale, std::nullopt, std::nullopt, false}, {up, down},
+      /*stacked=*/false);
+}
+
+std::string timelineSection(const RunData& d, const std::optional<uint32_t>& asked,
+                            const std::string& id) {
+  const std::optional<uint32_t> round = asked ? asked : stragglerRound(d.updates);
+  if (!round) return "<p class=\"note\">No client updates recorded: no timeline.</p>\n";
+  const RoundRecord* rec = nullptr;
+  for (const auto& r : d.rounds) {
+    if (r.round == *round) rec = &r;
+  }
+  std::vector<const UpdateRecord*> updates;
+  for (const auto& u : d.updates) {
+    if (u.round == *round) updates.push_back(&u);
+  }
+  if (!rec || updates.empty()) {
+    return "<p class=\"note\">Round " + std::to_string(*round) +
+           " has no client updates in this run: no timeline.</p>\n";
+  }
+  const double start = rec->start_time;
+  const double round_end = rec->end_time - start;
+  // Completed first by finishing time, then the ones that never finished.
+  std::stable_sort(updates.begin(), updates.end(), [](const auto* a, const auto* b) {
+    const bool fa = a->status == "completed", fb = b->status == "completed";
+    if (fa != fb) return fa;
+    return a->end_time < b->end_time;
+  });
+  const size_t total = updates.size();
+  if (updates.size() > kMaxTimelineRows) {
+    updates.erase(updates.begin(), updates.end() - kMaxTimelineRows);  // keep the slowest
+  }
+  std::vector<TimelineRow> rows;
+  double max_span = round_end;
+  for (const UpdateRecord* u : updates) {
+    TimelineRow row{u->client_id, u->status, {}};
+    const double s = u->start_time - start, e = u->end_time - start;
+    const double span = std::max(0.0, e - s);
+    max_span = std::max(max_span, e);
+    const double upload = std::clamp(u->upload_s, 0.0, span);
+    const double compute = std::clamp(u->compute_s, 0.0, span - upload);
+    if (u->status == "completed" || u->status == "rejected") {
+      const double wait = span - upload - compute;
+      if (wait > 0) row.segments.push_back({"download", s, s + wait});
+      row.segments.push_back({"compute", s + wait, s + wait + compute});
+      row.segments.push_back({"upload", s + wait + compute, e});
+      if (round_end > e) row.segments.push_back({"idle", e, round_end});
+    } else {
+      // Cancelled at the deadline or lost: what it reported (often nothing), then unfinished.
+      if (compute > 0) row.segments.push_back({"compute", s, s + compute});
+      row.segments.push_back({"unfinished", s + compute, e});
+    }
+    rows.push_back(std::move(row));
+  }
+  const Unit tu = timeUnit(max_span);
+  const std::vector<TimelineKind> kinds = {
+      {"download", "download and wait for the task", "#BBBBBB"},
+      {"compute", "compute", "#0072B2"},
+      {"upload", "upload", "#E69F00"},
+      {"idle", "idle until the round ended", "#DDEEDD"},
+      {"unfinished", "unfinished (late or dropped)", "#CC79A7"},
+  };
+  std::string out = renderTimeline(
+      id,
+      "Per-client timeline of round " + std::to_string(*round) + " (" + std::to_string(total) +
+          " clients)",
+      rows, kinds,
+      ChartAxis{"time since the round started (" + tu.name + ", " + d.run.clock + " clock)",
+                tu.scale, std::nullopt, std::nullopt, false},
+      round_end);
+  if (total > rows.size()) {
+    out += "<p class=\"note\">Showing the " + std::to_string(rows.size()) + " slowest of " +
+           std::to_string(total) + " clients.</p>\n";
+  }
+  return out;
+}
+
+// Per-block accuracy of a block-cyclic run; empty when the database has no block_metrics table
+// (history::HistoryStore::blockMetrics) or the run no rows in it.
+std::string blockSection(const RunData& d, const std::string& id) {
+  if (d.blocks.empty()) return "";
+  std::map<std::string, ChartSeries> by_key;
+  std::vector<std::string> order;
+  for (const auto& b : d.blocks) {
+    const std::string key = "block " + b.block + (b.model.empty() ? "" : " · " + b.model);
+    auto [it, inserted] = by_key.try_emplace(key);
+    if (inserted) {
+      it->second.name = key;
+      it->second.color = paletteColor(order.size());
+      it->second.dashed = order.size() >= 8;
+      order.push_back(key);
+    }
+    it->second.x.push_back(b.round);
+    it->second.y.push_back(b.accuracy.value_or(std::numeric_limits<double>::quiet_NaN()));
+  }
+  std::vector<ChartSeries> series;
+  for (const auto& key : order) series.push_back(by_key[key]);
+  return "<h3>Per-block accuracy</h3>\n" +
+         renderLineChart(id, "Test accuracy of each block's model by round",
+                         ChartAxis{"round", 1, std::nullopt, std::nullopt, true},
+                         ChartAxis{"test accuracy (%)", 100, std::nullopt, std::nullopt, false},
+                         series);
+}
+
+void flatten(const nlohmann::json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  out.emplace_back(prefix, j.is_string()
+                               ? j.get<std::string>()
+                               : j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+std::string configTable(const RunData& d) {
+  std::string out = "<details class=\"config\" open><summary>Configuration of run " +
+                    std::to_string(d.run.run_id) + " (seed " + std::to_string(d.run.seed) +
+                    ")</summary>\n";
+  const auto j = nlohmann::json::parse(d.run.config_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return out + "<pre>" + htmlEscape(d.run.config_json) + "</pre></details>\n";
+  }
+  std::vector<std::pair<std::string, std::string>> rows;
+  flatten(j, "", rows);
+  out += "<table class=\"config\"><tr><th>key</th><th>value</th></tr>\n";
+  for (const auto& [key, value] : rows) out += "<tr>" + td(key) + td(value) + "</tr>\n";
+  return out + "</table></details>\n";
+}
+
+}  // namespace
+
+std::optional<uint32_t> stragglerRound(const std::vector<UpdateRecord>& updates) {
+  std::map<uint32_t, std::vector<double>> ends;  // per round: end - start of each update
+  for (const auto& u : updates) ends[u.round].push_back(u.end_time - u.start_time);
+  std::optional<uint32_t> best;
+  double best_tail = -1;
+  for (auto& [round, spans] : ends) {
+    std::sort(spans.begin(), spans.end());
+    const double tail = spans.back() - spans[spans.size() / 2];
+    if (tail >= best_tail) {  // ties: the later round
+      best_tail = tail;
+      best = round;
+    }
+  }
+  return best;
+}
+
+Result<std::string> renderReport(history::HistoryStore& store, const ReportOptions& options) {
+  FEDFLEET_ASSIGN_OR_RETURN(auto runs, store.runs());
+  if (runs.empty()) return failedPrecondition("the history holds no runs");
+  std::vector<RunRecord> chosen;
+  if (options.runs.empty()) {
+    chosen = runs;
+  } else {
+    for (int64_t id : options.runs) {
+      auto it = std::find_if(runs.begin(), runs.end(),
+                             [id](const RunRecord& r) { return r.run_id == id; });
+      if (it == runs.end()) {
+        return notFound("no run " + std::to_string(id) + " (runs are " +
+                        std::to_string(runs.front().run_id) + ".." +
+                        std::to_string(runs.back().run_id) + ")");
+      }
+      chosen.push_back(*it);
+    }
+  }
+  std::vector<RunData> data;
+  for (const auto& run : chosen) {
+    RunData d;
+    d.run = run;
+    FEDFLEET_ASSIGN_OR_RETURN(d.rounds, store.rounds(run.run_id));
+    FEDFLEET_ASSIGN_OR_RETURN(d.updates, store.updates(run.run_id, std::nullopt));
+    FEDFLEET_ASSIGN_OR_RETURN(d.blocks, store.blockMetrics(run.run_id));
+    d.origin = d.rounds.empty() ? 0 : d.rounds.front().start_time;
+    for (const auto& r : d.rounds) d.origin = std::min(d.origin, r.start_time);
+    data.push_back(std::move(d));
+  }
+
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" +
+                     htmlEscape(options.title) + "</title>\n<style>" + kStyle +
+                     "</style></head>\n<body>\n<h1>" + htmlEscape(options.title) + "</h1>\n";
+  html += "<p class=\"meta\">" + std::to_string(data.size()) + " run" +
+          (data.size() == 1 ? "" : "s") +
+          " from the fedfleet history. Times on each run's own clock: <em>virtual</em> seconds "
+          "for a simulation, <em>wall</em> seconds for a coordinator.</p>\n";
+  html += "<h2>Runs</h2>\n" + runsTable(data);
+  html += "<h2>Accuracy and loss</h2>\n" + overlayCharts(data);
+  for (const auto& d : data) {
+    const std::string id = std::to_string(d.run.run_id);
+    html += "<section class=\"run\" data-run-id=\"" + id + "\">\n<h2>" +
+            htmlEscape("Run " + id + ": " + d.run.name) + "</h2>\n<div class=\"grid\">\n";
+    html += participantsChart(d, "participants-" + id);
+    html += bytesChart(d, "bytes-" + id);
+    html += "</div>\n<h3>Stragglers</h3>\n";
+    html += timelineSection(d, options.timeline_round, "timeline-" + id);
+    html += blockSection(d, "blocks-" + id);
+    html += configTable(d);
+    html += "</section>\n";
+  }
+  html += "</body></html>\n";
+  return html;
+}
+
+}  // namespace fedfleet::cli
