@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "client/control_variate.h"
 #include "client/token_bucket.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
@@ -55,10 +56,14 @@ struct Job {
   double received_at = 0;
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
+  bool partial = false;  // stop was set by stop_after_s: the work done is uploaded (loop thread)
   Result<TrainResult> result{internalError("not run")};
   uint64_t partition_size = 0;   // n_k: the samples the client holds for this task
-  std::vector<ChunkRange> plan;  // the delta's chunks (set by the worker after training)
-  double trained_at = 0;         // when training ended
+  std::vector<ChunkRange> plan;  // the update's chunks (set by the worker after training)
+  // SCAFFOLD: c (from the task) and a copy of c_k, which the worker trains with; then Dc_k
+  // (also at the end of result->delta, which holds the whole update).
+  std::vector<float> control_c, control_ck, control_delta;
+  double trained_at = 0;  // when training ended
   std::thread thread;
 };
 
@@ -70,8 +75,10 @@ struct Upload {
   double trained_at = 0;
   double started_at = 0;  // when its pipeline started
   uint64_t partition_size = 0;
-  TrainResult result;  // delta moved into the pipeline once it starts
+  TrainResult result;  // delta (the whole update) moved into the pipeline once it starts
   std::vector<ChunkRange> plan;
+  bool partial = false;              // stopped by stop_after_s
+  std::vector<float> control_delta;  // SCAFFOLD: Dc_k, added to c_k once the Summary is sent
   std::unique_ptr<UploadPipeline> pipeline;  // null until this upload's turn
   bool uses_residual = false;
   std::string frame;  // the next chunk, encoded as a frame, waiting for the throttle
@@ -105,6 +112,11 @@ class ZmqClient final : public ClientRuntime {
   // Milliseconds the next receive may wait without delaying the upload (at most `idle_ms`).
   int receiveTimeoutMs(double now, int idle_ms) const;
   Result<std::shared_ptr<const compress::Codec>> codecFor(const std::string& text);
+  // The SCAFFOLD control variate c_k for a model of n parameters: loaded (or zero) on first use,
+  // zero again when n changes.
+  ControlVariate& controlVariate(size_t n);
+  // c_k += delta, then the state file is rewritten (when configured).
+  void commitControlDelta(const std::vector<float>& delta);
   // Runs on the worker thread.
   void train(Job& job);
   Result<const std::vector<uint32_t>*> indicesFor(const wire::DataSpec& spec);
@@ -123,6 +135,8 @@ class ZmqClient final : public ClientRuntime {
   // it while that pipeline exists, the loop thread otherwise.
   std::unique_ptr<compress::ErrorFeedback> residual_;
   std::string residual_codec_;  // canonical spec the residual belongs to
+  // SCAFFOLD control variate c_k (loop thread), created at the first SCAFFOLD task.
+  std::optional<ControlVariate> control_;
 
   // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
   std::optional<data::Dataset> train_set_;
@@ -221,20 +235,52 @@ void ZmqClient::train(Job& job) {
     }
     std::vector<float> start(t.model_bytes.size() / sizeof(float));
     std::memcpy(start.data(), t.model_bytes.data(), start.size() * sizeof(float));
-    const TrainOptions o = trainOptionsFrom(t.hparams);
+    TrainOptions o = trainOptionsFrom(t.hparams);
+    if (t.hparams.scaffold) o.scaffold = {&job.control_c, &job.control_ck};
     Trainer trainer(device_);
     auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
     job.trained_at = steadyNow();
     if (result.isOk()) {
       const model::Layout layout = mit->second->layout();
-      job.plan = planChunks(
-          layout.total == result->delta.size() ? layout : flatLayout(result->delta.size()),
-          t.chunk_bytes);
+      const size_t n = result->delta.size();
+      if (t.hparams.scaffold) {
+        job.control_delta = result->control_delta;
+        result->delta = takeUpload(*result);  // D_k, then Dc_k
+      }
+      job.plan = planUploadChunks(layout.total == n ? layout : flatLayout(n), t.chunk_bytes,
+                                  t.hparams.scaffold);
     }
     return result;
   };
   job.result = run();
   job.done.store(true);
+}
+
+ControlVariate& ZmqClient::controlVariate(size_t n) {
+  if (!control_) {
+    control_ =
+        ControlVariate::loadOrZeros(options_.scaffold_state_path, n, options_.scaffold_storage);
+  } else if (control_->size() != n) {
+    spdlog::info("client {}: SCAFFOLD control variate reset to zero ({} -> {} values)",
+                 options_.client_id, control_->size(), n);
+    control_->reset(n);
+  }
+  return *control_;
+}
+
+void ZmqClient::commitControlDelta(const std::vector<float>& delta) {
+  if (!control_ || control_->size() != delta.size()) {
+    // A later task of another model size reset c_k meanwhile: this Dc_k belongs to no c_k now.
+    spdlog::warn("client {}: SCAFFOLD control delta of {} values dropped (c_k has {})",
+                 options_.client_id, delta.size(), control_ ? control_->size() : 0);
+    return;
+  }
+  control_->apply(delta);
+  if (options_.scaffold_state_path.empty()) return;
+  if (Status st = control_->save(options_.scaffold_state_path); !st.isOk()) {
+    spdlog::warn("client {}: SCAFFOLD control variate not saved: {}", options_.client_id,
+                 st.toString());
+  }
 }
 
 Result<std::shared_ptr<const compress::Codec>> ZmqClient::codecFor(const std::string& text) {
@@ -261,10 +307,25 @@ void ZmqClient::startJob(wire::Task task, double now) {
                      task.task_token});
     return;
   }
+  if (task.hparams.scaffold && task.control_bytes.size() != task.model_bytes.size()) {
+    send(wire::Error{wire::ErrorCode::kRejected,
+                     "SCAFFOLD task with " + std::to_string(task.control_bytes.size()) +
+                         " bytes of control variate for " +
+                         std::to_string(task.model_bytes.size()) + " bytes of model",
+                     task.task_token});
+    return;
+  }
   spdlog::info("client {}: round {} task, partition {}, codec {}{}", options_.client_id, task.round,
                task.data.index, compress::toString((*codec)->spec()),
                uploads_.empty() ? "" : " (an upload is still draining)");
   job_ = std::make_unique<Job>();
+  if (task.hparams.scaffold) {
+    const size_t n = task.model_bytes.size() / sizeof(float);
+    job_->control_c.resize(n);
+    std::memcpy(job_->control_c.data(), task.control_bytes.data(), n * sizeof(float));
+    std::string().swap(task.control_bytes);
+    job_->control_ck = controlVariate(n).values();
+  }
   job_->task = std::move(task);
   job_->codec = std::move(codec).value();
   job_->received_at = now;
@@ -291,7 +352,16 @@ void ZmqClient::finishJob() {
     send(wire::Error{wire::ErrorCode::kInternal, job->result.status().message(), t.task_token});
     return;
   }
-  if (job->result->stopped_early) return;  // cancelled or past the deadline: nothing is uploaded
+  // Cancelled or past the deadline: nothing is uploaded. Stopped by stop_after_s: the work done
+  // is, unless there is none.
+  if (job->result->stopped_early && !job->partial) return;
+  if (job->result->steps == 0) {
+    spdlog::warn("client {}: round {} stopped after {:.3f} s before its first step",
+                 options_.client_id, t.round, t.hparams.stop_after_s);
+    send(wire::Error{wire::ErrorCode::kInternal, "stop_after_s passed before the first local step",
+                     t.task_token});
+    return;
+  }
   auto u = std::make_unique<Upload>();
   u->task = std::move(job->task);
   std::string().swap(u->task.model_bytes);
@@ -301,6 +371,8 @@ void ZmqClient::finishJob() {
   u->partition_size = job->partition_size;
   u->result = std::move(job->result).value();
   u->plan = std::move(job->plan);
+  u->partial = job->partial && job->result->stopped_early;
+  u->control_delta = std::move(job->control_delta);
   uploads_.push_back(std::move(u));
   startUpload();
 }
@@ -423,15 +495,16 @@ void ZmqClient::pumpUpload(double now) {
     s.upload_seconds = now - u.started_at;
     s.encode_seconds = u.pipeline->encodeSeconds();
     send(s);
+    if (!u.control_delta.empty()) commitControlDelta(u.control_delta);
     spdlog::info(
         "client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s) codec={} "
         "chunks={} bytes={} encode_s={:.4f} upload_s={:.4f} after_training_s={:.4f} mode={} "
-        "mbps={} burst_bytes={}",
+        "mbps={} burst_bytes={} partial={} scaffold={}",
         options_.client_id, t.round, u.partition_size, u.result.steps, u.result.mean_loss,
         u.result.compute_seconds, compress::toString(u.codec->spec()), u.chunks, u.bytes,
         s.encode_seconds, s.upload_seconds, now - u.trained_at,
         options_.upload_pipelined ? "pipelined" : "serial", options_.upload_mbps,
-        options_.upload_burst_bytes);
+        options_.upload_burst_bytes, u.partial ? 1 : 0, u.control_delta.empty() ? 0 : 1);
     uploads_.pop_front();  // joins the finished encoder
     ::malloc_trim(0);      // hand the task's buffers back to the system between rounds
     startUpload();
@@ -496,6 +569,11 @@ Status ZmqClient::run() {
     }
     if (job_ && job_->done.load()) finishJob();
     if (job_ && now - job_->received_at > job_->task.deadline_s) abandonJob("deadline passed");
+    if (job_ && !job_->partial && job_->task.hparams.stop_after_s > 0 &&
+        now - job_->received_at >= job_->task.hparams.stop_after_s) {
+      job_->partial = true;  // training ends after its current step; finishJob uploads it
+      job_->stop.store(true);
+    }
     for (size_t i = 0; i < uploads_.size(); ++i) {
       if (now - uploads_[i]->received_at > uploads_[i]->task.deadline_s) {
         abandonUpload(uploads_[i]->task.task_token, "deadline passed");

@@ -37,6 +37,23 @@
 // it is reset when the codec or the model size changes, and when an upload that used it is
 // abandoned part-way (its residual would count chunks the coordinator never aggregated).
 //
+// Partial work (HyperParams::stop_after_s > 0): the loop thread sets the worker's stop flag
+// that many seconds after the task arrived (checked on every loop iteration, which polls at
+// least every kTrainingPollMs while a task trains), and the work done so far is uploaded like a
+// finished update, with its true step count (Chunk and Summary steps; n_samples stays n_k, the
+// samples the client holds). A task stopped before its first step is answered with Error
+// kInternal instead (there is nothing to upload). A Cancel or the deadline still abandons it.
+//
+// SCAFFOLD (HyperParams::scaffold): the task brings the server's c (Task::control_bytes); the
+// client's c_k (client/control_variate.h) is zero at first, read from scaffold_state_path at the
+// first SCAFFOLD task when that is set (a missing, corrupt or wrong-size file: zero, with a log
+// line naming it), and reset to zero when a task's model has another size. The update is the
+// delta followed by Dc_k (2P values; wire::Task). Once its Summary is sent, c_k += Dc_k and,
+// with a path, the file is rewritten atomically; an abandoned upload leaves c_k as it was, as
+// the coordinator aggregated nothing of it. The loop thread owns c_k; the worker trains on a
+// copy taken when the task starts (so a task that starts while an earlier SCAFFOLD upload
+// drains trains with c_k as it was before that upload's Dc_k).
+//
 // Reconnection: the coordinator answers every Heartbeat. When it has been silent for
 // `liveness_s` (for example it restarted), or answers with "unknown client", the runtime says
 // Hello again; ZeroMQ reconnects the socket underneath.
@@ -74,6 +91,10 @@ struct ClientRuntimeOptions {
   bool upload_pipelined = true;
   // How the error-feedback residual is stored (fp32 exact; bf16/fp16 half the memory).
   compress::ResidualStorage residual_storage = compress::ResidualStorage::kFp32;
+  // SCAFFOLD: the file this client's control variate c_k lives in across runs (empty: in memory
+  // only, zero at every start), and how c_k is stored in memory.
+  std::string scaffold_state_path;
+  compress::ResidualStorage scaffold_storage = compress::ResidualStorage::kFp32;
 };
 
 class ClientRuntime {

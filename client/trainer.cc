@@ -167,6 +167,63 @@ std::vector<LinearLayer> linearChain(model::Model& model) {
   return layers;
 }
 
+// The per-step gradient correction of FedProx and SCAFFOLD: e(w) = mu (w - x_t) + (c - c_k),
+// over the flat parameters (x_t: the start of training), added to every gradient before weight
+// decay and momentum. Built only when mu > 0 or SCAFFOLD is on: without either, training does
+// no extra work.
+class GradientCorrection {
+ public:
+  // x_t, c and c_k: start.size() values each (c and c_k: both or neither).
+  GradientCorrection(const std::vector<float>& start, float mu, const std::vector<float>* c,
+                     const std::vector<float>* ck)
+      : x0_(start.data()), n_(start.size()), mu_(mu) {
+    if (c != nullptr) {
+      c_minus_ck_.resize(start.size());
+      for (size_t i = 0; i < start.size(); ++i) c_minus_ck_[i] = (*c)[i] - (*ck)[i];
+    }
+  }
+
+  static bool needed(const TrainOptions& opts) { return opts.prox_mu != 0 || opts.usesScaffold(); }
+
+  // g[i] += e(w)[offset + i] for i in [0, n), w being the parameter's values at flat `offset`.
+  void add(float* g, const float* w, size_t offset, int64_t n) const {
+    const float* x0 = x0_ + offset;
+    const float mu = mu_;
+    if (c_minus_ck_.empty()) {
+      for (int64_t i = 0; i < n; ++i) g[i] += mu * (w[i] - x0[i]);
+      return;
+    }
+    const float* d = c_minus_ck_.data() + offset;
+    if (mu == 0) {
+      for (int64_t i = 0; i < n; ++i) g[i] += d[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) g[i] += mu * (w[i] - x0[i]) + d[i];
+    }
+  }
+
+  // w[i] += scale * e(w)[offset + i] for i in [0, n) (e from the values before the update).
+  void step(float* w, size_t offset, int64_t n, float scale) const {
+    const float* x0 = x0_ + offset;
+    const float mu = mu_;
+    const float* d = c_minus_ck_.empty() ? nullptr : c_minus_ck_.data() + offset;
+    for (int64_t i = 0; i < n; ++i) {
+      float e = mu * (w[i] - x0[i]);
+      if (d != nullptr) e += d[i];
+      w[i] += scale * e;
+    }
+  }
+
+  size_t size() const { return n_; }
+  // c - c_k over the flat parameters; empty without SCAFFOLD.
+  const std::vector<float>& scaffoldShift() const { return c_minus_ck_; }
+
+ private:
+  const float* x0_;
+  size_t n_;
+  float mu_;
+  std::vector<float> c_minus_ck_;
+};
+
 // SGD on a chain of Linear layers with a ReLU between consecutive ones, with hand-written
 // gradients: the manual path of Trainer::train. One step on a batch of B samples:
 //   forward   a_0 = x (flattened); a_l = relu(a_{l-1} W_l^T + b_l), no relu on the last layer,
@@ -176,23 +233,34 @@ std::vector<LinearLayer> linearChain(model::Model& model) {
 //             db_l = column sums of g_l; g_{l-1} = (g_l W_l) masked where a_{l-1} <= 0 (ReLU)
 //   update    torch::optim::SGD's (dampening 0, no Nesterov) on every parameter:
 //             d = grad + weight_decay * w; buf = d on the first step, momentum * buf + d after;
-//             w -= lr * buf (w -= lr * d without momentum)
+//             w -= lr * buf (w -= lr * d without momentum), where grad is the gradient plus,
+//             when asked, the correction e = prox_mu (w - x_t) + (c - c_k) (FedProx, SCAFFOLD)
 // The matrix products are ATen out= calls into buffers allocated on first use for each batch
 // size (a call sees at most two: the full one and a short last batch of a pass). A weight's
 // gradient goes straight into what consumes it: without momentum and weight decay the update is
 // itself one product, w += -lr g_l^T a_{l-1}; with momentum, buf = momentum buf + g_l^T a_{l-1}
-// is. Everything else is plain loops over the fp32 storage. No autograd, no allocation of data per
-// step; the same inputs give the same bits. The parameters are updated in place, so the model
+// is; the correction e, which needs the weights before the step, is then added to buf (or to the
+// gradient) first, or, in the plain case, applied as w -= lr e before the product. Everything
+// else is plain loops over the fp32 storage. No autograd, no allocation of data per step; the
+// same inputs give the same bits. The parameters are updated in place, so the model
 // holds the trained weights afterwards. Not thread-safe.
 class FullyConnectedSgd {
  public:
-  FullyConnectedSgd(std::vector<LinearLayer> layers, const TrainOptions& opts)
+  // `correction`: the gradient correction of every step (see GradientCorrection), or null.
+  FullyConnectedSgd(std::vector<LinearLayer> layers, const TrainOptions& opts,
+                    const GradientCorrection* correction)
       : layers_(std::move(layers)),
         lr_(opts.lr),
         momentum_(opts.momentum),
         weight_decay_(opts.weight_decay),
-        plain_(momentum_ == 0 && weight_decay_ == 0) {
+        plain_(momentum_ == 0 && weight_decay_ == 0),
+        correction_(correction) {
+    size_t offset = 0;  // parameters() order is the flat layout's: w_0, b_0, w_1, b_1, ...
     for (const auto& layer : layers_) {
+      weight_offset_.push_back(offset);
+      offset += static_cast<size_t>(layer.weight.numel());
+      bias_offset_.push_back(offset);
+      offset += static_cast<size_t>(layer.bias.numel());
       weight_t_.push_back(layer.weight.t());
       if (momentum_ != 0) {
         weight_buf_.push_back(at::empty({layer.out, layer.in}, layer.weight.options()));
@@ -202,6 +270,8 @@ class FullyConnectedSgd {
       }
       bias_grad_.emplace_back(static_cast<size_t>(layer.out));
     }
+    FEDFLEET_CHECK_MSG(correction_ == nullptr || correction_->size() == offset,
+                       "the gradient correction does not cover the layer chain's parameters");
   }
 
   // One step on x ([B, ...] fp32 on the CPU, in values per sample) and y ([B] int64): updates
@@ -241,7 +311,10 @@ class FullyConnectedSgd {
         for (int64_t i = 0; i < n; ++i) gb[i] = a[i] > 0 ? gb[i] : 0.0f;
       }
       // The weights' gradient is g_l^T a_{l-1}; it goes straight into what consumes it.
-      if (plain_) {  // w += -lr dW, one product into w
+      float* w = layer.weight.data_ptr<float>();
+      const int64_t w_n = layer.weight.numel();
+      if (plain_) {  // w += -lr dW, one product into w (after w += -lr e, from the weights before)
+        if (correction_ != nullptr) correction_->step(w, weight_offset_[l], w_n, -lr_);
         layer.weight.addmm_(buf.grad_t[l], below, /*beta=*/1, /*alpha=*/-lr_);
       } else if (momentum_ != 0) {  // buf = dW, then momentum buf + dW: one product into buf
         if (first) {
@@ -249,18 +322,23 @@ class FullyConnectedSgd {
         } else {
           weight_buf_[l].addmm_(buf.grad_t[l], below, /*beta=*/momentum_, /*alpha=*/1);
         }
-        applyMomentumBuffer(layer.weight.data_ptr<float>(), weight_buf_[l].data_ptr<float>(),
-                            layer.weight.numel());
+        float* wb = weight_buf_[l].data_ptr<float>();
+        if (correction_ != nullptr) correction_->add(wb, w, weight_offset_[l], w_n);
+        applyMomentumBuffer(w, wb, w_n);
       } else {
         at::mm_out(weight_grad_[l], buf.grad_t[l], below);
-        update(layer.weight.data_ptr<float>(), weight_grad_[l].data_ptr<float>(), nullptr,
-               layer.weight.numel(), first);
+        float* wg = weight_grad_[l].data_ptr<float>();
+        if (correction_ != nullptr) correction_->add(wg, w, weight_offset_[l], w_n);
+        update(w, wg, nullptr, w_n, first);
       }
       const float* g = buf.grad[l].data_ptr<float>();
       std::vector<float>& db = bias_grad_[l];
       std::fill(db.begin(), db.end(), 0.0f);
       for (int64_t i = 0; i < rows; ++i) {
         for (int64_t c = 0; c < layer.out; ++c) db[c] += g[i * layer.out + c];
+      }
+      if (correction_ != nullptr) {
+        correction_->add(db.data(), layer.bias.data_ptr<float>(), bias_offset_[l], layer.out);
       }
       update(layer.bias.data_ptr<float>(), db.data(),
              momentum_ != 0 ? bias_buf_[l].data() : nullptr, layer.out, first);
@@ -354,7 +432,9 @@ class FullyConnectedSgd {
   std::vector<LinearLayer> layers_;
   float lr_, momentum_, weight_decay_;
   bool plain_;  // no momentum, no weight decay: the weights' update is w += -lr dW
-  std::vector<at::Tensor> weight_t_;     // layers_[l].weight.t()
+  const GradientCorrection* correction_;             // null: none
+  std::vector<size_t> weight_offset_, bias_offset_;  // each parameter's flat offset
+  std::vector<at::Tensor> weight_t_;                 // layers_[l].weight.t()
   std::vector<at::Tensor> weight_grad_;  // [out, in]: only with weight decay and no momentum
   std::vector<std::vector<float>> bias_grad_;
   std::vector<at::Tensor> weight_buf_;        // momentum buffers [out, in]
@@ -374,6 +454,23 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
   if (opts.batch_size == 0) return invalidArgument("train: batch_size must be > 0");
   if (opts.epochs == 0 && opts.max_steps == 0) {
     return invalidArgument("train: epochs and max_steps are both 0");
+  }
+  if (!(opts.prox_mu >= 0) || !std::isfinite(opts.prox_mu)) {
+    return invalidArgument("train: prox_mu " + std::to_string(opts.prox_mu) +
+                           " is not a finite value >= 0");
+  }
+  if (opts.usesScaffold()) {
+    const std::vector<float>* c = opts.scaffold.c;
+    const std::vector<float>* ck = opts.scaffold.ck;
+    if (c == nullptr || ck == nullptr) {
+      return invalidArgument("train: SCAFFOLD needs both control variates, c and c_k");
+    }
+    if (c->size() != expected || ck->size() != expected) {
+      return invalidArgument("train: SCAFFOLD control variates have " + std::to_string(c->size()) +
+                             " (c) and " + std::to_string(ck->size()) + " (c_k) values, model '" +
+                             model.name() + "' has " + std::to_string(expected));
+    }
+    if (opts.lr == 0) return invalidArgument("train: SCAFFOLD with lr 0");
   }
   if (Status st = data::checkSampleStorage(ds); !st.isOk()) {
     return invalidArgument("train: " + st.message());
@@ -414,16 +511,41 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     model.train(true);
 
     std::vector<at::Tensor> params = model.parameters();
+    std::optional<GradientCorrection> correction;
+    if (GradientCorrection::needed(opts)) {
+      correction.emplace(start, opts.prox_mu, opts.scaffold.c, opts.scaffold.ck);
+    }
     std::optional<torch::optim::SGD> sgd;
     std::optional<FullyConnectedSgd> fc;
+    // Autograd path with a correction: x_t and c - c_k per parameter on the device, and a
+    // buffer per parameter for w - x_t.
+    std::vector<at::Tensor> start_of, shift_of, diff_of;
     if (manual) {
       std::vector<LinearLayer> chain = linearChain(model);  // the parameters after the move
       FEDFLEET_CHECK_MSG(!chain.empty(), "a model's layer chain changed when it moved");
-      fc.emplace(std::move(chain), opts);
+      fc.emplace(std::move(chain), opts, correction ? &*correction : nullptr);
     } else {
       sgd.emplace(params, torch::optim::SGDOptions(opts.lr)
                               .momentum(opts.momentum)
                               .weight_decay(opts.weight_decay));
+      if (correction) {
+        const auto flat = [&](const std::vector<float>& v) {
+          return at::from_blob(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())},
+                               at::TensorOptions().dtype(at::kFloat))
+              .to(device_, /*non_blocking=*/false, /*copy=*/true);
+        };
+        const at::Tensor x0 = flat(start);
+        const bool scaffold = !correction->scaffoldShift().empty();
+        const at::Tensor shift = scaffold ? flat(correction->scaffoldShift()) : at::Tensor();
+        int64_t offset = 0;
+        for (const auto& p : params) {
+          const int64_t n = p.numel();
+          start_of.push_back(x0.narrow(0, offset, n).view(p.sizes()));
+          if (scaffold) shift_of.push_back(shift.narrow(0, offset, n).view(p.sizes()));
+          if (opts.prox_mu != 0) diff_of.push_back(at::empty_like(p, at::MemoryFormat::Contiguous));
+          offset += n;
+        }
+      }
     }
     std::optional<torch::NoGradGuard> no_grad;
     if (manual) no_grad.emplace();
@@ -465,6 +587,19 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
         const at::Tensor logits = model.forward(x);
         const at::Tensor per_sample = at::cross_entropy_loss(logits, y, {}, at::Reduction::None);
         per_sample.mean().backward();
+        if (correction) {  // g += mu (w - x_t) + (c - c_k), before SGD's weight decay and momentum
+          torch::NoGradGuard guard;
+          for (size_t i = 0; i < params.size(); ++i) {
+            at::Tensor& p = params[i];
+            if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+            at::Tensor& g = p.mutable_grad();
+            if (opts.prox_mu != 0) {
+              at::sub_out(diff_of[i], p.detach(), start_of[i]);
+              g.add_(diff_of[i], opts.prox_mu);
+            }
+            if (!shift_of.empty()) g.add_(shift_of[i]);
+          }
+        }
         sgd->step();
         losses.add(per_sample.detach());
       }
@@ -484,6 +619,18 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     }
     model.flatParameters(result.delta);
     for (size_t i = 0; i < result.delta.size(); ++i) result.delta[i] -= start[i];
+    if (opts.usesScaffold()) {
+      // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0.
+      const std::vector<float>& c = *opts.scaffold.c;
+      result.control_delta.assign(result.delta.size(), 0.0f);
+      if (result.steps > 0) {
+        const double inv = 1.0 / (static_cast<double>(result.steps) * opts.lr);
+        for (size_t i = 0; i < result.delta.size(); ++i) {
+          result.control_delta[i] = static_cast<float>(-static_cast<double>(c[i]) -
+                                                       static_cast<double>(result.delta[i]) * inv);
+        }
+      }
+    }
     model.train(was_training);
     result.compute_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -506,7 +653,19 @@ TrainOptions trainOptionsFrom(const wire::HyperParams& hp) {
   o.momentum = hp.momentum;
   o.weight_decay = hp.weight_decay;
   o.seed = hp.seed;
+  o.prox_mu = hp.prox_mu;
   return o;
+}
+
+std::vector<float> takeUpload(TrainResult& result) {
+  std::vector<float> out = std::move(result.delta);
+  result.delta.clear();
+  if (result.control_delta.empty()) return out;
+  FEDFLEET_CHECK_MSG(result.control_delta.size() == out.size(),
+                     "a SCAFFOLD result's control delta and delta differ in size");
+  out.insert(out.end(), result.control_delta.begin(), result.control_delta.end());
+  std::vector<float>().swap(result.control_delta);
+  return out;
 }
 
 }  // namespace fedfleet::client

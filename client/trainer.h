@@ -3,7 +3,9 @@
 // Pure computation (no I/O, no clock other than measuring itself): the client runtime calls it
 // with the model of a task, the simulator calls it directly for each virtual client. The result
 // carries what the coordinator needs for FedAvg/FedNova (delta, n, steps) and for Oort
-// (mean loss, sum of squared per-sample losses).
+// (mean loss, sum of squared per-sample losses). FedProx's proximal term and SCAFFOLD's
+// control-variate correction (ALGORITHMS.md, "Local training") are options of the same SGD;
+// with SCAFFOLD the result also holds the control update Dc_k (see takeUpload for the upload).
 //
 // Batches: on the CPU each step gathers its samples through a lookup table straight into a
 // reused float buffer (no allocation per step). On a GPU the whole shard goes over once per call
@@ -36,6 +38,13 @@
 
 namespace fedfleet::client {
 
+// SCAFFOLD's control variates for one train() call: both point at start.size() values in the
+// model's flat layout and must outlive the call.
+struct ScaffoldControls {
+  const std::vector<float>* c = nullptr;   // the server's control variate c (Task::control_bytes)
+  const std::vector<float>* ck = nullptr;  // this client's control variate c_k
+};
+
 struct TrainOptions {
   uint32_t epochs = 1;
   uint32_t max_steps = 0;  // > 0: exactly this many steps (passes repeat as needed); epochs unused
@@ -44,9 +53,18 @@ struct TrainOptions {
   float momentum = 0;
   float weight_decay = 0;
   uint64_t seed = 0;  // seeds the per-epoch shuffle (std::mt19937_64)
+  // FedProx: every gradient g becomes g + prox_mu (w - start) (>= 0; 0: off).
+  float prox_mu = 0;
+  // SCAFFOLD (option II) when both are set: every gradient g becomes g - c_k + c, and the result
+  // carries control_delta. Both null: off. (Corrections apply before weight decay and momentum.)
+  ScaffoldControls scaffold;
+
+  bool usesScaffold() const { return scaffold.c != nullptr || scaffold.ck != nullptr; }
 };
 
-// The options a task's hyper-parameters ask for (the client runtime and the simulator alike).
+// The options a task's hyper-parameters ask for (the client runtime and the simulator alike):
+// everything but the SCAFFOLD controls, which the caller points at its c and c_k when
+// hp.scaffold is set.
 TrainOptions trainOptionsFrom(const wire::HyperParams& hp);
 
 struct TrainResult {
@@ -57,7 +75,23 @@ struct TrainResult {
   double sum_sq_loss = 0;    // sum over processed samples of the squared per-sample loss
   double compute_seconds = 0;
   bool stopped_early = false;  // the stop flag ended training before the planned steps
+  // SCAFFOLD only (empty otherwise): Dc_k = c_k_new - c_k, where after K = steps steps of rate
+  // lr from x_t = start to y, c_k_new = c_k - c + (x_t - y) / (K lr), i.e.
+  // Dc_k = -c - delta / (K lr); all zeros when no step was taken (K = 0: c_k stays).
+  std::vector<float> control_delta;
 };
+
+// The update a client uploads for `result` (wire::Task): the delta alone, or, for a SCAFFOLD
+// task, the delta followed by the control delta (2P values). Moves out of `result`. A SCAFFOLD
+// result is one whose control_delta is non-empty; its size must equal the delta's (checked).
+// Cut it with planUploadChunks(model.layout(), chunk_bytes, /*scaffold=*/2P values long)
+// (client/upload_pipeline.h). One virtual client's SCAFFOLD round in the simulator:
+//   std::vector<float> ck = control_variate.values();        // client/control_variate.h
+//   opts.scaffold = {&c, &ck};                               // c: the task's control_bytes
+//   TrainResult r = trainer.train(model, x_t, ds, indices, opts).value();
+//   control_variate.apply(r.control_delta);                  // once the update is delivered
+//   std::vector<float> upload = takeUpload(r);               // D_k, then Dc_k
+std::vector<float> takeUpload(TrainResult& result);
 
 class Trainer {
  public:
@@ -80,7 +114,9 @@ class Trainer {
   // `start`, then runs `opts.epochs` passes over `indices` of `ds` (or exactly opts.max_steps
   // steps when > 0) in minibatches of opts.batch_size (the last batch of a pass may be smaller),
   // reshuffled at the start of every pass with std::mt19937_64(opts.seed), with
-  // torch::optim::SGD(lr, momentum, weight_decay) on the mean cross-entropy of each batch. The
+  // torch::optim::SGD(lr, momentum, weight_decay) on the mean cross-entropy of each batch, each
+  // gradient first corrected by FedProx's prox_mu (w - start) and SCAFFOLD's c - c_k when asked
+  // (both paths alike; with neither, no step does any extra work). The
   // model is moved to this trainer's device first if it is elsewhere, is in train mode while
   // training, and is left holding the trained parameters in its previous train/eval mode.
   // `stop`, when non-null, is read before every step; once true, training ends after the step
@@ -88,7 +124,9 @@ class Trainer {
   // seed on the CPU give a bit-identical result (with the same LibTorch thread count and
   // gradient path).
   // Failures: start.size() != model's parameter count, empty indices, an index >= ds.size(),
-  // batch_size == 0, epochs == 0 with max_steps == 0, sample storage that does not match the
+  // batch_size == 0, epochs == 0 with max_steps == 0, prox_mu negative or not finite, one
+  // SCAFFOLD control without the other or either not start.size() long, lr == 0 with SCAFFOLD
+  // (the control update divides by it), sample storage that does not match the
   // labels (data::checkSampleStorage: an empty image shape, too few bytes or floats), or
   // GradientPath::kManual for a model supportsManualGradients() rejects -> kInvalidArgument; a
   // LibTorch failure (model/input mismatch, a label >= the model's classes, out of memory) ->

@@ -73,6 +73,22 @@ model::Layout flatLayout(size_t n) {
   return layout;
 }
 
+std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
+                                         bool scaffold) {
+  std::vector<ChunkRange> plan = planChunks(layout, chunk_bytes);
+  if (!scaffold) return plan;
+  const size_t half = plan.size();
+  const auto tensors = static_cast<uint32_t>(layout.tensors.size());
+  plan.reserve(2 * half);
+  for (size_t i = 0; i < half; ++i) {
+    ChunkRange c = plan[i];
+    c.tensor_index += tensors;
+    c.offset += layout.total;
+    plan.push_back(c);
+  }
+  return plan;
+}
+
 uint64_t chunkSeed(uint64_t task_seed, size_t index) {
   return splitMix64(splitMix64(task_seed) ^ (0x5851f42d4c957f2dull * (index + 1)));
 }

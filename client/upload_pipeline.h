@@ -64,6 +64,14 @@ std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_byt
 // A layout of one tensor of n elements, for a delta whose model layout is unknown.
 model::Layout flatLayout(size_t n);
 
+// The chunks of an update of a model laid out as `layout` (wire::Task): planChunks(layout,
+// chunk_bytes) for a delta alone; for a SCAFFOLD update (the delta, then the control delta: 2 *
+// layout.total values) those chunks, then the same again shifted by layout.total elements and
+// by layout.tensors.size() tensors, so both halves are cut alike and no chunk holds values of
+// both.
+std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
+                                         bool scaffold);
+
 // The codec seed of chunk `index` of an upload whose task carries `task_seed` (a SplitMix64
 // mix of the two, so neighbouring seeds and indices give unrelated streams).
 uint64_t chunkSeed(uint64_t task_seed, size_t index);

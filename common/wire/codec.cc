@@ -79,6 +79,7 @@ size_t estimateWords(const Message& message) {
                                       },
                                       [](const Task& m) {
                                         return blobWords(m.model_name) + blobWords(m.model_bytes) +
+                                               blobWords(m.control_bytes) +
                                                blobWords(m.data.dataset) +
                                                blobWords(m.data.scheme) + blobWords(m.codec) + 8;
                                       },
@@ -139,6 +140,9 @@ void fill(schema::Task::Builder b, const Task& m) {
   h.setMomentum(m.hparams.momentum);
   h.setWeightDecay(m.hparams.weight_decay);
   h.setSeed(m.hparams.seed);
+  h.setProxMu(m.hparams.prox_mu);
+  h.setScaffold(m.hparams.scaffold);
+  h.setStopAfterS(m.hparams.stop_after_s);
   auto d = b.initData();
   d.setDataset(asText(m.data.dataset));
   d.setScheme(asText(m.data.scheme));
@@ -152,6 +156,11 @@ void fill(schema::Task::Builder b, const Task& m) {
   b.setCodec(asText(m.codec));
   b.setTaskToken(m.task_token);
   b.setChunkBytes(m.chunk_bytes);
+  if (canReference(m.control_bytes)) {
+    b.adoptControlBytes(referenceBlob(b, m.control_bytes));
+  } else if (!m.control_bytes.empty()) {
+    b.setControlBytes(asData(m.control_bytes));
+  }
 }
 
 void fill(schema::Chunk::Builder b, const Chunk& m) {
@@ -255,6 +264,12 @@ Result<Message> read(schema::Task::Reader r) {
   m.model_version = r.getModelVersion();
   m.model_name = toString(r.getModelName());
   m.model_bytes = toString(r.getModelBytes());
+  const auto control = r.getControlBytes();
+  if (control.size() != 0 && control.size() != m.model_bytes.size()) {
+    return corrupt("Task: control_bytes is " + std::to_string(control.size()) +
+                   " bytes, model_bytes " + std::to_string(m.model_bytes.size()));
+  }
+  m.control_bytes = toString(control);
   auto h = r.getHparams();
   m.hparams.epochs = h.getEpochs();
   m.hparams.max_steps = h.getMaxSteps();
@@ -263,6 +278,9 @@ Result<Message> read(schema::Task::Reader r) {
   m.hparams.momentum = h.getMomentum();
   m.hparams.weight_decay = h.getWeightDecay();
   m.hparams.seed = h.getSeed();
+  m.hparams.prox_mu = h.getProxMu();
+  m.hparams.scaffold = h.getScaffold();
+  m.hparams.stop_after_s = h.getStopAfterS();
   auto d = r.getData();
   m.data.dataset = toString(d.getDataset());
   m.data.scheme = toString(d.getScheme());

@@ -46,6 +46,9 @@ struct HyperParams {
   momentum @4 :Float32;
   weightDecay @5 :Float32;
   seed @6 :UInt64;
+  proxMu @7 :Float32;       # FedProx mu (0: off)
+  scaffold @8 :Bool;        # SCAFFOLD: the update is 2P values (delta, then control delta)
+  stopAfterS @9 :Float64;   # partial work: stop training this long after receipt (0: off)
 }
 
 struct DataSpec {
@@ -72,6 +75,7 @@ struct Task {
   codec @9 :Text;
   taskToken @10 :UInt64;
   chunkBytes @11 :UInt32;
+  controlBytes @12 :Data;  # SCAFFOLD server control variate c: empty, or as long as modelBytes
 }
 
 struct Chunk {

@@ -16,7 +16,9 @@
 
 namespace fedfleet::wire {
 
-constexpr uint32_t kProtocolVersion = 2;  // 2: chunks carry elements and weights
+// 2: chunks carry elements and weights. 3: FedProx, SCAFFOLD and partial work (HyperParams
+// prox_mu, scaffold, stop_after_s; Task control_bytes; a SCAFFOLD update is 2P values long).
+constexpr uint32_t kProtocolVersion = 3;
 
 enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
 const char* deviceKindName(DeviceKind kind);  // "cpu" or "cuda"
@@ -47,9 +49,16 @@ struct HyperParams {
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   uint64_t seed = 0;  // seeds shuffling and any client-side randomness for this task
-  float prox_mu = 0.0f;     // FedProx proximal coefficient (0: off)
-  bool scaffold = false;    // SCAFFOLD: correct gradients with the task's control variates
-  double stop_after_s = 0;  // partial work: stop training this long after receipt (0: off)
+  // FedProx: mu of the proximal term mu/2 ||w - x_t||^2, i.e. mu (w - x_t) added to every
+  // gradient (0: off).
+  float prox_mu = 0.0f;
+  // SCAFFOLD (option II): every step is corrected by c - c_k (Task::control_bytes holds c, the
+  // client keeps c_k), and the update the client uploads is 2P values long (see Task).
+  bool scaffold = false;
+  // Partial work: the client stops local training this many seconds after it received the
+  // task and uploads what it did, with its true step count and samples (0: off; train all the
+  // planned steps). Unlike deadline_s, which abandons the task, this yields an update.
+  double stop_after_s = 0;
 };
 
 // Which samples the client trains on: partition `index` of the data set split `scheme` ways.
@@ -66,6 +75,17 @@ struct DataSpec {
 };
 
 // Coordinator -> client: train this model on this data and upload the delta.
+//
+// The update the client uploads, in the chunks of this task (planChunks over its elements,
+// offsets 0 .. elements, each chunk encoded by `codec`), is:
+//   - without SCAFFOLD: the delta D_k = y - x_t, P values (P = model_bytes.size() / 4), in the
+//     model's layout;
+//   - with hparams.scaffold: 2P values, the delta D_k (P values, in the model's layout) followed
+//     by the control-variate update Dc_k = c_k_new - c_k (P values, the same layout again),
+//     where c_k_new = c_k - c + (x_t - y) / (K eta_l) after K local steps of rate eta_l. The
+//     chunks cover [0, 2P): the delta's chunks as without SCAFFOLD, then the same ranges again
+//     shifted by P elements (and by T in tensor_index, for a model of T tensors), so no chunk
+//     holds values of both halves. Chunk and Summary steps are K, as for any update.
 struct Task {
   uint64_t run_id = 0;
   uint32_t round = 0;
@@ -79,7 +99,9 @@ struct Task {
   std::string codec = "none";
   uint64_t task_token = 0;  // echoed by every Chunk and Summary of this task
   uint32_t chunk_bytes = 1 << 20;
-  std::string control_bytes;  // SCAFFOLD server control variate c (fp32), empty otherwise
+  // SCAFFOLD: the server control variate c, flat fp32 little endian in the model's layout, as
+  // long as model_bytes; empty unless hparams.scaffold (decode() refuses any other length).
+  std::string control_bytes;
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first

@@ -1,7 +1,8 @@
 // The client runtime against a scripted coordinator (a ROUTER socket on 127.0.0.1 driven by
 // the test thread): what an upload looks like on the wire for several codecs, the throttle
 // (with heartbeats flowing while it holds chunks back), Cancel during an upload, and a Task
-// arriving while an upload drains (asynchronous mode).
+// arriving while an upload drains (asynchronous mode), partial work (stop_after_s) and SCAFFOLD
+// (the 2P-value update, and c_k kept across tasks in its file).
 #include "client/client_runtime.h"
 
 #include <gtest/gtest.h>
@@ -10,10 +11,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <random>
 #include <thread>
 #include <variant>
 
+#include "client/control_variate.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
 #include "common/compress/codec.h"
@@ -25,6 +30,7 @@
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
+#include "tests/client/test_data.h"
 
 namespace fedfleet::client {
 namespace {
@@ -124,7 +130,12 @@ class ClientRuntimeTest : public ::testing::Test {
   }
 
   // The delta the client must have computed for `t` (same trainer, data and thread count).
-  std::vector<float> expectedDelta(const wire::Task& t) {
+  std::vector<float> expectedDelta(const wire::Task& t) { return expectedResult(t).delta; }
+
+  // What the client must have computed for `t` (its steps, or `steps` when > 0), with FedProx's
+  // mu, and SCAFFOLD's c and c_k when given.
+  TrainResult expectedResult(const wire::Task& t, const std::vector<float>* c = nullptr,
+                             const std::vector<float>* ck = nullptr, uint32_t steps = 0) {
     data::PartitionSpec ps;
     ps.scheme = t.data.scheme;
     ps.num_partitions = t.data.num_partitions;
@@ -136,15 +147,29 @@ class ClientRuntimeTest : public ::testing::Test {
     auto m = model::createModel("logreg", 0, "");
     EXPECT_TRUE(m.isOk());
     TrainOptions o;
-    o.max_steps = t.hparams.max_steps;
+    o.max_steps = steps > 0 ? steps : t.hparams.max_steps;
+    o.epochs = t.hparams.epochs;
     o.batch_size = t.hparams.batch_size;
     o.lr = t.hparams.lr;
     o.seed = t.hparams.seed;
+    o.prox_mu = t.hparams.prox_mu;
+    if (c != nullptr) o.scaffold = {c, ck};
     torch::set_num_threads(1);
     Trainer trainer(torch::kCPU);
     auto r = trainer.train(**m, start_, *train_, (*parts)[t.data.index], o);
     EXPECT_TRUE(r.isOk()) << r.status().toString();
-    return r.isOk() ? r->delta : std::vector<float>{};
+    return r.isOk() ? std::move(r).value() : TrainResult{};
+  }
+
+  // The values of a "none" upload, in order of offset (n of them, NaN where no chunk wrote).
+  static std::vector<float> decodeNone(const std::vector<wire::Chunk>& chunks, size_t n) {
+    std::vector<float> out(n, std::nanf(""));
+    for (const wire::Chunk& c : chunks) {
+      EXPECT_LE(c.offset + c.elements, n);
+      if (c.offset + c.elements > n) continue;
+      EXPECT_TRUE(compress::decodePayload(c.payload, c.elements, out.data() + c.offset).isOk());
+    }
+    return out;
   }
 
   // Collects one upload: chunks up to and including the Summary.
@@ -386,6 +411,165 @@ TEST_F(ClientRuntimeTest, ATaskArrivingDuringAnUploadTrainsWhileItDrains) {
   const double held = u2.chunk_frame_bytes.front() / (0.1e6 / 8);
   EXPECT_LT(u2.chunk_at.front() - u1.summary_at - held, 0.5 * train2)
       << "task 2 did not train while task 1 uploaded";
+}
+
+// Partial work: a task of 100000 epochs (1.9 million steps) with stop_after_s = 0.3 is stopped
+// 0.3 s after it arrived, and what was done is uploaded with its true step count: the upload is
+// bit for bit the delta of exactly that many steps.
+TEST_F(ClientRuntimeTest, StopAfterSecondsUploadsThePartialWorkWithItsTrueSteps) {
+  startClient({});
+  // The first task loads the data set, which would count against stop_after_s.
+  send(task(1, "none", 1 << 20));
+  ASSERT_TRUE(collect(1).summary);
+
+  wire::Task t = task(2, "none", 8 << 10, /*steps=*/0);
+  t.hparams.epochs = 100000;
+  t.hparams.stop_after_s = 0.3;
+  const uint64_t planned = uint64_t{100000} * ((kSubset + 31) / 32);
+  const double sent = steadyNow();
+  send(t);
+  const Upload u = collect(2);
+  ASSERT_TRUE(u.summary);
+  const uint64_t steps = u.summary->steps;
+  EXPECT_GT(steps, 0u);
+  EXPECT_LT(steps, planned);
+  ASSERT_EQ(u.chunks.size(), 5u);
+  for (const wire::Chunk& c : u.chunks) EXPECT_EQ(c.steps, steps);
+  EXPECT_EQ(u.summary->n_samples, kSubset);  // n_k, the data held, as for a whole task
+  EXPECT_GE(u.summary_at - sent, 0.3);
+  EXPECT_LT(u.summary_at - sent, 0.3 + 10);  // loose: the stop, not the machine
+  EXPECT_LT(u.summary->compute_seconds, 0.3 + 5);
+
+  const std::vector<float> got = decodeNone(u.chunks, kLogregParams);
+  const TrainResult expected = expectedResult(t, nullptr, nullptr, static_cast<uint32_t>(steps));
+  ASSERT_EQ(expected.steps, steps);
+  ASSERT_EQ(expected.delta.size(), kLogregParams);
+  EXPECT_EQ(std::memcmp(got.data(), expected.delta.data(), kLogregParams * 4), 0);
+}
+
+std::string bytesOf(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+class ClientRuntimeScaffoldTest : public ClientRuntimeTest {
+ protected:
+  void SetUp() override {
+    ClientRuntimeTest::SetUp();
+    if (IsSkipped()) return;
+    state_ = std::string(FEDFLEET_TEST_TMP) + "/client_runtime_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".ck";
+    std::filesystem::remove(state_);
+  }
+  void TearDown() override {
+    ClientRuntimeTest::TearDown();
+    if (!state_.empty()) std::filesystem::remove(state_);
+  }
+
+  wire::Task scaffoldTask(uint64_t token, const std::vector<float>& c) {
+    wire::Task t = task(token, "none", 8 << 10, 4);
+    t.hparams.scaffold = true;
+    t.hparams.prox_mu = 0.1f;
+    t.control_bytes = bytesOf(c);
+    return t;
+  }
+
+  // Sends `t` and checks its upload: the delta then Dc_k, as the trainer computes them from the
+  // client's c_k, which must be `ck`. Returns Dc_k.
+  std::vector<float> expectScaffoldUpload(const wire::Task& t, const std::vector<float>& c,
+                                          const std::vector<float>& ck) {
+    send(t);
+    const Upload u = collect(t.task_token);
+    EXPECT_TRUE(u.summary);
+    if (!u.summary) return {};
+    EXPECT_EQ(u.summary->steps, 4u);
+    // Each half cut as the delta alone is: the weight in 4 pieces, the bias alone.
+    EXPECT_EQ(u.chunks.size(), 10u);
+    uint64_t next = 0;
+    for (const wire::Chunk& ch : u.chunks) {
+      EXPECT_EQ(ch.offset, next);
+      EXPECT_TRUE(ch.offset + ch.elements <= kLogregParams || ch.offset >= kLogregParams);
+      EXPECT_EQ(ch.steps, 4u);
+      next += ch.elements;
+    }
+    EXPECT_EQ(next, 2 * kLogregParams);
+    const std::vector<float> got = decodeNone(u.chunks, 2 * kLogregParams);
+    const TrainResult expected = expectedResult(t, &c, &ck);
+    EXPECT_EQ(expected.control_delta.size(), kLogregParams);
+    if (expected.control_delta.size() != kLogregParams) return {};
+    EXPECT_EQ(std::memcmp(got.data(), expected.delta.data(), kLogregParams * 4), 0);
+    EXPECT_EQ(
+        std::memcmp(got.data() + kLogregParams, expected.control_delta.data(), kLogregParams * 4),
+        0);
+    return expected.control_delta;
+  }
+
+  // Waits (the client saves right after sending the Summary) until the state file holds `ck`.
+  void expectStateFile(const std::vector<float>& ck) {
+    const double until = steadyNow() + 10;
+    std::vector<float> last;
+    while (steadyNow() < until) {
+      auto loaded = ControlVariate::load(state_);
+      if (loaded.isOk()) {
+        last = loaded->values();
+        if (last == ck) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "the state file does not hold c_k (" << last.size() << " values)";
+  }
+
+  std::string state_;
+};
+
+// c_k starts from the file, gains Dc_k after each upload (so the next task trains with it), and
+// the file follows.
+TEST_F(ClientRuntimeScaffoldTest, UploadsDeltaThenControlDeltaAndKeepsCkInItsFile) {
+  ControlVariate ck(kLogregParams);
+  ck.apply(uniformFloats(kLogregParams, 1, 0.02f));
+  ASSERT_TRUE(ck.save(state_).isOk());
+  ClientRuntimeOptions o;
+  o.scaffold_state_path = state_;
+  startClient(o);
+  for (uint64_t token = 1; token <= 2; ++token) {
+    SCOPED_TRACE("task " + std::to_string(token));
+    const std::vector<float> c = uniformFloats(kLogregParams, 10 + token, 0.02f);
+    const std::vector<float> dck = expectScaffoldUpload(scaffoldTask(token, c), c, ck.values());
+    ASSERT_EQ(dck.size(), kLogregParams);
+    ck.apply(dck);
+    expectStateFile(ck.values());
+  }
+  // A plain task in between changes nothing of c_k.
+  send(task(3, "none", 8 << 10));
+  const Upload plain = collect(3);
+  ASSERT_TRUE(plain.summary);
+  EXPECT_EQ(plain.chunks.size(), 5u);
+  const std::vector<float> c = uniformFloats(kLogregParams, 20, 0.02f);
+  expectScaffoldUpload(scaffoldTask(4, c), c, ck.values());
+}
+
+TEST_F(ClientRuntimeScaffoldTest, ACorruptStateFileMeansZeroAndIsReplaced) {
+  { std::ofstream(state_, std::ios::binary) << "FFCTLV01 but nothing sensible after it"; }
+  ClientRuntimeOptions o;
+  o.scaffold_state_path = state_;
+  startClient(o);
+  const std::vector<float> c = uniformFloats(kLogregParams, 5, 0.02f);
+  const std::vector<float> dck =
+      expectScaffoldUpload(scaffoldTask(1, c), c, std::vector<float>(kLogregParams, 0.0f));
+  expectStateFile(dck);
+}
+
+TEST_F(ClientRuntimeScaffoldTest, ATaskWithoutTheControlVariateIsRejected) {
+  startClient({});
+  wire::Task t = scaffoldTask(1, std::vector<float>(kLogregParams, 0.0f));
+  t.control_bytes.clear();
+  send(t);
+  auto r = next(30);
+  ASSERT_TRUE(r);
+  auto* e = std::get_if<wire::Error>(&r->message);
+  ASSERT_NE(e, nullptr) << wire::messageName(r->message);
+  EXPECT_EQ(e->code, wire::ErrorCode::kRejected);
+  EXPECT_EQ(e->task_token, 1u);
+  EXPECT_NE(e->message.find("SCAFFOLD"), std::string::npos) << e->message;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Trainer's manual gradient path (hand-written backward pass and SGD for "logreg" and "mlp" on
-// the CPU) against its autograd path, on images and on feature vectors.
+// the CPU) against its autograd path, on images and on feature vectors, and with FedProx's and
+// SCAFFOLD's gradient corrections on.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,8 +13,8 @@
 
 #include "client/trainer.h"
 #include "common/data/dataset.h"
-#include "common/data/synthetic.h"
 #include "common/model/model.h"
+#include "tests/client/test_data.h"
 
 namespace fedfleet::client {
 namespace {
@@ -35,26 +36,33 @@ const data::Dataset* images() {
   return ds.get();
 }
 
-// The train split of one Synthetic(1, 1) device with 400 samples: 60 features, 10 classes.
-const data::Dataset* features() {
-  static const std::unique_ptr<data::Dataset> ds = [] {
-    data::SyntheticSpec spec;
-    spec.devices = 1000;
-    spec.max_samples = 445;  // round(0.9 * 445) = 400
-    auto fed = data::SyntheticFederation::create(spec);
-    EXPECT_TRUE(fed.isOk());
-    uint64_t k = 0;
-    while (fed->totalSamples(k) < spec.max_samples) ++k;  // P(445+) = P(Z > 0.99) = 0.16
-    return std::make_unique<data::Dataset>(fed->generate(k, true).value());
-  }();
-  return ds.get();
-}
+const data::Dataset* features() { return syntheticFeatures(); }
 
 std::unique_ptr<model::Model> mustCreateFor(const std::string& name, uint64_t seed,
                                             const data::Dataset& ds) {
   auto m = model::createModel(name, seed, "", model::inputShapeOf(ds));
   EXPECT_TRUE(m.isOk()) << m.status().toString();
   return m.isOk() ? std::move(m).value() : nullptr;
+}
+
+// Two passes over 150 scattered samples in batches of 32: 10 steps.
+TrainOptions twoPassOptions(bool momentum) {
+  TrainOptions opts;
+  opts.epochs = 2;
+  opts.batch_size = 32;
+  opts.lr = 0.05f;
+  opts.seed = 11;
+  if (momentum) {
+    opts.momentum = 0.9f;
+    opts.weight_decay = 1e-2f;
+  }
+  return opts;
+}
+
+std::vector<uint32_t> scatteredIndices() {
+  std::vector<uint32_t> idx;
+  for (uint32_t i = 0; idx.size() < 150; i += 2) idx.push_back(i);
+  return idx;
 }
 
 TrainResult mustTrain(GradientPath path, const std::string& name, const data::Dataset& ds,
@@ -93,17 +101,8 @@ class ManualGradientsTest : public ::testing::TestWithParam<std::tuple<std::stri
 // ReLU mask, weight decay or momentum left out) is off by 1e-3 or more.
 TEST_P(ManualGradientsTest, MatchesAutograd) {
   const auto& [name, on_images, momentum] = GetParam();
-  TrainOptions opts;
-  opts.epochs = 2;
-  opts.batch_size = 32;
-  opts.lr = 0.05f;
-  opts.seed = 11;
-  if (momentum) {
-    opts.momentum = 0.9f;
-    opts.weight_decay = 1e-2f;
-  }
-  std::vector<uint32_t> idx;
-  for (uint32_t i = 0; idx.size() < 150; i += 2) idx.push_back(i);
+  const TrainOptions opts = twoPassOptions(momentum);
+  const std::vector<uint32_t> idx = scatteredIndices();
 
   const TrainResult manual = mustTrain(GradientPath::kManual, name, *ds_, idx, opts);
   const TrainResult autograd = mustTrain(GradientPath::kAutograd, name, *ds_, idx, opts);
@@ -132,6 +131,52 @@ INSTANTIATE_TEST_SUITE_P(Models, ManualGradientsTest,
                            return std::get<0>(info.param) +
                                   (std::get<1>(info.param) ? "_images" : "_features") +
                                   (std::get<2>(info.param) ? "_momentum_wd" : "_plain");
+                         });
+
+// (model, momentum and weight decay, which corrections: "prox", "scaffold", "both").
+class CorrectedGradientsTest
+    : public ::testing::TestWithParam<std::tuple<std::string, bool, std::string>> {};
+
+// The budget of MatchesAutograd on feature vectors, with FedProx's mu (w - x_t) and SCAFFOLD's
+// c - c_k added to every gradient: the paths still differ by rounding only (the control delta,
+// -c - delta / (K lr) with K lr = 0.5, by at most twice the deltas' difference), while the
+// corrections move the result by 1e-3 or more.
+TEST_P(CorrectedGradientsTest, ManualMatchesAutograd) {
+  const auto& [name, momentum, which] = GetParam();
+  const data::Dataset& ds = *features();
+  const size_t n = mustCreateFor(name, 6, ds)->numParameters();
+  const std::vector<float> c = uniformFloats(n, 1, 0.05f), ck = uniformFloats(n, 2, 0.05f);
+  TrainOptions opts = twoPassOptions(momentum);
+  if (which != "scaffold") opts.prox_mu = 0.5f;
+  if (which != "prox") opts.scaffold = {&c, &ck};
+  const std::vector<uint32_t> idx = scatteredIndices();
+
+  const TrainResult manual = mustTrain(GradientPath::kManual, name, ds, idx, opts);
+  const TrainResult autograd = mustTrain(GradientPath::kAutograd, name, ds, idx, opts);
+  EXPECT_EQ(manual.steps, 10u);
+  EXPECT_LT(maxAbsDiff(manual.delta, autograd.delta), 1e-6);
+  EXPECT_NEAR(manual.mean_loss, autograd.mean_loss, 1e-6 * autograd.mean_loss);
+  EXPECT_EQ(manual.control_delta.size(), which == "prox" ? 0u : n);
+  EXPECT_EQ(autograd.control_delta.size(), manual.control_delta.size());
+  if (!manual.control_delta.empty()) {
+    EXPECT_LT(maxAbsDiff(manual.control_delta, autograd.control_delta), 1e-6);
+  }
+
+  TrainOptions off = opts;
+  off.prox_mu = 0;
+  off.scaffold = {};
+  const TrainResult uncorrected = mustTrain(GradientPath::kManual, name, ds, idx, off);
+  EXPECT_GT(maxAbsDiff(manual.delta, uncorrected.delta), 1e-3);
+  EXPECT_TRUE(uncorrected.control_delta.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Corrections, CorrectedGradientsTest,
+                         ::testing::Combine(::testing::Values("logreg", "mlp"), ::testing::Bool(),
+                                            ::testing::Values("prox", "scaffold", "both")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) +
+                                  (std::get<1>(info.param) ? "_momentum_wd_" : "_plain_") +
+                                  std::get<2>(info.param);
                          });
 
 TEST(ManualGradientsSupportTest, OnlyFullyConnectedBuiltinsOnTheCpu) {

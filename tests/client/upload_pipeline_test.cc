@@ -175,6 +175,31 @@ TEST(ChunkPlanRule, SplitsLargeTensorsEvenlyAndGroupsSmallOnes) {
   EXPECT_EQ(planChunks(flatLayout(10), 1 << 20), (std::vector<ChunkRange>{{0, 0, 10}}));
 }
 
+// A SCAFFOLD update (delta, then control delta): the delta's plan, then the same ranges again
+// P elements and T tensors on; no chunk holds values of both halves, even where planChunks over
+// one 2P-long layout would group the last tensors of the delta with the first of the control.
+TEST(ChunkPlanRule, ScaffoldUpdatesRepeatTheDeltaPlanOverTheSecondHalf) {
+  const model::Layout l = layoutOf({7840, 10});
+  EXPECT_EQ(planUploadChunks(l, 8 << 10, false), planChunks(l, 8 << 10));
+  const auto plan = planUploadChunks(l, 8 << 10, true);
+  ASSERT_EQ(plan.size(), 10u);  // weight in 4 pieces of 1960, bias alone; twice
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(plan[i + 5].offset, plan[i].offset + 7850) << i;
+    EXPECT_EQ(plan[i + 5].elements, plan[i].elements) << i;
+    EXPECT_EQ(plan[i + 5].tensor_index, plan[i].tensor_index + 2) << i;
+  }
+  uint64_t next = 0;
+  for (const ChunkRange& c : plan) {
+    EXPECT_EQ(c.offset, next);
+    EXPECT_TRUE(c.offset + c.elements <= 7850 || c.offset >= 7850) << c.offset;
+    next += c.elements;
+  }
+  EXPECT_EQ(next, 2u * 7850);
+  // One chunk would hold the whole model: still two, one a half.
+  EXPECT_EQ(planUploadChunks(l, 1 << 20, true),
+            (std::vector<ChunkRange>{{0, 0, 7850}, {2, 7850, 7850}}));
+}
+
 TEST(ChunkSeed, DiffersByChunkAndByTaskSeed) {
   std::set<uint64_t> seen;
   for (uint64_t task = 0; task < 16; ++task) {

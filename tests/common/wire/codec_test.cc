@@ -49,6 +49,9 @@ Task sampleTask(size_t model_bytes = 40) {
   m.hparams.momentum = 0.9f;
   m.hparams.weight_decay = 1e-4f;
   m.hparams.seed = 99;
+  m.hparams.prox_mu = 0.01f;
+  m.hparams.scaffold = true;
+  m.hparams.stop_after_s = 2.75;
   m.data.dataset = "mnist";
   m.data.scheme = "dirichlet";
   m.data.alpha = 0.25;
@@ -61,6 +64,8 @@ Task sampleTask(size_t model_bytes = 40) {
   m.codec = "int8";
   m.task_token = 0xabcdef0123ULL;
   m.chunk_bytes = 65536;
+  m.control_bytes.resize(model_bytes);
+  for (auto& c : m.control_bytes) c = static_cast<char>(rng());
   return m;
 }
 
@@ -126,6 +131,9 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.hparams.momentum, b.hparams.momentum);
   EXPECT_EQ(a.hparams.weight_decay, b.hparams.weight_decay);
   EXPECT_EQ(a.hparams.seed, b.hparams.seed);
+  EXPECT_EQ(a.hparams.prox_mu, b.hparams.prox_mu);
+  EXPECT_EQ(a.hparams.scaffold, b.hparams.scaffold);
+  EXPECT_EQ(a.hparams.stop_after_s, b.hparams.stop_after_s);
   EXPECT_EQ(a.data.dataset, b.data.dataset);
   EXPECT_EQ(a.data.scheme, b.data.scheme);
   EXPECT_EQ(a.data.alpha, b.data.alpha);
@@ -138,6 +146,7 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.codec, b.codec);
   EXPECT_EQ(a.task_token, b.task_token);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
+  EXPECT_TRUE(a.control_bytes == b.control_bytes) << "control_bytes differ";
 }
 
 void expectEqual(const Chunk& a, const Chunk& b) {
@@ -251,14 +260,20 @@ class WireLargeTaskTest : public ::testing::TestWithParam<size_t> {};
 TEST_P(WireLargeTaskTest, RoundTripsByteExact) {
   const Task task = sampleTask(GetParam());
   const std::string bytes = encode(task);
-  EXPECT_GE(bytes.size(), task.model_bytes.size());
-  EXPECT_LT(bytes.size(), task.model_bytes.size() + 1024);
+  // The model and the SCAFFOLD control variate, each once, and little else.
+  const size_t blobs = task.model_bytes.size() + task.control_bytes.size();
+  EXPECT_GE(bytes.size(), blobs);
+  EXPECT_LT(bytes.size(), blobs + 1024);
   Result<Message> decoded = decode(bytes);
   ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
   const Task& got = std::get<Task>(*decoded);
   ASSERT_EQ(got.model_bytes.size(), task.model_bytes.size());
   EXPECT_EQ(std::memcmp(got.model_bytes.data(), task.model_bytes.data(), got.model_bytes.size()),
             0);
+  ASSERT_EQ(got.control_bytes.size(), task.control_bytes.size());
+  EXPECT_EQ(
+      std::memcmp(got.control_bytes.data(), task.control_bytes.data(), got.control_bytes.size()),
+      0);
   expectEqual(task, got);
   EXPECT_EQ(encode(got), bytes);
 }
@@ -271,12 +286,50 @@ TEST(WireCodecTest, LargeChunkRoundTrips) {
   for (size_t size : {size_t{1} << 20, (size_t{1} << 20) + 1}) expectRoundTrip(sampleChunk(size));
 }
 
+TEST(WireCodecTest, TaskWithoutScaffoldHasNoControlBytes) {
+  Task t = sampleTask();
+  t.hparams.scaffold = false;
+  t.control_bytes.clear();
+  expectRoundTrip(t);
+  const Task got = std::get<Task>(decode(encode(t)).value());
+  EXPECT_TRUE(got.control_bytes.empty());
+  EXPECT_FALSE(got.hparams.scaffold);
+  // The defaults of the version 3 fields: all off.
+  const Task plain = std::get<Task>(decode(encode(Task{})).value());
+  EXPECT_EQ(plain.hparams.prox_mu, 0.0f);
+  EXPECT_FALSE(plain.hparams.scaffold);
+  EXPECT_EQ(plain.hparams.stop_after_s, 0.0);
+}
+
+// control_bytes is c in the model's layout: empty or exactly as long as model_bytes.
+TEST(WireCodecTest, ControlBytesOfAnotherLengthThanTheModelAreCorrupt) {
+  for (size_t control : {size_t{8}, size_t{36}, size_t{44}, size_t{80}}) {
+    Task t = sampleTask(40);
+    t.control_bytes.assign(control, '\x01');
+    Result<Message> r = decode(encode(t));
+    ASSERT_FALSE(r.isOk()) << control;
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
+    EXPECT_NE(r.status().message().find("control_bytes"), std::string::npos)
+        << r.status().message();
+  }
+  Task t = sampleTask(40);
+  t.model_bytes.clear();  // an empty model with a control variate
+  EXPECT_FALSE(decode(encode(t)).isOk());
+}
+
 TEST(WireCodecTest, UnalignedInputDecodes) {
   const std::string bytes = encode(sampleTask(1000));
   std::string shifted = "x" + bytes;  // bytes now start at an odd address
   Result<Message> decoded = decode(std::string_view(shifted).substr(1));
   ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
   expectEqual(sampleTask(1000), std::get<Task>(*decoded));
+}
+
+TEST(WireCodecTest, ProtocolVersionIsThree) {
+  // 3: HyperParams prox_mu, scaffold, stop_after_s; Task control_bytes. A coordinator refuses a
+  // Hello of another version, so a version 2 client never receives a SCAFFOLD task.
+  EXPECT_EQ(kProtocolVersion, 3u);
+  EXPECT_EQ(Hello{}.protocol_version, 3u);
 }
 
 TEST(WireCodecTest, Names) {
