@@ -210,6 +210,8 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.upload_burst_bytes = size_t{cc.upload_burst_kib} * 1024;
   o.upload_pipelined = cc.upload_pipelined;
   o.residual_storage = compress::parseResidualStorage(cc.residual_storage).value();
+  o.scaffold_state_path = cc.scaffold_state;
+  o.scaffold_storage = compress::parseResidualStorage(cc.scaffold_storage).value();
   o.transport.endpoint = cc.coordinator;
   o.transport.routing_id = o.client_id;
   // The client loop must keep beating while the coordinator is away: give up on a send soon.

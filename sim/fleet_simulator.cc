@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "client/control_variate.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
 #include "common/check.h"
@@ -69,6 +70,7 @@ struct EncodedChunk {
 
 struct TrainOutcome {
   client::TrainResult result;  // delta released once encoded
+  std::vector<float> control_delta;  // SCAFFOLD's Dc_k, applied when the summary is sent
   std::vector<EncodedChunk> chunks;
   double wall_seconds = 0;    // training
   double encode_seconds = 0;  // compressing the chunks
@@ -133,6 +135,7 @@ struct InFlight {
   std::vector<uint64_t> frame_bytes;
   wire::Summary summary;
   uint64_t summary_bytes = 0;
+  std::vector<float> control_delta;  // SCAFFOLD: c_k += this once the summary is sent
 };
 
 struct PendingEval {
@@ -203,6 +206,13 @@ class Simulator final : public FleetSimulator {
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Residuals> residuals_;
+  compress::ResidualStorage residual_storage_ = compress::ResidualStorage::kBf16;
+  // SCAFFOLD: each virtual client's c_k (allocated once it has trained), and the server c of
+  // the latest task.
+  std::unordered_map<uint64_t, client::ControlVariate> controls_;
+  std::shared_ptr<const std::vector<float>> control_cache_;
+  uint64_t control_version_ = UINT64_MAX;
+  std::shared_ptr<const std::vector<float>> controlParams(const wire::Task& task);
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<ProgressDisplay> progress_;
   int64_t run_id_ = 0;
@@ -320,6 +330,7 @@ Status Simulator::init(const config::Config& config) {
   }
   FEDFLEET_ASSIGN_OR_RETURN(auto storage, compress::parseResidualStorage(sc.residual_storage));
   residuals_ = std::make_unique<Residuals>(num_params_, storage);
+  residual_storage_ = storage;
   pool_ = std::make_unique<WorkerPool>(sc.workers);
   progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
   spdlog::info(
@@ -338,6 +349,16 @@ std::shared_ptr<const std::vector<float>> Simulator::startParams(const wire::Tas
     params_version_ = task.model_version;
   }
   return params_cache_;
+}
+
+std::shared_ptr<const std::vector<float>> Simulator::controlParams(const wire::Task& task) {
+  if (task.model_version != control_version_ || !control_cache_) {
+    auto v = std::make_shared<std::vector<float>>(task.control_bytes.size() / sizeof(float));
+    std::memcpy(v->data(), task.control_bytes.data(), v->size() * sizeof(float));
+    control_cache_ = std::move(v);
+    control_version_ = task.model_version;
+  }
+  return control_cache_;
 }
 
 void Simulator::dispatch(const coordinator::SendTask& st) {
@@ -422,23 +443,42 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
       compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
   const size_t chunk_bytes = task.chunk_bytes;
   const uint64_t task_seed = task.hparams.seed;
+  // SCAFFOLD: the server's c from the task, and this virtual client's c_k (read by the job,
+  // updated on the loop thread when the summary is sent, as a real client does).
+  std::shared_ptr<const std::vector<float>> server_c;
+  const client::ControlVariate* ck = nullptr;
+  if (hp.scaffold) {
+    server_c = controlParams(task);
+    auto it = controls_.find(k);
+    if (it == controls_.end()) {
+      it = controls_.emplace(k, client::ControlVariate(num_params_, residual_storage_)).first;
+    }
+    ck = &it->second;
+  }
   f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual,
-                            chunk_bytes, task_seed]() -> Result<TrainOutcome> {
+                            chunk_bytes, task_seed, server_c, ck]() -> Result<TrainOutcome> {
     FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
     const auto t0 = std::chrono::steady_clock::now();
     FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
     client::Trainer trainer(c10::kCPU);
+    client::TrainOptions opts = o;
+    std::vector<float> ck_values;
+    if (ck) {
+      ck_values = ck->values();
+      opts.scaffold = {server_c.get(), &ck_values};
+    }
     FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r,
-                              trainer.train(*model, *start, *shard.data, shard.indices, o,
+                              trainer.train(*model, *start, *shard.data, shard.indices, opts,
                                             stop.get()));
     TrainOutcome out;
+    out.control_delta = r.control_delta;
     out.result = std::move(r);
     const auto t1 = std::chrono::steady_clock::now();
     out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
     // Compress as a client does: the same chunks and per-chunk seeds (client/upload_pipeline.h);
     // the bytes decide the upload time.
-    const std::vector<float>& delta = out.result.delta;
-    const auto plan = client::planChunks(model->layout(), chunk_bytes);
+    const std::vector<float> delta = client::takeUpload(out.result);
+    const auto plan = client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr);
     for (size_t j = 0; j < plan.size(); ++j) {
       EncodedChunk c;
       c.offset = plan[j].offset;
@@ -454,8 +494,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     }
     out.encode_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    out.result.delta = std::vector<float>();  // only the payloads travel on
-    return out;
+    return out;  // the delta is gone: only the payloads travel on
   });
   push(done_at, EventKind::kTrainDone, token, k);
   in_flight_.emplace(token, std::move(f));
@@ -475,6 +514,7 @@ void Simulator::onTrainDone(uint64_t token, InFlight& f) {
   }
   TrainOutcome& out = *got;
   wall_compute_[{f.round, f.id}] = out.wall_seconds;
+  f.control_delta = std::move(out.control_delta);
   const ClientProfile p = fleet_->profile(f.client);
   double sent = 0;
   double t = now_ + p.latency_s;
@@ -541,6 +581,7 @@ void Simulator::handle(const Event& e) {
       const wire::Summary s = f.summary;
       const uint64_t bytes = f.summary_bytes;
       const ClientId id = f.id;
+      if (!f.control_delta.empty()) controls_.at(f.client).apply(f.control_delta);
       in_flight_.erase(it);
       engine_->onSummary(id, s, bytes, now_);
       break;

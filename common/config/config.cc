@@ -112,6 +112,8 @@ void forEachField(C& c, F&& f) {
   f("client.upload_burst_kib", c.client.upload_burst_kib);
   f("client.upload_pipelined", c.client.upload_pipelined);
   f("client.residual_storage", c.client.residual_storage);
+  f("client.scaffold_state", c.client.scaffold_state);
+  f("client.scaffold_storage", c.client.scaffold_storage);
   f("sim.clients", c.sim.clients);
   f("sim.fleet", c.sim.fleet);
   f("sim.availability", c.sim.availability);
@@ -367,6 +369,9 @@ Status Config::validate() const {
   if (!compress::parseResidualStorage(client.residual_storage).isOk()) {
     return bad("client.residual_storage", "must be fp32, bf16 or fp16");
   }
+  if (!compress::parseResidualStorage(client.scaffold_storage).isOk()) {
+    return bad("client.scaffold_storage", "must be fp32, bf16 or fp16");
+  }
   if (!compress::parseResidualStorage(sim.residual_storage).isOk()) {
     return bad("sim.residual_storage", "must be fp32, bf16 or fp16");
   }
@@ -496,6 +501,18 @@ Status Config::validateAggregation() const {
   if (!(a.beta2 >= 0 && a.beta2 < 1)) return bad("aggregation.beta2", "must be in [0, 1)");
   if (!(a.tau > 0)) return bad("aggregation.tau", "must be > 0");
   if (a.buffer_mib == 0) return bad("aggregation.buffer_mib", "must be at least 1");
+  if (a.method == "scaffold") {
+    for (const auto& [key, spec_text] : {std::pair<const char*, const std::string&>{
+                                             "coordinator.codec", coordinator.codec},
+                                         {"coordinator.slow_link_codec",
+                                          coordinator.slow_link_codec}}) {
+      auto spec = compress::parseCodecSpec(spec_text.empty() ? "none" : spec_text);
+      if (spec.isOk() && compress::usesErrorFeedback(*spec)) {
+        return bad(key, "uses error feedback, which SCAFFOLD's updates (delta and control "
+                        "delta) do not support; use none, fp16, bf16, qsgd8 or qsgd4");
+      }
+    }
+  }
   if (a.method == "scaffold" && a.clip_norm > 0) {
     return bad("aggregation.clip_norm", "is not supported with SCAFFOLD (it would scale the "
                                         "control variates too); set it to 0");

@@ -149,6 +149,8 @@ struct ClientSection {
   bool upload_pipelined = true;    // encode chunk i+1 while chunk i is sent (false: encode all,
                                    // then send; the benchmark's baseline)
   std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
+  std::string scaffold_state;             // SCAFFOLD: file keeping c_k across restarts ("": none)
+  std::string scaffold_storage = "fp32";  // SCAFFOLD: c_k held as fp32, bf16 or fp16
 };
 
 // The fleet simulator (`fedfleet sim`). The run, coordinator, model, data and train sections
