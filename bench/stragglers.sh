@@ -12,6 +12,7 @@
 #                deadline (0.9 quantile of recent task durations x 1.2)
 #   fedbuff      FedBuff: 20 training at once, a server step every 10 updates, max staleness 20
 #   oort         Oort-style guided selection with the percentile deadline
+#   deadline     fixed 4 s deadline, fixed local work (1 epoch): the baseline of `adaptive`
 #   adaptive     local steps sized to each client's measured speed (fixed 4 s deadline), FedNova
 # Goal: the best policy reaches the target in at most 0.3x the virtual time of wait_all.
 # RESULT keys: <policy>_s (virtual seconds; "inf" when not reached), best_policy, best_ratio.
@@ -64,11 +65,12 @@ T[fedbuff]=$(run_policy fedbuff --set policy.mode=\"async\" --set policy.async_c
   --set policy.async_buffer=10 --set policy.max_staleness=20 --set coordinator.deadline_s=120)
 T[oort]=$(run_policy oort --set selection.selector=\"oort\" --set policy.deadline=\"percentile\" \
   --set coordinator.deadline_s=120)
+T[deadline]=$(run_policy deadline --set coordinator.deadline_s=4)
 T[adaptive]=$(run_policy adaptive --set policy.adaptive_steps=true --set aggregation.method=\"fednova\" \
   --set coordinator.deadline_s=4)
 
 best=wait_all
-for p in oversel fedbuff oort adaptive; do
+for p in oversel fedbuff oort deadline adaptive; do
   if [ "${T[$p]}" != inf ] && { [ "${T[$best]}" = inf ] || awk -v a="${T[$p]}" -v b="${T[$best]}" 'BEGIN {exit !(a < b)}'; }; then
     best=$p
   fi
@@ -81,6 +83,7 @@ fmt() { [ "$1" = inf ] && echo inf || awk -v a="$1" 'BEGIN {printf "%.1f", a}'; 
 status=1
 if [ "$ratio" != inf ] && awk -v r="$ratio" 'BEGIN {exit !(r <= 0.3)}'; then status=0; fi
 echo "RESULT wait_all_s=$(fmt "${T[wait_all]}") oversel_s=$(fmt "${T[oversel]}")" \
-     "fedbuff_s=$(fmt "${T[fedbuff]}") oort_s=$(fmt "${T[oort]}") adaptive_s=$(fmt "${T[adaptive]}")" \
+     "fedbuff_s=$(fmt "${T[fedbuff]}") oort_s=$(fmt "${T[oort]}") deadline_s=$(fmt "${T[deadline]}")" \
+     "adaptive_s=$(fmt "${T[adaptive]}")" \
      "best_policy=$best best_ratio=$ratio"
 exit $status

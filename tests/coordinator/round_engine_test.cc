@@ -1,4 +1,5 @@
 #include "coordinator/round_engine.h"
+#include "coordinator/run_setup.h"
 
 #include <gtest/gtest.h>
 
@@ -1157,6 +1158,28 @@ TEST(RoundEngineAggregation, ServerMomentumCarriesAcrossRounds) {
   f.take();
   // m1 = G, x1 = G; m2 = 0.5 G + G, x2 = 2.5 G with G = (2, 0, -2).
   EXPECT_EQ(f.engine->params(), (std::vector<float>{5, 0, -5}));
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  EXPECT_TRUE(checkEngineOptions(o).isOk());
+  o.selector.name = "oort";
+  o.selector.explore_min = 1.5;
+  Status st = checkEngineOptions(o);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("explore_min"), std::string::npos) << st.message();
+  o = baseOptions(1, 1, 1);
+  o.server_optimizer = "fedadam";
+  o.tau = 0;
+  st = checkEngineOptions(o);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("tau"), std::string::npos) << st.message();
 }
 
 }  // namespace

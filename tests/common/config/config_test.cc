@@ -150,3 +150,71 @@ TEST(Config, JsonHoldsEveryKey) {
 
 }  // namespace
 }  // namespace fedfleet::config
+
+namespace fedfleet::config {
+namespace {
+
+// Issue 5: policies, aggregators and selectors by name; bad names and values fail at start-up
+// with the key in the message.
+TEST(Config, PolicyAggregationAndSelectionAreChosenByName) {
+  Config c;
+  ASSERT_TRUE(c.loadString(R"(
+[policy]
+mode = "async"
+async_concurrency = 20
+async_buffer = 10
+max_staleness = 4
+[aggregation]
+server_optimizer = "fedyogi"
+beta2 = 0.999
+[selection]
+selector = "oort"
+explore_min = 0.1
+[train]
+prox_mu = 0.5
+)",
+                           "t.toml")
+                  .isOk());
+  ASSERT_TRUE(c.validate().isOk()) << c.validate().toString();
+  EXPECT_EQ(c.policy.mode, "async");
+  EXPECT_EQ(c.policy.async_buffer, 10u);
+  EXPECT_EQ(c.aggregation.server_optimizer, "fedyogi");
+  EXPECT_DOUBLE_EQ(c.aggregation.beta2, 0.999);
+  EXPECT_EQ(c.selection.selector, "oort");
+  EXPECT_DOUBLE_EQ(c.train.prox_mu, 0.5);
+
+  struct Bad {
+    const char* set;
+    const char* key;
+  };
+  for (const Bad& b : {Bad{"policy.mode=\"sometimes\"", "policy.mode"},
+                       Bad{"policy.deadline=\"soon\"", "policy.deadline"},
+                       Bad{"policy.deadline_percentile=1.5", "policy.deadline_percentile"},
+                       Bad{"policy.async_buffer=0", "policy.async_buffer"},
+                       Bad{"aggregation.method=\"fedsomething\"", "aggregation.method"},
+                       Bad{"aggregation.server_optimizer=\"sgd\"", "aggregation.server_optimizer"},
+                       Bad{"aggregation.trim_fraction=0.5", "aggregation.trim_fraction"},
+                       Bad{"selection.selector=\"random\"", "selection.selector"},
+                       Bad{"train.prox_mu=-1", "train.prox_mu"},
+                       Bad{"sim.stragglers=1.5", "sim.stragglers"},
+                       Bad{"sim.straggler_mode=\"late\"", "sim.straggler_mode"},
+                       Bad{"run.target_accuracy=80", "run.target_accuracy"}}) {
+    Config d;
+    ASSERT_TRUE(d.set(b.set).isOk()) << b.set;
+    Status st = d.validate();
+    ASSERT_FALSE(st.isOk()) << b.set;
+    EXPECT_NE(st.message().find(b.key), std::string::npos) << st.message();
+  }
+  // Combinations that cannot work are refused too.
+  Config async_nova;
+  ASSERT_TRUE(async_nova.set("policy.mode=\"async\"").isOk());
+  ASSERT_TRUE(async_nova.set("aggregation.method=\"fednova\"").isOk());
+  EXPECT_NE(async_nova.validate().message().find("aggregation.method"), std::string::npos);
+  Config scaffold_topk;
+  ASSERT_TRUE(scaffold_topk.set("aggregation.method=\"scaffold\"").isOk());
+  ASSERT_TRUE(scaffold_topk.set("coordinator.codec=\"topk:0.01\"").isOk());
+  EXPECT_NE(scaffold_topk.validate().message().find("coordinator.codec"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedfleet::config
