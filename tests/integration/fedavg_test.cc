@@ -336,7 +336,10 @@ TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
   const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 90));
   std::string endpoint;
-  std::vector<std::string> extra = {"--rounds", "3", "--set", "train.epochs=3"};
+  // A learning selector and a stateful server optimiser: their state rides in the checkpoint.
+  std::vector<std::string> extra = {"--rounds", "3", "--set", "train.epochs=3",
+                                    "--set", "selection.selector=\"oort\"",
+                                    "--set", "aggregation.server_optimizer=\"fedavgm\""};
   auto first = startCoordinator(dir, config, extra, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << first->log();
   std::vector<std::unique_ptr<Process>> clients;
@@ -360,6 +363,7 @@ TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
   ASSERT_TRUE(rc.has_value()) << second.log();
   ASSERT_EQ(*rc, 0) << second.log();
   EXPECT_NE(second.log().find("resuming run"), std::string::npos) << second.log();
+  EXPECT_NE(second.log().find("restored the engine state"), std::string::npos) << second.log();
   for (auto& c : clients) {
     auto crc = c->waitFor(30);
     ASSERT_TRUE(crc.has_value()) << c->log();
@@ -381,6 +385,50 @@ TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
     EXPECT_EQ((*rounds)[r].completed, 2u);
   }
   EXPECT_GT(*(*rounds)[3].test_accuracy, *(*rounds)[1].test_accuracy);
+}
+
+// FedBuff with real processes: three clients, two training at once, a server step every two
+// updates; every step is recorded with its buffered updates and the model improves.
+TEST(Integration, FedBuffRunsAsynchronouslyOverCurve) {
+  const std::string dir = testing::freshDir("fedbuff");
+  ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
+  const std::string config = writeConfig(
+      dir, coordinatorSection(3, 3, 1, 120) +
+               "\n[policy]\nmode = \"async\"\nasync_concurrency = 2\nasync_buffer = 2\n"
+               "max_staleness = 3\n");
+  std::string endpoint;
+  auto coord = startCoordinator(dir, config, {"--rounds", "4"}, &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 1; i <= 3; ++i) {
+    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
+  }
+  auto rc = coord->waitFor(240);
+  ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord->log();
+  ASSERT_EQ(*rc, 0) << coord->log();
+  for (auto& c : clients) c->waitFor(20);
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  const int64_t run = store->runs()->front().run_id;
+  auto rounds = store->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 5u);
+  for (uint32_t r = 1; r <= 4; ++r) {
+    const auto& row = (*rounds)[r];
+    EXPECT_EQ(row.status, "ok");
+    EXPECT_EQ(row.completed, 2u);  // exactly one buffer of K = 2 per server step
+    EXPECT_EQ(row.model_version, r);
+    auto updates = store->updates(run, r);
+    ASSERT_TRUE(updates.isOk());
+    double weight = 0;
+    for (const auto& u : *updates) {
+      if (u.status == "completed") weight += u.weight;
+    }
+    // Each buffered update weighs w(s) / K with w(s) = 1 / sqrt(1 + s) <= 1.
+    EXPECT_GT(weight, 0.4);
+    EXPECT_LE(weight, 1.0 + 1e-9);
+  }
+  EXPECT_GE(*(*rounds)[4].test_accuracy, *(*rounds)[0].test_accuracy + 0.2);
 }
 
 TEST(Integration, TorchScriptModuleTrainsEndToEnd) {
