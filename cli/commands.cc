@@ -392,17 +392,18 @@ int main(int argc, char** argv) {
   kg->add_option("--prefix", key_prefix, "Client name prefix for --clients");
   kg->add_flag("--force", key_force, "Overwrite existing key files");
 
-  // history: `fedfleet history [runs|rounds|clients|updates|events]`; rounds without a
+  // history: `fedfleet history [runs|rounds|clients|updates|events|blocks]`; rounds without a
   // subcommand. The options may come before or after the subcommand.
   HistoryArgs hist_args;
   std::string hist_level = "warn";
   auto* hist = app.add_subcommand("history",
                                   "Print the history: runs, rounds (default), clients, "
-                                  "updates, events");
+                                  "updates, events, blocks");
   hist->add_option("--db", hist_args.db, "SQLite history file");
   hist->add_option("--format", hist_args.format, "table, csv or json");
   hist->add_option("--run", hist_args.run,
-                   "Run id (rounds, updates: default the latest; runs, clients, events: all)");
+                   "Run id (rounds, updates, blocks: default the latest; runs, clients, "
+                   "events: all)");
   hist->require_subcommand(0, 1);
   const std::pair<const char*, const char*> kHistoryViews[] = {
       {"runs", "The runs: id, name, start, seed, clock (CSV/JSON: with the configuration)"},
@@ -410,6 +411,9 @@ int main(int argc, char** argv) {
       {"clients", "The clients (with --run: those that took part in the run)"},
       {"updates", "The client updates of a run (--round N: of one round)"},
       {"events", "Recorded events (rejections, refusals, drops, ...)"},
+      {"blocks",
+       "Per-block accuracy of a block-cyclic run (model: shared, pluralistic, chain, "
+       "served)"},
   };
   std::vector<CLI::App*> hist_views;
   for (const auto& [name, help] : kHistoryViews) {

@@ -112,12 +112,18 @@ int runHistoryCommand(const HistoryArgs& args) {
     return 0;
   }
 
-  // rounds and updates: one run, the latest by default.
+  // rounds, updates and blocks: one run, the latest by default.
   if (runs->empty()) {
     std::cerr << "fedfleet history: " << args.db << " holds no runs\n";
     return 1;
   }
   const int64_t run = run_filter.value_or(runs->back().run_id);
+  if (args.what == "blocks") {
+    auto rows = store->blockMetrics(run);
+    if (failed(rows, kCommand)) return 1;
+    std::cout << history::formatBlockMetrics(*rows, *fmt);
+    return 0;
+  }
   if (args.what == "updates") {
     auto updates = store->updates(run, args.round);
     if (failed(updates, kCommand)) return 1;

@@ -8,8 +8,10 @@
 #include <map>
 #include <set>
 
+#include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
 #include "common/history/history.h"
+#include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
@@ -67,12 +69,18 @@ class ZmqCoordinator final : public CoordinatorService {
   // hand the snapshot to the server (at most every 100 ms unless `force`).
   void countCommit(const CommitRound& commit);
   void publishMetrics(double now, bool force);
+  // Block-cyclic runs: evaluates the block models on their blocks' sets, on the event loop (a
+  // few thousand samples a model, at the end of each block), and reports to the engine.
+  void evaluateBlocks(const EvaluateBlocks& ev, double now);
 
   config::Config config_;
   std::unique_ptr<transport::ServerTransport> server_;
   std::unique_ptr<history::HistoryStore> history_;
   std::unique_ptr<BackgroundEvaluator> evaluator_;
   std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<model::Model> block_model_;  // block-cyclic runs only
+  data::Dataset block_data_;                   // the test split the block sets index
+  std::vector<data::BlockEvalSplit> block_sets_;
   int64_t run_id_ = 0;
   std::atomic<bool> stop_{false};
 
@@ -112,6 +120,16 @@ Status ZmqCoordinator::init(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(
       auto test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
   std::vector<float> params = model->flatParameters();
+  if (const auto& bc = config_.blocks; bc.count > 0) {
+    // Per-block validation and test sets from the test split (common/data/block_cyclic.h).
+    FEDFLEET_ASSIGN_OR_RETURN(
+        block_sets_,
+        data::blockEvalIndices(test_set.labels, 10, bc.count, bc.skew, bc.validation_samples,
+                               bc.test_samples, config_.run.seed));
+    block_data_ = test_set;
+    FEDFLEET_ASSIGN_OR_RETURN(
+        block_model_, model::createModel(config_.model.name, config_.run.seed, config_.model.path));
+  }
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
@@ -391,6 +409,11 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           // Runs beside the loop; the next round's tasks went out before (they come first in
           // the action list). The result comes back through takeResults() in run().
           evaluator_->submit(a.round, a.params);
+        } else if constexpr (std::is_same_v<T, EvaluateBlocks>) {
+          evaluateBlocks(a, now);
+        } else if constexpr (std::is_same_v<T, RecordBlockMetrics>) {
+          Status st = history_->recordBlockMetrics(a.rows);
+          if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: block metrics");
         } else if constexpr (std::is_same_v<T, RunFinished>) {
           finished_ = true;
           run_ok_ = a.ok;
@@ -398,6 +421,35 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
         }
       },
       action);
+}
+
+void ZmqCoordinator::evaluateBlocks(const EvaluateBlocks& ev, double now) {
+  std::vector<BlockEvalOutcome> outcomes;
+  for (const auto& m : ev.models) {
+    if (!block_model_ || m.block >= block_sets_.size()) continue;
+    const auto& set = block_sets_[m.block];
+    Status st = block_model_->setFlatParameters(*m.params);
+    if (!st.isOk()) {
+      spdlog::warn("block {} model {}: {}", m.block, m.model, st.toString());
+      continue;
+    }
+    auto test = model::evaluateIndices(*block_model_, block_data_, set.test);
+    if (!test.isOk()) {
+      spdlog::warn("block {} model {}: {}", m.block, m.model, test.status().toString());
+      continue;
+    }
+    BlockEvalOutcome o;
+    o.block = m.block;
+    o.model = m.model;
+    o.loss = test->loss;
+    o.accuracy = test->accuracy;
+    if (!set.validation.empty()) {
+      auto val = model::evaluateIndices(*block_model_, block_data_, set.validation);
+      if (val.isOk()) o.validation_loss = val->loss;
+    }
+    outcomes.push_back(std::move(o));
+  }
+  engine_->onBlocksEvaluated(ev.round, outcomes, now);
 }
 
 void ZmqCoordinator::countCommit(const CommitRound& commit) {

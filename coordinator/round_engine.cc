@@ -58,6 +58,11 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     control_.assign(params_.size(), 0.0f);
     control_bytes_.assign(params_.size() * sizeof(float), '\0');
   }
+  if (options_.blocks.count > 0) {
+    FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
+    block_schedule_ = std::make_unique<BlockSchedule>(options_.blocks);
+    block_models_ = std::make_unique<BlockModels>(options_.block_mode, options_.blocks.count);
+  }
 }
 
 ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& o) {
@@ -122,6 +127,13 @@ std::string RoundEngine::saveState() const {
   putSection(&out, selector_ ? selector_->saveState() : std::string());
   putSection(&out, optimizer_->saveState());
   putSection(&out, control_bytes_);
+  if (blocksOn()) {
+    // Block section: the current visit (block, first round), then the block models.
+    std::string b(8, '\0');
+    std::memcpy(b.data(), &block_, 4);
+    std::memcpy(b.data() + 4, &block_first_round_, 4);
+    putSection(&out, b + block_models_->save());
+  }
   return out;
 }
 
@@ -134,6 +146,17 @@ Status RoundEngine::loadState(std::string_view blob) {
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, takeSection(&blob, "selector"));
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, takeSection(&blob, "optimiser"));
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, takeSection(&blob, "control"));
+  // The block section (absent in states saved without blocks: the block models start empty).
+  std::optional<BlockModels> blocks;
+  uint32_t block = UINT32_MAX, block_first_round = 0;
+  if (blocksOn() && !blob.empty()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view block_blob, takeSection(&blob, "blocks"));
+    if (block_blob.size() < 8) return corrupt("engine state: truncated blocks");
+    std::memcpy(&block, block_blob.data(), 4);
+    std::memcpy(&block_first_round, block_blob.data() + 4, 4);
+    blocks.emplace(options_.block_mode, options_.blocks.count);
+    FEDFLEET_RETURN_IF_ERROR(blocks->load(block_blob.substr(8), params_.size()));
+  }
   std::mt19937_64 rng;
   std::istringstream in{std::string(rng_text)};
   in >> rng;
@@ -161,6 +184,11 @@ Status RoundEngine::loadState(std::string_view blob) {
     std::memcpy(control_.data(), control_bytes_.data(), control_bytes_.size());
   }
   rng_ = rng;
+  if (blocks) {
+    *block_models_ = std::move(*blocks);
+    block_ = block;
+    block_first_round_ = block_first_round;
+  }
   return Status::ok();
 }
 
@@ -370,7 +398,9 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
   const size_t n = idle_.size();
   std::vector<ClientId> out;
   out.reserve(std::min(k, n));
-  auto ok = [&](const ClientId& id) { return !eligible_ || eligible_(id, now); };
+  auto ok = [&](const ClientId& id) {
+    return (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id));
+  };
   if (selector_) {
     std::vector<ClientId> candidates;
     for (const ClientId& id : idle_) {
@@ -412,6 +442,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
 
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
+  if (block_schedule_) block_wakeup_ = block_schedule_->nextBoundary(now);
   if (idle_.size() >= options_.min_clients) startRound(now);
 }
 
@@ -427,6 +458,7 @@ void RoundEngine::startRound(double now) {
     refillAsync(now);
     return;
   }
+  if (blocksOn()) prepareBlockRound(round_ + 1, now);
   size_t want = options_.clients_per_round;
   if (options_.over_selection > 0) {
     want = static_cast<size_t>(
@@ -497,6 +529,10 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   task.model_name = options_.model_name;
   task.model_bytes = model_bytes_;
   task.model_sha256 = model_sha_;
+  if (round_chain_ >= 0) {  // multichain: this round trains block round_chain_'s chain
+    task.model_bytes = chain_bytes_;
+    task.model_sha256 = chain_sha_;
+  }
   task.hparams = options_.hparams;
   task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
   task.data = options_.data;
@@ -877,6 +913,10 @@ std::optional<double> RoundEngine::nextWakeup() const {
     consider(round_deadline_);
   }
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
+  if (phase_ == Phase::kWaiting && block_schedule_) {
+    // A clock schedule may bring the next block's clients: look again at the boundary.
+    if (block_wakeup_) consider(*block_wakeup_);
+  }
   return t;
 }
 
@@ -975,7 +1015,7 @@ void RoundEngine::finishRound(double now) {
     event("aggregation_error", "",
           "round " + std::to_string(round_) + ": the running sum is not usable", now);
   }
-  if (ok && !applyServerStep(r.completed)) {
+  if (ok && !applyRoundStep(r.completed)) {
     ok = false;
     event("aggregation_error", "",
           "round " + std::to_string(round_) + ": the aggregate (" + options_.aggregator +
@@ -999,6 +1039,7 @@ void RoundEngine::finishRound(double now) {
   if (robust_) robust_->clear();
   partial_.clear();
   participants_.clear();
+  if (blocksOn()) endBlockRound(round_ >= options_.rounds, now);
   endServerStep(std::move(c), ok, round_ >= options_.rounds, now);
 }
 
@@ -1186,7 +1227,9 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
 void RoundEngine::commit(CommitRound c, double now) {
   const bool was_last = last_round_done_ && c.round.round == round_;
   emit(std::move(c));
-  if (was_last && awaiting_eval_.empty()) finishRun(true, "all rounds done", now);
+  if (was_last && awaiting_eval_.empty() && !blocksPending()) {
+    finishRun(true, "all rounds done", now);
+  }
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
@@ -1198,6 +1241,119 @@ void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
   }
   event(ok ? "run_finished" : "run_failed", "", message, now);
   emit(RunFinished{ok, message});
+}
+
+// ---- Blocks (block-cyclic training; protocol steps B1-B5 in round_engine.h) ----
+
+void RoundEngine::prepareBlockRound(uint32_t round, double now) {
+  const uint32_t m = block_schedule_->blockAt(round, now);
+  const uint32_t per_block = block_schedule_->options().rounds_per_block;
+  const bool new_visit =
+      m != block_ ||
+      (block_schedule_->byRounds() && (round - 1) % per_block == 0 && round != block_first_round_);
+  if (new_visit) {
+    block_ = m;
+    block_first_round_ = round;
+    event("block_started", "",
+          "block " + std::to_string(m) + " from round " + std::to_string(round) + " (" +
+              blockModeName(block_models_->mode()) + ")",
+          now);
+  }
+  round_chain_ = -1;
+  if (block_models_->mode() == BlockMode::kMultichain && (round - block_first_round_) % 2 == 1) {
+    round_chain_ = static_cast<int32_t>(m);
+    const std::vector<float>& y = block_models_->chain(m, params_);
+    chain_bytes_.resize(y.size() * sizeof(float));
+    std::memcpy(chain_bytes_.data(), y.data(), chain_bytes_.size());
+    chain_sha_ = crypto::sha256(chain_bytes_);
+  }
+}
+
+bool RoundEngine::inCurrentBlock(const ClientId& id) const {
+  auto it = clients_.find(id);
+  if (it == clients_.end() || it->second.partition < 0) return false;
+  return block_schedule_->available(static_cast<uint32_t>(it->second.partition), block_);
+}
+
+bool RoundEngine::applyRoundStep(uint32_t completed) {
+  if (round_chain_ < 0) return applyServerStep(completed);
+  // The step on y_m: the server step works on params_, so y_m takes its place for the step.
+  std::vector<float>& y = block_models_->chain(static_cast<uint32_t>(round_chain_), params_);
+  std::swap(params_, y);
+  const bool ok = applyServerStep(completed);
+  std::swap(params_, y);
+  return ok;
+}
+
+void RoundEngine::endBlockRound(bool last, double now) {
+  round_chain_ = -1;
+  const uint32_t m = block_;
+  if (!last && !block_schedule_->endsAfter(round_, m, now)) return;
+  block_models_->endVisit(m, params_);
+  EvaluateBlocks ev;
+  ev.round = round_;
+  ev.ended_block = m;
+  auto x = std::make_shared<const std::vector<float>>(params_);
+  for (uint32_t j = 0; j < block_models_->blocks(); ++j) {
+    ev.models.push_back({j, "shared", x});
+    if (!block_models_->average(j).empty()) {
+      ev.models.push_back({j, "pluralistic",
+                           std::make_shared<const std::vector<float>>(block_models_->average(j))});
+    }
+    if (!block_models_->chain(j).empty()) {
+      ev.models.push_back(
+          {j, "chain", std::make_shared<const std::vector<float>>(block_models_->chain(j))});
+    }
+  }
+  awaiting_blocks_.insert(round_);
+  emit(std::move(ev));
+}
+
+void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalOutcome>& outcomes,
+                                    double now) {
+  if (!blocksOn() || awaiting_blocks_.erase(round) == 0) return;
+  auto row = [&](const BlockEvalOutcome& o, const std::string& model) {
+    history::BlockMetricRecord b;
+    b.run_id = options_.run_id;
+    b.round = round;
+    b.block = std::to_string(o.block);
+    b.model = model;
+    b.accuracy = o.accuracy;
+    b.loss = o.loss;
+    return b;
+  };
+  RecordBlockMetrics rec;
+  std::map<std::pair<uint32_t, std::string>, const BlockEvalOutcome*> found;
+  for (const BlockEvalOutcome& o : outcomes) {
+    if (o.block >= block_models_->blocks()) continue;
+    found[{o.block, o.model}] = &o;
+    rec.rows.push_back(row(o, o.model));
+  }
+  auto lookup = [&](uint32_t j, const char* model) -> const BlockEvalOutcome* {
+    auto it = found.find({j, model});
+    return it == found.end() ? nullptr : it->second;
+  };
+  for (uint32_t j = 0; j < block_models_->blocks(); ++j) {
+    if (block_models_->mode() == BlockMode::kMultichain) {
+      const BlockEvalOutcome* z = lookup(j, "pluralistic");
+      const BlockEvalOutcome* y = lookup(j, "chain");
+      block_models_->choose(j, z ? z->validation_loss : std::nullopt,
+                            y ? y->validation_loss : std::nullopt);
+    }
+    if (const BlockEvalOutcome* s = lookup(j, BlockModels::servedName(block_models_->served(j)))) {
+      rec.rows.push_back(row(*s, "served"));
+    }
+  }
+  emit(std::move(rec));
+  if (last_round_done_ && awaiting_eval_.empty() && !blocksPending() &&
+      phase_ != Phase::kFinished) {
+    finishRun(true, "all rounds done", now);
+  }
+}
+
+const std::vector<float>& RoundEngine::servedModel(uint32_t block) const {
+  if (!blocksOn()) return params_;
+  return block_models_->servedParams(block, params_);
 }
 
 }  // namespace fedfleet::coordinator

@@ -56,10 +56,31 @@
 //     commit: Bye to every client and RunFinished.
 //
 // Round 0 is the initial model's evaluation (status "initial"), requested by start().
+//
+// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; coordinator/block_models.h):
+//  B1. Before sampling a round the engine fixes its block m (from the round number, or from
+//      `now` on a clock schedule). A new visit to m is recorded as a "block_started" event.
+//  B2. Only clients whose partition is available in block m are sampled (and the driver's
+//      eligibility still applies): partition p lives in block p mod M.
+//  B3. Multichain: the rounds of a visit alternate between the shared chain x (the visit's 1st,
+//      3rd, ... round) and block m's chain y_m (2nd, 4th, ...). A chain round's tasks carry y_m
+//      (and its SHA-256); its step updates y_m, never x. All participants of a round train the
+//      same model, and a round's updates end with it (synchronous mode), so the two never mix.
+//      y_m starts as a copy of x at its first round.
+//  B4. When a round ends the visit (the R-th round of it, the clock past its window, or the last
+//      round), pluralistic and multichain fold x into z_m (running average of the end-of-visit
+//      x), and an EvaluateBlocks action asks for x, every z_j and every y_j on block j's sets.
+//      It comes before the round's own Evaluate/CommitRound, and the run finishes only after
+//      its report.
+//  B5. onBlocksEvaluated: multichain serves block j the one of z_j, y_j with the lower
+//      validation loss; RecordBlockMetrics carries the rows (models shared, pluralistic, chain
+//      and served). The block models, visit counts and choices are part of saveState().
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,11 +91,9 @@
 #include <variant>
 #include <vector>
 
-#include <ext/pb_ds/assoc_container.hpp>
-#include <ext/pb_ds/tree_policy.hpp>
-
 #include "common/history/history.h"
 #include "common/wire/messages.h"
+#include "coordinator/block_models.h"
 #include "coordinator/partial_log.h"
 #include "coordinator/robust_aggregator.h"
 #include "coordinator/selector.h"
@@ -170,6 +189,12 @@ struct EngineOptions {
   uint32_t async_concurrency = 10;
   uint32_t async_buffer = 5;
   uint32_t max_staleness = 10;
+
+  // ---- Block-cyclic data (coordinator/block_models.h; protocol "Blocks" above) ----
+  // blocks.count == 0: off. Synchronous rounds, sample_partitions off, and (multichain) an
+  // aggregation without state across rounds (no SCAFFOLD, server optimiser fedavg).
+  BlockScheduleOptions blocks;
+  BlockMode block_mode = BlockMode::kSingle;
 };
 
 struct EvalOutcome {
@@ -215,8 +240,33 @@ struct RunFinished {
   bool ok = true;
   std::string message;
 };
+// Block-cyclic runs, at the end of every block: evaluate each model on its block's validation
+// and test sets (the driver's per-block evaluation sets) and report every outcome, in any order,
+// with onBlocksEvaluated(round, ...); a model that could not be evaluated is left out. The
+// driver must report even when it evaluated nothing (the run ends only after the report).
+struct BlockModelToEvaluate {
+  uint32_t block = 0;
+  std::string model;  // "shared" (x), "pluralistic" (z_m) or "chain" (y_m)
+  std::shared_ptr<const std::vector<float>> params;
+};
+struct EvaluateBlocks {
+  uint32_t round = 0;  // the last round of the block that ended
+  uint32_t ended_block = 0;
+  std::vector<BlockModelToEvaluate> models;
+};
+struct BlockEvalOutcome {
+  uint32_t block = 0;
+  std::string model;
+  std::optional<double> validation_loss;  // on the block's validation set
+  double loss = 0;                        // on the block's test set
+  double accuracy = 0;
+};
+// Rows for the history's block_metrics table (HistoryStore::recordBlockMetrics).
+struct RecordBlockMetrics {
+  std::vector<history::BlockMetricRecord> rows;
+};
 using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
-                            Evaluate, CommitRound, RunFinished>;
+                            Evaluate, CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics>;
 
 // The server optimiser and robust aggregator `options` ask for (run_setup.h checks that they
 // can be built before an engine is).
@@ -269,6 +319,17 @@ class RoundEngine {
   // Restores saveState()'s blob (when resuming). A corrupt blob or one of another selector is
   // an error and changes nothing.
   Status loadState(std::string_view blob);
+
+  // Block-cyclic runs: the outcomes an EvaluateBlocks action asked for. Multichain chooses each
+  // evaluated block's served model by validation loss; then one RecordBlockMetrics carries a
+  // row per outcome and a "served" row per block (the served model's numbers). A round with no
+  // evaluation pending is ignored.
+  void onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalOutcome>& outcomes, double now);
+  // The block of the current round (0 without blocks), and the model block m is served for
+  // evaluation and inference (the shared model without blocks).
+  uint32_t currentBlock() const { return block_ == UINT32_MAX ? 0 : block_; }
+  const std::vector<float>& servedModel(uint32_t block) const;
+  const BlockModels* blockModels() const { return block_models_.get(); }
 
   // Time passed: fires deadlines, liveness expiries and the wait-for-clients limit.
   void onTick(double now);
@@ -384,6 +445,19 @@ class RoundEngine {
   void refreshModelBytes();
   uint64_t newToken();
 
+  // ---- Block-cyclic training (round_engine.cc, section "Blocks") ----
+  bool blocksOn() const { return block_models_ != nullptr; }
+  // Before sampling round `round`: its block (a new visit: event, multichain chain started) and,
+  // multichain, which chain it trains.
+  void prepareBlockRound(uint32_t round, double now);
+  // Whether `id` may train in the current block.
+  bool inCurrentBlock(const ClientId& id) const;
+  // The server step of this round, applied to the chain the round trains.
+  bool applyRoundStep(uint32_t completed);
+  // After a round: at the end of a visit, pluralistic averaging and EvaluateBlocks.
+  void endBlockRound(bool last, double now);
+  bool blocksPending() const { return !awaiting_blocks_.empty(); }
+
   EngineOptions options_;
   std::vector<float> params_;
   std::mt19937_64 rng_;        // selection
@@ -431,6 +505,17 @@ class RoundEngine {
   std::string model_bytes_;
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
+
+  // Block-cyclic training.
+  std::unique_ptr<BlockSchedule> block_schedule_;  // null: no blocks
+  std::unique_ptr<BlockModels> block_models_;
+  uint32_t block_ = UINT32_MAX;     // block of the current visit (UINT32_MAX: none yet)
+  uint32_t block_first_round_ = 0;  // first round of the current visit
+  int32_t round_chain_ = -1;        // multichain: the block chain this round trains (-1: x)
+  std::string chain_bytes_;         // that chain as sent in tasks
+  wire::Sha256 chain_sha_{};
+  std::set<uint32_t> awaiting_blocks_;  // rounds whose EvaluateBlocks has no report yet
+  std::optional<double> block_wakeup_;  // clock schedule, waiting: the next block boundary
 };
 
 }  // namespace fedfleet::coordinator

@@ -81,6 +81,14 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.selector.pacer_step_s = sel.pacer_step_s;
   eo.selector.expected_round_s = sel.expected_round_s;
   eo.selector.recent_failure_rounds = sel.recent_failure_rounds;
+  const auto& b = config.blocks;
+  eo.blocks.count = b.count;
+  eo.blocks.rounds_per_block = b.rounds_per_block;
+  eo.blocks.block_s = b.block_s;
+  eo.blocks.anchor_s = b.anchor_s;
+  eo.blocks.overlap = b.overlap;
+  eo.blocks.seed = config.run.seed;
+  if (auto mode = parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
   return eo;
 }
 
@@ -92,6 +100,22 @@ Status checkEngineOptions(const EngineOptions& options) {
   if (options.aggregator == "median" || options.aggregator == "trimmed_mean") {
     auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
     if (!agg.isOk()) return agg.status().withContext("config [aggregation]");
+  }
+  const auto& b = options.blocks;
+  if (b.count > 0) {
+    if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
+      return invalidArgument("config [blocks]: set exactly one of rounds_per_block and block_s");
+    }
+    if (options.async || options.sample_partitions) {
+      return invalidArgument(
+          "config [blocks]: blocks need synchronous rounds and sample_from = \"clients\"");
+    }
+    if (options.block_mode == BlockMode::kMultichain &&
+        (options.aggregator == "scaffold" || options.server_optimizer != "fedavg")) {
+      return invalidArgument(
+          "config [blocks]: multichain needs aggregation without state across rounds (no "
+          "scaffold, server_optimizer fedavg)");
+    }
   }
   return Status::ok();
 }

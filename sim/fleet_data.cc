@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "common/data/block_cyclic.h"
 #include "common/data/partition.h"
 
 namespace fedfleet::sim {
@@ -20,6 +21,11 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     spec.seed = config.run.seed;
     spec.max_samples = dc.max_samples;
     spec.iid = dc.synthetic_iid;
+    const uint32_t blocks = config.blocks.count;
+    if (blocks > 0) {
+      spec.blocks = blocks;
+      spec.block_shift = config.blocks.synthetic_shift;
+    }
     FEDFLEET_ASSIGN_OR_RETURN(auto fed, data::SyntheticFederation::create(spec));
     fd->synthetic_.emplace(std::move(fed));
     // The server's test set: the test splits of the first eval_devices devices, concatenated.
@@ -35,6 +41,25 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     if (dc.test_subset > 0 && test->labels.size() > dc.test_subset) {
       test->labels.resize(dc.test_subset);
       test->features.resize(static_cast<size_t>(dc.test_subset) * spec.dim);
+    }
+    if (blocks > 0) {
+      // Block m: the test splits of its devices among the first eval_devices (k = m mod M),
+      // the 1st, 3rd, ... to validation, the 2nd, 4th, ... to test.
+      auto all = std::make_shared<data::Dataset>();
+      all->feature_dim = spec.dim;
+      all->num_classes = spec.num_classes;
+      fd->blocks_.resize(blocks);
+      for (auto& b : fd->blocks_) b.data = all;
+      for (uint64_t k = 0; k < n_eval; ++k) {
+        FEDFLEET_ASSIGN_OR_RETURN(data::Dataset part, fd->synthetic_->generate(k, false));
+        auto& b = fd->blocks_[k % blocks];
+        auto& into = (k / blocks) % 2 == 0 ? b.validation : b.test;
+        for (size_t i = 0; i < part.size(); ++i) {
+          into.push_back(static_cast<uint32_t>(all->labels.size() + i));
+        }
+        all->features.insert(all->features.end(), part.features.begin(), part.features.end());
+        all->labels.insert(all->labels.end(), part.labels.begin(), part.labels.end());
+      }
     }
     fd->shape_ = model::inputShapeOf(*test);
     fd->test_ = std::move(test);
@@ -60,10 +85,31 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   // NIID-Bench's floor of 10 samples a client cannot hold when the clients are many; keep it
   // where it can.
   ps.min_samples = static_cast<uint32_t>(std::min<uint64_t>(10, train.size() / clients / 2));
-  FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionIndices(train.labels, 10, ps));
+  const auto& bc = config.blocks;
+  if (bc.count > 0) {
+    // Block-cyclic: client k holds block (k mod M) data (its `skew` from the block's classes),
+    // whatever data.partition says.
+    data::BlockCyclicSpec bs;
+    bs.blocks = bc.count;
+    bs.skew = bc.skew;
+    bs.num_partitions = static_cast<uint32_t>(clients);
+    bs.seed = config.run.seed;
+    FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionBlockCyclic(train.labels, 10, bs));
+  } else {
+    FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionIndices(train.labels, 10, ps));
+  }
   fd->shape_ = model::inputShapeOf(train);
   fd->train_ = std::make_shared<const data::Dataset>(std::move(train));
   fd->test_ = std::make_shared<const data::Dataset>(std::move(test));
+  if (bc.count > 0) {
+    FEDFLEET_ASSIGN_OR_RETURN(
+        auto splits,
+        data::blockEvalIndices(fd->test_->labels, 10, bc.count, bc.skew, bc.validation_samples,
+                               bc.test_samples, config.run.seed));
+    for (auto& sp : splits) {
+      fd->blocks_.push_back({fd->test_, std::move(sp.validation), std::move(sp.test)});
+    }
+  }
   return fd;
 }
 

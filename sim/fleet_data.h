@@ -42,6 +42,17 @@ class FleetData {
   const std::shared_ptr<const data::Dataset>& testSet() const { return test_; }
   model::InputShape inputShape() const { return shape_; }
 
+  // Block-cyclic runs (config.blocks.count > 0): block m's validation and test sets (samples
+  // `validation` and `test` of `data`). Fashion-MNIST: drawn from the test split with block m's
+  // class mix (common/data/block_cyclic.h); synthetic: the test splits of the first
+  // data.eval_devices devices of block m, alternately to validation and test. Empty otherwise.
+  struct BlockEvalSet {
+    std::shared_ptr<const data::Dataset> data;
+    std::vector<uint32_t> validation;
+    std::vector<uint32_t> test;
+  };
+  const std::vector<BlockEvalSet>& blockSets() const { return blocks_; }
+
  private:
   FleetData() = default;
 
@@ -50,6 +61,7 @@ class FleetData {
   std::optional<data::SyntheticFederation> synthetic_;
   std::shared_ptr<const data::Dataset> test_;
   model::InputShape shape_;
+  std::vector<BlockEvalSet> blocks_;
 };
 
 }  // namespace fedfleet::sim

@@ -193,6 +193,9 @@ class Simulator final : public FleetSimulator {
   void handle(const Event& e);
   void onTrainDone(uint64_t token, InFlight& f);
   void submitEvaluation(const coordinator::Evaluate& ev);
+  // Evaluates the block models on their blocks' sets (on the pool, waiting for all of it: a few
+  // thousand samples a model) and reports to the engine.
+  void evaluateBlocks(const coordinator::EvaluateBlocks& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
   std::shared_ptr<const std::vector<float>> startParams(const wire::Task& task);
@@ -232,7 +235,7 @@ class Simulator final : public FleetSimulator {
   std::map<uint32_t, double> wall_start_, wall_end_;
   std::map<std::pair<uint32_t, ClientId>, double> wall_compute_;
   std::map<std::pair<uint32_t, ClientId>, double> decode_wall_;
-  uint64_t params_version_ = UINT64_MAX;
+  wire::Sha256 params_sha_{};  // of params_cache_ (multichain rounds send block chains)
   std::shared_ptr<const std::vector<float>> params_cache_;
 
   Status fatal_;
@@ -342,11 +345,11 @@ Status Simulator::init(const config::Config& config) {
 }
 
 std::shared_ptr<const std::vector<float>> Simulator::startParams(const wire::Task& task) {
-  if (task.model_version != params_version_ || !params_cache_) {
+  if (task.model_sha256 != params_sha_ || !params_cache_) {
     auto v = std::make_shared<std::vector<float>>(task.model_bytes.size() / sizeof(float));
     std::memcpy(v->data(), task.model_bytes.data(), v->size() * sizeof(float));
     params_cache_ = std::move(v);
-    params_version_ = task.model_version;
+    params_sha_ = task.model_sha256;
   }
   return params_cache_;
 }
@@ -626,6 +629,67 @@ void Simulator::submitEvaluation(const coordinator::Evaluate& ev) {
   evals_.push_back(std::move(pe));
 }
 
+// Sums of loss and correct predictions over `idx`, in 250-sample pieces summed in order (the
+// same numbers on any worker).
+Result<EvalPiece> evaluatePieces(model::Model& model, const data::Dataset& data,
+                                 const std::vector<uint32_t>& idx) {
+  constexpr size_t kPiece = 250;
+  EvalPiece total;
+  for (size_t begin = 0; begin < idx.size(); begin += kPiece) {
+    const std::vector<uint32_t> part(idx.begin() + begin,
+                                     idx.begin() + std::min(idx.size(), begin + kPiece));
+    FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult r,
+                              model::evaluateIndices(model, data, part, part.size()));
+    total.n += r.n;
+    total.loss_sum += r.loss * static_cast<double>(r.n);
+    total.correct += static_cast<uint64_t>(std::llround(r.accuracy * static_cast<double>(r.n)));
+  }
+  return total;
+}
+
+void Simulator::evaluateBlocks(const coordinator::EvaluateBlocks& ev) {
+  const auto& sets = data_->blockSets();
+  const ModelRecipe recipe = modelRecipe();
+  struct Job {
+    coordinator::BlockModelToEvaluate what;
+    std::future<Result<std::pair<EvalPiece, EvalPiece>>> result;  // validation, test
+  };
+  std::vector<Job> jobs;
+  for (const auto& m : ev.models) {
+    if (m.block >= sets.size()) continue;
+    const FleetData::BlockEvalSet* set = &sets[m.block];
+    auto params = m.params;
+    jobs.push_back({m, pool_->submit([=]() -> Result<std::pair<EvalPiece, EvalPiece>> {
+                      FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
+                      FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*params));
+                      FEDFLEET_ASSIGN_OR_RETURN(
+                          EvalPiece v, evaluatePieces(*model, *set->data, set->validation));
+                      FEDFLEET_ASSIGN_OR_RETURN(EvalPiece t,
+                                                evaluatePieces(*model, *set->data, set->test));
+                      return std::make_pair(v, t);
+                    })});
+  }
+  std::vector<coordinator::BlockEvalOutcome> outcomes;
+  for (auto& job : jobs) {
+    auto r = job.result.get();
+    if (!r.isOk()) {
+      spdlog::warn("sim: evaluating block {} model {} after round {}: {}", job.what.block,
+                   job.what.model, ev.round, r.status().toString());
+      continue;
+    }
+    const auto& [v, t] = *r;
+    if (t.n == 0) continue;
+    coordinator::BlockEvalOutcome o;
+    o.block = job.what.block;
+    o.model = job.what.model;
+    if (v.n > 0) o.validation_loss = v.loss_sum / static_cast<double>(v.n);
+    o.loss = t.loss_sum / static_cast<double>(t.n);
+    o.accuracy = static_cast<double>(t.correct) / static_cast<double>(t.n);
+    outcomes.push_back(std::move(o));
+  }
+  engine_->onBlocksEvaluated(ev.round, outcomes, now_);
+}
+
 void Simulator::collectEvaluations(bool block) {
   while (!evals_.empty()) {
     PendingEval& pe = evals_.front();
@@ -736,6 +800,23 @@ Status Simulator::carryOut(Action& action) {
           progress_->update(r.round, r.test_accuracy, r.end_time);
           wall_start_.erase(r.round);
           wall_end_.erase(r.round);
+        } else if constexpr (std::is_same_v<T, coordinator::EvaluateBlocks>) {
+          evaluateBlocks(a);
+        } else if constexpr (std::is_same_v<T, coordinator::RecordBlockMetrics>) {
+          Status s = history_->recordBlockMetrics(a.rows);
+          if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: block metrics");
+          if (!a.rows.empty()) {
+            // One log line per block evaluation: the served models' mean accuracy.
+            double sum = 0;
+            int n = 0;
+            for (const auto& row : a.rows) {
+              if (row.model == "served" && row.accuracy) sum += *row.accuracy, ++n;
+            }
+            if (n > 0) {
+              spdlog::info("round {:>3} blocks  served mean acc {:.2f}% over {} blocks",
+                           a.rows.front().round, 100 * sum / n, n);
+            }
+          }
         } else if constexpr (std::is_same_v<T, coordinator::RunFinished>) {
           finished_ = true;
           run_ok_ = a.ok;

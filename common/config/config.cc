@@ -129,6 +129,16 @@ void forEachField(C& c, F&& f) {
   f("history.db", c.history.db);
   f("metrics.port", c.metrics.port);
   f("metrics.bind", c.metrics.bind);
+  f("blocks.count", c.blocks.count);
+  f("blocks.rounds_per_block", c.blocks.rounds_per_block);
+  f("blocks.block_s", c.blocks.block_s);
+  f("blocks.anchor_s", c.blocks.anchor_s);
+  f("blocks.mode", c.blocks.mode);
+  f("blocks.skew", c.blocks.skew);
+  f("blocks.overlap", c.blocks.overlap);
+  f("blocks.validation_samples", c.blocks.validation_samples);
+  f("blocks.test_samples", c.blocks.test_samples);
+  f("blocks.synthetic_shift", c.blocks.synthetic_shift);
 }
 
 template <typename T>
@@ -450,9 +460,43 @@ Status Config::validate() const {
   // (coordinator::checkEngineOptions); the name is checked here.
   FEDFLEET_RETURN_IF_ERROR(
       oneOf("selection.selector", selection.selector, {"uniform", "oort", "availability"}));
+  FEDFLEET_RETURN_IF_ERROR(validateBlocks());
   return validateAggregation();
 }
 
+Status Config::validateBlocks() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return invalidArgument("'" + key + "' " + why);
+  };
+  const auto& b = blocks;
+  FEDFLEET_RETURN_IF_ERROR(oneOf("blocks.mode", b.mode, {"single", "pluralistic", "multichain"}));
+  if (!(b.skew >= 0 && b.skew <= 1)) return bad("blocks.skew", "must be in [0, 1]");
+  if (!(b.overlap >= 0 && b.overlap <= 1)) return bad("blocks.overlap", "must be in [0, 1]");
+  if (b.block_s < 0) return bad("blocks.block_s", "must be >= 0");
+  if (b.count == 0) return Status::ok();
+  if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
+    return bad("blocks.rounds_per_block",
+               "or blocks.block_s (exactly one of them) must be set when blocks.count > 0");
+  }
+  if (data.dataset != "synthetic" && b.count > 10) {
+    return bad("blocks.count", "must be at most 10 with fashion-mnist (one class group a block)");
+  }
+  if (b.test_samples == 0) return bad("blocks.test_samples", "must be at least 1");
+  if (policy.mode != "sync") return bad("policy.mode", "must be \"sync\" with blocks");
+  if (coordinator.sample_from != "clients") {
+    return bad("coordinator.sample_from",
+               "must be \"clients\" with blocks (a client's block "
+               "follows its partition)");
+  }
+  if (b.mode == "multichain" &&
+      (aggregation.method == "scaffold" || aggregation.server_optimizer != "fedavg")) {
+    return bad("blocks.mode",
+               "multichain needs an aggregation without state across rounds (the shared and the "
+               "block chains alternate): aggregation.method other than scaffold and "
+               "aggregation.server_optimizer = \"fedavg\"");
+  }
+  return Status::ok();
+}
 
 Status Config::validatePolicy() const {
   auto bad = [](const std::string& key, const std::string& why) {

@@ -184,6 +184,23 @@ struct MetricsSection {
   std::string bind = "127.0.0.1";  // address to listen on (loopback: only this host may read)
 };
 
+// Block-cyclic data (shared/ALGORITHMS.md "Block-cyclic data"; coordinator/block_models.h): a
+// cycle of `count` blocks; in block m only the clients of block m train (data partition p lives
+// in block p mod count) and their data favour block m's group of classes.
+struct BlocksSection {
+  uint32_t count = 0;                 // M blocks in a cycle (0: off)
+  uint32_t rounds_per_block = 0;      // block length in rounds (set this or block_s)
+  double block_s = 0;                 // block length in seconds of the run's clock (virtual in the
+                                      // simulator, unix time on a real coordinator)
+  double anchor_s = 0;                // block_s: block 0 starts at this time (mod count * block_s)
+  std::string mode = "single";        // single, pluralistic, multichain
+  double skew = 0.8;                  // fraction of a block's data from its own class group
+  double overlap = 0;                 // fraction of clients also available in the next block
+  uint32_t validation_samples = 500;  // per-block validation set (multichain's choice)
+  uint32_t test_samples = 1000;       // per-block test set (block_metrics accuracy)
+  double synthetic_shift = 1;  // synthetic data: block m's devices draw u_k, B_k around m x this
+};
+
 struct Config {
   RunSection run;
   CoordinatorSection coordinator;
@@ -197,6 +214,7 @@ struct Config {
   SimSection sim;
   HistorySection history;
   MetricsSection metrics;
+  BlocksSection blocks;
 
   // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors
   // return kInvalidArgument naming the file, line and key; the Config may then be partly set.
@@ -211,6 +229,7 @@ struct Config {
   Status validate() const;
   Status validatePolicy() const;       // the [policy] section (part of validate())
   Status validateAggregation() const;  // the [aggregation] section (part of validate())
+  Status validateBlocks() const;       // the [blocks] section (part of validate())
 
   // Effective values after defaults are resolved.
   uint32_t minClients() const;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/data/block_cyclic.h"
 
 namespace fedfleet::data {
 namespace {
@@ -193,6 +194,9 @@ Result<SyntheticFederation> SyntheticFederation::create(const SyntheticSpec& spe
   if (!std::isfinite(spec.alpha) || spec.alpha < 0) {
     return bad("alpha must be finite and >= 0, got " + std::to_string(spec.alpha));
   }
+  if (spec.blocks > spec.num_classes || !std::isfinite(spec.block_shift)) {
+    return bad("blocks must be at most num_classes and block_shift finite");
+  }
   if (!std::isfinite(spec.beta) || spec.beta < 0) {
     return bad("beta must be finite and >= 0, got " + std::to_string(spec.beta));
   }
@@ -244,7 +248,11 @@ SyntheticFederation::DeviceParameters SyntheticFederation::deviceParameters(uint
   std::vector<float> z(2 + dim + dim * classes + classes);
   normal.fill(z.data(), z.size());
   const double u = spec_.alpha * z[0];     // u_k ~ N(0, alpha): mean of W and b
-  const double big_b = spec_.beta * z[1];  // B_k ~ N(0, beta)
+  double big_b = spec_.beta * z[1];        // B_k ~ N(0, beta)
+  // Block-cyclic variant: device k is in block m = k mod blocks; B_k is centred at m x shift and
+  // b_k favours block m's class group by + shift.
+  const uint32_t block = spec_.blocks > 0 ? static_cast<uint32_t>(k % spec_.blocks) : 0;
+  if (spec_.blocks > 0) big_b += spec_.block_shift * block;
   const float* next = z.data() + 2;
   DeviceParameters p;
   p.v.resize(dim);
@@ -253,6 +261,12 @@ SyntheticFederation::DeviceParameters SyntheticFederation::deviceParameters(uint
   for (auto& x : p.w) x = static_cast<float>(u + *next++);  // W ~ N(u_k, 1)
   p.b.resize(classes);
   for (auto& x : p.b) x = static_cast<float>(u + *next++);  // b ~ N(u_k, 1)
+  if (spec_.blocks > 0) {
+    const ClassGroup g = classGroup(block, spec_.blocks, static_cast<uint32_t>(classes));
+    for (uint32_t c = g.first; c < g.first + g.size; ++c) {
+      p.b[c] += static_cast<float>(spec_.block_shift);
+    }
+  }
   return p;
 }
 

@@ -47,6 +47,11 @@ struct SyntheticSpec {
   double train_fraction = 0.9;
   uint64_t max_samples = 0;  // > 0: cap a device's total samples (the lognormal tail is heavy)
   bool iid = false;          // FedProx's Synthetic IID variant: one shared W, b, v for all devices
+  // Block-cyclic variant (non-IID only; common/data/block_cyclic.h): device k is in block
+  // m = k mod blocks, its B_k is drawn around m * block_shift instead of 0, and its b_k gets
+  // + block_shift on block m's class group (classGroup). blocks == 0: off.
+  uint32_t blocks = 0;
+  double block_shift = 0;
 };
 
 // A Synthetic(alpha, beta) federation: a spec plus, for the IID variant, the shared parameters.

@@ -382,4 +382,27 @@ std::string formatEvents(const std::vector<EventRecord>& events, Format format) 
   return render(events, format, kFields, kColumns);
 }
 
+std::string formatBlockMetrics(const std::vector<BlockMetricRecord>& rows, Format format) {
+  using R = BlockMetricRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"round", [](const R& r) -> Value { return uint64_t{r.round}; }},
+      {"block", [](const R& r) -> Value { return r.block; }},
+      {"model", [](const R& r) -> Value { return r.model; }},
+      {"accuracy", [](const R& r) -> Value { return optionalValue(r.accuracy); }},
+      {"loss", [](const R& r) -> Value { return optionalValue(r.loss); }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"round", true, [](const R& r) { return str(r.round); }},
+      {"block", true, [](const R& r) { return r.block; }},
+      {"model", false, [](const R& r) { return r.model; }},
+      {"accuracy", true,
+       [](const R& r) {
+         return r.accuracy ? fixed(*r.accuracy * 100.0, 2) + "%" : std::string("-");
+       }},
+      {"loss", true, [](const R& r) { return optionalFixed(r.loss, 4); }},
+  };
+  return render(rows, format, kFields, kColumns);
+}
+
 }  // namespace fedfleet::history

@@ -45,5 +45,8 @@ std::string formatClients(const std::vector<ClientRecord>& clients, Format forma
 // Table columns: run_id ("-" when not tied to a run), time, kind, client_id, detail. An event
 // with run_id 0 has an empty run_id in CSV and null in JSON.
 std::string formatEvents(const std::vector<EventRecord>& events, Format format);
+// Table columns: round, block, model, accuracy (percent), loss; CSV and JSON: run_id, round,
+// block, model, accuracy (a fraction), loss.
+std::string formatBlockMetrics(const std::vector<BlockMetricRecord>& rows, Format format);
 
 }  // namespace fedfleet::history

@@ -125,10 +125,11 @@ struct EventRecord {
   std::string detail;
 };
 
-// One evaluation of one block's model in a block-cyclic run. Read-only in this build: the
-// schema it creates has no block table; the block-cyclic trainer adds
-// block_metrics(run_id, round, block, model, accuracy, loss), and readers show it when present.
-// block and model are read as text, whatever type the writer gives them.
+// One evaluation of one block's model in a block-cyclic run (table
+// block_metrics(run_id, round, block, model, accuracy, loss), schema version 4): the model
+// ("shared", "pluralistic", "chain", or "served": the one block `block` is served) evaluated on
+// block `block`'s test set at the end of the block that ended with `round`. block and model are
+// read as text, whatever type the writer gave them (older files may hold a table of their own).
 struct BlockMetricRecord {
   int64_t run_id = 0;
   uint32_t round = 0;
@@ -169,9 +170,17 @@ class HistoryStore {
 
   // The block_metrics rows of `run_id`, ordered by round, block, model. Empty when the database
   // has no block_metrics table (not a block-cyclic history) or the run has no rows; the default
-  // implementation (the memory backend, test doubles) has no block table.
+  // implementation (test doubles) has no block table.
   virtual Result<std::vector<BlockMetricRecord>> blockMetrics(int64_t /*run_id*/) {
     return std::vector<BlockMetricRecord>{};
+  }
+
+  // Writes block_metrics rows, all or none. Errors: kNotFound for a run_id beginRun never
+  // returned, kFailedPrecondition for a (run_id, round, block, model) already written,
+  // kInvalidArgument for an empty block or model. The default implementation (test doubles)
+  // returns kFailedPrecondition; both backends override it.
+  virtual Status recordBlockMetrics(const std::vector<BlockMetricRecord>& /*rows*/) {
+    return failedPrecondition("recordBlockMetrics is not supported by this history backend");
   }
 
   // The rounds of `run_id` that have a checkpoint, ascending (empty for an unknown run). The

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "common/history/history.h"
@@ -140,6 +141,36 @@ class MemoryHistory final : public HistoryStore {
     return out;
   }
 
+  Status recordBlockMetrics(const std::vector<BlockMetricRecord>& rows) override {
+    const std::string ctx = "recordBlockMetrics(" + std::to_string(rows.size()) + " rows)";
+    FEDFLEET_RETURN_IF_ERROR(checkBlockMetricRows(rows).withContext(ctx));
+    for (const BlockMetricRecord& b : rows) {
+      if (runs_.count(b.run_id) == 0) {
+        return notFound(ctx + ": run " + std::to_string(b.run_id) + " does not exist");
+      }
+      if (block_metrics_.count({b.run_id, b.round, b.block, b.model}) != 0) {
+        return failedPrecondition(ctx + ": round " + std::to_string(b.round) + " block " + b.block +
+                                  " model " + b.model + " is already written");
+      }
+    }
+    for (const BlockMetricRecord& b : rows) {
+      BlockMetricRecord stored = b;
+      stored.accuracy = storedOptional(b.accuracy);
+      stored.loss = storedOptional(b.loss);
+      block_metrics_.emplace(BlockKey{b.run_id, b.round, b.block, b.model}, std::move(stored));
+    }
+    return Status::ok();
+  }
+
+  Result<std::vector<BlockMetricRecord>> blockMetrics(int64_t run_id) override {
+    std::vector<BlockMetricRecord> out;
+    for (auto it = block_metrics_.lower_bound({run_id, 0, "", ""});
+         it != block_metrics_.end() && std::get<0>(it->first) == run_id; ++it) {
+      out.push_back(it->second);
+    }
+    return out;
+  }
+
   Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override {
     if (keep_last == 0) {
       return invalidArgument("pruneCheckpoints(" + std::to_string(run_id) +
@@ -164,6 +195,8 @@ class MemoryHistory final : public HistoryStore {
   std::map<std::string, ClientRecord> clients_;
   std::map<RoundKey, CheckpointRecord> checkpoints_;
   std::vector<EventRecord> events_;  // insertion order
+  using BlockKey = std::tuple<int64_t, uint32_t, std::string, std::string>;
+  std::map<BlockKey, BlockMetricRecord> block_metrics_;  // ordered as SQLite orders them
 };
 
 }  // namespace

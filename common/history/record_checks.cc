@@ -1,6 +1,8 @@
 #include "common/history/record_checks.h"
 
+#include <set>
 #include <string>
+#include <tuple>
 
 namespace fedfleet::history {
 
@@ -31,6 +33,23 @@ Status checkCommitArguments(const RoundRecord& round, const std::vector<UpdateRe
     return invalidArgument(commitContext(round) + ": checkpoint is for run " +
                            std::to_string(checkpoint->run_id) + ", round " +
                            std::to_string(checkpoint->round));
+  }
+  return Status::ok();
+}
+
+Status checkBlockMetricRows(const std::vector<BlockMetricRecord>& rows) {
+  std::set<std::tuple<int64_t, uint32_t, std::string, std::string>> seen;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const BlockMetricRecord& b = rows[i];
+    if (b.block.empty() || b.model.empty()) {
+      return invalidArgument("block metric row " + std::to_string(i) +
+                             ": block and model must not be empty");
+    }
+    if (!seen.emplace(b.run_id, b.round, b.block, b.model).second) {
+      return invalidArgument("block metric row " + std::to_string(i) + " repeats (round " +
+                             std::to_string(b.round) + ", block " + b.block + ", model " + b.model +
+                             ")");
+    }
   }
   return Status::ok();
 }

@@ -23,6 +23,10 @@ bool isUpdateStatus(std::string_view status);
 Status checkCommitArguments(const RoundRecord& round, const std::vector<UpdateRecord>& updates,
                             const std::optional<CheckpointRecord>& checkpoint);
 
+// kInvalidArgument for a block_metrics row with an empty block or model, or two rows with the
+// same (run_id, round, block, model).
+Status checkBlockMetricRows(const std::vector<BlockMetricRecord>& rows);
+
 // "commitRound(run 3, round 7)": the context prefix of commitRound's messages.
 std::string commitContext(const RoundRecord& round);
 

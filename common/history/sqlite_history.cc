@@ -104,7 +104,16 @@ CREATE TABLE events (
   detail TEXT NOT NULL
 );
 CREATE INDEX events_by_run ON events (run_id);
-INSERT INTO schema_version (version) VALUES (3);
+CREATE TABLE block_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs (run_id),
+  round INTEGER NOT NULL,
+  block TEXT NOT NULL,
+  model TEXT NOT NULL,
+  accuracy REAL,
+  loss REAL,
+  PRIMARY KEY (run_id, round, block, model)
+);
+INSERT INTO schema_version (version) VALUES (4);
 )sql";
 
 // Version 1 -> 2: the run's clock, wall times of rounds, task times of updates.
@@ -128,6 +137,21 @@ UPDATE schema_version SET version = 2;
 constexpr std::string_view kMigrate2To3Sql = R"sql(
 ALTER TABLE checkpoints ADD COLUMN engine_state BLOB NOT NULL DEFAULT x'';
 UPDATE schema_version SET version = 3;
+)sql";
+
+// Version 3 -> 4: per-block evaluations of block-cyclic runs. Earlier tools may have added a
+// block_metrics table of their own; it is kept.
+constexpr std::string_view kMigrate3To4Sql = R"sql(
+CREATE TABLE IF NOT EXISTS block_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs (run_id),
+  round INTEGER NOT NULL,
+  block TEXT NOT NULL,
+  model TEXT NOT NULL,
+  accuracy REAL,
+  loss REAL,
+  PRIMARY KEY (run_id, round, block, model)
+);
+UPDATE schema_version SET version = 4;
 )sql";
 
 constexpr const char* kRoundColumns =
@@ -319,6 +343,7 @@ class SqliteHistory final : public HistoryStore {
   Result<CheckpointRecord> latestCheckpoint(int64_t run_id) override;
   Result<std::vector<uint32_t>> checkpointRounds(int64_t run_id) override;
   Result<std::vector<BlockMetricRecord>> blockMetrics(int64_t run_id) override;
+  Status recordBlockMetrics(const std::vector<BlockMetricRecord>& rows) override;
   Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override;
 
  private:
@@ -352,6 +377,7 @@ class SqliteHistory final : public HistoryStore {
   StatementPtr select_latest_checkpoint_;
   StatementPtr select_checkpoint_rounds_;
   StatementPtr prune_checkpoints_;
+  StatementPtr insert_block_metric_;
 };
 
 // Creates the schema in an empty database or checks the version of an existing one. Runs in
@@ -398,7 +424,11 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
       FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate1To2Sql, ctx + ": upgrade schema 1 -> 2"));
       version = 2;
     }
-    if (version == 2) return execSql(db, kMigrate2To3Sql, ctx + ": upgrade schema 2 -> 3");
+    if (version == 2) {
+      FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate2To3Sql, ctx + ": upgrade schema 2 -> 3"));
+      version = 3;
+    }
+    if (version == 3) return execSql(db, kMigrate3To4Sql, ctx + ": upgrade schema 3 -> 4");
     if (version != kSqliteSchemaVersion) {
       return failedPrecondition(
           ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
@@ -475,9 +505,8 @@ Status SqliteHistory::prepareStatements() {
       {&round_exists_, "SELECT 1 FROM rounds WHERE run_id = ? AND round = ?"},
       {&insert_round_, "INSERT INTO rounds (" + round_cols +
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
-      {&insert_update_,
-       "INSERT INTO updates (" + update_cols +
-           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+      {&insert_update_, "INSERT INTO updates (" + update_cols +
+                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
        "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob, engine_state) "
        "VALUES (?, ?, ?, ?, ?, ?)"},
@@ -504,6 +533,9 @@ Status SqliteHistory::prepareStatements() {
       {&prune_checkpoints_,
        "DELETE FROM checkpoints WHERE run_id = ?1 AND round NOT IN (SELECT round FROM "
        "checkpoints WHERE run_id = ?1 ORDER BY round DESC LIMIT ?2)"},
+      {&insert_block_metric_,
+       "INSERT INTO block_metrics (run_id, round, block, model, accuracy, loss) "
+       "VALUES (?, ?, ?, ?, ?, ?)"},
   };
   for (const Item& item : items) {
     FEDFLEET_ASSIGN_OR_RETURN(*item.target, prepare(db, item.sql));
@@ -785,8 +817,8 @@ Result<std::vector<uint32_t>> SqliteHistory::checkpointRounds(int64_t run_id) {
 
 Result<std::vector<BlockMetricRecord>> SqliteHistory::blockMetrics(int64_t run_id) {
   const std::string ctx = "blockMetrics(" + std::to_string(run_id) + ")";
-  // The table is not part of this build's schema (see BlockMetricRecord): look for it each time,
-  // and prepare the query only when it is there.
+  // Schema version 4 has the table; look for it anyway (a reader may be pointed at a file a
+  // migration has not touched), and prepare the query only when it is there.
   FEDFLEET_ASSIGN_OR_RETURN(
       StatementPtr exists,
       prepare(db_.get(),
@@ -812,6 +844,30 @@ Result<std::vector<BlockMetricRecord>> SqliteHistory::blockMetrics(int64_t run_i
     b.loss = q.columnOptionalDouble(5);
     return b;
   });
+}
+
+Status SqliteHistory::recordBlockMetrics(const std::vector<BlockMetricRecord>& rows) {
+  const std::string ctx = "recordBlockMetrics(" + std::to_string(rows.size()) + " rows)";
+  if (rows.empty()) return Status::ok();
+  FEDFLEET_RETURN_IF_ERROR(checkBlockMetricRows(rows).withContext(ctx));
+  FEDFLEET_RETURN_IF_ERROR(execSql(db_.get(), "BEGIN IMMEDIATE", ctx));
+  Status st;
+  for (const BlockMetricRecord& b : rows) {
+    Query q = query(insert_block_metric_, ctx + ": run " + std::to_string(b.run_id) + " round " +
+                                              std::to_string(b.round) + " block " + b.block +
+                                              " model " + b.model);
+    q.bindInt(b.run_id)
+        .bindInt(b.round)
+        .bindText(b.block)
+        .bindText(b.model)
+        .bindOptionalDouble(b.accuracy)
+        .bindOptionalDouble(b.loss);
+    st = q.run();
+    if (!st.isOk()) break;
+  }
+  if (st.isOk()) st = execSql(db_.get(), "COMMIT", ctx + ": commit");
+  if (!st.isOk()) return rollback(db_.get(), st);
+  return Status::ok();
 }
 
 Status SqliteHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last) {

@@ -1,6 +1,6 @@
 // The HTML report (cli/report.h) and `fedfleet report`: the charts carry exactly the numbers of
 // the database (points of the accuracy paths, bars per outcome, the straggler timeline), the
-// per-block section appears only with a block_metrics table, the page fetches nothing, and bad
+// per-block section appears only with block_metrics rows, the page fetches nothing, and bad
 // input is a clear error.
 #include "cli/report.h"
 
@@ -248,23 +248,28 @@ TEST_F(Report, TimelineShowsTheRoundWithTheWorstStraggler) {
             2u);
 }
 
-TEST_F(Report, PerBlockSectionOnlyWithABlockMetricsTable) {
+TEST_F(Report, PerBlockSectionOnlyWithBlockMetricRows) {
   std::string html = render();
   EXPECT_EQ(html.find("Per-block accuracy"), std::string::npos);
   EXPECT_EQ(html.find("data-chart=\"blocks-"), std::string::npos);
 
-  // A block-cyclic history (the table another component writes; made here with sqlite3).
-  store_.reset();
-  const std::string sql =
-      "CREATE TABLE block_metrics (run_id INTEGER, round INTEGER, block INTEGER, model TEXT, "
-      "accuracy REAL, loss REAL);"
-      "INSERT INTO block_metrics VALUES (1, 1, 0, 'm', 0.5, 1.0), (1, 2, 0, 'm', 0.6, 0.9),"
-      "(1, 3, 0, 'm', 0.7, 0.8), (1, 1, 1, 'm', 0.3, 1.2), (1, 2, 1, 'm', NULL, NULL);";
-  testing::Process p({"/usr/bin/sqlite3", db_, sql}, dir_ + "/sqlite3.log");
-  ASSERT_EQ(p.waitFor(30).value_or(-1), 0) << p.log();
-  auto reopened = history::openSqliteHistory(db_);
-  ASSERT_TRUE(reopened.isOk());
-  store_ = std::move(reopened).value();
+  // A block-cyclic run's rows (as the round engine's RecordBlockMetrics writes them).
+  auto row = [&](uint32_t round, const char* block, std::optional<double> acc,
+                 std::optional<double> loss) {
+    history::BlockMetricRecord b;
+    b.run_id = sim_run_;
+    b.round = round;
+    b.block = block;
+    b.model = "m";
+    b.accuracy = acc;
+    b.loss = loss;
+    return b;
+  };
+  ASSERT_TRUE(
+      store_
+          ->recordBlockMetrics({row(1, "0", 0.5, 1.0), row(2, "0", 0.6, 0.9), row(3, "0", 0.7, 0.8),
+                                row(1, "1", 0.3, 1.2), row(2, "1", std::nullopt, std::nullopt)})
+          .isOk());
   auto blocks = store_->blockMetrics(sim_run_);
   ASSERT_TRUE(blocks.isOk()) << blocks.status().toString();
   ASSERT_EQ(blocks->size(), 5u);

@@ -1160,6 +1160,255 @@ TEST(RoundEngineAggregation, ServerMomentumCarriesAcrossRounds) {
   EXPECT_EQ(f.engine->params(), (std::vector<float>{5, 0, -5}));
 }
 
+// ---- Blocks (block-cyclic training; protocol steps B1-B5 in round_engine.h) ----
+
+// Clients c0..c{n-1} with partitions 0..n-1; M blocks of `per_block` rounds; liveness off.
+EngineOptions blockOptions(uint32_t k, uint32_t rounds, uint32_t blocks, uint32_t per_block,
+                           BlockMode mode) {
+  EngineOptions o = baseOptions(k, 1, 1);
+  o.rounds = rounds;
+  o.liveness_s = 0;
+  o.num_partitions = 64;  // client ci asks for partition i
+  o.blocks.count = blocks;
+  o.blocks.rounds_per_block = per_block;
+  o.block_mode = mode;
+  return o;
+}
+
+struct BlockRun {
+  Fixture f;
+  std::vector<EvaluateBlocks> asked;                              // every EvaluateBlocks seen
+  std::vector<history::BlockMetricRecord> rows;                   // every row recorded
+  std::map<std::pair<uint32_t, std::string>, double> validation;  // (block, model) -> loss
+  bool answer_blocks = true;
+  std::vector<SendTask> tasks;  // sent and not yet answered by round()
+
+  BlockRun(EngineOptions o, std::vector<float> params, uint32_t clients) : f(o, std::move(params)) {
+    for (uint32_t i = 0; i < clients; ++i) {
+      const std::string id = "c" + std::to_string(i);
+      f.engine->registerClient(id, hello(id, static_cast<int32_t>(i)), 0);
+    }
+    f.engine->start(0);
+  }
+  // Takes the actions (Evaluate answered by the fixture); answers EvaluateBlocks with accuracy
+  // 0.1 x (block + 1) (+ 0.5 for chains), validation losses from `validation` (default 1).
+  std::vector<Action> take() {
+    std::vector<Action> all;
+    while (true) {
+      auto a = f.take();
+      if (a.empty()) break;
+      for (const auto& action : a) {
+        if (auto* t = std::get_if<SendTask>(&action)) tasks.push_back(*t);
+        if (auto* r = std::get_if<RecordBlockMetrics>(&action)) {
+          rows.insert(rows.end(), r->rows.begin(), r->rows.end());
+        }
+        auto* e = std::get_if<EvaluateBlocks>(&action);
+        if (!e) continue;
+        asked.push_back(*e);
+        if (!answer_blocks) continue;
+        std::vector<BlockEvalOutcome> out;
+        for (const auto& m : e->models) {
+          BlockEvalOutcome o;
+          o.block = m.block;
+          o.model = m.model;
+          auto v = validation.find({m.block, m.model});
+          o.validation_loss = v == validation.end() ? 1.0 : v->second;
+          o.accuracy = 0.1 * (m.block + 1) + (m.model == "chain" ? 0.5 : 0);
+          o.loss = 2;
+          out.push_back(o);
+        }
+        f.engine->onBlocksEvaluated(e->round, out, 0);
+      }
+      all.insert(all.end(), a.begin(), a.end());
+    }
+    return all;
+  }
+  // Every task of the round uploads `delta` (n = 10); returns the tasks.
+  std::vector<SendTask> round(const std::vector<float>& delta, double now) {
+    take();
+    std::vector<SendTask> sent;
+    sent.swap(tasks);
+    for (const auto& t : sent) f.upload(t.client, t.task.task_token, delta, 10, now);
+    return sent;
+  }
+};
+
+std::vector<float> floatsOf(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+TEST(RoundEngineBlocks, OnlyClientsOfTheCurrentBlockAreSampled) {
+  // 12 clients, 3 blocks of 2 rounds: block m is c{m}, c{m+3}, c{m+6}, c{m+9}; K = 2 of 4.
+  BlockRun run(blockOptions(2, 12, 3, 2, BlockMode::kSingle), {0, 0}, 12);
+  std::set<std::string> seen;
+  for (uint32_t r = 1; r <= 12; ++r) {
+    auto tasks = run.round({0.5f, 0}, r);
+    ASSERT_EQ(tasks.size(), 2u) << "round " << r;
+    const uint32_t block = ((r - 1) / 2) % 3;
+    for (const auto& t : tasks) {
+      const int index = std::stoi(t.client.substr(1));
+      EXPECT_EQ(index % 3, static_cast<int>(block)) << "round " << r << " sampled " << t.client;
+      seen.insert(t.client);
+    }
+  }
+  EXPECT_GT(seen.size(), 6u);  // the sampling still spreads within each block
+  run.take();
+  // One EvaluateBlocks per block visit (after rounds 2, 4, ..., 12), each asking x on 3 blocks.
+  ASSERT_EQ(run.asked.size(), 6u);
+  EXPECT_EQ(run.asked[0].round, 2u);
+  EXPECT_EQ(run.asked[1].ended_block, 1u);
+  EXPECT_EQ(run.asked[0].models.size(), 3u);
+  // Rows: shared and served (= shared in single mode) for each block, each evaluation.
+  ASSERT_EQ(run.rows.size(), 6u * 6u);
+  EXPECT_EQ(run.rows[3].model, "served");
+  EXPECT_EQ(run.rows[3].block, "0");
+  EXPECT_DOUBLE_EQ(*run.rows[3].accuracy, 0.1);
+  int started = 0;
+  for (const auto& e : actionsOf<RecordEvent>(run.f.log))
+    started += e.event.kind == "block_started";
+  EXPECT_EQ(started, 6);
+  EXPECT_TRUE(run.f.engine->finished());
+}
+
+TEST(RoundEngineBlocks, PluralisticAveragesTheEndOfBlockModels) {
+  // Two blocks of one round, one client each: x moves by (1, 0) in block 0 and (0, 2) in block 1.
+  BlockRun run(blockOptions(1, 4, 2, 1, BlockMode::kPluralistic), {0, 0}, 2);
+  run.round({1, 0}, 1);  // x = (1, 0): z_0 = (1, 0)
+  run.round({0, 2}, 2);  // x = (1, 2): z_1 = (1, 2)
+  run.round({1, 0}, 3);  // x = (2, 2): z_0 = mean((1, 0), (2, 2)) = (1.5, 1)
+  EXPECT_EQ(run.f.engine->blockModels()->average(0), (std::vector<float>{1.5f, 1}));
+  EXPECT_EQ(run.f.engine->servedModel(0), (std::vector<float>{1.5f, 1}));
+  EXPECT_EQ(run.f.engine->servedModel(1), (std::vector<float>{1, 2}));
+  run.round({0, 2}, 4);  // x = (2, 4): z_1 = mean((1, 2), (2, 4)) = (1.5, 3)
+  run.take();
+  EXPECT_EQ(run.f.engine->params(), (std::vector<float>{2, 4}));
+  EXPECT_EQ(run.f.engine->servedModel(1), (std::vector<float>{1.5f, 3}));
+  // The evaluation after round 3 asked for z_0 = (1.5, 1) on block 0.
+  ASSERT_EQ(run.asked.size(), 4u);
+  bool found = false;
+  for (const auto& m : run.asked[2].models) {
+    if (m.block == 0 && m.model == "pluralistic") {
+      found = true;
+      EXPECT_EQ(*m.params, (std::vector<float>{1.5f, 1}));
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_TRUE(run.f.engine->finished());
+}
+
+TEST(RoundEngineBlocks, MultichainTrainsTheBlockChainApartAndServesTheLowerLoss) {
+  // Two blocks of two rounds: in each visit the 1st round trains x, the 2nd the block's chain.
+  BlockRun run(blockOptions(1, 4, 2, 2, BlockMode::kMultichain), {0, 0}, 2);
+  run.validation[{0, "chain"}] = 0.4;  // block 0: the chain wins; block 1: the average
+  run.validation[{0, "pluralistic"}] = 0.9;
+  run.validation[{1, "chain"}] = 0.8;
+  run.validation[{1, "pluralistic"}] = 0.2;
+  auto t1 = run.round({1, 0}, 1);  // x = (1, 0)
+  ASSERT_EQ(t1.size(), 1u);
+  EXPECT_EQ(floatsOf(t1[0].task.model_bytes), (std::vector<float>{0, 0}));
+  auto t2 = run.round({0, 3}, 2);  // y_0 starts as x = (1, 0), then (1, 3); x stays (1, 0)
+  ASSERT_EQ(t2.size(), 1u);
+  EXPECT_EQ(floatsOf(t2[0].task.model_bytes), (std::vector<float>{1, 0}));
+  EXPECT_EQ(t2[0].task.model_sha256, crypto::sha256(t2[0].task.model_bytes));
+  run.take();
+  EXPECT_EQ(run.f.engine->params(), (std::vector<float>{1, 0}));
+  EXPECT_EQ(run.f.engine->blockModels()->chain(0), (std::vector<float>{1, 3}));
+  EXPECT_EQ(run.f.engine->blockModels()->average(0), (std::vector<float>{1, 0}));
+  // Evaluated after round 2: block 0's chain had the lower validation loss, so it is served.
+  EXPECT_EQ(run.f.engine->servedModel(0), (std::vector<float>{1, 3}));
+  std::map<std::string, double> acc;  // model -> block 0 accuracy after round 2
+  for (const auto& r : run.rows) {
+    if (r.round == 2 && r.block == "0") acc[r.model] = *r.accuracy;
+  }
+  EXPECT_DOUBLE_EQ(acc["chain"], 0.6);
+  EXPECT_DOUBLE_EQ(acc["pluralistic"], 0.1);
+  EXPECT_DOUBLE_EQ(acc["served"], 0.6);
+  auto t3 = run.round({0, 1}, 3);  // block 1, x: (1, 1)
+  ASSERT_EQ(t3.size(), 1u);
+  EXPECT_EQ(floatsOf(t3[0].task.model_bytes), (std::vector<float>{1, 0}));
+  auto t4 = run.round({2, 0}, 4);  // y_1 from (1, 1) to (3, 1)
+  ASSERT_EQ(t4.size(), 1u);
+  EXPECT_EQ(floatsOf(t4[0].task.model_bytes), (std::vector<float>{1, 1}));
+  run.take();
+  EXPECT_EQ(run.f.engine->blockModels()->chain(1), (std::vector<float>{3, 1}));
+  EXPECT_EQ(run.f.engine->params(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(run.f.engine->servedModel(1), (std::vector<float>{1, 1}));  // z_1 won
+  EXPECT_EQ(run.f.engine->modelVersion(), 4u);
+  EXPECT_TRUE(run.f.engine->finished());
+}
+
+TEST(RoundEngineBlocks, AClockScheduleFollowsTheEngineTime) {
+  // Blocks of 10 s: rounds ending before t = 10 stay in block 0; the first round ending after
+  // it closes the visit, and the next round goes to block 1's client.
+  EngineOptions o = blockOptions(1, 3, 2, 0, BlockMode::kPluralistic);
+  o.blocks.block_s = 10;
+  BlockRun run(o, {0, 0}, 2);
+  auto t1 = run.round({1, 0}, 5);
+  auto t2 = run.round({1, 0}, 12);
+  auto t3 = run.round({0, 1}, 14);
+  run.take();
+  ASSERT_EQ(t1.size(), 1u);
+  ASSERT_EQ(t2.size(), 1u);
+  ASSERT_EQ(t3.size(), 1u);
+  EXPECT_EQ(t1[0].client, "c0");
+  EXPECT_EQ(t2[0].client, "c0");
+  EXPECT_EQ(t3[0].client, "c1");
+  ASSERT_EQ(run.asked.size(), 2u);  // after round 2 (t = 12) and after the last round
+  EXPECT_EQ(run.asked[0].round, 2u);
+  EXPECT_EQ(run.asked[0].ended_block, 0u);
+  EXPECT_EQ(run.f.engine->blockModels()->average(0), (std::vector<float>{2, 0}));
+  EXPECT_EQ(run.f.engine->blockModels()->average(1), (std::vector<float>{2, 1}));
+}
+
+TEST(RoundEngineBlocks, TheRunEndsOnlyAfterTheLastBlockReport) {
+  BlockRun run(blockOptions(1, 2, 2, 1, BlockMode::kPluralistic), {0, 0}, 2);
+  run.answer_blocks = false;
+  run.round({1, 0}, 1);
+  run.round({1, 0}, 2);
+  run.take();
+  ASSERT_EQ(run.asked.size(), 2u);
+  EXPECT_FALSE(run.f.engine->finished());
+  EXPECT_TRUE(actionsOf<RunFinished>(run.f.log).empty());
+  run.f.engine->onBlocksEvaluated(1, {}, 3);
+  run.take();
+  EXPECT_FALSE(run.f.engine->finished());
+  run.f.engine->onBlocksEvaluated(2, {}, 3);
+  run.f.engine->onBlocksEvaluated(2, {}, 3);  // a second report is ignored
+  run.take();
+  EXPECT_TRUE(run.f.engine->finished());
+  EXPECT_EQ(actionsOf<RunFinished>(run.f.log).size(), 1u);
+}
+
+TEST(RoundEngineBlocks, BlockModelsSurviveARestart) {
+  EngineOptions o = blockOptions(1, 6, 2, 2, BlockMode::kMultichain);
+  BlockRun run(o, {0, 0}, 2);
+  run.validation[{0, "chain"}] = 0.1;
+  for (uint32_t r = 1; r <= 3; ++r) run.round({1, static_cast<float>(r)}, r);
+  run.take();
+  std::string state;
+  for (const auto& c : actionsOf<CommitRound>(run.f.log)) {
+    if (c.checkpoint && c.round.round == 3) state = c.checkpoint->engine_state;
+  }
+  ASSERT_FALSE(state.empty());
+  // Resume from round 3's checkpoint: x = (2, 4), z_0 = (1, 1), y_0 = (2, 3), and the choice
+  // made when block 0 was evaluated after round 2 (the chain).
+  EngineOptions resumed = o;
+  resumed.first_round = 4;
+  RoundEngine again(resumed, {2, 4});
+  ASSERT_TRUE(again.loadState(state).isOk());
+  EXPECT_EQ(again.blockModels()->average(0), (std::vector<float>{1, 1}));
+  EXPECT_EQ(again.blockModels()->chain(0), (std::vector<float>{2, 3}));
+  EXPECT_EQ(again.servedModel(0), (std::vector<float>{2, 3}));
+  EXPECT_EQ(again.blockModels()->visits(0), 1u);
+  EXPECT_EQ(again.currentBlock(), 1u);
+  // A state whose block section is damaged is refused and changes nothing.
+  RoundEngine other(resumed, {2, 4});
+  EXPECT_FALSE(other.loadState(state.substr(0, state.size() - 4)).isOk());
+  EXPECT_TRUE(other.blockModels()->average(0).empty());
+}
+
 }  // namespace
 }  // namespace fedfleet::coordinator
 

@@ -279,6 +279,49 @@ TEST(FleetSimulator, CodecBytesDecideTheUploadTime) {
   EXPECT_GT(per_codec["none"].second, 10 * per_codec["topk:0.01"].second);
 }
 
+// Block-cyclic data (issue 6): 2 blocks of 2 rounds, multichain. Every update comes from a
+// client of the round's block (client k is in block k mod 2), each block end records the
+// per-block rows, and the chain appears once its block was visited.
+TEST(FleetSimulator, BlockCyclicRunTrainsEachBlockOnItsClients) {
+  const std::string db = tmpPath("sim_blocks.db");
+  config::Config c = smallJob(db);
+  c.run.rounds = 8;
+  c.coordinator.clients_per_round = 4;
+  c.blocks.count = 2;
+  c.blocks.rounds_per_block = 2;
+  c.blocks.mode = "multichain";
+  c.blocks.validation_samples = 200;
+  c.blocks.test_samples = 400;
+  auto summary = runJob(c);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  EXPECT_EQ(summary->rounds, 8u);
+  const History h = readHistory(db, summary->run_id);
+  ASSERT_FALSE(h.updates.empty());
+  for (const auto& u : h.updates) {
+    const uint32_t block = ((u.round - 1) / 2) % 2;
+    EXPECT_EQ(static_cast<uint32_t>(u.partition) % 2, block)
+        << "round " << u.round << " trained " << u.client_id;
+  }
+  auto store = history::openSqliteHistory(db);
+  ASSERT_TRUE(store.isOk());
+  auto rows = (*store)->blockMetrics(summary->run_id);
+  ASSERT_TRUE(rows.isOk());
+  std::map<uint32_t, std::set<std::string>> models;  // round -> "block:model"
+  for (const auto& r : *rows) {
+    models[r.round].insert(r.block + ":" + r.model);
+    ASSERT_TRUE(r.accuracy.has_value());
+    EXPECT_GE(*r.accuracy, 0.0);
+    EXPECT_LE(*r.accuracy, 1.0);
+  }
+  ASSERT_EQ(models.size(), 4u);  // after rounds 2, 4, 6, 8
+  EXPECT_EQ(models[2], (std::set<std::string>{"0:shared", "0:pluralistic", "0:chain", "0:served",
+                                              "1:shared", "1:served"}));
+  EXPECT_EQ(models[8].size(), 8u);  // both blocks: shared, pluralistic, chain, served
+  int started = 0;
+  for (const auto& e : h.events) started += e.kind == "block_started";
+  EXPECT_EQ(started, 4);
+}
+
 TEST(FleetSimulator, BadConfigsAreClearErrors) {
   config::Config c = smallJob(":memory:");
   c.sim.fleet = "phones";

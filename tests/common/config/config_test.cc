@@ -111,6 +111,37 @@ TEST(Config, MetricsSectionIsOffAndLoopbackByDefaultAndChecked) {
   EXPECT_FALSE(c.set("metrics.port=-1").isOk());
 }
 
+TEST(Config, BlocksSectionIsOffByDefaultAndChecked) {
+  Config c;
+  EXPECT_EQ(c.blocks.count, 0u);
+  ASSERT_TRUE(c.set("blocks.count=4").isOk());
+  Status v = c.validate();  // neither a block length in rounds nor in seconds
+  EXPECT_NE(v.message().find("blocks.rounds_per_block"), std::string::npos) << v.toString();
+  ASSERT_TRUE(c.set("blocks.rounds_per_block=5").isOk());
+  ASSERT_TRUE(c.set("blocks.mode=multichain").isOk());
+  EXPECT_TRUE(c.validate().isOk()) << c.validate().toString();
+  ASSERT_TRUE(c.set("blocks.block_s=60").isOk());  // both lengths: which one?
+  EXPECT_FALSE(c.validate().isOk());
+  ASSERT_TRUE(c.set("blocks.block_s=0").isOk());
+  ASSERT_TRUE(c.set("blocks.mode=plural").isOk());
+  v = c.validate();
+  EXPECT_NE(v.message().find("'blocks.mode' must be one of single, pluralistic, multichain"),
+            std::string::npos)
+      << v.toString();
+  ASSERT_TRUE(c.set("blocks.mode=multichain").isOk());
+  ASSERT_TRUE(c.set("aggregation.server_optimizer=fedadam").isOk());
+  EXPECT_NE(c.validate().message().find("multichain"), std::string::npos);
+  ASSERT_TRUE(c.set("aggregation.server_optimizer=fedavg").isOk());
+  ASSERT_TRUE(c.set("policy.mode=async").isOk());
+  EXPECT_NE(c.validate().message().find("policy.mode"), std::string::npos);
+  ASSERT_TRUE(c.set("policy.mode=sync").isOk());
+  ASSERT_TRUE(c.set("blocks.skew=1.2").isOk());
+  EXPECT_NE(c.validate().message().find("blocks.skew"), std::string::npos);
+  ASSERT_TRUE(c.set("blocks.skew=0.8").isOk());
+  ASSERT_TRUE(c.set("blocks.count=11").isOk());  // more blocks than Fashion-MNIST classes
+  EXPECT_NE(c.validate().message().find("blocks.count"), std::string::npos);
+}
+
 TEST(Config, SetOverridesAcceptTomlAndBareWords) {
   Config c;
   ASSERT_TRUE(c.set("train.lr=0.25").isOk());

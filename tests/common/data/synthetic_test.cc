@@ -379,5 +379,33 @@ TEST(SyntheticTest, BadSpecsAreInvalidArgument) {
   EXPECT_TRUE(SyntheticFederation::create(s).isOk());
 }
 
+// Block-cyclic variant: device k of block m = k mod 2 has the plain device's parameters with
+// v shifted by m x shift and b raised by shift on block m's classes (10 classes in 2 groups:
+// 0-4 and 5-9); W is unchanged.
+TEST(SyntheticTest, BlockVariantShiftsInputsAndFavoursTheBlockClasses) {
+  SyntheticSpec plain;
+  plain.devices = 4;
+  plain.seed = 5;
+  SyntheticSpec blocks = plain;
+  blocks.blocks = 2;
+  blocks.block_shift = 3;
+  auto a = SyntheticFederation::create(plain);
+  auto b = SyntheticFederation::create(blocks);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  for (uint64_t k = 0; k < 4; ++k) {
+    const auto pa = a->deviceParameters(k);
+    const auto pb = b->deviceParameters(k);
+    const float m = static_cast<float>(k % 2);
+    for (size_t j = 0; j < pa.v.size(); ++j) EXPECT_FLOAT_EQ(pb.v[j], pa.v[j] + 3 * m);
+    EXPECT_EQ(pb.w, pa.w);
+    for (uint32_t c = 0; c < 10; ++c) {
+      const bool own = (c / 5) == k % 2;
+      EXPECT_FLOAT_EQ(pb.b[c], pa.b[c] + (own ? 3.0f : 0.0f)) << "device " << k << " class " << c;
+    }
+  }
+  blocks.blocks = 11;  // more blocks than classes
+  EXPECT_FALSE(SyntheticFederation::create(blocks).isOk());
+}
+
 }  // namespace
 }  // namespace fedfleet::data

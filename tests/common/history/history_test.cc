@@ -445,6 +445,51 @@ TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheLatest) {
   EXPECT_TRUE(store_->pruneCheckpoints(other + 99, 1).isOk());
 }
 
+TEST_P(HistoryStoreTest, BlockMetricsRoundTripInOrderAllOrNone) {
+  const int64_t run = newRun();
+  const int64_t other = newRun("other");
+  auto row = [](int64_t run_id, uint32_t round, const char* block, const char* model,
+                std::optional<double> acc) {
+    BlockMetricRecord b;
+    b.run_id = run_id;
+    b.round = round;
+    b.block = block;
+    b.model = model;
+    b.accuracy = acc;
+    b.loss = acc ? std::optional<double>(1 - *acc) : std::nullopt;
+    return b;
+  };
+  ASSERT_TRUE(store_
+                  ->recordBlockMetrics(
+                      {row(run, 8, "1", "served", 0.625), row(run, 4, "1", "chain", std::nullopt),
+                       row(run, 4, "0", "served", 0.5), row(other, 4, "0", "served", 0.25)})
+                  .isOk());
+  auto rows = store_->blockMetrics(run);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 3u);  // by round, block, model; only this run's
+  EXPECT_EQ((*rows)[0].round, 4u);
+  EXPECT_EQ((*rows)[0].block, "0");
+  EXPECT_EQ((*rows)[0].accuracy, 0.5);
+  EXPECT_EQ((*rows)[0].loss, 0.5);
+  EXPECT_EQ((*rows)[1].model, "chain");
+  EXPECT_FALSE((*rows)[1].accuracy.has_value());
+  EXPECT_EQ((*rows)[2].round, 8u);
+  EXPECT_EQ((*rows)[2].accuracy, 0.625);
+  // A row already written, an unknown run, or an empty model: refused, nothing of the batch kept.
+  EXPECT_EQ(
+      store_->recordBlockMetrics({row(run, 9, "0", "served", 0.1), row(run, 4, "0", "served", 0.9)})
+          .code(),
+      StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->recordBlockMetrics({row(run + 100, 1, "0", "served", 0.1)}).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(store_->recordBlockMetrics({row(run, 1, "0", "", 0.1)}).code(),
+            StatusCode::kInvalidArgument);
+  rows = store_->blockMetrics(run);
+  ASSERT_TRUE(rows.isOk());
+  EXPECT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].accuracy, 0.5);
+}
+
 TEST_P(HistoryStoreTest, NanFollowsTheStoredAsNullRule) {
   const int64_t run = newRun();
   RoundRecord round = makeRound(run, 0);

@@ -91,7 +91,7 @@ TEST_F(SqliteHistoryTest, UsesWalJournal) {
   ASSERT_EQ(header.size(), 100u);
   EXPECT_EQ(header[18], 2);
   EXPECT_EQ(header[19], 2);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "3");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
   EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
                      "('updates_by_round', 'events_by_run')"),
             "2");
@@ -172,7 +172,7 @@ TEST_F(SqliteHistoryTest, NewerSchemaVersionIsRefused) {
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string message = store.status().message();
   EXPECT_NE(message.find("schema version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("version 3"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 4"), std::string::npos) << message;
   EXPECT_NE(message.find("newer"), std::string::npos) << message;
   EXPECT_NE(message.find(path_), std::string::npos) << message;
 }
@@ -256,6 +256,49 @@ TEST_F(SqliteHistoryTest, LockHeldPastBusyTimeoutIsTimeout) {
   EXPECT_TRUE(store->commitRound(someRound(*run, 0), {}, std::nullopt).isOk());
 }
 
+// A version-3 file that a tool gave a block_metrics table of its own (the report's readers
+// accept any column types) keeps the table and its rows when upgraded to version 4; a fresh
+// version-4 file has the table, and the writer adds to it.
+TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
+  {
+    auto store = open();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->beginRun({0, "r", "{}", 1.0, 7}).isOk());
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db,
+                           "DROP TABLE block_metrics; CREATE TABLE block_metrics (run_id INTEGER, "
+                           "round INTEGER, block INTEGER, model TEXT, accuracy REAL, loss REAL); "
+                           "INSERT INTO block_metrics VALUES (1, 4, 2, 'm', 0.5, 1.0); "
+                           "UPDATE schema_version SET version = 3",
+                           nullptr, nullptr, &err),
+              SQLITE_OK)
+        << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  auto store = open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
+  auto rows = store->blockMetrics(1);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].block, "2");
+  EXPECT_EQ((*rows)[0].round, 4u);
+  BlockMetricRecord b;
+  b.run_id = 1;
+  b.round = 5;
+  b.block = "0";
+  b.model = "served";
+  b.accuracy = 0.75;
+  ASSERT_TRUE(store->recordBlockMetrics({b}).isOk());
+  rows = store->blockMetrics(1);
+  ASSERT_TRUE(rows.isOk());
+  EXPECT_EQ(rows->size(), 2u);
+}
 
 // A version-1 file (as the first release wrote it) is upgraded in place: its rows stay, the new
 // columns take the values a version-1 run implies (wall clock: wall times = round times).
@@ -300,7 +343,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "3");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
   auto runs = store->runs();
   ASSERT_TRUE(runs.isOk());
   ASSERT_EQ(runs->size(), 1u);
