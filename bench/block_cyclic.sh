@@ -18,7 +18,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-BUILD_DIR=${BUILD_DIR:-build}
 ROUNDS_PER_BLOCK=${ROUNDS_PER_BLOCK:-5}
 CYCLES=${CYCLES:-20}
 LAST=${LAST:-5}
@@ -27,12 +26,7 @@ WORKERS=${WORKERS:-0}
 BLOCKS=4
 ROUNDS=$((BLOCKS * ROUNDS_PER_BLOCK * CYCLES))
 FROM_ROUND=$((ROUNDS - BLOCKS * ROUNDS_PER_BLOCK * LAST))  # evaluations after this round count
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
-if [ ! -x "$FEDFLEET" ]; then
-  ./scripts/install-deps.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet
-fi
+source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/block_cyclic.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

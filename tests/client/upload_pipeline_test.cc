@@ -418,23 +418,25 @@ TEST(UploadPipeline, SendingOverlapsEncodingAndKeepsOrder) {
   const model::Layout l = layoutOf({5000});
   const std::vector<float> delta = randomDelta(l.total, 7);
   auto codec = std::make_shared<SlowCodec>(per_chunk);
-  const auto t0 = std::chrono::steady_clock::now();
   UploadPipeline p(delta, planChunks(l, 2000), codec, nullptr, 1);
   ASSERT_EQ(p.chunkCount(), 10u);
   std::vector<EncodedChunk> got;
+  // Overlap, checked by what happened rather than by how long it took (a loaded machine
+  // stretches both): chunks the encoder finished while this thread was "sending" another.
+  // Encoding only when asked would finish none then.
+  int encoded_while_sending = 0;
   while (!p.drained()) {
     auto c = p.pop(30);
     ASSERT_TRUE(c.has_value());
+    const int before = codec->calls.load();
     std::this_thread::sleep_for(std::chrono::duration<double>(per_chunk));  // "sending"
+    encoded_while_sending += codec->calls.load() - before;
     got.push_back(std::move(*c));
   }
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].index, i);
   const auto decoded = decodeAll(got, l.total);
   EXPECT_EQ(decoded, delta);
-  const double serial = 2 * per_chunk * got.size();
-  EXPECT_LT(elapsed, 0.8 * serial) << "encode and send did not overlap";
+  EXPECT_GE(encoded_while_sending, 2) << "encode and send did not overlap";
   EXPECT_GE(p.encodeSeconds(), per_chunk * got.size() * 0.99);
 }
 
