@@ -1,6 +1,7 @@
 // Loads a TorchScript module exported by examples/models/export_torchscript.py and checks that
 // it behaves as a Model (training it is covered in tests/client/trainer_torchscript_test.cc).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -40,7 +41,9 @@ class TorchScriptTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!pythonHasTorch()) return;
-    path_ = std::string(FEDFLEET_TEST_TMP) + "/model_torchscript_test.pt";
+    // One file per process: ctest runs this suite's cases as parallel processes.
+    path_ = std::string(FEDFLEET_TEST_TMP) + "/model_torchscript_test." +
+            std::to_string(::getpid()) + ".pt";
     expected_params_ = exportModel(path_, 1);
   }
   void SetUp() override {
