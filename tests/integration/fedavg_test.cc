@@ -1,6 +1,8 @@
 // End-to-end: a coordinator and client processes of the real `fedfleet` program on
 // tcp://127.0.0.1, with CURVE, writing a real SQLite history.
 #include <gtest/gtest.h>
+
+#include <set>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -429,6 +431,50 @@ TEST(Integration, FedBuffRunsAsynchronouslyOverCurve) {
     EXPECT_LE(weight, 1.0 + 1e-9);
   }
   EXPECT_GE(*(*rounds)[4].test_accuracy, *(*rounds)[0].test_accuracy + 0.2);
+}
+
+// Block-cyclic training on a real coordinator: two clients on partitions 0 and 1, two blocks of
+// one round each, pluralistic mode. Each round samples only the current block's client, and
+// every block end writes per-block rows to block_metrics.
+TEST(Integration, BlockCyclicRoundsSampleTheCurrentBlockAndRecordBlockMetrics) {
+  const std::string dir = testing::freshDir("blocks");
+  ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
+  const std::string config = writeConfig(
+      dir, coordinatorSection(1, 2, 1, 120) +
+               "\n[blocks]\ncount = 2\nrounds_per_block = 1\nmode = \"pluralistic\"\n"
+               "test_samples = 300\nvalidation_samples = 100\n");
+  std::string endpoint;
+  auto coord = startCoordinator(dir, config, {"--rounds", "4"}, &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 1; i <= 2; ++i) {
+    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i),
+                                  {"--partition", std::to_string(i - 1)}));
+  }
+  auto rc = coord->waitFor(240);
+  ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord->log();
+  ASSERT_EQ(*rc, 0) << coord->log();
+  for (auto& c : clients) c->waitFor(20);
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  const int64_t run = store->runs()->front().run_id;
+  for (uint32_t r = 1; r <= 4; ++r) {
+    auto updates = store->updates(run, r);
+    ASSERT_TRUE(updates.isOk());
+    ASSERT_EQ(updates->size(), 1u) << "round " << r;
+    // Round r is block (r - 1) mod 2; the client of partition p is in block p.
+    EXPECT_EQ((*updates)[0].partition, static_cast<int32_t>((r - 1) % 2)) << "round " << r;
+  }
+  auto rows = store->blockMetrics(run);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  std::set<std::string> blocks;
+  for (const auto& row : *rows) {
+    blocks.insert(row.block);
+    ASSERT_TRUE(row.accuracy.has_value());
+    EXPECT_GE(*row.accuracy, 0.0);
+    EXPECT_LE(*row.accuracy, 1.0);
+  }
+  EXPECT_EQ(blocks.size(), 2u);
 }
 
 TEST(Integration, TorchScriptModuleTrainsEndToEnd) {
