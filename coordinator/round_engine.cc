@@ -186,9 +186,10 @@ size_t RoundEngine::connectedClients() const {
 }
 
 void RoundEngine::refreshModelBytes() {
-  model_bytes_.resize(params_.size() * sizeof(float));
-  std::memcpy(model_bytes_.data(), params_.data(), model_bytes_.size());
-  model_sha_ = crypto::sha256(model_bytes_);
+  auto bytes = std::make_shared<std::string>(params_.size() * sizeof(float), '\0');
+  std::memcpy(bytes->data(), params_.data(), bytes->size());
+  model_sha_ = crypto::sha256(*bytes);
+  model_bytes_ = std::move(bytes);
 }
 
 uint64_t RoundEngine::newToken() {
@@ -485,7 +486,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   Participant p;
   p.client = id;
   p.partition = partition;
-  p.bytes_down = model_bytes_.size();
+  p.bytes_down = model_bytes_->size();
   p.start_version = version_;
   p.sent_at = now;
   p.deadline = now + deadline_s;
@@ -495,8 +496,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   task.round = round_;
   task.model_version = version_;
   task.model_name = options_.model_name;
-  task.model_bytes = model_bytes_;
-  task.model_sha256 = model_sha_;
+  task.model_sha256 = model_sha_;  // task.model_bytes stays empty: SendTask shares model_bytes_
   task.hparams = options_.hparams;
   task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
   task.data = options_.data;
@@ -536,7 +536,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   c.task_token = task.task_token;
   idle_.erase(id);
   participants_.emplace(task.task_token, std::move(p));
-  emit(SendTask{id, std::move(task)});
+  emit(SendTask{id, std::move(task), model_bytes_});
 }
 
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
@@ -1012,7 +1012,7 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
     cp.round = round_;
     cp.model_version = version_;
     cp.sha256_hex = crypto::toHex(model_sha_);
-    cp.blob = model_bytes_;
+    cp.blob = *model_bytes_;
     cp.engine_state = saveState();
     c.checkpoint = std::move(cp);
   }

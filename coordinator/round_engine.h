@@ -178,9 +178,12 @@ struct EvalOutcome {
 };
 
 // Actions the driver must carry out, in the order given.
+// The task's model_bytes is empty: `model_bytes` holds them, one immutable buffer shared by
+// every task of the same model version, which the driver sends as the Task's model frame.
 struct SendTask {
   ClientId client;
   wire::Task task;
+  std::shared_ptr<const std::string> model_bytes;
 };
 struct SendCancel {
   ClientId client;
@@ -428,7 +431,9 @@ class RoundEngine {
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
   bool last_round_done_ = false;                   // finish the run after its commit
 
-  std::string model_bytes_;
+  // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
+  // still reference the old one).
+  std::shared_ptr<const std::string> model_bytes_;
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
 };

@@ -195,7 +195,7 @@ class Simulator final : public FleetSimulator {
   void submitEvaluation(const coordinator::Evaluate& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
-  std::shared_ptr<const std::vector<float>> startParams(const wire::Task& task);
+  std::shared_ptr<const std::vector<float>> startParams(const coordinator::SendTask& st);
   ModelRecipe modelRecipe() const {
     return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
   }
@@ -341,12 +341,12 @@ Status Simulator::init(const config::Config& config) {
   return Status::ok();
 }
 
-std::shared_ptr<const std::vector<float>> Simulator::startParams(const wire::Task& task) {
-  if (task.model_version != params_version_ || !params_cache_) {
-    auto v = std::make_shared<std::vector<float>>(task.model_bytes.size() / sizeof(float));
-    std::memcpy(v->data(), task.model_bytes.data(), v->size() * sizeof(float));
+std::shared_ptr<const std::vector<float>> Simulator::startParams(const coordinator::SendTask& st) {
+  if (st.task.model_version != params_version_ || !params_cache_) {
+    auto v = std::make_shared<std::vector<float>>(st.model_bytes->size() / sizeof(float));
+    std::memcpy(v->data(), st.model_bytes->data(), v->size() * sizeof(float));
     params_cache_ = std::move(v);
-    params_version_ = task.model_version;
+    params_version_ = st.task.model_version;
   }
   return params_cache_;
 }
@@ -387,7 +387,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   f.id = st.client;
   f.round = task.round;
   f.sent_at = now_;
-  f.download_s = p.latency_s + static_cast<double>(task.model_bytes.size()) / p.down_bytes_per_s;
+  f.download_s = p.latency_s + static_cast<double>(st.model_bytes->size()) / p.down_bytes_per_s;
   wire::HyperParams hp = task.hparams;
   const double samples_per_s = p.speed * ref_samples_per_s_;
   const auto& sc = config_.sim;
@@ -433,7 +433,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
 
   f.stop = std::make_shared<std::atomic<bool>>(false);
   const client::TrainOptions o = client::trainOptionsFrom(hp);
-  auto start = startParams(task);
+  auto start = startParams(st);
   const FleetData* data = data_.get();
   const ModelRecipe recipe = modelRecipe();
   auto spec = compress::parseCodecSpec(task.codec);
