@@ -559,7 +559,7 @@ Status ZmqClient::run() {
     now = steadyNow();
     if (got->has_value()) {
       last_rx = now;
-      auto decoded = wire::decode(**got);
+      auto decoded = wire::decodeFrames((*got)->payload, std::move((*got)->attachment));
       if (decoded.isOk()) {
         handle(decoded.value(), now);
       } else {

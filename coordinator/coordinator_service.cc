@@ -63,6 +63,9 @@ class ZmqCoordinator final : public CoordinatorService {
   Status carryOut(double now);
   void carryOut(Action& action, double now);
   void sendTo(const ClientId& id, const wire::Message& message, double now);
+  // Sends the Task frame and, as its model frame, the shared model buffer: ZeroMQ references
+  // that buffer rather than copying it for each client (protocol 4, wire/messages.h).
+  void sendTask(const SendTask& send);
   void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
                    double now);
   // Live metrics (no-ops when metrics.port = 0): fold a committed round into the snapshot, and
@@ -259,6 +262,16 @@ void ZmqCoordinator::sendTo(const ClientId& id, const wire::Message& message, do
   }
 }
 
+void ZmqCoordinator::sendTask(const SendTask& send) {
+  auto it = peer_of_client_.find(send.client);
+  if (it == peer_of_client_.end()) return;
+  Status st = server_->send(it->second, wire::encode(send.task), send.model_bytes);
+  if (!st.isOk()) {
+    spdlog::warn("send Task to {}: {}", send.client, st.toString());
+    // As sendTo: the engine treats the client as lost after liveness_s.
+  }
+}
+
 void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) {
   auto decoded = wire::decode(env.payload);
   auto known = client_of_peer_.find(env.peer);
@@ -373,7 +386,7 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (std::is_same_v<T, SendTask>) {
           round_of_token_[a.task.task_token] = a.task.round;
-          sendTo(a.client, a.task, now);
+          sendTask(a);
         } else if constexpr (std::is_same_v<T, SendCancel>) {
           sendTo(a.client, a.cancel, now);
         } else if constexpr (std::is_same_v<T, SendError>) {

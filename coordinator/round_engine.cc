@@ -214,9 +214,10 @@ size_t RoundEngine::connectedClients() const {
 }
 
 void RoundEngine::refreshModelBytes() {
-  model_bytes_.resize(params_.size() * sizeof(float));
-  std::memcpy(model_bytes_.data(), params_.data(), model_bytes_.size());
-  model_sha_ = crypto::sha256(model_bytes_);
+  auto bytes = std::make_shared<std::string>(params_.size() * sizeof(float), '\0');
+  std::memcpy(bytes->data(), params_.data(), bytes->size());
+  model_sha_ = crypto::sha256(*bytes);
+  model_bytes_ = std::move(bytes);
 }
 
 uint64_t RoundEngine::newToken() {
@@ -517,7 +518,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   Participant p;
   p.client = id;
   p.partition = partition;
-  p.bytes_down = model_bytes_.size();
+  p.bytes_down = model_bytes_->size();
   p.start_version = version_;
   p.sent_at = now;
   p.deadline = now + deadline_s;
@@ -527,10 +528,12 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   task.round = round_;
   task.model_version = version_;
   task.model_name = options_.model_name;
-  task.model_bytes = model_bytes_;
+  // task.model_bytes stays empty: SendTask shares one buffer per model (model_bytes_, or the
+  // chain of a multichain round) with every task.
+  std::shared_ptr<const std::string> bytes = model_bytes_;
   task.model_sha256 = model_sha_;
   if (round_chain_ >= 0) {  // multichain: this round trains block round_chain_'s chain
-    task.model_bytes = chain_bytes_;
+    bytes = chain_bytes_;
     task.model_sha256 = chain_sha_;
   }
   task.hparams = options_.hparams;
@@ -572,7 +575,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   c.task_token = task.task_token;
   idle_.erase(id);
   participants_.emplace(task.task_token, std::move(p));
-  emit(SendTask{id, std::move(task)});
+  emit(SendTask{id, std::move(task), std::move(bytes)});
 }
 
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
@@ -1053,7 +1056,7 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
     cp.round = round_;
     cp.model_version = version_;
     cp.sha256_hex = crypto::toHex(model_sha_);
-    cp.blob = model_bytes_;
+    cp.blob = *model_bytes_;
     cp.engine_state = saveState();
     c.checkpoint = std::move(cp);
   }
@@ -1263,9 +1266,10 @@ void RoundEngine::prepareBlockRound(uint32_t round, double now) {
   if (block_models_->mode() == BlockMode::kMultichain && (round - block_first_round_) % 2 == 1) {
     round_chain_ = static_cast<int32_t>(m);
     const std::vector<float>& y = block_models_->chain(m, params_);
-    chain_bytes_.resize(y.size() * sizeof(float));
-    std::memcpy(chain_bytes_.data(), y.data(), chain_bytes_.size());
-    chain_sha_ = crypto::sha256(chain_bytes_);
+    auto bytes = std::make_shared<std::string>(y.size() * sizeof(float), '\0');
+    std::memcpy(bytes->data(), y.data(), bytes->size());
+    chain_sha_ = crypto::sha256(*bytes);
+    chain_bytes_ = std::move(bytes);
   }
 }
 

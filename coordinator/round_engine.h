@@ -203,9 +203,12 @@ struct EvalOutcome {
 };
 
 // Actions the driver must carry out, in the order given.
+// The task's model_bytes is empty: `model_bytes` holds them, one immutable buffer shared by
+// every task of the same model version, which the driver sends as the Task's model frame.
 struct SendTask {
   ClientId client;
   wire::Task task;
+  std::shared_ptr<const std::string> model_bytes;
 };
 struct SendCancel {
   ClientId client;
@@ -502,7 +505,9 @@ class RoundEngine {
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
   bool last_round_done_ = false;                   // finish the run after its commit
 
-  std::string model_bytes_;
+  // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
+  // still reference the old one).
+  std::shared_ptr<const std::string> model_bytes_;
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
 
@@ -512,7 +517,7 @@ class RoundEngine {
   uint32_t block_ = UINT32_MAX;     // block of the current visit (UINT32_MAX: none yet)
   uint32_t block_first_round_ = 0;  // first round of the current visit
   int32_t round_chain_ = -1;        // multichain: the block chain this round trains (-1: x)
-  std::string chain_bytes_;         // that chain as sent in tasks
+  std::shared_ptr<const std::string> chain_bytes_;  // that chain as sent in tasks (shared)
   wire::Sha256 chain_sha_{};
   std::set<uint32_t> awaiting_blocks_;  // rounds whose EvaluateBlocks has no report yet
   std::optional<double> block_wakeup_;  // clock schedule, waiting: the next block boundary

@@ -198,7 +198,7 @@ class Simulator final : public FleetSimulator {
   void evaluateBlocks(const coordinator::EvaluateBlocks& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
-  std::shared_ptr<const std::vector<float>> startParams(const wire::Task& task);
+  std::shared_ptr<const std::vector<float>> startParams(const coordinator::SendTask& st);
   ModelRecipe modelRecipe() const {
     return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
   }
@@ -344,12 +344,13 @@ Status Simulator::init(const config::Config& config) {
   return Status::ok();
 }
 
-std::shared_ptr<const std::vector<float>> Simulator::startParams(const wire::Task& task) {
-  if (task.model_sha256 != params_sha_ || !params_cache_) {
-    auto v = std::make_shared<std::vector<float>>(task.model_bytes.size() / sizeof(float));
-    std::memcpy(v->data(), task.model_bytes.data(), v->size() * sizeof(float));
+std::shared_ptr<const std::vector<float>> Simulator::startParams(const coordinator::SendTask& st) {
+  // Keyed by checksum, not version: a multichain round sends a block chain, not the model.
+  if (st.task.model_sha256 != params_sha_ || !params_cache_) {
+    auto v = std::make_shared<std::vector<float>>(st.model_bytes->size() / sizeof(float));
+    std::memcpy(v->data(), st.model_bytes->data(), v->size() * sizeof(float));
     params_cache_ = std::move(v);
-    params_sha_ = task.model_sha256;
+    params_sha_ = st.task.model_sha256;
   }
   return params_cache_;
 }
@@ -390,7 +391,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   f.id = st.client;
   f.round = task.round;
   f.sent_at = now_;
-  f.download_s = p.latency_s + static_cast<double>(task.model_bytes.size()) / p.down_bytes_per_s;
+  f.download_s = p.latency_s + static_cast<double>(st.model_bytes->size()) / p.down_bytes_per_s;
   wire::HyperParams hp = task.hparams;
   const double samples_per_s = p.speed * ref_samples_per_s_;
   const auto& sc = config_.sim;
@@ -436,7 +437,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
 
   f.stop = std::make_shared<std::atomic<bool>>(false);
   const client::TrainOptions o = client::trainOptionsFrom(hp);
-  auto start = startParams(task);
+  auto start = startParams(st);
   const FleetData* data = data_.get();
   const ModelRecipe recipe = modelRecipe();
   auto spec = compress::parseCodecSpec(task.codec);

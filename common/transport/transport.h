@@ -6,10 +6,17 @@
 // and reports each refusal as an AuthEvent. Payloads are opaque bytes (common/wire encodes
 // them). Nothing outside common/transport/ includes zmq.hpp.
 //
+// Attachments: the server can send a payload followed by an attachment, an immutable shared
+// buffer that is not copied: ZeroMQ holds a reference to it (in pieces of kAttachmentPieceBytes)
+// in the peer's queue until each piece is written, so one buffer sent to any number of clients
+// costs one copy, not one per client. The client receives the payload and the attachment,
+// joined again, as one Delivery.
+//
 // Threading: a transport object belongs to the thread that created it; all calls except
 // ServerTransport::takeAuthEvents() (thread safe) must come from that thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -78,6 +85,17 @@ struct Envelope {
 };
 
 // A connection refused by the ZAP handler.
+// A message the client received: the payload and, when the server sent one, the attachment.
+struct Delivery {
+  std::string payload;
+  std::optional<std::string> attachment;
+};
+
+// The attachment travels as frames of at most this many bytes. Under CURVE, libzmq encrypts a
+// frame into a new buffer when it starts writing it and holds that buffer until the kernel has
+// taken all of it, so the piece size bounds what each connection holds beyond the shared buffer.
+constexpr size_t kAttachmentPieceBytes = 256 * 1024;
+
 struct AuthEvent {
   std::string peer_address;  // remote IP address as ZAP reports it
   std::string public_key;    // Z85 public key that was refused
@@ -96,6 +114,13 @@ class ServerTransport {
   // kTimeout when the peer's queue stays full for 5 s.
   virtual Status send(const std::string& peer, const std::string& payload) = 0;
 
+  // Queues `payload` followed by `attachment` (not null) to `peer`, as one message that arrives
+  // whole or not at all. The attachment is not copied: ZeroMQ keeps a reference to it until its
+  // last piece is written (CURVE encrypts each piece then), so the caller must never modify it.
+  // Errors as send(); after one, ZeroMQ has dropped its references.
+  virtual Status send(const std::string& peer, const std::string& payload,
+                      std::shared_ptr<const std::string> attachment) = 0;
+
   // Returns and clears the refusals recorded by the ZAP handler since the last call.
   virtual std::vector<AuthEvent> takeAuthEvents() = 0;
 
@@ -106,8 +131,10 @@ class ServerTransport {
 class ClientTransport {
  public:
   virtual ~ClientTransport() = default;
-  // As ServerTransport::receive, for messages from the coordinator.
-  virtual Result<std::optional<std::string>> receive(int timeout_ms) = 0;
+  // As ServerTransport::receive, for messages from the coordinator: a payload and, if the server
+  // attached one, the attachment. A message over max_message_bytes (payload or attachment) is
+  // dropped with a warning.
+  virtual Result<std::optional<Delivery>> receive(int timeout_ms) = 0;
   // Queues `payload` for the coordinator. kTimeout when the queue stays full for 5 s;
   // kPermissionDenied after the coordinator refused this client's key: the client then
   // reconnects by itself every reconnect_ivl_max_ms (receive() and send() drive this), so a key

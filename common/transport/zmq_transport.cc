@@ -6,6 +6,12 @@
 // socket is a CURVE server and every handshake is checked by a ZapAuthenticator running in the
 // same context. Client: DEALER socket; every message is one frame [payload].
 //
+// A message with an attachment leaves the server as [routing id][payload][piece]..[piece]: the
+// attachment cut into frames of at most kAttachmentPieceBytes (one empty frame for an empty
+// attachment). Each piece is a zero-copy frame (zmq_msg_init_data) over the caller's buffer
+// whose free function drops one reference to it; libzmq calls it, from an I/O thread, once the
+// frame is encrypted (CURVE) or written (plain text). The client joins the pieces again.
+//
 // Sizes: ZMQ_MAXMSGSIZE applies to the frames on the wire, which under CURVE carry
 // kCurveOverheadBytes more than the payload. The socket limit therefore gets that slack, and
 // receive() drops (with a warning) any payload over max_message_bytes; a frame over the socket
@@ -21,6 +27,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -29,6 +36,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/check.h"
 #include "common/transport/key_files.h"
 #include "common/transport/transport.h"
 #include "common/transport/zap_authenticator.h"
@@ -109,10 +117,9 @@ Result<std::optional<Frames>> receiveFrames(zmq::socket_t& socket, int timeout_m
   return std::optional<Frames>(std::move(frames));
 }
 
-// Sends one frame; kTimeout when the send timeout runs out (peer's queue full).
-Status sendFrame(zmq::socket_t& socket, const void* data, size_t size, int flags,
-                 const char* what) {
-  zmq::message_t frame(data, size);
+// Sends one frame; kTimeout when the send timeout runs out (peer's queue full). On failure the
+// frame stays with the caller (its destructor releases it).
+Status sendFrame(zmq::socket_t& socket, zmq::message_t& frame, int flags, const char* what) {
   while (zmq_msg_send(frame.handle(), socket.handle(), flags) < 0) {
     const int err = zmq_errno();
     if (err == EINTR) continue;
@@ -124,6 +131,35 @@ Status sendFrame(zmq::socket_t& socket, const void* data, size_t size, int flags
       return unavailable(std::string("send ") + what + ": peer not connected");
     return unavailable(std::string("send ") + what + ": " + zmqText(err));
   }
+  return Status::ok();
+}
+
+// Sends a copy of `size` bytes at `data` as one frame.
+Status sendFrame(zmq::socket_t& socket, const void* data, size_t size, int flags,
+                 const char* what) {
+  zmq::message_t frame(data, size);
+  return sendFrame(socket, frame, flags, what);
+}
+
+// Free function of an attachment piece: drops the piece's reference to the shared buffer.
+void releaseAttachment(void* /*data*/, void* hint) {
+  delete static_cast<std::shared_ptr<const std::string>*>(hint);
+}
+
+// Sends `attachment` as the last frames of the current message: pieces of at most
+// kAttachmentPieceBytes that reference the buffer (each holds one shared_ptr copy).
+Status sendAttachment(zmq::socket_t& socket, const std::shared_ptr<const std::string>& attachment) {
+  const size_t size = attachment->size();
+  size_t offset = 0;
+  do {
+    const size_t n = std::min(kAttachmentPieceBytes, size - offset);
+    auto* reference = new std::shared_ptr<const std::string>(attachment);
+    zmq::message_t piece(const_cast<char*>(attachment->data()) + offset, n, releaseAttachment,
+                         reference);
+    offset += n;
+    FEDFLEET_RETURN_IF_ERROR(
+        sendFrame(socket, piece, offset < size ? ZMQ_SNDMORE : 0, "attachment"));
+  } while (offset < size);
   return Status::ok();
 }
 
@@ -221,6 +257,17 @@ class ZmqServerTransport final : public ServerTransport {
     return sendFrame(socket_, payload.data(), payload.size(), 0, "payload");
   }
 
+  Status send(const std::string& peer, const std::string& payload,
+              std::shared_ptr<const std::string> attachment) override {
+    FEDFLEET_CHECK(attachment != nullptr);
+    if (peer.empty()) return unavailable("send: empty peer id");
+    Status st = sendFrame(socket_, peer.data(), peer.size(), ZMQ_SNDMORE, "routing id");
+    if (!st.isOk()) return st.withContext("peer " + peer);
+    FEDFLEET_RETURN_IF_ERROR(
+        sendFrame(socket_, payload.data(), payload.size(), ZMQ_SNDMORE, "payload"));
+    return sendAttachment(socket_, attachment);
+  }
+
   std::vector<AuthEvent> takeAuthEvents() override {
     return zap_ ? zap_->takeEvents() : std::vector<AuthEvent>();
   }
@@ -291,7 +338,7 @@ class ZmqClientTransport final : public ClientTransport {
     return Status::ok();
   }
 
-  Result<std::optional<std::string>> receive(int timeout_ms) override {
+  Result<std::optional<Delivery>> receive(int timeout_ms) override {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
     while (true) {
@@ -303,16 +350,16 @@ class ZmqClientTransport final : public ClientTransport {
                                  {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
       const int rc = zmq_poll(items, monitor_ ? 2 : 1, wait_ms);
       if (rc < 0) {
-        if (zmq_errno() == EINTR) return std::optional<std::string>();
+        if (zmq_errno() == EINTR) return std::optional<Delivery>();
         return unavailable("poll: " + zmqText(zmq_errno()));
       }
       if (items[0].revents & ZMQ_POLLIN) {
         FEDFLEET_ASSIGN_OR_RETURN(std::optional<Frames> frames,
-                                  receiveFrames(socket_, 0, /*keep_parts=*/1));
+                                  receiveFrames(socket_, 0, /*keep_parts=*/SIZE_MAX));
         if (frames) return unpack(*frames);
       }
       if (timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline) {
-        return std::optional<std::string>();
+        return std::optional<Delivery>();
       }
     }
   }
@@ -340,18 +387,33 @@ class ZmqClientTransport final : public ClientTransport {
     socket_.close();
   }
 
-  Result<std::optional<std::string>> unpack(const Frames& frames) {
-    if (frames.count != 1) {
-      spdlog::warn("client: dropped a message of {} frames (expected 1)", frames.count);
-      return std::optional<std::string>();
-    }
+  // A Delivery from [payload] or [payload][attachment piece]...; nullopt (with a warning) for a
+  // payload or attachment over max_message_bytes.
+  Result<std::optional<Delivery>> unpack(const Frames& frames) {
     const zmq::message_t& payload = frames.parts[0];
     if (payload.size() > options_.max_message_bytes) {
       spdlog::warn("client: dropped a {}-byte message (limit {} bytes)", payload.size(),
                    options_.max_message_bytes);
-      return std::optional<std::string>();
+      return std::optional<Delivery>();
     }
-    return std::optional<std::string>(std::string(payload.data<char>(), payload.size()));
+    Delivery delivery;
+    if (frames.parts.size() > 1) {
+      uint64_t total = 0;
+      for (size_t i = 1; i < frames.parts.size(); ++i) total += frames.parts[i].size();
+      if (total > options_.max_message_bytes) {
+        spdlog::warn("client: dropped a message with a {}-byte attachment (limit {} bytes)", total,
+                     options_.max_message_bytes);
+        return std::optional<Delivery>();
+      }
+      std::string attachment;
+      attachment.reserve(total);
+      for (size_t i = 1; i < frames.parts.size(); ++i) {
+        attachment.append(frames.parts[i].data<char>(), frames.parts[i].size());
+      }
+      delivery.attachment = std::move(attachment);
+    }
+    delivery.payload.assign(payload.data<char>(), payload.size());
+    return std::optional<Delivery>(std::move(delivery));
   }
 
   // Reads pending handshake events; after a refusal, replaces the socket once retry_at_ passes.

@@ -21,6 +21,7 @@
 #include <exception>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -264,12 +265,7 @@ Result<Message> read(schema::Task::Reader r) {
   m.model_version = r.getModelVersion();
   m.model_name = toString(r.getModelName());
   m.model_bytes = toString(r.getModelBytes());
-  const auto control = r.getControlBytes();
-  if (control.size() != 0 && control.size() != m.model_bytes.size()) {
-    return corrupt("Task: control_bytes is " + std::to_string(control.size()) +
-                   " bytes, model_bytes " + std::to_string(m.model_bytes.size()));
-  }
-  m.control_bytes = toString(control);
+  m.control_bytes = toString(r.getControlBytes());  // its length is checked by checkTask
   auto h = r.getHparams();
   m.hparams.epochs = h.getEpochs();
   m.hparams.max_steps = h.getMaxSteps();
@@ -377,6 +373,17 @@ Result<Message> readEnvelope(schema::Envelope::Reader env) {
                  std::to_string(static_cast<uint16_t>(env.which())) + ")");
 }
 
+// What a Task must satisfy once its model bytes are in place (decode, decodeFrames).
+Status checkTask(const Task& m) {
+  if (!m.control_bytes.empty() && m.control_bytes.size() != m.model_bytes.size()) {
+    return corrupt("Task: control_bytes is " + std::to_string(m.control_bytes.size()) +
+                   " bytes, model_bytes " + std::to_string(m.model_bytes.size()));
+  }
+  return Status::ok();
+}
+
+Result<Message> decodeEnvelope(std::string_view bytes, const DecodeLimits& limits);
+
 }  // namespace
 
 const char* deviceKindName(DeviceKind kind) {
@@ -418,6 +425,36 @@ std::string encode(const Message& message) {
 }
 
 Result<Message> decode(std::string_view bytes, const DecodeLimits& limits) {
+  FEDFLEET_ASSIGN_OR_RETURN(Message message, decodeEnvelope(bytes, limits));
+  if (const auto* task = std::get_if<Task>(&message)) FEDFLEET_RETURN_IF_ERROR(checkTask(*task));
+  return message;
+}
+
+Result<Message> decodeFrames(std::string_view frame, std::optional<std::string> model_frame,
+                             const DecodeLimits& limits) {
+  FEDFLEET_ASSIGN_OR_RETURN(Message message, decodeEnvelope(frame, limits));
+  auto* task = std::get_if<Task>(&message);
+  if (task == nullptr) {
+    if (model_frame) {
+      return corrupt(std::string(messageName(message)) + " followed by an extra frame of " +
+                     std::to_string(model_frame->size()) + " bytes (only a Task has one)");
+    }
+    return message;
+  }
+  if (!model_frame)
+    return corrupt("Task (token " + std::to_string(task->task_token) + ") without its model frame");
+  if (!task->model_bytes.empty()) {
+    return corrupt("Task (token " + std::to_string(task->task_token) +
+                   ") has model bytes both in its frame and in a model frame");
+  }
+  task->model_bytes = std::move(*model_frame);
+  FEDFLEET_RETURN_IF_ERROR(checkTask(*task));
+  return message;
+}
+
+namespace {
+
+Result<Message> decodeEnvelope(std::string_view bytes, const DecodeLimits& limits) {
   if (bytes.size() > limits.max_bytes) {
     return resourceExhausted("frame of " + std::to_string(bytes.size()) +
                              " bytes exceeds limit of " + std::to_string(limits.max_bytes));
@@ -459,5 +496,7 @@ Result<Message> decode(std::string_view bytes, const DecodeLimits& limits) {
     return corrupt("malformed frame");
   }
 }
+
+}  // namespace
 
 }  // namespace fedfleet::wire

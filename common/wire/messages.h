@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -18,7 +19,10 @@ namespace fedfleet::wire {
 
 // 2: chunks carry elements and weights. 3: FedProx, SCAFFOLD and partial work (HyperParams
 // prox_mu, scaffold, stop_after_s; Task control_bytes; a SCAFFOLD update is 2P values long).
-constexpr uint32_t kProtocolVersion = 3;
+// 4: a Task travels as two parts, its frame with model_bytes empty and then the model frame
+// (see decodeFrames). A version-3 client would drop such a message and wait for a task that never
+// comes, so the version changes: the coordinator refuses a version-3 Hello with kBadVersion.
+constexpr uint32_t kProtocolVersion = 4;
 
 enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
 const char* deviceKindName(DeviceKind kind);  // "cpu" or "cuda"
@@ -90,8 +94,11 @@ struct Task {
   uint64_t run_id = 0;
   uint32_t round = 0;
   uint64_t model_version = 0;
-  std::string model_name;   // built-in model name, or "torchscript"
-  std::string model_bytes;  // flat fp32 parameters, little endian
+  std::string model_name;  // built-in model name, or "torchscript"
+  // Flat fp32 parameters, little endian. On the wire (protocol 4) this field of the Task frame
+  // is empty and the bytes follow as the model frame (transport attachment), so the coordinator
+  // can send one shared buffer to every client; decodeFrames() puts them back here.
+  std::string model_bytes;
   Sha256 model_sha256{};
   HyperParams hparams;
   DataSpec data;
@@ -182,5 +189,14 @@ std::string encode(const Message& message);
 // union tag, a frame over `limits.max_bytes` or a traversal-limit violation, returns a non-OK
 // Status; it never throws or aborts.
 Result<Message> decode(std::string_view bytes, const DecodeLimits& limits = {});
+
+// Parses a message as it arrives over the transport: `frame` (bytes produced by encode()) and,
+// for a Task and only for a Task, `model_frame`, the model bytes sent after it. A Task frame
+// must have model_bytes empty; the decoded Task gets the model frame as its model_bytes (moved,
+// not copied). kCorrupt, never an abort, for: a Task without a model frame, a Task with model
+// bytes in both places, any other message followed by a model frame, control_bytes of another
+// length than the model frame, and everything decode() refuses.
+Result<Message> decodeFrames(std::string_view frame, std::optional<std::string> model_frame,
+                             const DecodeLimits& limits = {});
 
 }  // namespace fedfleet::wire

@@ -13,8 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 #include <variant>
 
@@ -108,7 +110,22 @@ class ClientRuntimeTest : public ::testing::Test {
     return std::nullopt;
   }
 
-  void send(const wire::Message& m) { ASSERT_TRUE(server_->send(peer_, wire::encode(m)).isOk()); }
+  // Sends `m` as the coordinator does: a Task as its frame (model_bytes empty) followed by the
+  // model frame, anything else as one frame.
+  void send(const wire::Message& m) {
+    if (const auto* t = std::get_if<wire::Task>(&m)) {
+      wire::Task frame = *t;
+      auto model = std::make_shared<const std::string>(std::move(frame.model_bytes));
+      frame.model_bytes.clear();
+      ASSERT_TRUE(server_->send(peer_, wire::encode(frame), model).isOk());
+      return;
+    }
+    ASSERT_TRUE(server_->send(peer_, wire::encode(m)).isOk());
+  }
+  // Sends `m` as one frame, a Task with its model inline (protocol 3's framing).
+  void sendOneFrame(const wire::Message& m) {
+    ASSERT_TRUE(server_->send(peer_, wire::encode(m)).isOk());
+  }
 
   wire::Task task(uint64_t token, const std::string& codec, uint32_t chunk_bytes,
                   uint32_t steps = kSteps) {
@@ -338,6 +355,19 @@ TEST_F(ClientRuntimeTest, AnUnknownCodecIsReportedNotTrained) {
   ASSERT_NE(e, nullptr) << wire::messageName(r->message);
   EXPECT_EQ(e->task_token, 1u);
   EXPECT_NE(e->message.find("codec"), std::string::npos) << e->message;
+}
+
+// Protocol 4: a Task without its model frame (protocol 3's one-frame Task) is refused as
+// malformed and not trained; the client goes on and trains the next, well-formed Task.
+TEST_F(ClientRuntimeTest, ATaskWithoutItsModelFrameIsNotTrained) {
+  startClient({});
+  sendOneFrame(task(1, "none", 8 << 10));
+  send(task(2, "none", 8 << 10));
+  auto r = next(30);
+  ASSERT_TRUE(r);
+  auto* c = std::get_if<wire::Chunk>(&r->message);
+  ASSERT_NE(c, nullptr) << wire::messageName(r->message);
+  EXPECT_EQ(c->task_token, 2u);  // nothing of task 1 came first
 }
 
 // 0.4 Mbit/s = 50 kB/s and a 1 KiB burst: the ~31 kB update takes about 0.6 s, chunk by chunk,

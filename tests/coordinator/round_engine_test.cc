@@ -146,8 +146,12 @@ TEST(RoundEngine, WaitsForMinClientsThenSamplesKWithDistinctTokens) {
   EXPECT_NE(tasks[0].task.task_token, tasks[1].task.task_token);
   EXPECT_EQ(tasks[0].task.round, 1u);
   EXPECT_EQ(tasks[0].task.run_id, 7u);
-  EXPECT_EQ(tasks[0].task.model_bytes.size(), 3 * sizeof(float));
-  EXPECT_EQ(tasks[0].task.model_sha256, crypto::sha256(tasks[0].task.model_bytes));
+  // The model goes as one shared buffer, the same for every task of the round.
+  EXPECT_TRUE(tasks[0].task.model_bytes.empty());
+  ASSERT_NE(tasks[0].model_bytes, nullptr);
+  EXPECT_EQ(tasks[0].model_bytes, tasks[1].model_bytes);
+  EXPECT_EQ(tasks[0].model_bytes->size(), 3 * sizeof(float));
+  EXPECT_EQ(tasks[0].task.model_sha256, crypto::sha256(*tasks[0].model_bytes));
   EXPECT_DOUBLE_EQ(tasks[0].task.deadline_s, 10);
   // Clients were assigned partitions 0, 1, 2 in join order; each task names its client's.
   for (const auto& t : tasks) {
@@ -192,9 +196,15 @@ TEST(RoundEngine, SampleWeightedFedAvgMatchesHandComputedValues) {
   auto next = actionsOf<SendTask>(f.log);
   ASSERT_EQ(next.size(), 4u);
   std::vector<float> sent(3);
-  std::memcpy(sent.data(), next[2].task.model_bytes.data(), 12);
+  std::memcpy(sent.data(), next[2].model_bytes->data(), 12);
   EXPECT_EQ(sent, f.engine->params());
   EXPECT_EQ(next[2].task.model_version, 1u);
+  EXPECT_EQ(next[2].task.model_sha256, crypto::sha256(*next[2].model_bytes));
+  // A new version is a new buffer; round 1's, which sent tasks may still reference, is intact.
+  EXPECT_NE(next[2].model_bytes, next[0].model_bytes);
+  std::vector<float> first(3);
+  std::memcpy(first.data(), next[0].model_bytes->data(), 12);
+  EXPECT_EQ(first, (std::vector<float>{1, 1, 1}));
 }
 
 TEST(RoundEngine, NextRoundIsDispatchedBeforeThePreviousModelIsEvaluated) {

@@ -276,7 +276,7 @@ TEST(Integration, MalformedFramesAreRecordedAndTheCoordinatorKeepsServing) {
     for (int i = 0; i < 100; ++i) {
       auto got = (*rogue)->receive(100);
       if (got.isOk() && got->has_value()) {
-        auto m = wire::decode(**got);
+        auto m = wire::decode((*got)->payload);
         if (m.isOk() && std::holds_alternative<wire::Error>(*m)) return std::get<wire::Error>(*m);
       }
     }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -63,10 +64,34 @@ std::optional<Envelope> serverReceive(ServerTransport& server, int timeout_ms) {
   }
 }
 
-std::optional<std::string> clientReceive(ClientTransport& client, int timeout_ms) {
-  Result<std::optional<std::string>> got = client.receive(timeout_ms);
+std::optional<Delivery> clientReceiveDelivery(ClientTransport& client, int timeout_ms) {
+  Result<std::optional<Delivery>> got = client.receive(timeout_ms);
   EXPECT_TRUE(got.isOk()) << got.status().toString();
-  return got.isOk() ? *got : std::nullopt;
+  return got.isOk() ? std::move(*got) : std::nullopt;
+}
+
+// The payload of a message sent without an attachment.
+std::optional<std::string> clientReceive(ClientTransport& client, int timeout_ms) {
+  std::optional<Delivery> got = clientReceiveDelivery(client, timeout_ms);
+  if (!got) return std::nullopt;
+  EXPECT_FALSE(got->attachment.has_value()) << "unexpected attachment";
+  return std::move(got->payload);
+}
+
+// A shared buffer of `size` patterned bytes, as the coordinator shares a model.
+std::shared_ptr<const std::string> patternedBuffer(size_t size) {
+  auto buffer = std::make_shared<std::string>(size, '\0');
+  for (size_t i = 0; i < size; ++i) (*buffer)[i] = static_cast<char>(i * 131 + (i >> 9));
+  return buffer;
+}
+
+// Waits up to 3 s for the transport to drop its references to `buffer`.
+bool onlyOwner(const std::shared_ptr<const std::string>& buffer) {
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (buffer.use_count() > 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return buffer.use_count() == 1;
 }
 
 // ----- key files -----------------------------------------------------------------------------
@@ -361,6 +386,76 @@ TEST_F(CurveTransportTest, SendToUnknownPeerIsUnavailable) {
   EXPECT_EQ(server->send("", "hello?").code(), StatusCode::kUnavailable);
 }
 
+// One shared buffer sent to several clients arrives whole at each, after its own payload, and
+// the transport lets go of it once sent. Sizes: below, at and around multiples of the piece.
+class CurveAttachmentTest : public CurveTransportTest,
+                            public ::testing::WithParamInterface<size_t> {};
+
+TEST_P(CurveAttachmentTest, SharedBufferArrivesWholeAtEveryClient) {
+  auto server = startServer(8 << 20);
+  ASSERT_NE(server, nullptr);
+  const KeyPair keys = allowedKeys("fleet");
+  std::vector<std::unique_ptr<ClientTransport>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(connect(keys, "client-" + std::to_string(i), 8 << 20));
+    ASSERT_NE(clients.back(), nullptr);
+    ASSERT_TRUE(clients.back()->send("hello").isOk());  // so the server knows the peer
+    ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+  }
+  const auto model = patternedBuffer(GetParam());
+  for (int i = 0; i < 3; ++i) {
+    const std::string peer = "client-" + std::to_string(i);
+    ASSERT_TRUE(server->send(peer, "task for " + peer, model).isOk());
+  }
+  for (int i = 0; i < 3; ++i) {
+    std::optional<Delivery> got = clientReceiveDelivery(*clients[i], 3000);
+    ASSERT_TRUE(got.has_value()) << "client " << i;
+    EXPECT_EQ(got->payload, "task for client-" + std::to_string(i));
+    ASSERT_TRUE(got->attachment.has_value());
+    ASSERT_EQ(got->attachment->size(), model->size());
+    EXPECT_TRUE(*got->attachment == *model) << "attachment of client " << i << " differs";
+    // The next message to the same client carries no attachment.
+    ASSERT_TRUE(server->send("client-" + std::to_string(i), "after").isOk());
+    EXPECT_EQ(clientReceive(*clients[i], 3000), "after");
+  }
+  EXPECT_TRUE(onlyOwner(model)) << model.use_count() << " references left";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CurveAttachmentTest,
+                         ::testing::Values(size_t{0}, size_t{1}, kAttachmentPieceBytes,
+                                           kAttachmentPieceBytes + 1, size_t{6} * 1024 * 1024 + 4));
+
+TEST_F(CurveTransportTest, AttachmentToUnknownPeerIsUnavailableAndReleased) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  const auto model = patternedBuffer(1 << 20);
+  Status st = server->send("nobody", "task", model);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.toString();
+  EXPECT_EQ(model.use_count(), 1);
+}
+
+TEST_F(CurveTransportTest, OversizeAttachmentIsDroppedAndClientKeepsReceiving) {
+  auto server = startServer(8 << 20);
+  ASSERT_NE(server, nullptr);
+  const KeyPair keys = allowedKeys("small");
+  auto client = connect(keys, "small-client", /*max_message_bytes=*/1 << 20);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->send("hello").isOk());
+  ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+  // Every piece is under the client's limit, the attachment as a whole is not.
+  const auto model = patternedBuffer((1 << 20) + 1);
+  ASSERT_TRUE(server->send("small-client", "task", model).isOk());
+  EXPECT_FALSE(clientReceiveDelivery(*client, 500).has_value());
+  const auto fits = patternedBuffer(1 << 20);
+  ASSERT_TRUE(server->send("small-client", "task", fits).isOk());
+  std::optional<Delivery> got = clientReceiveDelivery(*client, 3000);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->attachment.has_value());
+  EXPECT_TRUE(*got->attachment == *fits);
+  EXPECT_TRUE(onlyOwner(model));
+  EXPECT_TRUE(onlyOwner(fits));
+}
+
 TEST_F(CurveTransportTest, OversizeMessageIsNotDeliveredAndServerKeepsServing) {
   constexpr uint64_t kLimit = 4096;
   auto server = startServer(kLimit);
@@ -540,6 +635,15 @@ TEST(InsecureTransportTest, ServerAndClientWork) {
   EXPECT_TRUE(env->user_id.empty());
   ASSERT_TRUE((*server)->send("plain-1", "pong").isOk());
   EXPECT_EQ(clientReceive(**client, 3000), "pong");
+  // Attachments work without CURVE too (libzmq then releases them once written).
+  const auto model = patternedBuffer(kAttachmentPieceBytes * 2 + 5);
+  ASSERT_TRUE((*server)->send("plain-1", "task", model).isOk());
+  std::optional<Delivery> got = clientReceiveDelivery(**client, 3000);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->payload, "task");
+  ASSERT_TRUE(got->attachment.has_value());
+  EXPECT_TRUE(*got->attachment == *model);
+  EXPECT_TRUE(onlyOwner(model));
   EXPECT_TRUE((*server)->takeAuthEvents().empty());
 }
 

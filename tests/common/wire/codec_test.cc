@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/wire/messages.h"
@@ -325,11 +327,96 @@ TEST(WireCodecTest, UnalignedInputDecodes) {
   expectEqual(sampleTask(1000), std::get<Task>(*decoded));
 }
 
-TEST(WireCodecTest, ProtocolVersionIsThree) {
-  // 3: HyperParams prox_mu, scaffold, stop_after_s; Task control_bytes. A coordinator refuses a
-  // Hello of another version, so a version 2 client never receives a SCAFFOLD task.
-  EXPECT_EQ(kProtocolVersion, 3u);
-  EXPECT_EQ(Hello{}.protocol_version, 3u);
+TEST(WireCodecTest, ProtocolVersionIsFour) {
+  // 3: HyperParams prox_mu, scaffold, stop_after_s; Task control_bytes. 4: a Task's model bytes
+  // travel as a model frame after it. A coordinator refuses a Hello of another version, so an
+  // older client never receives a SCAFFOLD task or a two-frame Task it would drop.
+  EXPECT_EQ(kProtocolVersion, 4u);
+  EXPECT_EQ(Hello{}.protocol_version, 4u);
+}
+
+// ----- a Task and its model frame (protocol 4) -----------------------------------------------
+
+// The frames a coordinator sends for `task`: the Task without its model bytes, then the model.
+std::pair<std::string, std::string> taskFrames(const Task& task) {
+  Task frame_task = task;
+  std::string model = std::move(frame_task.model_bytes);
+  frame_task.model_bytes.clear();
+  return {encode(frame_task), std::move(model)};
+}
+
+class WireTaskFramesTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(WireTaskFramesTest, DecodedTaskEqualsTheOriginal) {
+  const Task original = sampleTask(GetParam());
+  auto [frame, model] = taskFrames(original);
+  // The model is not in the Task frame: it holds the control variate and little else.
+  EXPECT_LT(frame.size(), original.control_bytes.size() + 1024);
+  const char* model_data = model.data();
+  Result<Message> decoded = decodeFrames(frame, std::move(model));
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  ASSERT_TRUE(std::holds_alternative<Task>(*decoded)) << messageName(*decoded);
+  const Task& got = std::get<Task>(*decoded);
+  expectEqual(original, got);
+  // A large model frame is moved into the Task, not copied (small strings live inline).
+  if (GetParam() >= 4096) {
+    EXPECT_EQ(got.model_bytes.data(), model_data);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, WireTaskFramesTest,
+                         ::testing::Values(size_t{0}, size_t{40}, size_t{64} << 10,
+                                           (size_t{6} << 20) + 4));
+
+TEST(WireCodecTest, TaskWithoutItsModelFrameIsCorrupt) {
+  auto [frame, model] = taskFrames(sampleTask(4096));
+  Result<Message> r = decodeFrames(frame, std::nullopt);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("without its model frame"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(WireCodecTest, TaskWithModelBytesInBothPlacesIsCorrupt) {
+  const Task task = sampleTask(4096);
+  Result<Message> r = decodeFrames(encode(task), task.model_bytes);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("both"), std::string::npos) << r.status().message();
+}
+
+TEST(WireCodecTest, ModelFrameAfterAnyOtherMessageIsCorrupt) {
+  const std::vector<Message> others = {sampleHello(),  sampleChunk(),     sampleSummary(),
+                                       sampleCancel(), sampleHeartbeat(), sampleBye(),
+                                       sampleError()};
+  for (const Message& m : others) {
+    const std::string frame = encode(m);
+    Result<Message> r = decodeFrames(frame, std::string(64, 'x'));
+    ASSERT_FALSE(r.isOk()) << messageName(m);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(r.status().message().find("extra frame"), std::string::npos) << r.status().message();
+    // Without the extra frame the same message decodes.
+    Result<Message> alone = decodeFrames(frame, std::nullopt);
+    ASSERT_TRUE(alone.isOk()) << alone.status().toString();
+    EXPECT_EQ(alone->index(), m.index());
+  }
+}
+
+TEST(WireCodecTest, ModelFrameOfAnotherLengthThanTheControlBytesIsCorrupt) {
+  auto [frame, model] = taskFrames(sampleTask(4096));  // SCAFFOLD: 4096 bytes of control
+  model.resize(4088);
+  Result<Message> r = decodeFrames(frame, std::move(model));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("control_bytes"), std::string::npos) << r.status().message();
+}
+
+TEST(WireCodecTest, GarbledTaskFrameWithModelFrameFailsCleanly) {
+  auto [frame, model] = taskFrames(sampleTask(4096));
+  for (size_t cut = 0; cut < frame.size(); cut += 8) {
+    Result<Message> r = decodeFrames(std::string_view(frame).substr(0, cut), model);
+    EXPECT_FALSE(r.isOk()) << "truncated to " << cut;
+  }
 }
 
 TEST(WireCodecTest, Names) {
