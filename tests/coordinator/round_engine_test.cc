@@ -1317,11 +1317,11 @@ TEST(RoundEngineBlocks, MultichainTrainsTheBlockChainApartAndServesTheLowerLoss)
   run.validation[{1, "pluralistic"}] = 0.2;
   auto t1 = run.round({1, 0}, 1);  // x = (1, 0)
   ASSERT_EQ(t1.size(), 1u);
-  EXPECT_EQ(floatsOf(t1[0].task.model_bytes), (std::vector<float>{0, 0}));
+  EXPECT_EQ(floatsOf(*t1[0].model_bytes), (std::vector<float>{0, 0}));
   auto t2 = run.round({0, 3}, 2);  // y_0 starts as x = (1, 0), then (1, 3); x stays (1, 0)
   ASSERT_EQ(t2.size(), 1u);
-  EXPECT_EQ(floatsOf(t2[0].task.model_bytes), (std::vector<float>{1, 0}));
-  EXPECT_EQ(t2[0].task.model_sha256, crypto::sha256(t2[0].task.model_bytes));
+  EXPECT_EQ(floatsOf(*t2[0].model_bytes), (std::vector<float>{1, 0}));
+  EXPECT_EQ(t2[0].task.model_sha256, crypto::sha256(*t2[0].model_bytes));
   run.take();
   EXPECT_EQ(run.f.engine->params(), (std::vector<float>{1, 0}));
   EXPECT_EQ(run.f.engine->blockModels()->chain(0), (std::vector<float>{1, 3}));
@@ -1337,10 +1337,10 @@ TEST(RoundEngineBlocks, MultichainTrainsTheBlockChainApartAndServesTheLowerLoss)
   EXPECT_DOUBLE_EQ(acc["served"], 0.6);
   auto t3 = run.round({0, 1}, 3);  // block 1, x: (1, 1)
   ASSERT_EQ(t3.size(), 1u);
-  EXPECT_EQ(floatsOf(t3[0].task.model_bytes), (std::vector<float>{1, 0}));
+  EXPECT_EQ(floatsOf(*t3[0].model_bytes), (std::vector<float>{1, 0}));
   auto t4 = run.round({2, 0}, 4);  // y_1 from (1, 1) to (3, 1)
   ASSERT_EQ(t4.size(), 1u);
-  EXPECT_EQ(floatsOf(t4[0].task.model_bytes), (std::vector<float>{1, 1}));
+  EXPECT_EQ(floatsOf(*t4[0].model_bytes), (std::vector<float>{1, 1}));
   run.take();
   EXPECT_EQ(run.f.engine->blockModels()->chain(1), (std::vector<float>{3, 1}));
   EXPECT_EQ(run.f.engine->params(), (std::vector<float>{1, 1}));
