@@ -19,12 +19,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 ROUNDS=${ROUNDS:-30}
 EVAL_EVERY=${EVAL_EVERY:-10}
 CODECS=${CODECS:-"none qsgd8 topk:0.01"}
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
-if [ ! -x "$FEDFLEET" ]; then
-  ./scripts/install-deps.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet
-fi
+source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/codecs_accuracy.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 

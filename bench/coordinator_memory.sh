@@ -16,12 +16,7 @@ ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 CLIENTS=${CLIENTS:-50}
 ROUNDS=${ROUNDS:-3}
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
-if [ ! -x "$FEDFLEET" ]; then
-  ./scripts/install-deps.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet
-fi
+source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/coordinator_memory.XXXXXX)
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
 "$FEDFLEET" keygen --dir "$WORK/keys" --coordinator --clients "$CLIENTS" > /dev/null

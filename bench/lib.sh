@@ -1,4 +1,4 @@
-# Shared by the simulator benchmarks: `source bench/lib.sh` from the repository root.
+# Shared by the benchmarks that run the fedfleet program: `source bench/lib.sh` from the repository root.
 # Sets FEDFLEET to $BUILD_DIR/cli/fedfleet (BUILD_DIR default: build), building it (after
 # installing the Debian packages) when it is not there yet.
 BUILD_DIR=${BUILD_DIR:-build}

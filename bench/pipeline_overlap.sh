@@ -39,12 +39,7 @@ CODECS=${CODECS:-qsgd8 topk:0.1}
 MBPS=${MBPS:-20}
 BURST_KIB=${BURST_KIB:-64}
 SAMPLES=${SAMPLES:-640}
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
-if [ ! -x "$FEDFLEET" ]; then
-  ./scripts/install-deps.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet
-fi
+source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/pipeline_overlap.XXXXXX)
 PIDS=()
 cleanup() {

@@ -25,12 +25,7 @@ ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 MLP_ROUNDS=${MLP_ROUNDS:-20}
 CNN_ROUNDS=${CNN_ROUNDS:-4}
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
-if [ ! -x "$FEDFLEET" ]; then
-  ./scripts/install-deps.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet
-fi
+source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/real_fleet.XXXXXX)
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
 

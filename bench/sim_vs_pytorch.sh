@@ -26,12 +26,7 @@ ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 ROUNDS=${ROUNDS:-20}
 CNN_PROBE_ROUNDS=${CNN_PROBE_ROUNDS:-3}
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
-if [ ! -x "$FEDFLEET" ]; then
-  ./scripts/install-deps.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet
-fi
+source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/sim_vs_pytorch.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 field() { sed -n "s/^RESULT .*$1=\([0-9.e+-]*\).*/\1/p" "$2"; }

@@ -564,11 +564,6 @@ TEST(RoundEngine, RunsAllRoundsThenSaysBye) {
   EXPECT_EQ(f.engine->modelVersion(), 2u);
 }
 
-}  // namespace
-}  // namespace fedfleet::coordinator
-
-namespace fedfleet::coordinator {
-namespace {
 
 std::string encodeWith(const std::string& spec, const std::vector<float>& v, uint64_t seed) {
   auto codec = compress::makeCodec(compress::parseCodecSpec(spec).value()).value();
@@ -715,11 +710,6 @@ TEST(RoundEngine, SlowLinksGetTheSlowLinkCodec) {
   EXPECT_EQ(codec["b"], "topk:0.01");
 }
 
-}  // namespace
-}  // namespace fedfleet::coordinator
-
-namespace fedfleet::coordinator {
-namespace {
 
 TEST(RoundEngine, EvalEveryEvaluatesOnlyEveryNthRoundAndTheLast) {
   EngineOptions o = baseOptions(1, 1, 1);
@@ -963,11 +953,6 @@ TEST(RoundEngineAsync, EachTaskHasItsOwnDeadline) {
   EXPECT_EQ(again.size(), 2u);  // the freed slots are refilled at once
 }
 
-}  // namespace
-}  // namespace fedfleet::coordinator
-
-namespace fedfleet::coordinator {
-namespace {
 
 TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
   EngineOptions o = baseOptions(1, 1, 1);
@@ -995,11 +980,6 @@ TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
   EXPECT_TRUE(done[0].ok);
 }
 
-}  // namespace
-}  // namespace fedfleet::coordinator
-
-namespace fedfleet::coordinator {
-namespace {
 
 // Oort through the engine: a restarted engine given the checkpoint's engine state selects the
 // same clients as the one that kept running.
@@ -1042,11 +1022,6 @@ TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterAResta
   EXPECT_FALSE(second.engine->loadState("nonsense").isOk());
 }
 
-}  // namespace
-}  // namespace fedfleet::coordinator
-
-namespace fedfleet::coordinator {
-namespace {
 
 // One round with clients a, b (and more registered) uploading the given deltas; returns the
 // commit.
@@ -1419,11 +1394,6 @@ TEST(RoundEngineBlocks, BlockModelsSurviveARestart) {
   EXPECT_TRUE(other.blockModels()->average(0).empty());
 }
 
-}  // namespace
-}  // namespace fedfleet::coordinator
-
-namespace fedfleet::coordinator {
-namespace {
 
 TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
   EngineOptions o = baseOptions(1, 1, 1);

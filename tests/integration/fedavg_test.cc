@@ -1,13 +1,13 @@
 // End-to-end: a coordinator and client processes of the real `fedfleet` program on
 // tcp://127.0.0.1, with CURVE, writing a real SQLite history.
 #include <gtest/gtest.h>
-
-#include <set>
 #include <torch/cuda.h>
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <set>
 
 #include "common/history/history.h"
 #include "common/transport/transport.h"
@@ -93,6 +93,30 @@ bool hasEvent(const std::vector<history::EventRecord>& events, const std::string
   return std::any_of(events.begin(), events.end(), [&](const history::EventRecord& e) {
     return e.kind == kind && (needle.empty() || e.detail.find(needle) != std::string::npos);
   });
+}
+
+// Runs a whole job: a coordinator with `coordinator_extra` flags and `clients` clients
+// (client i, from 1, with client_extra(i) flags), until the coordinator finishes; then waits for
+// the clients to exit.
+::testing::AssertionResult runJob(
+    const std::string& dir, const std::string& config, int clients,
+    const std::vector<std::string>& coordinator_extra,
+    const std::function<std::vector<std::string>(int)>& client_extra = nullptr) {
+  std::string endpoint;
+  auto coord = startCoordinator(dir, config, coordinator_extra, &endpoint);
+  if (endpoint.empty()) return ::testing::AssertionFailure() << coord->log();
+  std::vector<std::unique_ptr<Process>> procs;
+  for (int i = 1; i <= clients; ++i) {
+    procs.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i),
+                                client_extra ? client_extra(i) : std::vector<std::string>{}));
+  }
+  auto rc = coord->waitFor(240);
+  if (!rc.has_value()) {
+    return ::testing::AssertionFailure() << "coordinator did not finish\n" << coord->log();
+  }
+  if (*rc != 0) return ::testing::AssertionFailure() << coord->log();
+  for (auto& c : procs) c->waitFor(20);
+  return ::testing::AssertionSuccess();
 }
 
 TEST(Integration, ThreeClientsThreeRoundsOfFedAvgOverCurve) {
@@ -398,17 +422,7 @@ TEST(Integration, FedBuffRunsAsynchronouslyOverCurve) {
       dir, coordinatorSection(3, 3, 1, 120) +
                "\n[policy]\nmode = \"async\"\nasync_concurrency = 2\nasync_buffer = 2\n"
                "max_staleness = 3\n");
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "4"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
-  std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 1; i <= 3; ++i) {
-    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
-  }
-  auto rc = coord->waitFor(240);
-  ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord->log();
-  ASSERT_EQ(*rc, 0) << coord->log();
-  for (auto& c : clients) c->waitFor(20);
+  ASSERT_TRUE(runJob(dir, config, 3, {"--rounds", "4"}));
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
   const int64_t run = store->runs()->front().run_id;
@@ -443,18 +457,9 @@ TEST(Integration, BlockCyclicRoundsSampleTheCurrentBlockAndRecordBlockMetrics) {
       dir, coordinatorSection(1, 2, 1, 120) +
                "\n[blocks]\ncount = 2\nrounds_per_block = 1\nmode = \"pluralistic\"\n"
                "test_samples = 300\nvalidation_samples = 100\n");
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "4"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
-  std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 1; i <= 2; ++i) {
-    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i),
-                                  {"--partition", std::to_string(i - 1)}));
-  }
-  auto rc = coord->waitFor(240);
-  ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord->log();
-  ASSERT_EQ(*rc, 0) << coord->log();
-  for (auto& c : clients) c->waitFor(20);
+  ASSERT_TRUE(runJob(dir, config, 2, {"--rounds", "4"}, [](int i) {
+    return std::vector<std::string>{"--partition", std::to_string(i - 1)};
+  }));
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
   const int64_t run = store->runs()->front().run_id;

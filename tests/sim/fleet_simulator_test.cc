@@ -341,11 +341,6 @@ TEST(FleetSimulator, BadConfigsAreClearErrors) {
   EXPECT_NE(sim.status().message().find("sim.availability"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace fedfleet::sim
-
-namespace fedfleet::sim {
-namespace {
 
 // Issue 5's methods through the simulator: the same seed gives the same history at 1 and 2
 // workers, and training makes progress, for an asynchronous run with Oort selection, SCAFFOLD

@@ -179,11 +179,6 @@ TEST(Config, JsonHoldsEveryKey) {
   EXPECT_EQ(j["train"]["batch"], 32);
 }
 
-}  // namespace
-}  // namespace fedfleet::config
-
-namespace fedfleet::config {
-namespace {
 
 // Issue 5: policies, aggregators and selectors by name; bad names and values fail at start-up
 // with the key in the message.
