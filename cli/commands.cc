@@ -212,6 +212,7 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.residual_storage = compress::parseResidualStorage(cc.residual_storage).value();
   o.scaffold_state_path = cc.scaffold_state;
   o.scaffold_storage = compress::parseResidualStorage(cc.scaffold_storage).value();
+  o.served_model_path = cc.served_model_path;
   o.transport.endpoint = cc.coordinator;
   o.transport.routing_id = o.client_id;
   // The client loop must keep beating while the coordinator is away: give up on a send soon.
@@ -392,18 +393,18 @@ int main(int argc, char** argv) {
   kg->add_option("--prefix", key_prefix, "Client name prefix for --clients");
   kg->add_flag("--force", key_force, "Overwrite existing key files");
 
-  // history: `fedfleet history [runs|rounds|clients|updates|events|blocks]`; rounds without a
-  // subcommand. The options may come before or after the subcommand.
+  // history: `fedfleet history [runs|rounds|clients|updates|events|blocks|served]`; rounds
+  // without a subcommand. The options may come before or after the subcommand.
   HistoryArgs hist_args;
   std::string hist_level = "warn";
   auto* hist = app.add_subcommand("history",
                                   "Print the history: runs, rounds (default), clients, "
-                                  "updates, events, blocks");
+                                  "updates, events, blocks, served");
   hist->add_option("--db", hist_args.db, "SQLite history file");
   hist->add_option("--format", hist_args.format, "table, csv or json");
   hist->add_option("--run", hist_args.run,
-                   "Run id (rounds, updates, blocks: default the latest; runs, clients, "
-                   "events: all)");
+                   "Run id (rounds, updates, blocks, served: default the latest; runs, "
+                   "clients, events: all)");
   hist->require_subcommand(0, 1);
   const std::pair<const char*, const char*> kHistoryViews[] = {
       {"runs", "The runs: id, name, start, seed, clock (CSV/JSON: with the configuration)"},
@@ -414,6 +415,9 @@ int main(int argc, char** argv) {
       {"blocks",
        "Per-block accuracy of a block-cyclic run (model: shared, pluralistic, chain, "
        "served)"},
+      {"served",
+       "Block-cyclic runs: the model each client serves now (block, model, version) and its "
+       "accuracy on the client's held-out data"},
   };
   std::vector<CLI::App*> hist_views;
   for (const auto& [name, help] : kHistoryViews) {

@@ -124,10 +124,11 @@ int runHistoryCommand(const HistoryArgs& args) {
     std::cout << history::formatBlockMetrics(*rows, *fmt);
     return 0;
   }
-  if (args.what == "updates") {
-    auto updates = store->updates(run, args.round);
+  if (args.what == "updates" || args.what == "served") {
+    auto updates = store->updates(run, args.what == "updates" ? args.round : std::nullopt);
     if (failed(updates, kCommand)) return 1;
-    std::cout << history::formatUpdates(*updates, *fmt);
+    std::cout << (args.what == "updates" ? history::formatUpdates(*updates, *fmt)
+                                         : history::formatServed(*updates, *fmt));
     return 0;
   }
   auto rounds = store->rounds(run);

@@ -1,4 +1,5 @@
-// `fedfleet history` (runs, rounds, clients, updates, events, blocks as table, CSV or JSON) and
+// `fedfleet history` (runs, rounds, clients, updates, events, blocks, served as table, CSV or
+// JSON) and
 // `fedfleet report` (the HTML report, cli/report.h): the read side of a history database.
 //
 // Both return the process exit status and print their errors to stderr: 2 for bad usage (a
@@ -17,9 +18,10 @@ namespace fedfleet::cli {
 struct HistoryArgs {
   std::string db = "fedfleet.db";
   std::string format = "table";  // table, csv, json
-  std::string what = "rounds";   // runs, rounds, clients, updates, events, blocks
-  // runs: only this run; rounds, updates, blocks: this run (default: the latest); clients: the
-  // clients with an update in this run (default: all); events: this run's (default: all).
+  std::string what = "rounds";   // runs, rounds, clients, updates, events, blocks, served
+  // runs: only this run; rounds, updates, blocks, served: this run (default: the latest);
+  // clients: the clients with an update in this run (default: all); events: this run's
+  // (default: all).
   int64_t run = 0;
   std::optional<uint32_t> round;  // updates: only this round
 };

@@ -16,13 +16,16 @@
 #include <thread>
 
 #include "client/control_variate.h"
+#include "client/served_model.h"
 #include "client/token_bucket.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
 #include "common/compress/codec.h"
 #include "common/crypto/sha256.h"
+#include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
 #include "common/data/partition.h"
+#include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
 
@@ -37,7 +40,49 @@ double steadyNow() {
 std::string partitionKey(const wire::DataSpec& d) {
   return d.dataset + "|" + d.scheme + "|" + std::to_string(d.alpha) + "|" +
          std::to_string(d.labels_per_client) + "|" + std::to_string(d.num_partitions) + "|" +
-         std::to_string(d.seed) + "|" + std::to_string(d.subset);
+         std::to_string(d.seed) + "|" + std::to_string(d.subset) + "|" +
+         std::to_string(d.blocks) + "|" + std::to_string(d.skew);
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<uint8_t>& labels,
+                                                    uint32_t num_classes,
+                                                    const wire::DataSpec& spec) {
+  if (spec.scheme == "block-cyclic") {
+    data::BlockCyclicSpec bs;
+    bs.blocks = spec.blocks;
+    bs.skew = spec.skew;
+    bs.num_partitions = spec.num_partitions;
+    bs.seed = spec.seed;
+    return data::partitionBlockCyclic(labels, num_classes, bs);
+  }
+  data::PartitionSpec ps;
+  ps.scheme = spec.scheme;
+  ps.alpha = spec.alpha;
+  ps.labels_per_client = spec.labels_per_client;
+  ps.num_partitions = spec.num_partitions;
+  ps.seed = spec.seed;
+  return data::partitionIndices(labels, num_classes, ps);
+}
+
+namespace {
+
+// Partition spec.index of `ds` split as `spec` says, computed once per split into `cache`.
+Result<const std::vector<uint32_t>*> partitionOf(
+    const data::Dataset& ds, const wire::DataSpec& spec,
+    std::map<std::string, std::vector<std::vector<uint32_t>>>* cache) {
+  const std::string key = partitionKey(spec);
+  auto it = cache->find(key);
+  if (it == cache->end()) {
+    FEDFLEET_ASSIGN_OR_RETURN(auto parts, splitFor(ds.labels, ds.num_classes, spec));
+    it = cache->emplace(key, std::move(parts)).first;
+  }
+  if (spec.index >= it->second.size()) {
+    return invalidArgument("partition " + std::to_string(spec.index) + " of " +
+                           std::to_string(it->second.size()));
+  }
+  return &it->second[spec.index];
 }
 
 // Longest the loop waits for the encoder's next chunk before it polls the socket again (it
@@ -64,6 +109,11 @@ struct Job {
   // (also at the end of result->delta, which holds the whole update).
   std::vector<float> control_c, control_ck, control_delta;
   double trained_at = 0;  // when training ended
+  // Block-cyclic serving: the served model to evaluate on the held-out data (empty: none, or
+  // its evaluation is known), and the outcome (set by the worker).
+  std::vector<float> served_params;
+  wire::Sha256 served_sha{};
+  std::optional<Result<model::EvalResult>> served_eval;
   std::thread thread;
 };
 
@@ -79,6 +129,7 @@ struct Upload {
   std::vector<ChunkRange> plan;
   bool partial = false;              // stopped by stop_after_s
   std::vector<float> control_delta;  // SCAFFOLD: Dc_k, added to c_k once the Summary is sent
+  bool serves = false;               // the task named a served model
   std::unique_ptr<UploadPipeline> pipeline;  // null until this upload's turn
   bool uses_residual = false;
   std::string frame;  // the next chunk, encoded as a frame, waiting for the throttle
@@ -120,6 +171,14 @@ class ZmqClient final : public ClientRuntime {
   // Runs on the worker thread.
   void train(Job& job);
   Result<const std::vector<uint32_t>*> indicesFor(const wire::DataSpec& spec);
+  // The client's held-out samples: partition spec.index of the test split, cut as the
+  // training split is (worker thread).
+  Result<const std::vector<uint32_t>*> heldOutFor(const wire::DataSpec& spec);
+  // Takes the served model a task names (the store, its files, what the job evaluates); false
+  // when the task must be refused (an Error was sent).
+  bool takeServed(const wire::Task& task, Job& job);
+  // The served-model fields of a Summary: what the store holds and its evaluation.
+  void fillServed(wire::Summary& s) const;
 
   ClientRuntimeOptions options_;
   std::unique_ptr<transport::ClientTransport> transport_;
@@ -137,11 +196,17 @@ class ZmqClient final : public ClientRuntime {
   std::string residual_codec_;  // canonical spec the residual belongs to
   // SCAFFOLD control variate c_k (loop thread), created at the first SCAFFOLD task.
   std::optional<ControlVariate> control_;
+  // Block-cyclic serving (loop thread): the served model, and its evaluation on the held-out
+  // data (for the model with that SHA-256).
+  ServedModelStore served_{""};
+  std::optional<std::pair<wire::Sha256, model::EvalResult>> served_eval_;
 
   // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
   std::optional<data::Dataset> train_set_;
   uint32_t train_set_limit_ = 0;
   std::map<std::string, std::vector<std::vector<uint32_t>>> partitions_;
+  std::optional<data::Dataset> test_set_;  // held-out data for the served model
+  std::map<std::string, std::vector<std::vector<uint32_t>>> held_out_;
   std::map<std::string, std::unique_ptr<model::Model>> models_;
 
   uint64_t heartbeat_seq_ = 0;
@@ -158,6 +223,7 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
                   static_cast<double>(options_.upload_burst_bytes), steadyNow());
   FEDFLEET_ASSIGN_OR_RETURN(device_, model::resolveDevice(options_.device));
   FEDFLEET_ASSIGN_OR_RETURN(transport_, transport::createClient(options_.transport));
+  served_ = ServedModelStore(options_.served_model_path);
   return Status::ok();
 }
 
@@ -201,24 +267,19 @@ Result<const std::vector<uint32_t>*> ZmqClient::indicesFor(const wire::DataSpec&
     train_set_limit_ = spec.subset;
     partitions_.clear();
   }
-  const std::string key = partitionKey(spec);
-  auto it = partitions_.find(key);
-  if (it == partitions_.end()) {
-    data::PartitionSpec ps;
-    ps.scheme = spec.scheme;
-    ps.alpha = spec.alpha;
-    ps.labels_per_client = spec.labels_per_client;
-    ps.num_partitions = spec.num_partitions;
-    ps.seed = spec.seed;
-    FEDFLEET_ASSIGN_OR_RETURN(
-        auto parts, data::partitionIndices(train_set_->labels, train_set_->num_classes, ps));
-    it = partitions_.emplace(key, std::move(parts)).first;
+  return partitionOf(*train_set_, spec, &partitions_);
+}
+
+Result<const std::vector<uint32_t>*> ZmqClient::heldOutFor(const wire::DataSpec& spec) {
+  if (spec.dataset != "fashion-mnist") {
+    return invalidArgument("unsupported dataset '" + spec.dataset + "'");
   }
-  if (spec.index >= it->second.size()) {
-    return invalidArgument("partition " + std::to_string(spec.index) + " of " +
-                           std::to_string(it->second.size()));
+  if (!test_set_) {
+    const std::string dir =
+        options_.data_dir.empty() ? data::defaultFashionMnistDir() : options_.data_dir;
+    FEDFLEET_ASSIGN_OR_RETURN(test_set_, data::loadFashionMnist(dir, /*train=*/false, 0));
   }
-  return &it->second[spec.index];
+  return partitionOf(*test_set_, spec, &held_out_);
 }
 
 void ZmqClient::train(Job& job) {
@@ -249,6 +310,15 @@ void ZmqClient::train(Job& job) {
       }
       job.plan = planUploadChunks(layout.total == n ? layout : flatLayout(n), t.chunk_bytes,
                                   t.hparams.scaffold);
+    }
+    if (!job.served_params.empty() && !job.stop.load()) {
+      // The served model on the held-out data (once per served model: the loop thread keeps
+      // the outcome).
+      job.served_eval = [&]() -> Result<model::EvalResult> {
+        FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* held, heldOutFor(t.data));
+        FEDFLEET_RETURN_IF_ERROR(mit->second->setFlatParameters(job.served_params));
+        return model::evaluateIndices(*mit->second, *test_set_, *held, 1000, device_);
+      }();
     }
     return result;
   };
@@ -319,6 +389,11 @@ void ZmqClient::startJob(wire::Task task, double now) {
                task.data.index, compress::toString((*codec)->spec()),
                uploads_.empty() ? "" : " (an upload is still draining)");
   job_ = std::make_unique<Job>();
+  if (!takeServed(task, *job_)) {
+    job_.reset();
+    return;
+  }
+  std::string().swap(task.served.bytes);  // the store has them
   if (task.hparams.scaffold) {
     const size_t n = task.model_bytes.size() / sizeof(float);
     job_->control_c.resize(n);
@@ -331,6 +406,43 @@ void ZmqClient::startJob(wire::Task task, double now) {
   job_->received_at = now;
   Job* job = job_.get();
   job_->thread = std::thread([this, job] { train(*job); });
+}
+
+bool ZmqClient::takeServed(const wire::Task& task, Job& job) {
+  const wire::ServedModel& s = task.served;
+  if (s.source == wire::ServedSource::kNone) return true;
+  auto changed = served_.take(task);
+  if (!changed.isOk()) {
+    send(wire::Error{wire::ErrorCode::kRejected, changed.status().message(), task.task_token});
+    return false;
+  }
+  if (*changed) {
+    spdlog::info("client {}: serving block {} model {} (version {}, {})", options_.client_id,
+                 s.block, s.model, s.version, crypto::toHex(s.sha256).substr(0, 12));
+    if (Status st = served_.save(); !st.isOk()) {
+      spdlog::warn("client {}: served model not written: {}", options_.client_id, st.toString());
+    }
+  } else if (!served_.holds(s.sha256)) {
+    // Its summary says what it holds; the coordinator sends the model with the next task.
+    spdlog::warn("client {}: the task names served model {}, which this client does not hold",
+                 options_.client_id, crypto::toHex(s.sha256).substr(0, 12));
+  }
+  if (!served_.empty() && !(served_eval_ && served_eval_->first == served_.sha256())) {
+    job.served_sha = served_.sha256();
+    job.served_params.resize(served_.bytes().size() / sizeof(float));
+    std::memcpy(job.served_params.data(), served_.bytes().data(), served_.bytes().size());
+  }
+  return true;
+}
+
+void ZmqClient::fillServed(wire::Summary& s) const {
+  if (served_.empty()) return;
+  s.served_sha256 = served_.sha256();
+  if (served_eval_ && served_eval_->first == served_.sha256()) {
+    s.served_samples = served_eval_->second.n;
+    s.served_loss = served_eval_->second.loss;
+    s.served_accuracy = served_eval_->second.accuracy;
+  }
 }
 
 void ZmqClient::abandonJob(const std::string& why) {
@@ -346,6 +458,17 @@ void ZmqClient::finishJob() {
   job_->thread.join();
   std::unique_ptr<Job> job = std::move(job_);
   const wire::Task& t = job->task;
+  if (job->served_eval) {
+    if (job->served_eval->isOk()) {
+      served_eval_.emplace(job->served_sha, job->served_eval->value());
+      spdlog::info("client {}: served model {}: accuracy {:.4f}, loss {:.4f} on {} held-out samples",
+                   options_.client_id, crypto::toHex(job->served_sha).substr(0, 12),
+                   served_eval_->second.accuracy, served_eval_->second.loss, served_eval_->second.n);
+    } else {
+      spdlog::warn("client {}: served model not evaluated: {}", options_.client_id,
+                   job->served_eval->status().toString());
+    }
+  }
   if (!job->result.isOk()) {
     spdlog::error("client {}: training failed: {}", options_.client_id,
                   job->result.status().toString());
@@ -373,6 +496,7 @@ void ZmqClient::finishJob() {
   u->plan = std::move(job->plan);
   u->partial = job->partial && job->result->stopped_early;
   u->control_delta = std::move(job->control_delta);
+  u->serves = u->task.served.source != wire::ServedSource::kNone;
   uploads_.push_back(std::move(u));
   startUpload();
 }
@@ -494,6 +618,7 @@ void ZmqClient::pumpUpload(double now) {
     s.compute_seconds = u.result.compute_seconds;
     s.upload_seconds = now - u.started_at;
     s.encode_seconds = u.pipeline->encodeSeconds();
+    if (u.serves) fillServed(s);
     send(s);
     if (!u.control_delta.empty()) commitControlDelta(u.control_delta);
     spdlog::info(

@@ -54,6 +54,14 @@
 // copy taken when the task starts (so a task that starts while an earlier SCAFFOLD upload
 // drains trains with c_k as it was before that upload's Dc_k).
 //
+// Block-cyclic serving (Task::served, protocol 5): the task names the model this client serves
+// for evaluation and inference; when its bytes come (attached, or the task's own model) they
+// are checked against their SHA-256 (a mismatch refuses the task with Error kRejected), kept
+// in a ServedModelStore and, with served_model_path, written to that file atomically. The
+// worker evaluates each new served model once, after the task's training, on the client's
+// held-out data (partition spec.index of the test split, cut as the training split is); every
+// Summary then reports the served model held (its SHA-256) and that evaluation.
+//
 // Reconnection: the coordinator answers every Heartbeat. When it has been silent for
 // `liveness_s` (for example it restarted), or answers with "unknown client", the runtime says
 // Hello again; ZeroMQ reconnects the socket underneath.
@@ -62,10 +70,12 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/compress/error_feedback.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
+#include "common/wire/messages.h"
 
 namespace fedfleet::client {
 
@@ -95,7 +105,17 @@ struct ClientRuntimeOptions {
   // only, zero at every start), and how c_k is stored in memory.
   std::string scaffold_state_path;
   compress::ResidualStorage scaffold_storage = compress::ResidualStorage::kFp32;
+  // Block-cyclic serving: where the served model is published (client/served_model.h; empty:
+  // kept in memory only).
+  std::string served_model_path;
 };
+
+// The partitions of a data set with labels `labels` that `spec` describes (its scheme, seed and
+// partition count; "block-cyclic" is common/data/block_cyclic.h's partitionBlockCyclic with
+// spec.blocks and spec.skew, as the simulator splits). Errors as the partitioners'.
+Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<uint8_t>& labels,
+                                                    uint32_t num_classes,
+                                                    const wire::DataSpec& spec);
 
 class ClientRuntime {
  public:

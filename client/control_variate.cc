@@ -1,9 +1,7 @@
 #include "client/control_variate.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -13,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/atomic_file.h"
 #include "common/check.h"
 #include "common/crypto/sha256.h"
 #include "kernels/convert.h"
@@ -42,21 +41,6 @@ void fromFloat(compress::ResidualStorage storage, const float* in, size_t n, uin
   } else {
     kernels::floatToFp16(in, n, out);
   }
-}
-
-// Writes all of `bytes` to fd; false with errno set on failure.
-bool writeAll(int fd, const std::string& bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 }  // namespace
@@ -120,22 +104,7 @@ Status ControlVariate::save(const std::string& path) const {
   const crypto::Digest digest = crypto::sha256(bytes);
   bytes.append(reinterpret_cast<const char*>(digest.data()), digest.size());
 
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return ioError("cannot create " + tmp + ": " + std::strerror(errno));
-  ::fchmod(fd, 0644);
-  if (!writeAll(fd, bytes) || ::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return ioError("writing " + tmp + ": " + why);
-  }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return ioError("publishing " + path + ": " + why);
-  }
-  return Status::ok();
+  return writeFileAtomically(path, bytes);
 }
 
 Result<ControlVariate> ControlVariate::load(const std::string& path,

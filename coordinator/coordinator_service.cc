@@ -63,8 +63,9 @@ class ZmqCoordinator final : public CoordinatorService {
   Status carryOut(double now);
   void carryOut(Action& action, double now);
   void sendTo(const ClientId& id, const wire::Message& message, double now);
-  // Sends the Task frame and, as its model frame, the shared model buffer: ZeroMQ references
-  // that buffer rather than copying it for each client (protocol 4, wire/messages.h).
+  // Sends the Task frame and, as its model frame, the shared model buffer (and the served
+  // model's after it, when the task carries one): ZeroMQ references those buffers rather than
+  // copying them for each client (protocols 4 and 5, wire/messages.h).
   void sendTask(const SendTask& send);
   void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
                    double now);
@@ -265,7 +266,12 @@ void ZmqCoordinator::sendTo(const ClientId& id, const wire::Message& message, do
 void ZmqCoordinator::sendTask(const SendTask& send) {
   auto it = peer_of_client_.find(send.client);
   if (it == peer_of_client_.end()) return;
-  Status st = server_->send(it->second, wire::encode(send.task), send.model_bytes);
+  // A served model to attach follows the training model in the same model frame.
+  Status st = send.served_bytes
+                  ? server_->send(it->second, wire::encode(send.task),
+                                  std::vector<std::shared_ptr<const std::string>>{
+                                      send.model_bytes, send.served_bytes})
+                  : server_->send(it->second, wire::encode(send.task), send.model_bytes);
   if (!st.isOk()) {
     spdlog::warn("send Task to {}: {}", send.client, st.toString());
     // As sendTo: the engine treats the client as lost after liveness_s.

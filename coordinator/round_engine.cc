@@ -62,6 +62,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
     block_schedule_ = std::make_unique<BlockSchedule>(options_.blocks);
     block_models_ = std::make_unique<BlockModels>(options_.block_mode, options_.blocks.count);
+    served_.resize(options_.blocks.count);
   }
 }
 
@@ -188,6 +189,7 @@ Status RoundEngine::loadState(std::string_view blob) {
     *block_models_ = std::move(*blocks);
     block_ = block;
     block_first_round_ = block_first_round;
+    ++served_epoch_;
   }
   return Status::ok();
 }
@@ -331,6 +333,7 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
     if (it->second.task_token != 0) {
       loseClient(id, "restarted while its task was in flight", now);
     }
+    it->second.served_sha.reset();  // a new process: it may have lost its served model
     it->second.hello = hello;
     it->second.connected = true;
     it->second.last_seen = now;
@@ -571,11 +574,13 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (options_.aggregator == "scaffold") task.control_bytes = control_bytes_;
   task.task_token = newToken();
   task.chunk_bytes = options_.chunk_bytes;
+  std::shared_ptr<const std::string> served;
+  if (blocksOn()) served = serve(c, p, task);
 
   c.task_token = task.task_token;
   idle_.erase(id);
   participants_.emplace(task.task_token, std::move(p));
-  emit(SendTask{id, std::move(task), std::move(bytes)});
+  emit(SendTask{id, std::move(task), std::move(bytes), std::move(served)});
 }
 
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
@@ -749,13 +754,14 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
     return rejectUpdate(*p, token, "summary has a non-finite loss", now);
   }
   p->summary = summary;
+  auto& client = clients_.at(id);
+  takeServedReport(client, *p, summary, now);
   if (!options_.async) {
     Status counted = countUpdate(*p, token);
     if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);
   }
   p->finished_at = now;
   finished_tokens_.insert(token);
-  auto& client = clients_.at(id);
   client.task_token = 0;
   if (summary.upload_seconds > 0) {
     client.uplink_bytes_per_s = static_cast<double>(p->bytes_up) / summary.upload_seconds;
@@ -837,6 +843,8 @@ void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, doub
 void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, double now) {
   onHeartbeat(id, now);
   event("client_error", id, error.message, now);
+  // It may have refused the task before taking its served model: send it again next time.
+  if (auto c = clients_.find(id); c != clients_.end()) c->second.served_sha.reset();
   auto it = participants_.find(error.task_token);
   if (it != participants_.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
@@ -963,6 +971,18 @@ history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double wei
   u.start_time = p.sent_at;
   u.end_time = p.finished_at >= 0 ? p.finished_at : now;
   u.status = stateName(static_cast<int>(p.state));
+  if (p.served.source != wire::ServedSource::kNone) {
+    u.served_block = static_cast<int32_t>(p.served.block);
+    u.served_model = p.served.model;
+    u.served_version = p.served.version;
+    u.served_sha256_hex = crypto::toHex(p.served.sha256);
+    u.served_bytes = p.served_bytes;
+    u.served_samples = p.summary.served_samples;
+    if (p.summary.served_samples > 0) {
+      u.served_loss = p.summary.served_loss;
+      u.served_accuracy = p.summary.served_accuracy;
+    }
+  }
   return u;
 }
 
@@ -1043,6 +1063,7 @@ void RoundEngine::finishRound(double now) {
   partial_.clear();
   participants_.clear();
   if (blocksOn()) endBlockRound(round_ >= options_.rounds, now);
+  ++served_epoch_;  // x, a chain or z_m may have changed
   endServerStep(std::move(c), ok, round_ >= options_.rounds, now);
 }
 
@@ -1348,6 +1369,7 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
       rec.rows.push_back(row(*s, "served"));
     }
   }
+  ++served_epoch_;  // multichain may serve another model now
   emit(std::move(rec));
   if (last_round_done_ && awaiting_eval_.empty() && !blocksPending() &&
       phase_ != Phase::kFinished) {
@@ -1358,6 +1380,63 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
 const std::vector<float>& RoundEngine::servedModel(uint32_t block) const {
   if (!blocksOn()) return params_;
   return block_models_->servedParams(block, params_);
+}
+
+std::shared_ptr<const std::string> RoundEngine::serve(ClientState& c, Participant& p,
+                                                      wire::Task& task) {
+  const uint32_t m = currentBlock();
+  ServedBuffer& s = served_.at(m);
+  if (s.epoch != served_epoch_) {
+    s.epoch = served_epoch_;
+    const std::vector<float>& params = servedModel(m);
+    std::shared_ptr<const std::string> bytes = model_bytes_;
+    wire::Sha256 sha = model_sha_;
+    if (&params != &params_) {
+      auto b = std::make_shared<std::string>(params.size() * sizeof(float), '\0');
+      std::memcpy(b->data(), params.data(), b->size());
+      sha = crypto::sha256(*b);
+      bytes = std::move(b);
+    }
+    if (!s.bytes || sha != s.sha) {
+      s.bytes = std::move(bytes);
+      s.sha = sha;
+      s.version = version_;
+    }
+    s.model = BlockModels::servedName(block_models_->served(m));
+  }
+  wire::ServedModel& sv = task.served;
+  sv.block = m;
+  sv.model = s.model;
+  sv.version = s.version;
+  sv.sha256 = s.sha;
+  std::shared_ptr<const std::string> attach;
+  if (c.served_sha == s.sha) {
+    sv.source = wire::ServedSource::kUnchanged;
+  } else if (s.sha == task.model_sha256) {
+    sv.source = wire::ServedSource::kTaskModel;
+  } else {
+    sv.source = wire::ServedSource::kAttached;
+    attach = s.bytes;
+    p.served_bytes = attach->size();
+    p.bytes_down += p.served_bytes;
+  }
+  c.served_sha = s.sha;
+  p.served = sv;
+  return attach;
+}
+
+void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::Summary& summary,
+                                   double now) {
+  if (p.served.source == wire::ServedSource::kNone) return;
+  if (summary.served_sha256 == p.served.sha256) return;
+  // The client does not hold the model the task named (it lost it, or never got it).
+  const bool none = summary.served_sha256 == wire::Sha256{};
+  event("served_mismatch", p.client,
+        "task named served model " + crypto::toHex(p.served.sha256).substr(0, 12) +
+            ", the client holds " + (none ? "none" : crypto::toHex(summary.served_sha256).substr(0, 12)),
+        now);
+  c.served_sha.reset();
+  p.summary.served_samples = 0;
 }
 
 }  // namespace fedfleet::coordinator

@@ -75,6 +75,17 @@
 //  B5. onBlocksEvaluated: multichain serves block j the one of z_j, y_j with the lower
 //      validation loss; RecordBlockMetrics carries the rows (models shared, pluralistic, chain
 //      and served). The block models, visit counts and choices are part of saveState().
+//  B6. Serving: every task of a round in block m names block m's served model (servedModel(m):
+//      single x; pluralistic z_m, x before m's first visit; multichain the last choice) in
+//      Task::served: its block, kind, SHA-256 and version (the model version when that served
+//      model was first sent). The engine remembers per client the SHA-256 of the served model
+//      it last sent, and sends the bytes only when they differ: "unchanged" when the client has
+//      it, "task model" when it is the task's own model, else "attached" (SendTask::
+//      served_bytes, one shared buffer per served model, counted in the task's bytes_down).
+//      A summary echoes the served model the client holds and its loss and accuracy on the
+//      client's held-out data; they go into the update's served_* fields. A client that holds
+//      another one (or none), reports an error about its task, or says Hello from a new
+//      process is sent the served model again with its next task.
 #pragma once
 
 #include <cstdint>
@@ -209,6 +220,9 @@ struct SendTask {
   ClientId client;
   wire::Task task;
   std::shared_ptr<const std::string> model_bytes;
+  // task.served.source == kAttached: the served model's bytes (shared like model_bytes), sent
+  // after model_bytes in the model frame; null otherwise.
+  std::shared_ptr<const std::string> served_bytes;
 };
 struct SendCancel {
   ClientId client;
@@ -370,6 +384,7 @@ class RoundEngine {
     double uplink_bytes_per_s = 0;  // measured from its last completed upload (0: unknown)
     double steps_per_s = 0;   // local steps per compute second, last completed task (0: unknown)
     double overhead_s = -1;   // its task duration less compute (download, upload; -1: unknown)
+    std::optional<wire::Sha256> served_sha;  // blocks: the served model it was last sent
   };
 
   struct Participant {
@@ -395,6 +410,8 @@ class RoundEngine {
     double deadline = 0;         // this task's deadline (the round's, or its own when async)
     uint32_t staleness = 0;      // async: versions behind when it completed
     double sq_norm = 0;          // squared L2 norm of the delta part received so far
+    wire::ServedModel served;    // blocks: what the task named (no bytes)
+    uint64_t served_bytes = 0;   // served-model bytes the task carried
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
@@ -460,6 +477,12 @@ class RoundEngine {
   // After a round: at the end of a visit, pluralistic averaging and EvaluateBlocks.
   void endBlockRound(bool last, double now);
   bool blocksPending() const { return !awaiting_blocks_.empty(); }
+  // Serving (protocol step B6): names block_'s served model in `task` and, when client `c`
+  // does not have it and it is not the task's model, returns its bytes to attach.
+  std::shared_ptr<const std::string> serve(ClientState& c, Participant& p, wire::Task& task);
+  // A summary's report on the served model: into the participant's summary, or, when the
+  // client holds another one, forget what it was sent (it gets it again next time).
+  void takeServedReport(ClientState& c, Participant& p, const wire::Summary& summary, double now);
 
   EngineOptions options_;
   std::vector<float> params_;
@@ -521,6 +544,18 @@ class RoundEngine {
   wire::Sha256 chain_sha_{};
   std::set<uint32_t> awaiting_blocks_;  // rounds whose EvaluateBlocks has no report yet
   std::optional<double> block_wakeup_;  // clock schedule, waiting: the next block boundary
+  // Served models as sent, per block, rebuilt when served_epoch_ moved on (a server step, a
+  // block evaluation, a restored state): the bytes and SHA-256 (kept while they do not change),
+  // the version when first sent, and the kind.
+  struct ServedBuffer {
+    uint64_t epoch = UINT64_MAX;
+    std::shared_ptr<const std::string> bytes;
+    wire::Sha256 sha{};
+    uint64_t version = 0;
+    std::string model;
+  };
+  std::vector<ServedBuffer> served_;
+  uint64_t served_epoch_ = 0;
 };
 
 }  // namespace fedfleet::coordinator

@@ -88,6 +88,13 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.blocks.anchor_s = b.anchor_s;
   eo.blocks.overlap = b.overlap;
   eo.blocks.seed = config.run.seed;
+  if (b.count > 0) {
+    // Clients split the data as the simulator does (common/data/block_cyclic.h): partition p
+    // holds block p mod M data, whatever data.partition says.
+    eo.data.scheme = "block-cyclic";
+    eo.data.blocks = b.count;
+    eo.data.skew = b.skew;
+  }
   if (auto mode = parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
   return eo;
 }

@@ -109,6 +109,26 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     for (auto& sp : splits) {
       fd->blocks_.push_back({fd->test_, std::move(sp.validation), std::move(sp.test)});
     }
+    // Held-out data of the clients: the whole test split, cut like the training split.
+    std::shared_ptr<const data::Dataset> all_test = fd->test_;
+    if (dc.test_subset > 0) {
+      FEDFLEET_ASSIGN_OR_RETURN(data::Dataset full, data::loadFashionMnist(dir, false, 0));
+      all_test = std::make_shared<const data::Dataset>(std::move(full));
+    }
+    data::BlockCyclicSpec hs;
+    hs.blocks = bc.count;
+    hs.skew = bc.skew;
+    hs.num_partitions = static_cast<uint32_t>(clients);
+    hs.seed = config.run.seed;
+    auto held = data::partitionBlockCyclic(all_test->labels, 10, hs);
+    if (held.isOk()) {
+      fd->held_out_ = std::move(*held);
+      fd->held_out_data_ = std::move(all_test);
+      fd->held_out_status_ = Status::ok();
+    } else {
+      fd->held_out_status_ = failedPrecondition("no held-out data for the served models: " +
+                                                held.status().message());
+    }
   }
   return fd;
 }
@@ -116,6 +136,22 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
 uint64_t FleetData::shardSize(uint64_t k) const {
   if (synthetic_) return synthetic_->trainSamples(k);
   return partitions_.at(k).size();
+}
+
+Result<ClientShard> FleetData::heldOut(uint64_t k) const {
+  if (synthetic_ && !blocks_.empty()) {
+    ClientShard s;
+    FEDFLEET_ASSIGN_OR_RETURN(data::Dataset ds, synthetic_->generate(k, /*train=*/false));
+    s.indices.resize(ds.size());
+    std::iota(s.indices.begin(), s.indices.end(), 0u);
+    s.data = std::make_shared<const data::Dataset>(std::move(ds));
+    return s;
+  }
+  FEDFLEET_RETURN_IF_ERROR(held_out_status_);
+  if (k >= held_out_.size()) {
+    return invalidArgument("client " + std::to_string(k) + " has no held-out data");
+  }
+  return ClientShard{held_out_data_, held_out_[k]};
 }
 
 Result<ClientShard> FleetData::shard(uint64_t k) const {

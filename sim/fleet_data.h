@@ -53,6 +53,13 @@ class FleetData {
   };
   const std::vector<BlockEvalSet>& blockSets() const { return blocks_; }
 
+  // Block-cyclic runs: client k's held-out data, on which it evaluates the model it serves.
+  // Fashion-MNIST: partition k of the whole test split cut as the training split is
+  // (partitionBlockCyclic), as a real client cuts it (client::splitFor); synthetic: device k's
+  // test split. kFailedPrecondition without blocks, or when the test split has too few samples
+  // for that many partitions (the message says why).
+  Result<ClientShard> heldOut(uint64_t k) const;
+
  private:
   FleetData() = default;
 
@@ -62,6 +69,9 @@ class FleetData {
   std::shared_ptr<const data::Dataset> test_;
   model::InputShape shape_;
   std::vector<BlockEvalSet> blocks_;
+  std::shared_ptr<const data::Dataset> held_out_data_;  // Fashion-MNIST with blocks
+  std::vector<std::vector<uint32_t>> held_out_;
+  Status held_out_status_ = failedPrecondition("no held-out data: the run has no blocks");
 };
 
 }  // namespace fedfleet::sim

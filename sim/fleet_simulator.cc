@@ -74,6 +74,7 @@ struct TrainOutcome {
   std::vector<EncodedChunk> chunks;
   double wall_seconds = 0;    // training
   double encode_seconds = 0;  // compressing the chunks
+  std::optional<Result<model::EvalResult>> served;  // the served model on the held-out data
 };
 
 // Error-feedback residuals of the virtual clients that use a biased codec, created on first
@@ -136,6 +137,8 @@ struct InFlight {
   wire::Summary summary;
   uint64_t summary_bytes = 0;
   std::vector<float> control_delta;  // SCAFFOLD: c_k += this once the summary is sent
+  bool serves = false;               // blocks: the task named a served model (served_sha)
+  wire::Sha256 served_sha{};
 };
 
 struct PendingEval {
@@ -216,6 +219,12 @@ class Simulator final : public FleetSimulator {
   std::shared_ptr<const std::vector<float>> control_cache_;
   uint64_t control_version_ = UINT64_MAX;
   std::shared_ptr<const std::vector<float>> controlParams(const wire::Task& task);
+  // Block-cyclic serving: each virtual client's evaluation of the served model it holds (a
+  // client evaluates a served model once, as a real client does), and the model a task makes
+  // it evaluate (null when its evaluation is known).
+  std::unordered_map<uint64_t, std::pair<wire::Sha256, model::EvalResult>> served_evals_;
+  std::shared_ptr<const std::vector<float>> servedToEvaluate(
+      const coordinator::SendTask& st, const std::shared_ptr<const std::vector<float>>& start);
   std::unique_ptr<RoundEngine> engine_;
   std::unique_ptr<ProgressDisplay> progress_;
   int64_t run_id_ = 0;
@@ -355,6 +364,19 @@ std::shared_ptr<const std::vector<float>> Simulator::startParams(const coordinat
   return params_cache_;
 }
 
+std::shared_ptr<const std::vector<float>> Simulator::servedToEvaluate(
+    const coordinator::SendTask& st, const std::shared_ptr<const std::vector<float>>& start) {
+  const wire::ServedModel& s = st.task.served;
+  if (s.source == wire::ServedSource::kNone) return nullptr;
+  auto known = served_evals_.find(indexOf(st.client));
+  if (known != served_evals_.end() && known->second.first == s.sha256) return nullptr;
+  if (s.source == wire::ServedSource::kTaskModel) return start;
+  if (s.source != wire::ServedSource::kAttached || !st.served_bytes) return nullptr;
+  auto v = std::make_shared<std::vector<float>>(st.served_bytes->size() / sizeof(float));
+  std::memcpy(v->data(), st.served_bytes->data(), v->size() * sizeof(float));
+  return v;
+}
+
 std::shared_ptr<const std::vector<float>> Simulator::controlParams(const wire::Task& task) {
   if (task.model_version != control_version_ || !control_cache_) {
     auto v = std::make_shared<std::vector<float>>(task.control_bytes.size() / sizeof(float));
@@ -391,7 +413,11 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   f.id = st.client;
   f.round = task.round;
   f.sent_at = now_;
-  f.download_s = p.latency_s + static_cast<double>(st.model_bytes->size()) / p.down_bytes_per_s;
+  const uint64_t down_bytes =
+      st.model_bytes->size() + (st.served_bytes ? st.served_bytes->size() : 0);
+  f.download_s = p.latency_s + static_cast<double>(down_bytes) / p.down_bytes_per_s;
+  f.serves = task.served.source != wire::ServedSource::kNone;
+  f.served_sha = task.served.sha256;
   wire::HyperParams hp = task.hparams;
   const double samples_per_s = p.speed * ref_samples_per_s_;
   const auto& sc = config_.sim;
@@ -447,6 +473,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
       compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
   const size_t chunk_bytes = task.chunk_bytes;
   const uint64_t task_seed = task.hparams.seed;
+  std::shared_ptr<const std::vector<float>> served = servedToEvaluate(st, start);
   // SCAFFOLD: the server's c from the task, and this virtual client's c_k (read by the job,
   // updated on the loop thread when the summary is sent, as a real client does).
   std::shared_ptr<const std::vector<float>> server_c;
@@ -460,7 +487,8 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     ck = &it->second;
   }
   f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual,
-                            chunk_bytes, task_seed, server_c, ck]() -> Result<TrainOutcome> {
+                            chunk_bytes, task_seed, server_c, ck,
+                            served]() -> Result<TrainOutcome> {
     FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
     const auto t0 = std::chrono::steady_clock::now();
     FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
@@ -498,6 +526,13 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     }
     out.encode_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    if (served) {
+      out.served = [&]() -> Result<model::EvalResult> {
+        FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
+        FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*served));
+        return model::evaluateIndices(*model, *held.data, held.indices);
+      }();
+    }
     return out;  // the delta is gone: only the payloads travel on
   });
   push(done_at, EventKind::kTrainDone, token, k);
@@ -546,6 +581,24 @@ void Simulator::onTrainDone(uint64_t token, InFlight& f) {
   f.summary.sum_sq_loss = out.result.sum_sq_loss;
   f.summary.compute_seconds = f.compute_s;
   f.summary.encode_seconds = out.encode_seconds;
+  if (f.serves) {
+    // A virtual client keeps what it was sent: it holds the served model the task named.
+    if (out.served) {
+      if (out.served->isOk()) {
+        served_evals_[f.client] = {f.served_sha, out.served->value()};
+      } else {
+        spdlog::warn("sim: client {}: served model not evaluated: {}", f.id,
+                     out.served->status().toString());
+      }
+    }
+    f.summary.served_sha256 = f.served_sha;
+    auto ev = served_evals_.find(f.client);
+    if (ev != served_evals_.end() && ev->second.first == f.served_sha) {
+      f.summary.served_samples = ev->second.second.n;
+      f.summary.served_loss = ev->second.second.loss;
+      f.summary.served_accuracy = ev->second.second.accuracy;
+    }
+  }
   f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
   sent += static_cast<double>(f.summary_bytes);
   t = now_ + p.latency_s + sent / p.up_bytes_per_s;

@@ -114,6 +114,7 @@ void forEachField(C& c, F&& f) {
   f("client.residual_storage", c.client.residual_storage);
   f("client.scaffold_state", c.client.scaffold_state);
   f("client.scaffold_storage", c.client.scaffold_storage);
+  f("client.served_model_path", c.client.served_model_path);
   f("sim.clients", c.sim.clients);
   f("sim.fleet", c.sim.fleet);
   f("sim.availability", c.sim.availability);

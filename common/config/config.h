@@ -151,6 +151,8 @@ struct ClientSection {
   std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
   std::string scaffold_state;             // SCAFFOLD: file keeping c_k across restarts ("": none)
   std::string scaffold_storage = "fp32";  // SCAFFOLD: c_k held as fp32, bf16 or fp16
+  std::string served_model_path;  // blocks: publish the served model here (and <path>.json;
+                                  // written atomically; "": memory only)
 };
 
 // The fleet simulator (`fedfleet sim`). The run, coordinator, model, data and train sections

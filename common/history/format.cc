@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <variant>
@@ -93,6 +94,24 @@ std::string fixed(double v, int decimals) {
 
 std::string optionalFixed(const std::optional<double>& v, int decimals) {
   return v ? fixed(*v, decimals) : "-";
+}
+
+// A fraction as a percentage with two decimals ("-" when absent).
+std::string percent(const std::optional<double>& v) {
+  return v ? fixed(*v * 100.0, 2) + "%" : "-";
+}
+
+// An update's served-model field: `v`, or null when the task named no served model.
+Value served(const UpdateRecord& r, Value v) {
+  if (r.served_block < 0) return std::monostate{};
+  return v;
+}
+
+// "b<block> <model> v<version>" of the served model, "-" when none.
+std::string servedName(const UpdateRecord& r) {
+  if (r.served_block < 0) return "-";
+  return "b" + std::to_string(r.served_block) + " " + r.served_model + " v" +
+         std::to_string(r.served_version);
 }
 
 // UTC "YYYY-MM-DD HH:MM:SS" of unix seconds; "-" when not representable.
@@ -313,6 +332,14 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"codec", [](const R& r) -> Value { return r.codec; }},
       {"encode_s", [](const R& r) -> Value { return r.encode_s; }},
       {"decode_s", [](const R& r) -> Value { return r.decode_s; }},
+      {"served_block", [](const R& r) -> Value { return served(r, int64_t{r.served_block}); }},
+      {"served_model", [](const R& r) -> Value { return served(r, r.served_model); }},
+      {"served_version", [](const R& r) -> Value { return served(r, r.served_version); }},
+      {"served_sha256", [](const R& r) -> Value { return served(r, r.served_sha256_hex); }},
+      {"served_bytes", [](const R& r) -> Value { return served(r, r.served_bytes); }},
+      {"served_samples", [](const R& r) -> Value { return served(r, r.served_samples); }},
+      {"served_loss", [](const R& r) -> Value { return optionalValue(r.served_loss); }},
+      {"served_accuracy", [](const R& r) -> Value { return optionalValue(r.served_accuracy); }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -328,8 +355,45 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
       {"codec", false, [](const R& r) { return r.codec.empty() ? std::string("-") : r.codec; }},
       {"weight", true, [](const R& r) { return fixed(r.weight, 4); }},
+      {"served", false, [](const R& r) { return servedName(r); }},
+      {"served_acc", true, [](const R& r) { return percent(r.served_accuracy); }},
   };
   return render(updates, format, kFields, kColumns);
+}
+
+std::string formatServed(const std::vector<UpdateRecord>& updates, Format format) {
+  // The last update of each client that names a served model, in client order.
+  std::map<std::string, const UpdateRecord*> last;
+  for (const auto& u : updates) {
+    if (u.served_block >= 0) last[u.client_id] = &u;
+  }
+  std::vector<UpdateRecord> rows;
+  for (const auto& [id, u] : last) rows.push_back(*u);
+  using R = UpdateRecord;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"client_id", [](const R& r) -> Value { return r.client_id; }},
+      {"round", [](const R& r) -> Value { return uint64_t{r.round}; }},
+      {"block", [](const R& r) -> Value { return int64_t{r.served_block}; }},
+      {"model", [](const R& r) -> Value { return r.served_model; }},
+      {"version", [](const R& r) -> Value { return r.served_version; }},
+      {"sha256", [](const R& r) -> Value { return r.served_sha256_hex; }},
+      {"samples", [](const R& r) -> Value { return r.served_samples; }},
+      {"loss", [](const R& r) -> Value { return optionalValue(r.served_loss); }},
+      {"accuracy", [](const R& r) -> Value { return optionalValue(r.served_accuracy); }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"client_id", false, [](const R& r) { return r.client_id; }},
+      {"round", true, [](const R& r) { return str(r.round); }},
+      {"block", true, [](const R& r) { return std::to_string(r.served_block); }},
+      {"model", false, [](const R& r) { return r.served_model; }},
+      {"version", true, [](const R& r) { return str(r.served_version); }},
+      {"sha256", false, [](const R& r) { return r.served_sha256_hex.substr(0, 12); }},
+      {"samples", true, [](const R& r) { return str(r.served_samples); }},
+      {"accuracy", true, [](const R& r) { return percent(r.served_accuracy); }},
+      {"loss", true, [](const R& r) { return optionalFixed(r.served_loss, 4); }},
+  };
+  return render(rows, format, kFields, kColumns);
 }
 
 std::string formatClients(const std::vector<ClientRecord>& clients, Format format) {
@@ -396,10 +460,7 @@ std::string formatBlockMetrics(const std::vector<BlockMetricRecord>& rows, Forma
       {"round", true, [](const R& r) { return str(r.round); }},
       {"block", true, [](const R& r) { return r.block; }},
       {"model", false, [](const R& r) { return r.model; }},
-      {"accuracy", true,
-       [](const R& r) {
-         return r.accuracy ? fixed(*r.accuracy * 100.0, 2) + "%" : std::string("-");
-       }},
+      {"accuracy", true, [](const R& r) { return percent(r.accuracy); }},
       {"loss", true, [](const R& r) { return optionalFixed(r.loss, 4); }},
   };
   return render(rows, format, kFields, kColumns);

@@ -37,8 +37,15 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format);
 // Table columns: run_id, name, started_at, seed.
 std::string formatRuns(const std::vector<RunRecord>& runs, Format format);
 // Table columns: round, client_id, status, partition, n_samples, steps, loss, compute_s,
-// upload_s, bytes_up, bytes_down, weight.
+// upload_s, bytes_up, bytes_down, codec, weight, served ("b<block> <model> v<version>", "-"
+// without one), served_acc. CSV and JSON: every field; served_* null without a served model.
 std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format format);
+// Which model each client serves now and how good it is on the client's own held-out data:
+// per client, its last update that names a served model (block-cyclic runs), by client_id.
+// Table columns: client_id, round, block, model, version, sha256 (first 12 hex digits),
+// samples, accuracy (percent), loss; CSV and JSON: run_id, client_id, round, block, model,
+// version, sha256 (all of it), samples, loss, accuracy (a fraction; null when not evaluated).
+std::string formatServed(const std::vector<UpdateRecord>& updates, Format format);
 // Table columns: client_id, device_kind, device_name, cores, memory_bytes, data_size,
 // first_seen, last_seen.
 std::string formatClients(const std::vector<ClientRecord>& clients, Format format);

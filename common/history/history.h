@@ -94,6 +94,17 @@ struct UpdateRecord {
   uint64_t bytes_down = 0;
   double weight = 0;
   std::string status;  // "completed", "late", "dropped", "rejected"
+  // Block-cyclic runs: the model the task told the client to serve (wire::ServedModel) and how
+  // it did on the client's held-out data. served_block < 0: nothing served (no blocks).
+  int32_t served_block = -1;
+  std::string served_model;        // "shared", "pluralistic", "chain"
+  uint64_t served_version = 0;     // the coordinator's model version when it was first sent
+  std::string served_sha256_hex;   // SHA-256 of the served model's bytes
+  uint64_t served_bytes = 0;       // served-model bytes sent with this task (0: the client had
+                                   // it, or it was the task's own model); part of bytes_down
+  uint64_t served_samples = 0;     // held-out samples it was evaluated on (0: not evaluated)
+  std::optional<double> served_loss;
+  std::optional<double> served_accuracy;
 };
 
 struct ClientRecord {

@@ -72,7 +72,11 @@ class MemoryHistory final : public HistoryStore {
     stored.test_loss = storedOptional(round.test_loss);
     stored.test_accuracy = storedOptional(round.test_accuracy);
     rounds_.emplace(key, std::move(stored));
-    updates_.insert(updates_.end(), updates.begin(), updates.end());
+    for (UpdateRecord u : updates) {
+      u.served_loss = storedOptional(u.served_loss);
+      u.served_accuracy = storedOptional(u.served_accuracy);
+      updates_.push_back(std::move(u));
+    }
     if (checkpoint) checkpoints_.emplace(key, *checkpoint);
     return Status::ok();
   }

@@ -71,6 +71,14 @@ CREATE TABLE updates (
   codec TEXT NOT NULL DEFAULT '',
   encode_s REAL,
   decode_s REAL,
+  served_block INTEGER,
+  served_model TEXT,
+  served_version INTEGER,
+  served_sha256 TEXT,
+  served_bytes INTEGER,
+  served_samples INTEGER,
+  served_loss REAL,
+  served_accuracy REAL,
   FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
 );
 CREATE INDEX updates_by_round ON updates (run_id, round);
@@ -113,7 +121,7 @@ CREATE TABLE block_metrics (
   loss REAL,
   PRIMARY KEY (run_id, round, block, model)
 );
-INSERT INTO schema_version (version) VALUES (4);
+INSERT INTO schema_version (version) VALUES (5);
 )sql";
 
 // Version 1 -> 2: the run's clock, wall times of rounds, task times of updates.
@@ -154,6 +162,20 @@ CREATE TABLE IF NOT EXISTS block_metrics (
 UPDATE schema_version SET version = 4;
 )sql";
 
+// Version 4 -> 5: what each block-cyclic task told its client to serve, and how that model did
+// on the client's held-out data (NULL in older rows and in runs without blocks).
+constexpr std::string_view kMigrate4To5Sql = R"sql(
+ALTER TABLE updates ADD COLUMN served_block INTEGER;
+ALTER TABLE updates ADD COLUMN served_model TEXT;
+ALTER TABLE updates ADD COLUMN served_version INTEGER;
+ALTER TABLE updates ADD COLUMN served_sha256 TEXT;
+ALTER TABLE updates ADD COLUMN served_bytes INTEGER;
+ALTER TABLE updates ADD COLUMN served_samples INTEGER;
+ALTER TABLE updates ADD COLUMN served_loss REAL;
+ALTER TABLE updates ADD COLUMN served_accuracy REAL;
+UPDATE schema_version SET version = 5;
+)sql";
+
 constexpr const char* kRoundColumns =
     "run_id, round, start_time, end_time, selected, completed, late, dropped, rejected, status, "
     "train_loss, test_loss, test_accuracy, bytes_up, bytes_down, model_version, wall_start, "
@@ -161,7 +183,8 @@ constexpr const char* kRoundColumns =
 constexpr const char* kUpdateColumns =
     "run_id, round, client_id, \"partition\", n_samples, steps, loss, compute_s, upload_s, "
     "bytes_up, bytes_down, weight, status, start_time, end_time, wall_compute_s, codec, "
-    "encode_s, decode_s";
+    "encode_s, decode_s, served_block, served_model, served_version, served_sha256, served_bytes, "
+    "served_samples, served_loss, served_accuracy";
 constexpr const char* kClientColumns =
     "client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size, first_seen, "
     "last_seen";
@@ -428,7 +451,11 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
       FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate2To3Sql, ctx + ": upgrade schema 2 -> 3"));
       version = 3;
     }
-    if (version == 3) return execSql(db, kMigrate3To4Sql, ctx + ": upgrade schema 3 -> 4");
+    if (version == 3) {
+      FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate3To4Sql, ctx + ": upgrade schema 3 -> 4"));
+      version = 4;
+    }
+    if (version == 4) return execSql(db, kMigrate4To5Sql, ctx + ": upgrade schema 4 -> 5");
     if (version != kSqliteSchemaVersion) {
       return failedPrecondition(
           ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
@@ -506,7 +533,8 @@ Status SqliteHistory::prepareStatements() {
       {&insert_round_, "INSERT INTO rounds (" + round_cols +
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_update_, "INSERT INTO updates (" + update_cols +
-                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                            "?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
        "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob, engine_state) "
        "VALUES (?, ?, ?, ?, ?, ?)"},
@@ -654,6 +682,18 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
         .bindText(u.codec)
         .bindDouble(u.encode_s)
         .bindDouble(u.decode_s);
+    if (u.served_block < 0) {
+      for (int k = 0; k < 8; ++k) q.bindNull();
+    } else {
+      q.bindInt(u.served_block)
+          .bindText(u.served_model)
+          .bindUint(u.served_version)
+          .bindText(u.served_sha256_hex)
+          .bindUint(u.served_bytes)
+          .bindUint(u.served_samples)
+          .bindOptionalDouble(u.served_loss)
+          .bindOptionalDouble(u.served_accuracy);
+    }
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   return Status::ok();
@@ -754,6 +794,16 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
     u.codec = q.columnText(16);
     u.encode_s = q.columnDouble(17);
     u.decode_s = q.columnDouble(18);
+    if (!q.isNull(19)) {
+      u.served_block = static_cast<int32_t>(q.columnInt(19));
+      u.served_model = q.columnText(20);
+      u.served_version = q.columnUint(21);
+      u.served_sha256_hex = q.columnText(22);
+      u.served_bytes = q.columnUint(23);
+      u.served_samples = q.columnUint(24);
+      u.served_loss = q.columnOptionalDouble(25);
+      u.served_accuracy = q.columnOptionalDouble(26);
+    }
     return u;
   });
 }

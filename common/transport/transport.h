@@ -120,6 +120,11 @@ class ServerTransport {
   // Errors as send(); after one, ZeroMQ has dropped its references.
   virtual Status send(const std::string& peer, const std::string& payload,
                       std::shared_ptr<const std::string> attachment) = 0;
+  // As above with several attachments (none null), sent one after the other and joined on
+  // the client into one attachment (their sizes must be known to the receiver to split them
+  // again). Each is referenced, not copied.
+  virtual Status send(const std::string& peer, const std::string& payload,
+                      const std::vector<std::shared_ptr<const std::string>>& attachments) = 0;
 
   // Returns and clears the refusals recorded by the ZAP handler since the last call.
   virtual std::vector<AuthEvent> takeAuthEvents() = 0;

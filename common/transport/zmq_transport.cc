@@ -8,7 +8,7 @@
 //
 // A message with an attachment leaves the server as [routing id][payload][piece]..[piece]: the
 // attachment cut into frames of at most kAttachmentPieceBytes (one empty frame for an empty
-// attachment). Each piece is a zero-copy frame (zmq_msg_init_data) over the caller's buffer
+// attachment); several attachments go one after the other. Each piece is a zero-copy frame (zmq_msg_init_data) over the caller's buffer
 // whose free function drops one reference to it; libzmq calls it, from an I/O thread, once the
 // frame is encrypted (CURVE) or written (plain text). The client joins the pieces again.
 //
@@ -146,9 +146,10 @@ void releaseAttachment(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const std::string>*>(hint);
 }
 
-// Sends `attachment` as the last frames of the current message: pieces of at most
-// kAttachmentPieceBytes that reference the buffer (each holds one shared_ptr copy).
-Status sendAttachment(zmq::socket_t& socket, const std::shared_ptr<const std::string>& attachment) {
+// Sends `attachment` as frames of the current message (its last ones unless `more`): pieces of
+// at most kAttachmentPieceBytes that reference the buffer (each holds one shared_ptr copy).
+Status sendAttachment(zmq::socket_t& socket, const std::shared_ptr<const std::string>& attachment,
+                      bool more) {
   const size_t size = attachment->size();
   size_t offset = 0;
   do {
@@ -158,7 +159,7 @@ Status sendAttachment(zmq::socket_t& socket, const std::shared_ptr<const std::st
                          reference);
     offset += n;
     FEDFLEET_RETURN_IF_ERROR(
-        sendFrame(socket, piece, offset < size ? ZMQ_SNDMORE : 0, "attachment"));
+        sendFrame(socket, piece, offset < size || more ? ZMQ_SNDMORE : 0, "attachment"));
   } while (offset < size);
   return Status::ok();
 }
@@ -259,13 +260,23 @@ class ZmqServerTransport final : public ServerTransport {
 
   Status send(const std::string& peer, const std::string& payload,
               std::shared_ptr<const std::string> attachment) override {
-    FEDFLEET_CHECK(attachment != nullptr);
+    return send(peer, payload, std::vector<std::shared_ptr<const std::string>>{attachment});
+  }
+
+  Status send(const std::string& peer, const std::string& payload,
+              const std::vector<std::shared_ptr<const std::string>>& attachments) override {
+    FEDFLEET_CHECK(!attachments.empty());
+    for (const auto& a : attachments) FEDFLEET_CHECK(a != nullptr);
     if (peer.empty()) return unavailable("send: empty peer id");
     Status st = sendFrame(socket_, peer.data(), peer.size(), ZMQ_SNDMORE, "routing id");
     if (!st.isOk()) return st.withContext("peer " + peer);
     FEDFLEET_RETURN_IF_ERROR(
         sendFrame(socket_, payload.data(), payload.size(), ZMQ_SNDMORE, "payload"));
-    return sendAttachment(socket_, attachment);
+    for (size_t i = 0; i < attachments.size(); ++i) {
+      FEDFLEET_RETURN_IF_ERROR(
+          sendAttachment(socket_, attachments[i], i + 1 < attachments.size()));
+    }
+    return Status::ok();
   }
 
   std::vector<AuthEvent> takeAuthEvents() override {

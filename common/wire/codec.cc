@@ -82,10 +82,11 @@ size_t estimateWords(const Message& message) {
                                         return blobWords(m.model_name) + blobWords(m.model_bytes) +
                                                blobWords(m.control_bytes) +
                                                blobWords(m.data.dataset) +
-                                               blobWords(m.data.scheme) + blobWords(m.codec) + 8;
+                                               blobWords(m.data.scheme) + blobWords(m.codec) +
+                                               blobWords(m.served.model) + 16;
                                       },
                                       [](const Chunk& m) { return blobWords(m.payload); },
-                                      [](const Summary&) { return size_t{0}; },
+                                      [](const Summary&) { return size_t{8}; },
                                       [](const Cancel& m) { return blobWords(m.reason); },
                                       [](const Heartbeat&) { return size_t{0}; },
                                       [](const Bye& m) { return blobWords(m.reason); },
@@ -104,6 +105,8 @@ static_assert(static_cast<uint16_t>(schema::ErrorCode::MALFORMED) ==
               static_cast<uint16_t>(ErrorCode::kMalformed));
 static_assert(static_cast<uint16_t>(schema::ErrorCode::INTERNAL) ==
               static_cast<uint16_t>(ErrorCode::kInternal));
+static_assert(static_cast<uint16_t>(schema::ServedSource::ATTACHED) ==
+              static_cast<uint16_t>(ServedSource::kAttached));
 
 schema::DeviceKind toSchema(DeviceKind kind) {
   return static_cast<schema::DeviceKind>(static_cast<uint16_t>(kind));
@@ -153,6 +156,8 @@ void fill(schema::Task::Builder b, const Task& m) {
   d.setIndex(m.data.index);
   d.setSeed(m.data.seed);
   d.setSubset(m.data.subset);
+  d.setBlocks(m.data.blocks);
+  d.setSkew(m.data.skew);
   b.setDeadlineS(m.deadline_s);
   b.setCodec(asText(m.codec));
   b.setTaskToken(m.task_token);
@@ -161,6 +166,15 @@ void fill(schema::Task::Builder b, const Task& m) {
     b.adoptControlBytes(referenceBlob(b, m.control_bytes));
   } else if (!m.control_bytes.empty()) {
     b.setControlBytes(asData(m.control_bytes));
+  }
+  // The served model's bytes never go in the frame: they follow as part of the model frame.
+  if (m.served.source != ServedSource::kNone) {
+    auto sv = b.initServed();
+    sv.setSource(static_cast<schema::ServedSource>(static_cast<uint16_t>(m.served.source)));
+    sv.setBlock(m.served.block);
+    sv.setModel(asText(m.served.model));
+    sv.setVersion(m.served.version);
+    sv.setSha256(capnp::Data::Reader(m.served.sha256.data(), m.served.sha256.size()));
   }
 }
 
@@ -188,6 +202,12 @@ void fill(schema::Summary::Builder b, const Summary& m) {
   b.setComputeSeconds(m.compute_seconds);
   b.setUploadSeconds(m.upload_seconds);
   b.setEncodeSeconds(m.encode_seconds);
+  if (m.served_samples > 0) {
+    b.setServedSamples(m.served_samples);
+    b.setServedLoss(m.served_loss);
+    b.setServedAccuracy(m.served_accuracy);
+    b.setServedSha256(capnp::Data::Reader(m.served_sha256.data(), m.served_sha256.size()));
+  }
 }
 
 void fill(schema::Cancel::Builder b, const Cancel& m) {
@@ -228,6 +248,15 @@ std::string toString(capnp::Data::Reader d) {
   return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
 }
 
+// A SHA-256 field: exactly 32 bytes.
+Status readSha(capnp::Data::Reader d, const char* what, Sha256* out) {
+  if (d.size() != out->size()) {
+    return corrupt(std::string(what) + " is " + std::to_string(d.size()) + " bytes, expected 32");
+  }
+  std::memcpy(out->data(), d.begin(), d.size());
+  return Status::ok();
+}
+
 Result<Message> read(schema::Hello::Reader r) {
   Hello m;
   m.client_id = toString(r.getClientId());
@@ -255,11 +284,7 @@ Result<Message> read(schema::Hello::Reader r) {
 
 Result<Message> read(schema::Task::Reader r) {
   Task m;
-  auto sha = r.getModelSha256();
-  if (sha.size() != m.model_sha256.size()) {
-    return corrupt("Task: model_sha256 is " + std::to_string(sha.size()) + " bytes, expected 32");
-  }
-  std::memcpy(m.model_sha256.data(), sha.begin(), sha.size());
+  FEDFLEET_RETURN_IF_ERROR(readSha(r.getModelSha256(), "Task: model_sha256", &m.model_sha256));
   m.run_id = r.getRunId();
   m.round = r.getRound();
   m.model_version = r.getModelVersion();
@@ -286,10 +311,26 @@ Result<Message> read(schema::Task::Reader r) {
   m.data.index = d.getIndex();
   m.data.seed = d.getSeed();
   m.data.subset = d.getSubset();
+  m.data.blocks = d.getBlocks();
+  m.data.skew = d.getSkew();
   m.deadline_s = r.getDeadlineS();
   m.codec = toString(r.getCodec());
   m.task_token = r.getTaskToken();
   m.chunk_bytes = r.getChunkBytes();
+  if (r.hasServed()) {
+    auto sv = r.getServed();
+    const auto source = static_cast<uint16_t>(sv.getSource());
+    if (source > static_cast<uint16_t>(ServedSource::kAttached)) {
+      return corrupt("Task: unknown served-model source " + std::to_string(source));
+    }
+    m.served.source = static_cast<ServedSource>(source);
+    if (m.served.source != ServedSource::kNone) {
+      FEDFLEET_RETURN_IF_ERROR(readSha(sv.getSha256(), "Task: served sha256", &m.served.sha256));
+      m.served.block = sv.getBlock();
+      m.served.model = toString(sv.getModel());
+      m.served.version = sv.getVersion();
+    }
+  }
   return Message(std::move(m));
 }
 
@@ -316,6 +357,13 @@ Result<Message> read(schema::Summary::Reader r) {
   m.compute_seconds = r.getComputeSeconds();
   m.upload_seconds = r.getUploadSeconds();
   m.encode_seconds = r.getEncodeSeconds();
+  m.served_samples = r.getServedSamples();
+  if (m.served_samples > 0) {
+    m.served_loss = r.getServedLoss();
+    m.served_accuracy = r.getServedAccuracy();
+    FEDFLEET_RETURN_IF_ERROR(
+        readSha(r.getServedSha256(), "Summary: served sha256", &m.served_sha256));
+  }
   return Message(std::move(m));
 }
 
@@ -448,6 +496,16 @@ Result<Message> decodeFrames(std::string_view frame, std::optional<std::string> 
                    ") has model bytes both in its frame and in a model frame");
   }
   task->model_bytes = std::move(*model_frame);
+  if (task->served.source == ServedSource::kAttached) {
+    // The model frame: the training model, then the served model of the same size.
+    const size_t n = task->model_bytes.size();
+    if (n % 2 != 0) {
+      return corrupt("Task (token " + std::to_string(task->task_token) + "): a model frame of " +
+                     std::to_string(n) + " bytes cannot hold two models of one size");
+    }
+    task->served.bytes.assign(task->model_bytes, n / 2, n / 2);
+    task->model_bytes.resize(n / 2);
+  }
   FEDFLEET_RETURN_IF_ERROR(checkTask(*task));
   return message;
 }

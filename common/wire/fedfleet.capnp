@@ -60,6 +60,23 @@ struct DataSpec {
   index @5 :UInt32;
   seed @6 :UInt64;
   subset @7 :UInt32;
+  blocks @8 :UInt32;   # scheme "block-cyclic": M blocks
+  skew @9 :Float64;    # scheme "block-cyclic": fraction of a shard from its block's classes
+}
+
+enum ServedSource {
+  none @0;
+  unchanged @1;
+  taskModel @2;
+  attached @3;
+}
+
+struct ServedModel {
+  source @0 :ServedSource;
+  block @1 :UInt32;
+  model @2 :Text;
+  version @3 :UInt64;
+  sha256 @4 :Data;  # exactly 32 bytes unless source is none
 }
 
 struct Task {
@@ -76,6 +93,7 @@ struct Task {
   taskToken @10 :UInt64;
   chunkBytes @11 :UInt32;
   controlBytes @12 :Data;  # SCAFFOLD server control variate c: empty, or as long as modelBytes
+  served @13 :ServedModel;  # protocol 5: the model the client serves (block-cyclic runs)
 }
 
 struct Chunk {
@@ -98,6 +116,10 @@ struct Summary {
   computeSeconds @5 :Float64;
   uploadSeconds @6 :Float64;
   encodeSeconds @7 :Float64;
+  servedSamples @8 :UInt64;   # held-out samples the served model was evaluated on (0: none)
+  servedLoss @9 :Float64;
+  servedAccuracy @10 :Float64;
+  servedSha256 @11 :Data;     # the served model evaluated: empty, or 32 bytes
 }
 
 struct Cancel {

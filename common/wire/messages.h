@@ -22,7 +22,12 @@ namespace fedfleet::wire {
 // 4: a Task travels as two parts, its frame with model_bytes empty and then the model frame
 // (see decodeFrames). A version-3 client would drop such a message and wait for a task that never
 // comes, so the version changes: the coordinator refuses a version-3 Hello with kBadVersion.
-constexpr uint32_t kProtocolVersion = 4;
+// 5: block-cyclic serving. A Task names the model the client serves (Task::served) and may
+// carry it after the training model in the model frame; a Summary reports the served model's
+// loss and accuracy on the client's held-out data; DataSpec has the "block-cyclic" scheme. A
+// version-4 client would read such a model frame as one model of twice the size, so the
+// coordinator refuses a version-4 Hello with kBadVersion.
+constexpr uint32_t kProtocolVersion = 5;
 
 enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
 const char* deviceKindName(DeviceKind kind);  // "cpu" or "cuda"
@@ -76,6 +81,35 @@ struct DataSpec {
   uint32_t index = 0;
   uint64_t seed = 0;
   uint32_t subset = 0;  // use only the first `subset` training samples (0: all)
+  // scheme "block-cyclic" (common/data/block_cyclic.h, partitionBlockCyclic): partition p holds
+  // block p mod `blocks` data, a fraction `skew` of it from that block's class group. The
+  // client's held-out data (for the served model) is partition p of the test split, cut the
+  // same way.
+  uint32_t blocks = 0;
+  double skew = 0;
+};
+
+// Where the served model of a Task is (block-cyclic runs; wire protocol 5).
+enum class ServedSource : uint8_t {
+  kNone = 0,       // nothing served (no blocks): the other ServedModel fields mean nothing
+  kUnchanged = 1,  // the model the client got in an earlier task (sha256 names it)
+  kTaskModel = 2,  // the task's own training model (model_bytes) is the served model
+  kAttached = 3,   // the served model follows the training model in the model frame
+};
+
+// The model a client in block `block` is given for evaluation and inference: the block's
+// served model (coordinator/block_models.h), sent only when it differs from what the client
+// last received.
+struct ServedModel {
+  ServedSource source = ServedSource::kNone;
+  uint32_t block = 0;
+  std::string model;     // "shared", "pluralistic" or "chain"
+  uint64_t version = 0;  // the coordinator's model version when this served model was first sent
+  Sha256 sha256{};       // of the served model's bytes
+  // kAttached: the served model's bytes (flat fp32, little endian). Never in the Task frame:
+  // the model frame holds the training model and then these, each model_bytes.size() long;
+  // decodeFrames() splits them.
+  std::string bytes;
 };
 
 // Coordinator -> client: train this model on this data and upload the delta.
@@ -109,6 +143,7 @@ struct Task {
   // SCAFFOLD: the server control variate c, flat fp32 little endian in the model's layout, as
   // long as model_bytes; empty unless hparams.scaffold (decode() refuses any other length).
   std::string control_bytes;
+  ServedModel served;  // protocol 5
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first
@@ -135,6 +170,13 @@ struct Summary {
   double compute_seconds = 0;
   double upload_seconds = 0;
   double encode_seconds = 0;  // time spent compressing the chunks
+  // The served model (Task::served) evaluated on the client's held-out data: the samples, mean
+  // loss and accuracy, and the SHA-256 of the model evaluated. served_samples == 0: none was
+  // (no served model, no held-out data, or the client lacks the model an "unchanged" names).
+  uint64_t served_samples = 0;
+  double served_loss = 0;
+  double served_accuracy = 0;
+  Sha256 served_sha256{};
 };
 
 struct Cancel {
@@ -195,7 +237,9 @@ Result<Message> decode(std::string_view bytes, const DecodeLimits& limits = {});
 // must have model_bytes empty; the decoded Task gets the model frame as its model_bytes (moved,
 // not copied). kCorrupt, never an abort, for: a Task without a model frame, a Task with model
 // bytes in both places, any other message followed by a model frame, control_bytes of another
-// length than the model frame, and everything decode() refuses.
+// length than the model frame, and everything decode() refuses. A Task whose served model is
+// kAttached has a model frame of two equal halves: the training model (model_bytes) and the
+// served model (served.bytes); an odd length is kCorrupt.
 Result<Message> decodeFrames(std::string_view frame, std::optional<std::string> model_frame,
                              const DecodeLimits& limits = {});
 

@@ -6,6 +6,7 @@
 #include "client/client_runtime.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +30,7 @@
 #include "common/crypto/sha256.h"
 #include "common/data/dataset.h"
 #include "common/data/partition.h"
+#include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
@@ -117,6 +119,13 @@ class ClientRuntimeTest : public ::testing::Test {
       wire::Task frame = *t;
       auto model = std::make_shared<const std::string>(std::move(frame.model_bytes));
       frame.model_bytes.clear();
+      if (frame.served.source == wire::ServedSource::kAttached) {  // the served model after it
+        auto served = std::make_shared<const std::string>(std::move(frame.served.bytes));
+        frame.served.bytes.clear();
+        const std::vector<std::shared_ptr<const std::string>> parts = {model, served};
+        ASSERT_TRUE(server_->send(peer_, wire::encode(frame), parts).isOk());
+        return;
+      }
       ASSERT_TRUE(server_->send(peer_, wire::encode(frame), model).isOk());
       return;
     }
@@ -344,6 +353,100 @@ TEST_F(ClientRuntimeTest, ErrorFeedbackResidualIsCarriedAcrossTasksAndDroppedOnA
   carried.clear();
   ASSERT_TRUE(again.encode(**codec, 0, d2.data(), 1960, chunkSeed(102, 0), &carried).isOk());
   EXPECT_NE(alone, carried);
+}
+
+TEST_F(ClientRuntimeTest, AServedModelIsPublishedEvaluatedOnTheHeldOutDataAndReported) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("fedfleet-served-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ClientRuntimeOptions o;
+  o.served_model_path = (dir / "served.bin").string();
+  startClient(o);
+  // Block-cyclic data (2 blocks, 4 partitions): this client is partition 1, block 1.
+  wire::Task t = task(1, "none", 1 << 20);
+  t.data.scheme = "block-cyclic";
+  t.data.blocks = 2;
+  t.data.skew = 0.8;
+  t.data.num_partitions = 4;
+  t.data.index = 1;
+  std::vector<float> served(start_.size());
+  for (size_t i = 0; i < served.size(); ++i) {
+    served[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+  }
+  t.served.source = wire::ServedSource::kAttached;
+  t.served.block = 1;
+  t.served.model = "pluralistic";
+  t.served.version = 3;
+  t.served.bytes.assign(reinterpret_cast<const char*>(served.data()), served.size() * 4);
+  t.served.sha256 = crypto::sha256(t.served.bytes);
+  const std::string served_bytes = t.served.bytes;
+  send(t);
+  const Upload u = collect(1);
+  ASSERT_TRUE(u.summary);
+  EXPECT_EQ(u.summary->n_samples, (*splitFor(train_->labels, 10, t.data))[1].size());
+
+  // Its held-out data: partition 1 of the test split, cut the same way.
+  auto test = data::loadFashionMnist(data::defaultFashionMnistDir(), false, 0);
+  ASSERT_TRUE(test.isOk());
+  auto held = splitFor(test->labels, 10, t.data);
+  ASSERT_TRUE(held.isOk()) << held.status().toString();
+  auto m = model::createModel("logreg", 0, "");
+  ASSERT_TRUE(m.isOk());
+  ASSERT_TRUE((*m)->setFlatParameters(served).isOk());
+  auto want = model::evaluateIndices(**m, *test, (*held)[1]);
+  ASSERT_TRUE(want.isOk());
+  EXPECT_EQ(u.summary->served_sha256, t.served.sha256);
+  EXPECT_EQ(u.summary->served_samples, (*held)[1].size());
+  EXPECT_GT(u.summary->served_samples, 0u);
+  EXPECT_NEAR(u.summary->served_accuracy, want->accuracy, 1e-12);
+  EXPECT_NEAR(u.summary->served_loss, want->loss, 1e-6);
+
+  // Published: the exact bytes, a description naming them, no temporary file left behind.
+  std::ifstream in(dir / "served.bin", std::ios::binary);
+  const std::string on_disk((std::istreambuf_iterator<char>(in)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_EQ(on_disk, served_bytes);
+  std::ifstream js(dir / "served.bin.json");
+  const std::string json((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find(crypto::toHex(t.served.sha256)), std::string::npos) << json;
+  EXPECT_NE(json.find("\"pluralistic\""), std::string::npos) << json;
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+  EXPECT_EQ(files, 2u);
+
+  // The next task names it unchanged: the same report (the client keeps it).
+  wire::Task t2 = task(2, "none", 1 << 20);
+  t2.data = t.data;
+  t2.served = t.served;
+  t2.served.source = wire::ServedSource::kUnchanged;
+  t2.served.bytes.clear();
+  send(t2);
+  const Upload u2 = collect(2);
+  ASSERT_TRUE(u2.summary);
+  EXPECT_EQ(u2.summary->served_sha256, t.served.sha256);
+  EXPECT_EQ(u2.summary->served_samples, u.summary->served_samples);
+  EXPECT_EQ(u2.summary->served_accuracy, u.summary->served_accuracy);
+
+  // Served bytes that do not match their SHA-256: the task is refused, the file kept.
+  wire::Task t3 = task(3, "none", 1 << 20);
+  t3.data = t.data;
+  t3.served = t.served;
+  t3.served.bytes[0] ^= 1;
+  send(t3);
+  auto r = next(30);
+  ASSERT_TRUE(r);
+  auto* err = std::get_if<wire::Error>(&r->message);
+  ASSERT_NE(err, nullptr) << wire::messageName(r->message);
+  EXPECT_EQ(err->code, wire::ErrorCode::kRejected);
+  EXPECT_EQ(err->task_token, 3u);
+  std::ifstream again(dir / "served.bin", std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()),
+            served_bytes);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ClientRuntimeTest, AnUnknownCodecIsReportedNotTrained) {

@@ -37,6 +37,22 @@ TEST(BlockSchedule, ByClockUsesTheAnchor) {
   EXPECT_DOUBLE_EQ(*s.nextBoundary(120), 130);
 }
 
+TEST(BlockSchedule, OneBlockOnAClockIsAlwaysBlockZero) {
+  BlockScheduleOptions o;
+  o.count = 1;
+  o.block_s = 10;
+  o.anchor_s = 3;
+  BlockSchedule s(o);
+  for (double t : {-1e6, -7.5, 0.0, 3.0, 12.999, 13.0, 1234.5, 1.7e9}) {
+    EXPECT_EQ(s.blockAt(1, t), 0u) << "t = " << t;
+    EXPECT_EQ(s.blockAt(1000, t), 0u) << "t = " << t;
+  }
+  // The boundaries still come every block_s after the anchor, and every partition is in it.
+  EXPECT_DOUBLE_EQ(*s.nextBoundary(3), 13);
+  EXPECT_DOUBLE_EQ(*s.nextBoundary(14), 23);
+  for (uint32_t p = 0; p < 5; ++p) EXPECT_TRUE(s.available(p, 0)) << "partition " << p;
+}
+
 TEST(BlockSchedule, AvailabilityFollowsThePartitionAndOverlap) {
   BlockScheduleOptions o;
   o.count = 4;

@@ -95,8 +95,15 @@ struct Fixture {
     s.steps = steps;
     s.compute_seconds = compute_s;
     s.mean_loss = 1.5;
+    if (served_echo) {  // the client holds this served model: 20 held-out samples, 65%
+      s.served_sha256 = *served_echo;
+      s.served_samples = 20;
+      s.served_loss = 0.7;
+      s.served_accuracy = 0.65;
+    }
     engine->onSummary(id, s, 50, now);
   }
+  std::optional<wire::Sha256> served_echo;  // what summaries say the client serves (none: unset)
 };
 
 EngineOptions baseOptions(uint32_t k, uint32_t min_clients, uint32_t quorum) {
@@ -1208,12 +1215,17 @@ struct BlockRun {
     }
     return all;
   }
-  // Every task of the round uploads `delta` (n = 10); returns the tasks.
-  std::vector<SendTask> round(const std::vector<float>& delta, double now) {
+  // Every task of the round uploads `delta` (n = 10); returns the tasks. Summaries say the
+  // client holds the served model its task named unless `lacks_served`.
+  std::vector<SendTask> round(const std::vector<float>& delta, double now,
+                              bool lacks_served = false) {
     take();
     std::vector<SendTask> sent;
     sent.swap(tasks);
-    for (const auto& t : sent) f.upload(t.client, t.task.task_token, delta, 10, now);
+    for (const auto& t : sent) {
+      f.served_echo = lacks_served ? wire::Sha256{} : t.task.served.sha256;
+      f.upload(t.client, t.task.task_token, delta, 10, now);
+    }
     return sent;
   }
 };
@@ -1394,6 +1406,116 @@ TEST(RoundEngineBlocks, BlockModelsSurviveARestart) {
   EXPECT_TRUE(other.blockModels()->average(0).empty());
 }
 
+TEST(RoundEngineBlocks, ABlockClientIsServedItsBlocksModelOnlyWhenItChanged) {
+  // Two blocks of three rounds, one client each (c0 in block 0, c1 in block 1), pluralistic.
+  BlockRun run(blockOptions(1, 9, 2, 3, BlockMode::kPluralistic), {0, 0}, 2);
+  std::vector<SendTask> t;
+  for (uint32_t r = 1; r <= 6; ++r) {
+    auto sent = run.round({1, static_cast<float>(r)}, r);
+    ASSERT_EQ(sent.size(), 1u);
+    // Before block m's first visit ends it is served x, the task's own model: no extra bytes.
+    EXPECT_EQ(sent[0].task.served.source, wire::ServedSource::kTaskModel) << "round " << r;
+    EXPECT_EQ(sent[0].task.served.sha256, sent[0].task.model_sha256);
+    EXPECT_EQ(sent[0].task.served.model, "shared");
+    EXPECT_EQ(sent[0].served_bytes, nullptr);
+  }
+  // Round 7, block 0 again: z_0 = x after round 3 = (3, 6), not the task's x = (6, 21).
+  run.take();
+  ASSERT_EQ(run.tasks.size(), 1u);
+  const SendTask r7 = run.tasks[0];
+  EXPECT_EQ(r7.client, "c0");
+  EXPECT_EQ(r7.task.served.source, wire::ServedSource::kAttached);
+  EXPECT_EQ(r7.task.served.block, 0u);
+  EXPECT_EQ(r7.task.served.model, "pluralistic");
+  EXPECT_EQ(r7.task.served.version, 6u);  // the model version when it was first sent
+  ASSERT_NE(r7.served_bytes, nullptr);
+  const std::vector<float>& want = run.f.engine->servedModel(0);
+  EXPECT_EQ(want, (std::vector<float>{3, 6}));
+  ASSERT_EQ(r7.served_bytes->size(), want.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(r7.served_bytes->data(), want.data(), r7.served_bytes->size()), 0);
+  EXPECT_EQ(r7.task.served.sha256, crypto::sha256(*r7.served_bytes));
+  EXPECT_NE(r7.task.served.sha256, r7.task.model_sha256);
+  // The client says it does not hold it (it lost it): round 8 sends it again.
+  run.round({1, 0}, 7, /*lacks_served=*/true);
+  auto r8 = run.round({1, 0}, 8);
+  ASSERT_EQ(r8.size(), 1u);
+  EXPECT_EQ(r8[0].task.served.source, wire::ServedSource::kAttached);
+  ASSERT_NE(r8[0].served_bytes, nullptr);
+  EXPECT_EQ(r8[0].served_bytes, r7.served_bytes);  // the same shared buffer
+  // Round 9: unchanged, and the client has it: nothing is sent but its name.
+  auto r9 = run.round({1, 0}, 9);
+  ASSERT_EQ(r9.size(), 1u);
+  EXPECT_EQ(r9[0].task.served.source, wire::ServedSource::kUnchanged);
+  EXPECT_EQ(r9[0].served_bytes, nullptr);
+  EXPECT_EQ(r9[0].task.served.sha256, r7.task.served.sha256);
+  EXPECT_EQ(r9[0].task.served.version, 6u);
+  run.take();
+  // The update rows: served bytes counted in bytes_down, the client's report of the served
+  // model where it held the one named.
+  std::map<uint32_t, history::UpdateRecord> rows;
+  for (const auto& c : actionsOf<CommitRound>(run.f.log)) {
+    for (const auto& u : c.updates) rows[u.round] = u;
+  }
+  ASSERT_EQ(rows.size(), 9u);
+  EXPECT_EQ(rows[7].served_block, 0);
+  EXPECT_EQ(rows[7].served_model, "pluralistic");
+  EXPECT_EQ(rows[7].served_sha256_hex, crypto::toHex(r7.task.served.sha256));
+  EXPECT_EQ(rows[7].served_bytes, 8u);
+  EXPECT_EQ(rows[7].bytes_down, 16u);
+  EXPECT_EQ(rows[7].served_samples, 0u);  // it did not hold it: no report
+  EXPECT_FALSE(rows[7].served_accuracy.has_value());
+  EXPECT_EQ(rows[8].served_bytes, 8u);
+  EXPECT_EQ(rows[8].served_samples, 20u);
+  EXPECT_DOUBLE_EQ(*rows[8].served_accuracy, 0.65);
+  EXPECT_DOUBLE_EQ(*rows[8].served_loss, 0.7);
+  EXPECT_EQ(rows[9].served_bytes, 0u);
+  EXPECT_EQ(rows[9].bytes_down, 8u);
+  EXPECT_EQ(rows[1].served_model, "shared");
+  EXPECT_EQ(rows[1].served_bytes, 0u);
+  EXPECT_EQ(rows[4].served_block, 1);
+  int mismatches = 0;
+  for (const auto& e : actionsOf<RecordEvent>(run.f.log))
+    mismatches += e.event.kind == "served_mismatch";
+  EXPECT_EQ(mismatches, 1);
+}
+
+TEST(RoundEngineBlocks, ARestartedClientIsSentItsServedModelAgain) {
+  // One block of three rounds, one client: z_0 exists from round 4 on.
+  BlockRun run(blockOptions(1, 6, 1, 3, BlockMode::kPluralistic), {0, 0}, 1);
+  for (uint32_t r = 1; r <= 3; ++r) run.round({1, 0}, r);
+  auto r4 = run.round({1, 0}, 4);
+  ASSERT_EQ(r4.size(), 1u);
+  // z_0 is x as the visit ended: the very model round 4 trains, so no extra bytes.
+  EXPECT_EQ(r4[0].task.served.source, wire::ServedSource::kTaskModel);
+  EXPECT_EQ(r4[0].task.served.model, "pluralistic");
+  run.take();
+  ASSERT_EQ(run.tasks.size(), 1u);
+  EXPECT_EQ(run.tasks[0].task.served.source, wire::ServedSource::kUnchanged);  // round 5
+  // A new process of c0 (another session) while round 5 trains: that task is lost, and the
+  // new process may have lost the served model too.
+  wire::Hello h = hello("c0", 0);
+  h.session = 99;
+  run.f.engine->onHello("c0", h, 5);
+  run.take();
+  ASSERT_EQ(run.tasks.size(), 2u);
+  const SendTask& r6 = run.tasks[1];
+  EXPECT_EQ(r6.task.round, 6u);
+  EXPECT_EQ(r6.task.served.sha256, r4[0].task.served.sha256);  // z_0 unchanged...
+  EXPECT_EQ(r6.task.served.source, wire::ServedSource::kAttached);  // ...but sent again
+  ASSERT_NE(r6.served_bytes, nullptr);
+  EXPECT_EQ(floatsOf(*r6.served_bytes), run.f.engine->servedModel(0));
+  EXPECT_EQ(floatsOf(*r6.served_bytes), (std::vector<float>{3, 0}));
+}
+
+TEST(RoundEngineBlocks, WithoutBlocksNoServedModelIsNamed) {
+  Fixture f(baseOptions(1, 1, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 1);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].task.served.source, wire::ServedSource::kNone);
+  EXPECT_EQ(tasks[0].served_bytes, nullptr);
+}
 
 TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
   EngineOptions o = baseOptions(1, 1, 1);

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
+#include "common/crypto/sha256.h"
 #include "common/history/history.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
@@ -449,7 +451,9 @@ TEST(Integration, FedBuffRunsAsynchronouslyOverCurve) {
 
 // Block-cyclic training on a real coordinator: two clients on partitions 0 and 1, two blocks of
 // one round each, pluralistic mode. Each round samples only the current block's client, and
-// every block end writes per-block rows to block_metrics.
+// every block end writes per-block rows to block_metrics. Each task names its block's served
+// model (x until the block's first visit ended, then z_m, attached to the task), which the
+// client publishes to its served_model_path and evaluates on its held-out data.
 TEST(Integration, BlockCyclicRoundsSampleTheCurrentBlockAndRecordBlockMetrics) {
   const std::string dir = testing::freshDir("blocks");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
@@ -457,18 +461,47 @@ TEST(Integration, BlockCyclicRoundsSampleTheCurrentBlockAndRecordBlockMetrics) {
       dir, coordinatorSection(1, 2, 1, 120) +
                "\n[blocks]\ncount = 2\nrounds_per_block = 1\nmode = \"pluralistic\"\n"
                "test_samples = 300\nvalidation_samples = 100\n");
-  ASSERT_TRUE(runJob(dir, config, 2, {"--rounds", "4"}, [](int i) {
-    return std::vector<std::string>{"--partition", std::to_string(i - 1)};
+  ASSERT_TRUE(runJob(dir, config, 2, {"--rounds", "4"}, [&dir](int i) {
+    return std::vector<std::string>{
+        "--partition", std::to_string(i - 1), "--set",
+        "client.served_model_path=\"" + dir + "/served-" + std::to_string(i) + ".bin\""};
   }));
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
   const int64_t run = store->runs()->front().run_id;
+  std::map<int32_t, std::string> last_sha;  // partition -> served model of its last task
   for (uint32_t r = 1; r <= 4; ++r) {
     auto updates = store->updates(run, r);
     ASSERT_TRUE(updates.isOk());
     ASSERT_EQ(updates->size(), 1u) << "round " << r;
+    const history::UpdateRecord& u = (*updates)[0];
     // Round r is block (r - 1) mod 2; the client of partition p is in block p.
-    EXPECT_EQ((*updates)[0].partition, static_cast<int32_t>((r - 1) % 2)) << "round " << r;
+    EXPECT_EQ(u.partition, static_cast<int32_t>((r - 1) % 2)) << "round " << r;
+    ASSERT_EQ(u.status, "completed") << "round " << r;
+    EXPECT_EQ(u.served_block, u.partition) << "round " << r;
+    EXPECT_EQ(u.served_sha256_hex.size(), 64u);
+    if (r <= 2) {  // the block's first visit: served x, the task's own model
+      EXPECT_EQ(u.served_model, "shared") << "round " << r;
+      EXPECT_EQ(u.served_bytes, 0u) << "round " << r;
+    } else {  // z_m, sent with the task: the download is two models
+      EXPECT_EQ(u.served_model, "pluralistic") << "round " << r;
+      EXPECT_GT(u.served_bytes, 0u) << "round " << r;
+      EXPECT_EQ(u.bytes_down, 2 * u.served_bytes) << "round " << r;
+    }
+    // Evaluated by the client on its held-out samples (block-skewed test data).
+    EXPECT_GT(u.served_samples, 0u) << "round " << r;
+    ASSERT_TRUE(u.served_accuracy.has_value()) << "round " << r;
+    EXPECT_GT(*u.served_accuracy, 0.0);
+    EXPECT_LE(*u.served_accuracy, 1.0);
+    last_sha[u.partition] = u.served_sha256_hex;
+  }
+  // Each client published the served model of its last task.
+  for (int i = 1; i <= 2; ++i) {
+    const std::string path = dir + "/served-" + std::to_string(i) + ".bin";
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(bytes.empty()) << path;
+    EXPECT_EQ(crypto::toHex(crypto::sha256(bytes)), last_sha[i - 1]) << path;
   }
   auto rows = store->blockMetrics(run);
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();

@@ -301,7 +301,21 @@ TEST(FleetSimulator, BlockCyclicRunTrainsEachBlockOnItsClients) {
     const uint32_t block = ((u.round - 1) / 2) % 2;
     EXPECT_EQ(static_cast<uint32_t>(u.partition) % 2, block)
         << "round " << u.round << " trained " << u.client_id;
+    // Each task named its block's served model; a completed one reports it on the client's
+    // held-out data.
+    EXPECT_EQ(u.served_block, static_cast<int32_t>(block));
+    EXPECT_FALSE(u.served_model.empty());
+    EXPECT_EQ(u.served_sha256_hex.size(), 64u);
+    if (u.status == "completed") {
+      EXPECT_GT(u.served_samples, 0u) << "round " << u.round << " " << u.client_id;
+      ASSERT_TRUE(u.served_accuracy.has_value());
+      EXPECT_GE(*u.served_accuracy, 0.0);
+      EXPECT_LE(*u.served_accuracy, 1.0);
+    }
   }
+  int mismatches = 0;
+  for (const auto& e : h.events) mismatches += e.kind == "served_mismatch";
+  EXPECT_EQ(mismatches, 0);  // a virtual client keeps what it is sent
   auto store = history::openSqliteHistory(db);
   ASSERT_TRUE(store.isOk());
   auto rows = (*store)->blockMetrics(summary->run_id);

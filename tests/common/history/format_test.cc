@@ -234,9 +234,51 @@ TEST(Format, OtherTablesHaveHeaderAndOneLinePerRecord) {
   u.codec = "qsgd";
   EXPECT_EQ(formatUpdates({u}, Format::kTable),
             "round  client_id  status     partition  n_samples  steps    loss  compute_s  "
-            "upload_s  bytes_up  bytes_down  codec  weight\n"
+            "upload_s  bytes_up  bytes_down  codec  weight  served  served_acc\n"
             "    3  edge-1     completed          2        600     10  0.2500       1.50  "
-            "    0.25         0           0  qsgd   0.5000\n");
+            "    0.25         0           0  qsgd   0.5000  -                -\n");
+}
+
+TEST(Format, ServedShowsEachClientsLastServedModel) {
+  UpdateRecord first;
+  first.run_id = 4;
+  first.round = 1;
+  first.client_id = "b";
+  first.status = "completed";
+  first.served_block = 0;
+  first.served_model = "shared";
+  first.served_version = 1;
+  first.served_sha256_hex = std::string(64, 'a');
+  UpdateRecord none = first;
+  none.client_id = "a";
+  none.round = 2;
+  none.served_block = -1;  // no served model: not listed
+  UpdateRecord last = first;
+  last.round = 3;
+  last.served_model = "pluralistic";
+  last.served_version = 2;
+  std::string sha;
+  for (int i = 0; i < 32; ++i) sha += "cd";
+  last.served_sha256_hex = sha;
+  last.served_samples = 100;
+  last.served_accuracy = 0.8125;
+  last.served_loss = 0.5;
+  EXPECT_EQ(formatServed({first, none, last}, Format::kTable),
+            "client_id  round  block  model        version  sha256        samples  "
+            "accuracy    loss\n"
+            "b              3      0  pluralistic        2  cdcdcdcdcdcd      100  "
+            "  81.25%  0.5000\n");
+  auto json = nlohmann::json::parse(formatServed({first, none, last}, Format::kJson));
+  ASSERT_EQ(json.size(), 1u);
+  EXPECT_EQ(json[0]["sha256"], sha);
+  EXPECT_EQ(json[0]["accuracy"], 0.8125);
+  // In `updates`, the served fields are null where the task named no served model.
+  auto updates = nlohmann::json::parse(formatUpdates({none, last}, Format::kJson));
+  EXPECT_TRUE(updates[0]["served_block"].is_null());
+  EXPECT_TRUE(updates[0]["served_accuracy"].is_null());
+  EXPECT_EQ(updates[1]["served_block"], 0);
+  EXPECT_EQ(updates[1]["served_model"], "pluralistic");
+  EXPECT_NE(formatUpdates({last}, Format::kTable).find("b0 pluralistic v2"), std::string::npos);
 }
 
 }  // namespace

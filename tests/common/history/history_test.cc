@@ -29,7 +29,9 @@ auto fields(const RoundRecord& r) {
 }
 auto fields(const UpdateRecord& u) {
   return std::tie(u.run_id, u.round, u.client_id, u.partition, u.n_samples, u.steps, u.loss,
-                  u.compute_s, u.upload_s, u.bytes_up, u.bytes_down, u.weight, u.status);
+                  u.compute_s, u.upload_s, u.bytes_up, u.bytes_down, u.weight, u.status,
+                  u.served_block, u.served_model, u.served_version, u.served_sha256_hex,
+                  u.served_bytes, u.served_samples, u.served_loss, u.served_accuracy);
 }
 auto fields(const ClientRecord& c) {
   return std::tie(c.client_id, c.public_key, c.device_kind, c.device_name, c.cores, c.memory_bytes,
@@ -179,6 +181,17 @@ TEST_P(HistoryStoreTest, CommitRoundStoresExactValuesAndUpdates) {
   updates[1].partition = 17;
   updates[1].loss = -0.0625;
   updates[1].n_samples = std::numeric_limits<uint64_t>::max();
+  // A block-cyclic task's served model, one reported on and one not.
+  updates[0].served_block = 2;
+  updates[0].served_model = "pluralistic";
+  updates[0].served_version = std::numeric_limits<uint64_t>::max() - 1;
+  updates[0].served_sha256_hex = std::string(64, 'e');
+  updates[0].served_bytes = 31840;
+  updates[0].served_samples = 250;
+  updates[0].served_loss = 0.1 + 0.2;
+  updates[0].served_accuracy = 0.876;
+  updates[2].served_block = 0;
+  updates[2].served_model = "shared";
   ASSERT_TRUE(store_->commitRound(round, updates, std::nullopt).isOk());
 
   auto rounds = store_->rounds(run);

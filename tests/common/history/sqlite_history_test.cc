@@ -91,7 +91,7 @@ TEST_F(SqliteHistoryTest, UsesWalJournal) {
   ASSERT_EQ(header.size(), 100u);
   EXPECT_EQ(header[18], 2);
   EXPECT_EQ(header[19], 2);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
   EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
                      "('updates_by_round', 'events_by_run')"),
             "2");
@@ -172,7 +172,7 @@ TEST_F(SqliteHistoryTest, NewerSchemaVersionIsRefused) {
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string message = store.status().message();
   EXPECT_NE(message.find("schema version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("version 4"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 5"), std::string::npos) << message;
   EXPECT_NE(message.find("newer"), std::string::npos) << message;
   EXPECT_NE(message.find(path_), std::string::npos) << message;
 }
@@ -270,6 +270,14 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
     ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
     char* err = nullptr;
     EXPECT_EQ(sqlite3_exec(db,
+                           "ALTER TABLE updates DROP COLUMN served_block; "
+                           "ALTER TABLE updates DROP COLUMN served_model; "
+                           "ALTER TABLE updates DROP COLUMN served_version; "
+                           "ALTER TABLE updates DROP COLUMN served_sha256; "
+                           "ALTER TABLE updates DROP COLUMN served_bytes; "
+                           "ALTER TABLE updates DROP COLUMN served_samples; "
+                           "ALTER TABLE updates DROP COLUMN served_loss; "
+                           "ALTER TABLE updates DROP COLUMN served_accuracy; "
                            "DROP TABLE block_metrics; CREATE TABLE block_metrics (run_id INTEGER, "
                            "round INTEGER, block INTEGER, model TEXT, accuracy REAL, loss REAL); "
                            "INSERT INTO block_metrics VALUES (1, 4, 2, 'm', 0.5, 1.0); "
@@ -282,7 +290,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
   auto rows = store->blockMetrics(1);
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();
   ASSERT_EQ(rows->size(), 1u);
@@ -298,6 +306,60 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
   rows = store->blockMetrics(1);
   ASSERT_TRUE(rows.isOk());
   EXPECT_EQ(rows->size(), 2u);
+}
+
+// A version-4 file gets the served-model columns on `updates`; its rows read as "no served model".
+TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
+  {
+    auto store = open();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->beginRun({0, "r", "{}", 1.0, 7}).isOk());
+    UpdateRecord u;
+    u.run_id = 1;
+    u.round = 0;
+    u.client_id = "c0";
+    u.status = "completed";
+    ASSERT_TRUE(store->commitRound(someRound(1, 0), {u}, std::nullopt).isOk());
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    std::string sql;
+    for (const char* c : {"served_block", "served_model", "served_version", "served_sha256",
+                          "served_bytes", "served_samples", "served_loss", "served_accuracy"}) {
+      sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
+    }
+    sql += "UPDATE schema_version SET version = 4";
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  auto store = open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
+  UpdateRecord u;
+  u.run_id = 1;
+  u.round = 1;
+  u.client_id = "c1";
+  u.status = "completed";
+  u.served_block = 1;
+  u.served_model = "chain";
+  u.served_version = 9;
+  u.served_sha256_hex = std::string(64, 'a');
+  u.served_samples = 40;
+  u.served_accuracy = 0.5;
+  ASSERT_TRUE(store->commitRound(someRound(1, 1), {u}, std::nullopt).isOk());
+  auto updates = store->updates(1, std::nullopt);
+  ASSERT_TRUE(updates.isOk()) << updates.status().toString();
+  ASSERT_EQ(updates->size(), 2u);
+  EXPECT_EQ((*updates)[0].served_block, -1);
+  EXPECT_FALSE((*updates)[0].served_accuracy.has_value());
+  EXPECT_EQ((*updates)[1].served_block, 1);
+  EXPECT_EQ((*updates)[1].served_model, "chain");
+  EXPECT_EQ((*updates)[1].served_samples, 40u);
+  EXPECT_EQ((*updates)[1].served_accuracy, 0.5);
+  EXPECT_FALSE((*updates)[1].served_loss.has_value());
 }
 
 // A version-1 file (as the first release wrote it) is upgraded in place: its rows stay, the new
@@ -343,7 +405,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
   auto runs = store->runs();
   ASSERT_TRUE(runs.isOk());
   ASSERT_EQ(runs->size(), 1u);

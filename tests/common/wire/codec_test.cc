@@ -62,12 +62,20 @@ Task sampleTask(size_t model_bytes = 40) {
   m.data.index = 42;
   m.data.seed = 31337;
   m.data.subset = 5000;
+  m.data.blocks = 4;
+  m.data.skew = 0.75;
   m.deadline_s = 12.5;
   m.codec = "int8";
   m.task_token = 0xabcdef0123ULL;
   m.chunk_bytes = 65536;
   m.control_bytes.resize(model_bytes);
   for (auto& c : m.control_bytes) c = static_cast<char>(rng());
+  m.served.source = ServedSource::kUnchanged;
+  m.served.block = 3;
+  m.served.model = "pluralistic";
+  m.served.version = 77;
+  for (size_t i = 0; i < m.served.sha256.size(); ++i)
+    m.served.sha256[i] = static_cast<uint8_t>(i * 5 + 3);
   return m;
 }
 
@@ -95,6 +103,11 @@ Summary sampleSummary() {
   m.compute_seconds = 1.75;
   m.upload_seconds = 0.0625;
   m.encode_seconds = 0.03125;
+  m.served_samples = 250;
+  m.served_loss = 0.5;
+  m.served_accuracy = 0.875;
+  for (size_t i = 0; i < m.served_sha256.size(); ++i)
+    m.served_sha256[i] = static_cast<uint8_t>(255 - i);
   return m;
 }
 
@@ -149,6 +162,14 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.task_token, b.task_token);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
   EXPECT_TRUE(a.control_bytes == b.control_bytes) << "control_bytes differ";
+  EXPECT_EQ(a.data.blocks, b.data.blocks);
+  EXPECT_EQ(a.data.skew, b.data.skew);
+  EXPECT_EQ(a.served.source, b.served.source);
+  EXPECT_EQ(a.served.block, b.served.block);
+  EXPECT_EQ(a.served.model, b.served.model);
+  EXPECT_EQ(a.served.version, b.served.version);
+  EXPECT_EQ(a.served.sha256, b.served.sha256);
+  EXPECT_TRUE(a.served.bytes == b.served.bytes) << "served bytes differ";
 }
 
 void expectEqual(const Chunk& a, const Chunk& b) {
@@ -171,6 +192,10 @@ void expectEqual(const Summary& a, const Summary& b) {
   EXPECT_EQ(a.compute_seconds, b.compute_seconds);
   EXPECT_EQ(a.upload_seconds, b.upload_seconds);
   EXPECT_EQ(a.encode_seconds, b.encode_seconds);
+  EXPECT_EQ(a.served_samples, b.served_samples);
+  EXPECT_EQ(a.served_loss, b.served_loss);
+  EXPECT_EQ(a.served_accuracy, b.served_accuracy);
+  EXPECT_EQ(a.served_sha256, b.served_sha256);
 }
 
 void expectEqual(const Cancel& a, const Cancel& b) {
@@ -327,12 +352,50 @@ TEST(WireCodecTest, UnalignedInputDecodes) {
   expectEqual(sampleTask(1000), std::get<Task>(*decoded));
 }
 
-TEST(WireCodecTest, ProtocolVersionIsFour) {
+TEST(WireCodecTest, ProtocolVersionIsFive) {
   // 3: HyperParams prox_mu, scaffold, stop_after_s; Task control_bytes. 4: a Task's model bytes
-  // travel as a model frame after it. A coordinator refuses a Hello of another version, so an
-  // older client never receives a SCAFFOLD task or a two-frame Task it would drop.
-  EXPECT_EQ(kProtocolVersion, 4u);
-  EXPECT_EQ(Hello{}.protocol_version, 4u);
+  // travel as a model frame after it. 5: Task served (and a served model after the training
+  // model in the model frame), Summary served_*, DataSpec blocks and skew. A coordinator
+  // refuses a Hello of another version, so an older client never receives a task it would
+  // misread.
+  EXPECT_EQ(kProtocolVersion, 5u);
+  EXPECT_EQ(Hello{}.protocol_version, 5u);
+}
+
+TEST(WireCodecTest, NoServedModelAndNoServedReportStayAbsent) {
+  Task t = sampleTask();
+  t.served = ServedModel{};
+  Result<Message> r = decode(encode(t));
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(std::get<Task>(*r).served.source, ServedSource::kNone);
+  Summary s = sampleSummary();
+  s.served_samples = 0;
+  s.served_sha256 = {};
+  r = decode(encode(s));
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(std::get<Summary>(*r).served_samples, 0u);
+  EXPECT_EQ(std::get<Summary>(*r).served_sha256, Sha256{});
+}
+
+TEST(WireCodecTest, AnAttachedServedModelIsTheSecondHalfOfTheModelFrame) {
+  Task original = sampleTask(4096);
+  original.served.source = ServedSource::kAttached;
+  original.served.bytes.assign(4096, 's');
+  Task frame_task = original;
+  frame_task.model_bytes.clear();
+  frame_task.served.bytes.clear();
+  const std::string frame = encode(frame_task);
+  Result<Message> r = decodeFrames(frame, original.model_bytes + original.served.bytes);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  expectEqual(original, std::get<Task>(*r));
+  // A model frame that cannot be two models of one size is corrupt.
+  r = decodeFrames(frame, std::string(8191, 'x'));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  // Served bytes in the Task frame are never sent (the frame names the model only).
+  Result<Message> named = decode(encode(original));
+  ASSERT_TRUE(named.isOk());
+  EXPECT_TRUE(std::get<Task>(*named).served.bytes.empty());
 }
 
 // ----- a Task and its model frame (protocol 4) -----------------------------------------------
@@ -518,23 +581,28 @@ TEST(WireCodecTest, UnknownErrorCodeReadsAsUnknown) {
 }
 
 TEST(WireCodecTest, WrongSizeSha256IsCorrupt) {
-  // Find the model_sha256 list pointer (a byte list of 32 elements) and make it 31 long.
-  std::string bytes = encode(sampleTask(40));
-  auto upper = [](uint32_t count) { return (count << 3) | 2u; };  // element size 2 = BYTE
-  int found = 0;
-  for (size_t i = 8; i + 8 <= bytes.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, bytes.data() + i, 8);
-    if ((w & 3) == 1 && (w >> 32) == upper(32)) {
-      w = (w & 0xffffffffULL) | (uint64_t{upper(31)} << 32);
-      std::memcpy(bytes.data() + i, &w, 8);
-      ++found;
+  // A Task's model_sha256 (no served model named) and a Summary's served_sha256: find the one
+  // list pointer to 32 bytes and make it 31 long.
+  Task task = sampleTask(40);
+  task.served = ServedModel{};
+  for (const Message& m : {Message(task), Message(sampleSummary())}) {
+    std::string bytes = encode(m);
+    auto upper = [](uint32_t count) { return (count << 3) | 2u; };  // element size 2 = BYTE
+    int found = 0;
+    for (size_t i = 8; i + 8 <= bytes.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, bytes.data() + i, 8);
+      if ((w & 3) == 1 && (w >> 32) == upper(32)) {
+        w = (w & 0xffffffffULL) | (uint64_t{upper(31)} << 32);
+        std::memcpy(bytes.data() + i, &w, 8);
+        ++found;
+      }
     }
+    ASSERT_EQ(found, 1) << "expected exactly one 32-byte list pointer in " << messageName(m);
+    Result<Message> r = decode(bytes);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
+    EXPECT_NE(r.status().message().find("sha256"), std::string::npos) << r.status().message();
   }
-  ASSERT_EQ(found, 1) << "expected exactly one 32-byte list pointer";
-  Result<Message> r = decode(bytes);
-  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt) << r.status().toString();
-  EXPECT_NE(r.status().message().find("sha256"), std::string::npos) << r.status().message();
 }
 
 TEST(WireCodecTest, EveryBitFlipIsHandled) {
