@@ -40,8 +40,8 @@ double steadyNow() {
 std::string partitionKey(const wire::DataSpec& d) {
   return d.dataset + "|" + d.scheme + "|" + std::to_string(d.alpha) + "|" +
          std::to_string(d.labels_per_client) + "|" + std::to_string(d.num_partitions) + "|" +
-         std::to_string(d.seed) + "|" + std::to_string(d.subset) + "|" +
-         std::to_string(d.blocks) + "|" + std::to_string(d.skew);
+         std::to_string(d.seed) + "|" + std::to_string(d.subset) + "|" + std::to_string(d.blocks) +
+         "|" + std::to_string(d.skew);
 }
 
 }  // namespace
@@ -461,9 +461,10 @@ void ZmqClient::finishJob() {
   if (job->served_eval) {
     if (job->served_eval->isOk()) {
       served_eval_.emplace(job->served_sha, job->served_eval->value());
-      spdlog::info("client {}: served model {}: accuracy {:.4f}, loss {:.4f} on {} held-out samples",
-                   options_.client_id, crypto::toHex(job->served_sha).substr(0, 12),
-                   served_eval_->second.accuracy, served_eval_->second.loss, served_eval_->second.n);
+      spdlog::info(
+          "client {}: served model {}: accuracy {:.4f}, loss {:.4f} on {} held-out samples",
+          options_.client_id, crypto::toHex(job->served_sha).substr(0, 12),
+          served_eval_->second.accuracy, served_eval_->second.loss, served_eval_->second.n);
     } else {
       spdlog::warn("client {}: served model not evaluated: {}", options_.client_id,
                    job->served_eval->status().toString());

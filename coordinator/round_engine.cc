@@ -1433,7 +1433,8 @@ void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::S
   const bool none = summary.served_sha256 == wire::Sha256{};
   event("served_mismatch", p.client,
         "task named served model " + crypto::toHex(p.served.sha256).substr(0, 12) +
-            ", the client holds " + (none ? "none" : crypto::toHex(summary.served_sha256).substr(0, 12)),
+            ", the client holds " +
+            (none ? "none" : crypto::toHex(summary.served_sha256).substr(0, 12)),
         now);
   c.served_sha.reset();
   p.summary.served_samples = 0;

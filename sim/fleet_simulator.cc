@@ -69,11 +69,11 @@ struct EncodedChunk {
 };
 
 struct TrainOutcome {
-  client::TrainResult result;  // delta released once encoded
+  client::TrainResult result;        // delta released once encoded
   std::vector<float> control_delta;  // SCAFFOLD's Dc_k, applied when the summary is sent
   std::vector<EncodedChunk> chunks;
-  double wall_seconds = 0;    // training
-  double encode_seconds = 0;  // compressing the chunks
+  double wall_seconds = 0;                          // training
+  double encode_seconds = 0;                        // compressing the chunks
   std::optional<Result<model::EvalResult>> served;  // the served model on the held-out data
 };
 
@@ -486,9 +486,8 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     }
     ck = &it->second;
   }
-  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual,
-                            chunk_bytes, task_seed, server_c, ck,
-                            served]() -> Result<TrainOutcome> {
+  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual, chunk_bytes,
+                            task_seed, server_c, ck, served]() -> Result<TrainOutcome> {
     FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
     const auto t0 = std::chrono::steady_clock::now();
     FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));

@@ -97,9 +97,7 @@ std::string optionalFixed(const std::optional<double>& v, int decimals) {
 }
 
 // A fraction as a percentage with two decimals ("-" when absent).
-std::string percent(const std::optional<double>& v) {
-  return v ? fixed(*v * 100.0, 2) + "%" : "-";
-}
+std::string percent(const std::optional<double>& v) { return v ? fixed(*v * 100.0, 2) + "%" : "-"; }
 
 // An update's served-model field: `v`, or null when the task named no served model.
 Value served(const UpdateRecord& r, Value v) {

@@ -23,6 +23,8 @@ TEST(FleetData, ABlockClientHoldsTheSamplesARealClientLoads) {
   c.blocks.count = 3;
   c.blocks.rounds_per_block = 1;
   c.blocks.skew = 0.7;
+  c.blocks.validation_samples = 40;  // the server's per-block sets come from those 500
+  c.blocks.test_samples = 80;
   ASSERT_TRUE(c.validate().isOk());
   auto train = data::loadFashionMnist(data::defaultFashionMnistDir(), true, c.data.train_subset);
   if (!train.isOk()) GTEST_SKIP() << "Fashion-MNIST not installed: " << train.status().toString();

@@ -310,16 +310,19 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
 
 // A version-4 file gets the served-model columns on `updates`; its rows read as "no served model".
 TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
+  auto completed = [](uint32_t round, const std::string& client) {
+    UpdateRecord u;
+    u.run_id = 1;
+    u.round = round;
+    u.client_id = client;
+    u.status = "completed";
+    return u;
+  };
   {
     auto store = open();
     ASSERT_TRUE(store);
     ASSERT_TRUE(store->beginRun({0, "r", "{}", 1.0, 7}).isOk());
-    UpdateRecord u;
-    u.run_id = 1;
-    u.round = 0;
-    u.client_id = "c0";
-    u.status = "completed";
-    ASSERT_TRUE(store->commitRound(someRound(1, 0), {u}, std::nullopt).isOk());
+    ASSERT_TRUE(store->commitRound(someRound(1, 0), {completed(0, "c0")}, std::nullopt).isOk());
   }
   {
     sqlite3* db = nullptr;
@@ -338,11 +341,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
   auto store = open();
   ASSERT_TRUE(store);
   EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
-  UpdateRecord u;
-  u.run_id = 1;
-  u.round = 1;
-  u.client_id = "c1";
-  u.status = "completed";
+  UpdateRecord u = completed(1, "c1");
   u.served_block = 1;
   u.served_model = "chain";
   u.served_version = 9;
