@@ -77,9 +77,13 @@ uint32_t BlockSchedule::blockAt(uint32_t round, double now) const {
   return static_cast<uint32_t>(m < 0 ? m + options_.count : m);
 }
 
-bool BlockSchedule::endsAfter(uint32_t round, uint32_t block, double now) const {
-  if (byRounds()) return round % options_.rounds_per_block == 0;
-  return blockAt(round + 1, now) != block;
+int64_t BlockSchedule::visitAt(uint32_t round, double now) const {
+  if (byRounds()) return (std::max(round, 1u) - 1) / options_.rounds_per_block;
+  return static_cast<int64_t>(std::floor((now - options_.anchor_s) / options_.block_s));
+}
+
+bool BlockSchedule::endsAfter(uint32_t round, int64_t visit, double now) const {
+  return visitAt(round + 1, now) != visit;
 }
 
 std::optional<double> BlockSchedule::nextBoundary(double now) const {

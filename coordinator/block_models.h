@@ -52,10 +52,14 @@ class BlockSchedule {
 
   // The block of round `round` (1-based) when it starts at `now`.
   uint32_t blockAt(uint32_t round, double now) const;
-  // Whether the visit to `block`, in which round `round` trained, is over once that round has
-  // ended at `now`: by rounds, after the R-th round of the visit; by clock, when `now` is past
-  // the visit's window.
-  bool endsAfter(uint32_t round, uint32_t block, double now) const;
+  // The ordinal of the visit that round `round` starting at `now` belongs to: (round - 1) / R
+  // by rounds, floor((now - anchor_s) / block_s) by clock. Consecutive visits differ even when
+  // they are to the same block (M = 1), which the block number alone cannot tell.
+  int64_t visitAt(uint32_t round, double now) const;
+  // Whether visit `visit` (from visitAt), in which round `round` trained, is over once that
+  // round has ended at `now`: by rounds, after the R-th round of the visit; by clock, when `now`
+  // is past the visit's window.
+  bool endsAfter(uint32_t round, int64_t visit, double now) const;
   // Clock schedule: the first block boundary after `now`; std::nullopt when scheduled by rounds.
   std::optional<double> nextBoundary(double now) const;
   // Whether data partition `partition` is available in `block`: its home block (partition mod M)

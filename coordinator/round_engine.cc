@@ -189,6 +189,8 @@ Status RoundEngine::loadState(std::string_view blob) {
     *block_models_ = std::move(*blocks);
     block_ = block;
     block_first_round_ = block_first_round;
+    block_visit_ = block_schedule_->byRounds() ? block_schedule_->visitAt(block_first_round, 0)
+                                               : INT64_MIN;
     ++served_epoch_;
   }
   return Status::ok();
@@ -1271,10 +1273,9 @@ void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
 
 void RoundEngine::prepareBlockRound(uint32_t round, double now) {
   const uint32_t m = block_schedule_->blockAt(round, now);
-  const uint32_t per_block = block_schedule_->options().rounds_per_block;
-  const bool new_visit =
-      m != block_ ||
-      (block_schedule_->byRounds() && (round - 1) % per_block == 0 && round != block_first_round_);
+  const int64_t visit = block_schedule_->visitAt(round, now);
+  const bool new_visit = m != block_ || (block_visit_ != INT64_MIN && visit != block_visit_);
+  block_visit_ = visit;
   if (new_visit) {
     block_ = m;
     block_first_round_ = round;
@@ -1313,7 +1314,7 @@ bool RoundEngine::applyRoundStep(uint32_t completed) {
 void RoundEngine::endBlockRound(bool last, double now) {
   round_chain_ = -1;
   const uint32_t m = block_;
-  if (!last && !block_schedule_->endsAfter(round_, m, now)) return;
+  if (!last && !block_schedule_->endsAfter(round_, block_visit_, now)) return;
   block_models_->endVisit(m, params_);
   EvaluateBlocks ev;
   ev.round = round_;

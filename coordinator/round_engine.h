@@ -539,6 +539,8 @@ class RoundEngine {
   std::unique_ptr<BlockModels> block_models_;
   uint32_t block_ = UINT32_MAX;     // block of the current visit (UINT32_MAX: none yet)
   uint32_t block_first_round_ = 0;  // first round of the current visit
+  int64_t block_visit_ = INT64_MIN;  // BlockSchedule::visitAt of the current visit (INT64_MIN:
+                                     // unknown, after a restore on a clock schedule)
   int32_t round_chain_ = -1;        // multichain: the block chain this round trains (-1: x)
   std::shared_ptr<const std::string> chain_bytes_;  // that chain as sent in tasks (shared)
   wire::Sha256 chain_sha_{};

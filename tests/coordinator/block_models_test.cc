@@ -13,8 +13,11 @@ TEST(BlockSchedule, ByRoundsCyclesThroughTheBlocks) {
   // Rounds 1,2 -> block 0; 3,4 -> 1; 5,6 -> 2; 7 -> 0 again.
   const uint32_t want[] = {0, 0, 1, 1, 2, 2, 0, 0};
   for (uint32_t r = 1; r <= 8; ++r) EXPECT_EQ(s.blockAt(r, 1e9), want[r - 1]) << "round " << r;
+  const int64_t visits[] = {0, 0, 1, 1, 2, 2, 3, 3};
+  for (uint32_t r = 1; r <= 8; ++r) EXPECT_EQ(s.visitAt(r, 1e9), visits[r - 1]) << "round " << r;
   EXPECT_FALSE(s.endsAfter(1, 0, 0));
   EXPECT_TRUE(s.endsAfter(2, 0, 0));
+  EXPECT_FALSE(s.endsAfter(5, 2, 0));
   EXPECT_TRUE(s.endsAfter(6, 2, 0));
   EXPECT_FALSE(s.nextBoundary(5).has_value());
 }
@@ -31,6 +34,8 @@ TEST(BlockSchedule, ByClockUsesTheAnchor) {
   EXPECT_EQ(s.blockAt(1, 135), 3u);
   EXPECT_EQ(s.blockAt(1, 140), 0u);
   EXPECT_EQ(s.blockAt(1, 95), 3u);  // before the anchor: the cycle runs backwards too
+  EXPECT_EQ(s.visitAt(7, 115), 1);
+  EXPECT_EQ(s.visitAt(7, 95), -1);
   EXPECT_FALSE(s.endsAfter(7, 1, 119));
   EXPECT_TRUE(s.endsAfter(7, 1, 120.5));
   EXPECT_DOUBLE_EQ(*s.nextBoundary(113), 120);
@@ -47,7 +52,11 @@ TEST(BlockSchedule, OneBlockOnAClockIsAlwaysBlockZero) {
     EXPECT_EQ(s.blockAt(1, t), 0u) << "t = " << t;
     EXPECT_EQ(s.blockAt(1000, t), 0u) << "t = " << t;
   }
-  // The boundaries still come every block_s after the anchor, and every partition is in it.
+  // The visits still change every block_s after the anchor, and every partition is in it.
+  EXPECT_EQ(s.visitAt(1, 12.999), 0);
+  EXPECT_EQ(s.visitAt(1, 13.0), 1);
+  EXPECT_FALSE(s.endsAfter(4, 0, 12.5));
+  EXPECT_TRUE(s.endsAfter(4, 0, 13.5));
   EXPECT_DOUBLE_EQ(*s.nextBoundary(3), 13);
   EXPECT_DOUBLE_EQ(*s.nextBoundary(14), 23);
   for (uint32_t p = 0; p < 5; ++p) EXPECT_TRUE(s.available(p, 0)) << "partition " << p;

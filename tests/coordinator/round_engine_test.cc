@@ -1359,6 +1359,26 @@ TEST(RoundEngineBlocks, AClockScheduleFollowsTheEngineTime) {
   EXPECT_EQ(run.f.engine->blockModels()->average(1), (std::vector<float>{2, 1}));
 }
 
+TEST(RoundEngineBlocks, OneBlockOnAClockStillEndsAVisitAtEachBoundary) {
+  // M = 1, windows of 10 s: the block number never changes, but the visit does. Rounds end at
+  // t = 5, 12, 14, 25: the visit of [0, 10) ends after round 2, that of [10, 20) after round 4
+  // (the last), so the running average is the mean of x after round 2 and after round 4.
+  EngineOptions o = blockOptions(1, 4, 1, 0, BlockMode::kPluralistic);
+  o.blocks.block_s = 10;
+  BlockRun run(o, {0, 0}, 1);
+  for (double t : {5.0, 12.0, 14.0, 25.0}) ASSERT_EQ(run.round({1, 0}, t).size(), 1u) << t;
+  run.take();
+  ASSERT_EQ(run.asked.size(), 2u);
+  EXPECT_EQ(run.asked[0].round, 2u);
+  EXPECT_EQ(run.asked[1].round, 4u);
+  EXPECT_EQ(run.f.engine->blockModels()->visits(0), 2u);
+  EXPECT_EQ(run.f.engine->blockModels()->average(0), (std::vector<float>{3, 0}));
+  int started = 0;
+  for (const auto& e : actionsOf<RecordEvent>(run.f.log))
+    started += e.event.kind == "block_started";
+  EXPECT_EQ(started, 2);
+}
+
 TEST(RoundEngineBlocks, TheRunEndsOnlyAfterTheLastBlockReport) {
   BlockRun run(blockOptions(1, 2, 2, 1, BlockMode::kPluralistic), {0, 0}, 2);
   run.answer_blocks = false;
