@@ -446,6 +446,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   compress::ErrorFeedback* residual =
       compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
   const size_t chunk_bytes = task.chunk_bytes;
+  const compress::CodecSpec codec_spec = *spec;
   const uint64_t task_seed = task.hparams.seed;
   // SCAFFOLD: the server's c from the task, and this virtual client's c_k (read by the job,
   // updated on the loop thread when the summary is sent, as a real client does).
@@ -459,7 +460,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     }
     ck = &it->second;
   }
-  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual,
+  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, codec_spec, residual,
                             chunk_bytes, task_seed, server_c, ck]() -> Result<TrainOutcome> {
     FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
     const auto t0 = std::chrono::steady_clock::now();
@@ -482,7 +483,8 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     // Compress as a client does: the same chunks and per-chunk seeds (client/upload_pipeline.h);
     // the bytes decide the upload time.
     const std::vector<float> delta = client::takeUpload(out.result);
-    const auto plan = client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr);
+    const auto plan =
+        client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr, codec_spec);
     for (size_t j = 0; j < plan.size(); ++j) {
       EncodedChunk c;
       c.offset = plan[j].offset;
