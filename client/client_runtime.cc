@@ -309,7 +309,7 @@ void ZmqClient::train(Job& job) {
         result->delta = takeUpload(*result);  // D_k, then Dc_k
       }
       job.plan = planUploadChunks(layout.total == n ? layout : flatLayout(n), t.chunk_bytes,
-                                  t.hparams.scaffold);
+                                  t.hparams.scaffold, job.codec->spec());
     }
     if (!job.served_params.empty() && !job.stop.load()) {
       // The served model on the held-out data (once per served model: the loop thread keeps
@@ -507,8 +507,9 @@ void ZmqClient::startUpload() {
   Upload& u = *uploads_.front();
   const size_t n = u.result.delta.size();
   // The residual belongs to one codec and model size: another one of either starts afresh
-  // (whether or not the new codec uses error feedback).
-  const std::string key = compress::toString(u.codec->spec());
+  // (whether or not the new codec uses error feedback). A new topk ratio (the warm-up's
+  // per-round codec) keeps it (compress::residualKey).
+  const std::string key = compress::residualKey(u.codec->spec());
   if (residual_ && (residual_->size() != n || residual_codec_ != key)) {
     spdlog::info("client {}: error-feedback residual dropped ({} -> {}, {} -> {} elements)",
                  options_.client_id, residual_codec_, key, residual_->size(), n);

@@ -32,7 +32,8 @@ bool allFinite(const std::vector<float>& x) {
 
 }  // namespace
 
-std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes) {
+std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes,
+                                   bool per_tensor) {
   const uint64_t max_elems = std::min<uint64_t>(std::max<size_t>(1, chunk_bytes / sizeof(float)),
                                                 compress::kMaxPayloadElements);
   std::vector<ChunkRange> plan;
@@ -57,7 +58,7 @@ std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_byt
       }
       continue;
     }
-    if (group && group->elements + numel > max_elems) flush();
+    if (group && (per_tensor || group->elements + numel > max_elems)) flush();
     if (!group) group = ChunkRange{static_cast<uint32_t>(i), t.offset, 0};
     group->elements += numel;
   }
@@ -74,8 +75,8 @@ model::Layout flatLayout(size_t n) {
 }
 
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
-                                         bool scaffold) {
-  std::vector<ChunkRange> plan = planChunks(layout, chunk_bytes);
+                                         bool scaffold, const compress::CodecSpec& codec) {
+  std::vector<ChunkRange> plan = planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec));
   if (!scaffold) return plan;
   const size_t half = plan.size();
   const auto tensors = static_cast<uint32_t>(layout.tensors.size());

@@ -7,7 +7,8 @@
 // smaller for every codec but none). A tensor larger than that is split into the fewest pieces
 // that fit, of equal size (the first numel % pieces one element longer), so the last piece is
 // not a sliver; consecutive smaller tensors are grouped whole into one chunk while the group
-// fits. A chunk is therefore either a run of whole tensors or one piece of one tensor, never
+// fits, unless grouping is off (per_tensor: every tensor in chunks of its own, as a top-k
+// upload is cut so that each tensor gets its share of the kept elements). A chunk is therefore either a run of whole tensors or one piece of one tensor, never
 // straddles a tensor boundary in part, and the chunks cover [0, total) with contiguous,
 // increasing offsets. Empty tensors are skipped (a chunk's tensor_index is the tensor holding
 // its first element). An empty model gives one chunk of 0 elements (the upload still has a
@@ -59,18 +60,19 @@ struct ChunkRange {
 
 // The chunks of a delta laid out as `layout`, by the rule above. chunk_bytes == 0 counts as 4
 // (one element a chunk).
-std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes);
+std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes,
+                                   bool per_tensor = false);
 
 // A layout of one tensor of n elements, for a delta whose model layout is unknown.
 model::Layout flatLayout(size_t n);
 
-// The chunks of an update of a model laid out as `layout` (wire::Task): planChunks(layout,
-// chunk_bytes) for a delta alone; for a SCAFFOLD update (the delta, then the control delta: 2 *
+// The chunks of an update of a model laid out as `layout` (wire::Task) for the task's codec:
+// planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec)) for a delta alone; for a SCAFFOLD update (the delta, then the control delta: 2 *
 // layout.total values) those chunks, then the same again shifted by layout.total elements and
 // by layout.tensors.size() tensors, so both halves are cut alike and no chunk holds values of
 // both.
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
-                                         bool scaffold);
+                                         bool scaffold, const compress::CodecSpec& codec = {});
 
 // The codec seed of chunk `index` of an upload whose task carries `task_seed` (a SplitMix64
 // mix of the two, so neighbouring seeds and indices give unrelated streams).

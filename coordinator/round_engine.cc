@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "common/check.h"
+#include "common/compress/codec_spec.h"
 #include "common/compress/payload.h"
 #include "common/crypto/sha256.h"
 #include "kernels/accumulate.h"
@@ -551,6 +552,11 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (!options_.slow_link_codec.empty() && c.uplink_bytes_per_s > 0 &&
       c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps) {
     task.codec = options_.slow_link_codec;
+  }
+  // The codec of this round: topk's sparsity warm-up asks for denser updates in the first
+  // rounds (compress::codecForRound).
+  if (auto spec = compress::parseCodecSpec(task.codec); spec.isOk()) {
+    task.codec = compress::toString(compress::codecForRound(*spec, round_));
   }
   if (options_.adaptive_steps && c.steps_per_s > 0 && c.overhead_s >= 0) {
     // Work sized to finish at adaptive_target of the deadline, never above the configured

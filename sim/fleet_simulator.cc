@@ -472,6 +472,7 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
   compress::ErrorFeedback* residual =
       compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
   const size_t chunk_bytes = task.chunk_bytes;
+  const compress::CodecSpec codec_spec = *spec;
   const uint64_t task_seed = task.hparams.seed;
   std::shared_ptr<const std::vector<float>> served = servedToEvaluate(st, start);
   // SCAFFOLD: the server's c from the task, and this virtual client's c_k (read by the job,
@@ -486,8 +487,8 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     }
     ck = &it->second;
   }
-  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, residual, chunk_bytes,
-                            task_seed, server_c, ck, served]() -> Result<TrainOutcome> {
+  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, codec_spec, residual,
+                            chunk_bytes, task_seed, server_c, ck, served]() -> Result<TrainOutcome> {
     FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
     const auto t0 = std::chrono::steady_clock::now();
     FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
@@ -509,7 +510,8 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     // Compress as a client does: the same chunks and per-chunk seeds (client/upload_pipeline.h);
     // the bytes decide the upload time.
     const std::vector<float> delta = client::takeUpload(out.result);
-    const auto plan = client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr);
+    const auto plan =
+        client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr, codec_spec);
     for (size_t j = 0; j < plan.size(); ++j) {
       EncodedChunk c;
       c.offset = plan[j].offset;

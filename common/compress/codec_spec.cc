@@ -1,5 +1,6 @@
 #include "common/compress/codec_spec.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string_view>
@@ -50,6 +51,25 @@ bool isBiased(const CodecSpec& spec) { return spec.name == "topk" || spec.name =
 
 bool usesErrorFeedback(const CodecSpec& spec) { return isBiased(spec) && spec.error_feedback; }
 
+CodecSpec codecForRound(const CodecSpec& spec, uint64_t round) {
+  if (spec.name != "topk" || spec.warmup == 0) return spec;
+  CodecSpec out = spec;
+  out.warmup = 0;
+  if (round >= 1 && round <= spec.warmup) {
+    out.ratio = std::min(1.0, std::ldexp(spec.ratio, static_cast<int>(spec.warmup - round + 1)));
+  }
+  return out;
+}
+
+std::string residualKey(const CodecSpec& spec) {
+  CodecSpec s = spec;
+  s.ratio = CodecSpec().ratio;
+  s.warmup = CodecSpec().warmup;
+  return toString(s);
+}
+
+bool selectsPerTensor(const CodecSpec& spec) { return spec.name == "topk"; }
+
 Status validate(const CodecSpec& spec) {
   const std::string& n = spec.name;
   if (n != "none" && n != "fp16" && n != "bf16" && n != "qsgd" && n != "topk" && n != "sign") {
@@ -65,6 +85,10 @@ Status validate(const CodecSpec& spec) {
   }
   if (n == "topk" && !(spec.ratio > 0.0 && spec.ratio <= 1.0)) {
     return invalidArgument("topk ratio must be in (0, 1], not " + shortest(spec.ratio));
+  }
+  if (n == "topk" && spec.warmup > kMaxWarmup) {
+    return invalidArgument("topk warmup must be in [0, " + std::to_string(kMaxWarmup) +
+                           "], not " + std::to_string(spec.warmup));
   }
   return Status::ok();
 }
@@ -91,7 +115,7 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
       return bad(text, "topk ratio \"" + std::string(head[1]) + "\" is not a number in (0, 1]");
     }
   }
-  bool seen_bucket = false, seen_ef = false;
+  bool seen_bucket = false, seen_ef = false, seen_warmup = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
     if (eq == std::string_view::npos) {
@@ -121,8 +145,17 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
       } else {
         return bad(text, "ef must be on or off, not \"" + std::string(value) + "\"");
       }
+    } else if (key == "warmup") {
+      if (spec.name != "topk") return bad(text, "warmup applies to topk only");
+      if (seen_warmup) return bad(text, "warmup given twice");
+      seen_warmup = true;
+      if (!parseUint32(value, &spec.warmup) || spec.warmup > kMaxWarmup) {
+        return bad(text, "warmup \"" + std::string(value) + "\" is not a whole number in [0, " +
+                             std::to_string(kMaxWarmup) + "]");
+      }
     } else {
-      return bad(text, "unknown option \"" + std::string(key) + "\" (expected bucket or ef)");
+      return bad(text, "unknown option \"" + std::string(key) +
+                           "\" (expected bucket, ef or warmup)");
     }
   }
   return spec;
@@ -140,6 +173,9 @@ std::string toString(const CodecSpec& spec) {
     s += ",bucket=" + std::to_string(spec.bucket);
   }
   if (isBiased(spec) && !spec.error_feedback) s += ",ef=off";
+  if (spec.name == "topk" && spec.warmup != CodecSpec().warmup) {
+    s += ",warmup=" + std::to_string(spec.warmup);
+  }
   return s;
 }
 

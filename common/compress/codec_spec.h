@@ -6,12 +6,14 @@
 //   none | fp32       32-bit floats, lossless
 //   fp16 | bf16       16-bit floats, round to nearest even
 //   qsgd8 | qsgd4     QSGD, 127 or 7 levels per sign, in buckets; key bucket=N
-//   topk[:ratio]      top-k by magnitude, k = ratio * n (default 0.01); key ef=on|off
+//   topk[:ratio]      top-k by magnitude, k = ratio * n (default 0.01); keys ef=on|off,
+//                     warmup=N (sparsity warm-up rounds, default 0: off; see codecForRound)
 //   sign              scaled sign, 1 bit a value, a scale per bucket; keys bucket=N, ef=on|off
 //
-// e.g. "none", "fp16", "qsgd8", "qsgd4,bucket=256", "topk:0.01", "topk:0.001,ef=off", "sign".
-// bucket is a multiple of 8 in [8, 2^24] (default 512); ratio is in (0, 1]. ef (error feedback,
-// default on) applies to the biased codecs only: it is refused for the others.
+// e.g. "none", "fp16", "qsgd8", "qsgd4,bucket=256", "topk:0.01", "topk:0.001,ef=off",
+// "topk:0.01,warmup=4", "sign". bucket is a multiple of 8 in [8, 2^24] (default 512); ratio is
+// in (0, 1]; warmup is in [0, kMaxWarmup]. ef (error feedback, default on) applies to the biased
+// codecs only: it is refused for the others.
 // toString writes the canonical text (defaults left out), and parseCodecSpec(toString(s)) == s
 // for every valid spec.
 #pragma once
@@ -29,12 +31,16 @@ struct CodecSpec {
   uint32_t bucket = 512;       // qsgd and sign: elements per scale
   double ratio = 0.01;         // topk: fraction of the elements kept
   bool error_feedback = true;  // topk and sign: keep a residual per client (ErrorFeedback)
+  uint32_t warmup = 0;         // topk: rounds of sparsity warm-up (codecForRound); 0: off
 
   bool operator==(const CodecSpec&) const = default;
 };
 
 // Largest bucket a spec may name (and a payload may carry).
 constexpr uint32_t kMaxBucket = 1u << 24;
+
+// Most warm-up rounds a topk spec may name.
+constexpr uint32_t kMaxWarmup = 16;
 
 // Parses the text above. INVALID_ARGUMENT, naming the problem and the valid choices, for an
 // unknown name, a bad or out-of-range number, an unknown or repeated key, or a key that does
@@ -54,5 +60,25 @@ bool isBiased(const CodecSpec& spec);
 // True when the sender should keep an ErrorFeedback residual: a biased codec with
 // error_feedback on.
 bool usesErrorFeedback(const CodecSpec& spec);
+
+// Sparsity warm-up (Deep Gradient Compression, Lin et al. 2018): the codec the coordinator asks
+// for in round `round` (1-based) of a run configured with `spec`. For topk with warmup = W > 0,
+// round r <= W keeps ratio * 2^(W - r + 1) of the elements (capped at 1): with W = 4, 16x, 8x,
+// 4x and 2x the configured ratio, then the ratio itself from round W + 1 on. The result is a
+// concrete per-round spec (warmup = 0, so a client applies it as it is). Other codecs, and topk
+// with warmup = 0, are returned unchanged. The denser early rounds cost bytes: with W = 4 about
+// 26 configured rounds' worth extra in all. Off by default: on the codecs_accuracy benchmark it
+// did not buy accuracy (docs/BENCHMARKS.md).
+CodecSpec codecForRound(const CodecSpec& spec, uint64_t round);
+
+// What an error-feedback residual belongs to: the spec's text without the parameters that do
+// not change what the residual means (topk's ratio and warmup), so a client keeps its residual
+// when the coordinator only changes the ratio from one round to the next.
+std::string residualKey(const CodecSpec& spec);
+
+// True when the codec selects elements (topk): its upload is then cut one tensor a chunk (see
+// client::planChunks), so the selection is per tensor and no small tensor (a bias) competes
+// with a larger one for the k slots of a shared chunk.
+bool selectsPerTensor(const CodecSpec& spec);
 
 }  // namespace fedfleet::compress

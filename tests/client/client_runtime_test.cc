@@ -307,8 +307,9 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ClientRuntimeCodecTest,
                          ::testing::Values("none", "qsgd8", "topk:0.05"));
 
 // Error feedback in the client process: the residual of one top-k upload is carried into the
-// next, and dropped when a task asks for another codec. The test replays the client's
-// ErrorFeedback on the deltas it must have computed and expects the same bytes, chunk by chunk.
+// next, also when the next asks for another ratio (the warm-up's per-round codec), and dropped
+// when a task asks for another codec. The test replays the client's ErrorFeedback on the deltas
+// it must have computed and expects the same bytes, chunk by chunk.
 TEST_F(ClientRuntimeTest, ErrorFeedbackResidualIsCarriedAcrossTasksAndDroppedOnACodecChange) {
   startClient({});
   const auto spec = compress::parseCodecSpec("topk:0.02");
@@ -316,17 +317,22 @@ TEST_F(ClientRuntimeTest, ErrorFeedbackResidualIsCarriedAcrossTasksAndDroppedOnA
   auto codec = compress::makeCodec(*spec);
   ASSERT_TRUE(codec.isOk());
   compress::ErrorFeedback replay(kLogregParams);
-  const std::vector<std::string> codecs = {"topk:0.02", "topk:0.02", "qsgd8", "topk:0.02"};
+  const std::vector<std::string> codecs = {"topk:0.08", "topk:0.02", "qsgd8",
+                                           "topk:0.02"};
   for (uint64_t token = 1; token <= codecs.size(); ++token) {
     SCOPED_TRACE("task " + std::to_string(token) + " " + codecs[token - 1]);
     const wire::Task t = task(token, codecs[token - 1], 8 << 10);
     send(t);
     const Upload u = collect(token);
     ASSERT_TRUE(u.summary);
-    if (codecs[token - 1] != "topk:0.02") {
+    const auto task_spec = compress::parseCodecSpec(codecs[token - 1]);
+    ASSERT_TRUE(task_spec.isOk());
+    if (task_spec->name != "topk") {
       replay.reset();  // what the client must do when the codec changes
       continue;
     }
+    codec = compress::makeCodec(*task_spec);
+    ASSERT_TRUE(codec.isOk());
     const std::vector<float> delta = expectedDelta(t);
     ASSERT_EQ(delta.size(), kLogregParams);
     for (size_t i = 0; i < u.chunks.size(); ++i) {

@@ -175,6 +175,38 @@ TEST(ChunkPlanRule, SplitsLargeTensorsEvenlyAndGroupsSmallOnes) {
   EXPECT_EQ(planChunks(flatLayout(10), 1 << 20), (std::vector<ChunkRange>{{0, 0, 10}}));
 }
 
+// Top-k uploads: every tensor in chunks of its own (large ones still split), so each tensor is
+// selected from alone; other codecs group as before.
+TEST(ChunkPlanRule, TopkUploadsCutOneTensorAChunk) {
+  const model::Layout cnn = layoutOf({800, 32, 51200, 64, 1605632, 512, 5120, 10});
+  const auto topk = compress::parseCodecSpec("topk:0.01").value();
+  const auto plan = planUploadChunks(cnn, 1 << 20, false, topk);
+  EXPECT_EQ(plan, planChunks(cnn, 1 << 20, true));
+  ASSERT_EQ(plan.size(), 14u);
+  EXPECT_EQ(plan[0], (ChunkRange{0, 0, 800}));
+  EXPECT_EQ(plan[1], (ChunkRange{1, 800, 32}));
+  EXPECT_EQ(plan[2], (ChunkRange{2, 832, 51200}));
+  EXPECT_EQ(plan[3], (ChunkRange{3, 52032, 64}));
+  for (size_t p = 0; p < 7; ++p) {
+    EXPECT_EQ(plan[4 + p], (ChunkRange{4, 52096 + p * 229376, 229376})) << p;
+  }
+  EXPECT_EQ(plan[11], (ChunkRange{5, 1657728, 512}));
+  EXPECT_EQ(plan[12], (ChunkRange{6, 1658240, 5120}));
+  EXPECT_EQ(plan[13], (ChunkRange{7, 1663360, 10}));
+  // Empty tensors are still skipped; other codecs group.
+  EXPECT_EQ(planChunks(layoutOf({5, 0, 7}), 1 << 20, true),
+            (std::vector<ChunkRange>{{0, 0, 5}, {2, 5, 7}}));
+  for (const char* other : {"none", "qsgd8", "sign"}) {
+    EXPECT_EQ(planUploadChunks(cnn, 1 << 20, false, compress::parseCodecSpec(other).value()),
+              planChunks(cnn, 1 << 20))
+        << other;
+  }
+  // SCAFFOLD: both halves cut alike.
+  const auto twice = planUploadChunks(cnn, 1 << 20, true, topk);
+  ASSERT_EQ(twice.size(), 28u);
+  EXPECT_EQ(twice[14], (ChunkRange{8, 1663370, 800}));
+}
+
 // A SCAFFOLD update (delta, then control delta): the delta's plan, then the same ranges again
 // P elements and T tensors on; no chunk holds values of both halves, even where planChunks over
 // one 2P-long layout would group the last tensors of the delta with the first of the control.

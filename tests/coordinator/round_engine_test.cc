@@ -689,7 +689,7 @@ TEST(RoundEngine, SummaryWeightMustMatchTheChunks) {
 TEST(RoundEngine, SlowLinksGetTheSlowLinkCodec) {
   EngineOptions o = baseOptions(2, 2, 1);
   o.codec = "fp16";
-  o.slow_link_codec = "topk:0.01";
+  o.slow_link_codec = "topk:0.01,warmup=4";
   o.slow_link_mbps = 10;
   Fixture f(o, {0, 0});
   f.engine->start(0);
@@ -714,7 +714,36 @@ TEST(RoundEngine, SlowLinksGetTheSlowLinkCodec) {
   for (auto& t : actionsOf<SendTask>(f.take())) codec[t.client] = t.task.codec;
   ASSERT_EQ(codec.size(), 2u);
   EXPECT_EQ(codec["a"], "fp16");
-  EXPECT_EQ(codec["b"], "topk:0.01");
+  EXPECT_EQ(codec["b"], "topk:0.08");  // round 2 of topk's warm-up: 8x the ratio
+}
+
+// Top-k's sparsity warm-up: the coordinator asks for 16x, 8x, 4x, 2x the configured ratio in
+// rounds 1 to 4, then the ratio; without warmup the ratio from the start.
+TEST(RoundEngine, TopkTasksFollowTheWarmupSchedule) {
+  for (const auto& [configured, want] :
+       {std::pair<std::string, std::vector<std::string>>{
+            "topk:0.01,warmup=4",
+            {"topk:0.16", "topk:0.08", "topk:0.04", "topk:0.02", "topk:0.01", "topk:0.01"}},
+        {"topk:0.01", std::vector<std::string>(6, "topk:0.01")}}) {
+    EngineOptions o = baseOptions(1, 1, 1);
+    o.rounds = 6;
+    o.codec = configured;
+    Fixture f(o, {0, 0});
+    f.engine->start(0);
+    f.engine->onHello("a", hello("a"), 0);
+    for (size_t r = 0; r < want.size(); ++r) {
+      const auto tasks = actionsOf<SendTask>(f.take());
+      ASSERT_EQ(tasks.size(), 1u) << configured << " round " << r + 1;
+      EXPECT_EQ(tasks[0].task.codec, want[r]) << configured << " round " << r + 1;
+      const double t = static_cast<double>(r + 1);
+      f.engine->onChunk("a", chunkOf(tasks[0].task.task_token, 0, {1, 1}, true, 5), 100, t);
+      wire::Summary s;
+      s.task_token = tasks[0].task.task_token;
+      s.n_samples = 5;
+      s.steps = 3;
+      f.engine->onSummary("a", s, 100, t);
+    }
+  }
 }
 
 

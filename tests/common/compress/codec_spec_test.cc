@@ -138,5 +138,62 @@ TEST(CodecSpec, BiasAndErrorFeedback) {
   EXPECT_FALSE(usesErrorFeedback(parsed("none")));  // error_feedback is true, but unbiased
 }
 
+TEST(CodecSpec, WarmupParsesAndRoundTrips) {
+  EXPECT_EQ(parsed("topk").warmup, 0u);
+  EXPECT_EQ(parsed("topk:0.01,warmup=4").warmup, 4u);
+  EXPECT_EQ(parsed("topk:0.01,ef=off,warmup=16").warmup, 16u);
+  EXPECT_EQ(toString(parsed("topk:0.01,warmup=0")), "topk:0.01");  // the default is left out
+  EXPECT_EQ(toString(parsed("topk:0.01,warmup=2")), "topk:0.01,warmup=2");
+  EXPECT_EQ(toString(parsed("topk:0.01,warmup=2,ef=off")), "topk:0.01,ef=off,warmup=2");
+  for (const char* bad : {"qsgd8,warmup=1", "sign,warmup=1"}) {
+    EXPECT_THAT(parseCodecSpec(bad).status().message(), HasSubstr("warmup applies to topk only"))
+        << bad;
+  }
+  EXPECT_THAT(parseCodecSpec("topk,warmup=17").status().message(), HasSubstr("[0, 16]"));
+  EXPECT_THAT(parseCodecSpec("topk,warmup=-1").status().message(), HasSubstr("whole number"));
+  EXPECT_THAT(parseCodecSpec("topk,warmup=2,warmup=3").status().message(), HasSubstr("twice"));
+  CodecSpec s = parsed("topk");
+  s.warmup = 17;
+  EXPECT_THAT(validate(s).message(), HasSubstr("warmup"));
+}
+
+// DGC's warm-up: rounds 1..W keep 2^(W - r + 1) x the ratio (capped at 1), then the ratio.
+TEST(CodecSpec, CodecForRoundWarmsUpTopk) {
+  const CodecSpec topk = parsed("topk:0.01,warmup=4");
+  const double want[] = {0.16, 0.08, 0.04, 0.02, 0.01, 0.01};
+  for (uint64_t r = 1; r <= 6; ++r) {
+    const CodecSpec s = codecForRound(topk, r);
+    EXPECT_DOUBLE_EQ(s.ratio, want[r - 1]) << r;
+    EXPECT_EQ(s.warmup, 0u) << r;  // a concrete per-round codec
+    EXPECT_TRUE(s.error_feedback);
+  }
+  EXPECT_EQ(toString(codecForRound(topk, 1)), "topk:0.16");
+  EXPECT_EQ(toString(codecForRound(topk, 5)), "topk:0.01");
+  // Capped at every element: 0.1 x 16 > 1; then 0.8, 0.4, 0.2.
+  const CodecSpec dense = parsed("topk:0.1,warmup=4");
+  EXPECT_DOUBLE_EQ(codecForRound(dense, 1).ratio, 1.0);
+  EXPECT_DOUBLE_EQ(codecForRound(dense, 2).ratio, 0.8);
+  EXPECT_DOUBLE_EQ(codecForRound(dense, 3).ratio, 0.4);
+  EXPECT_DOUBLE_EQ(codecForRound(parsed("topk:0.01,warmup=2"), 1).ratio, 0.04);
+  EXPECT_DOUBLE_EQ(codecForRound(parsed("topk:0.01,warmup=2"), 3).ratio, 0.01);
+  // Off, and the other codecs: unchanged.
+  EXPECT_EQ(codecForRound(parsed("topk:0.01"), 1), parsed("topk:0.01"));
+  EXPECT_EQ(codecForRound(parsed("qsgd8"), 1), parsed("qsgd8"));
+  EXPECT_EQ(codecForRound(parsed("sign"), 1), parsed("sign"));
+  // The round-0 spec (no round yet) is the configured ratio.
+  EXPECT_DOUBLE_EQ(codecForRound(topk, 0).ratio, 0.01);
+}
+
+TEST(CodecSpec, ResidualKeyIgnoresRatioAndWarmup) {
+  EXPECT_EQ(residualKey(parsed("topk:0.16")), residualKey(parsed("topk:0.01,warmup=4")));
+  EXPECT_EQ(residualKey(parsed("topk:0.5")), "topk:0.01");
+  EXPECT_NE(residualKey(parsed("topk:0.01,ef=off")), residualKey(parsed("topk:0.01")));
+  EXPECT_NE(residualKey(parsed("sign")), residualKey(parsed("topk")));
+  EXPECT_EQ(residualKey(parsed("sign,bucket=64")), "sign,bucket=64");
+  EXPECT_TRUE(selectsPerTensor(parsed("topk")));
+  EXPECT_FALSE(selectsPerTensor(parsed("sign")));
+  EXPECT_FALSE(selectsPerTensor(parsed("qsgd8")));
+}
+
 }  // namespace
 }  // namespace fedfleet::compress
