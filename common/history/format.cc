@@ -313,6 +313,7 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"codec", [](const R& r) -> Value { return r.codec; }},
       {"encode_s", [](const R& r) -> Value { return r.encode_s; }},
       {"decode_s", [](const R& r) -> Value { return r.decode_s; }},
+      {"grant_wait_s", [](const R& r) -> Value { return r.grant_wait_s; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},

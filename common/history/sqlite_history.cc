@@ -71,6 +71,7 @@ CREATE TABLE updates (
   codec TEXT NOT NULL DEFAULT '',
   encode_s REAL,
   decode_s REAL,
+  grant_wait_s REAL,
   FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
 );
 CREATE INDEX updates_by_round ON updates (run_id, round);
@@ -113,7 +114,7 @@ CREATE TABLE block_metrics (
   loss REAL,
   PRIMARY KEY (run_id, round, block, model)
 );
-INSERT INTO schema_version (version) VALUES (4);
+INSERT INTO schema_version (version) VALUES (5);
 )sql";
 
 // Version 1 -> 2: the run's clock, wall times of rounds, task times of updates.
@@ -154,6 +155,12 @@ CREATE TABLE IF NOT EXISTS block_metrics (
 UPDATE schema_version SET version = 4;
 )sql";
 
+// Version 4 -> 5: how long each update waited for its upload credit (protocol 5).
+constexpr std::string_view kMigrate4To5Sql = R"sql(
+ALTER TABLE updates ADD COLUMN grant_wait_s REAL;
+UPDATE schema_version SET version = 5;
+)sql";
+
 constexpr const char* kRoundColumns =
     "run_id, round, start_time, end_time, selected, completed, late, dropped, rejected, status, "
     "train_loss, test_loss, test_accuracy, bytes_up, bytes_down, model_version, wall_start, "
@@ -161,7 +168,7 @@ constexpr const char* kRoundColumns =
 constexpr const char* kUpdateColumns =
     "run_id, round, client_id, \"partition\", n_samples, steps, loss, compute_s, upload_s, "
     "bytes_up, bytes_down, weight, status, start_time, end_time, wall_compute_s, codec, "
-    "encode_s, decode_s";
+    "encode_s, decode_s, grant_wait_s";
 constexpr const char* kClientColumns =
     "client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size, first_seen, "
     "last_seen";
@@ -428,7 +435,11 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
       FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate2To3Sql, ctx + ": upgrade schema 2 -> 3"));
       version = 3;
     }
-    if (version == 3) return execSql(db, kMigrate3To4Sql, ctx + ": upgrade schema 3 -> 4");
+    if (version == 3) {
+      FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate3To4Sql, ctx + ": upgrade schema 3 -> 4"));
+      version = 4;
+    }
+    if (version == 4) return execSql(db, kMigrate4To5Sql, ctx + ": upgrade schema 4 -> 5");
     if (version != kSqliteSchemaVersion) {
       return failedPrecondition(
           ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
@@ -506,7 +517,7 @@ Status SqliteHistory::prepareStatements() {
       {&insert_round_, "INSERT INTO rounds (" + round_cols +
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_update_, "INSERT INTO updates (" + update_cols +
-                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
+                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
        "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob, engine_state) "
        "VALUES (?, ?, ?, ?, ?, ?)"},
@@ -653,7 +664,8 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
         .bindDouble(u.wall_compute_s)
         .bindText(u.codec)
         .bindDouble(u.encode_s)
-        .bindDouble(u.decode_s);
+        .bindDouble(u.decode_s)
+        .bindDouble(u.grant_wait_s);
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   return Status::ok();
@@ -754,6 +766,7 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
     u.codec = q.columnText(16);
     u.encode_s = q.columnDouble(17);
     u.decode_s = q.columnDouble(18);
+    u.grant_wait_s = q.columnDouble(19);
     return u;
   });
 }

@@ -60,6 +60,10 @@ struct ServerOptions {
   int heartbeat_ivl_ms = 1000;                // ZMQ_HEARTBEAT_IVL
   int heartbeat_timeout_ms = 5000;            // ZMQ_HEARTBEAT_TIMEOUT
   int io_threads = 2;                         // CURVE runs on ZeroMQ's I/O threads
+  // ZMQ_RCVHWM: messages queued per peer before ZeroMQ stops reading that peer's connection
+  // (backpressure, nothing is dropped). While a peer's queue stays full its ZMTP heartbeats are
+  // not read either: the server must read at least one message of it per heartbeat_timeout_ms.
+  int receive_hwm = 10000;
 };
 
 struct ClientOptions {
