@@ -62,7 +62,8 @@ struct ServerOptions {
   int io_threads = 2;                         // CURVE runs on ZeroMQ's I/O threads
   // ZMQ_RCVHWM: messages queued per peer before ZeroMQ stops reading that peer's connection
   // (backpressure, nothing is dropped). While a peer's queue stays full its ZMTP heartbeats are
-  // not read either: the server must read at least one message of it per heartbeat_timeout_ms.
+  // not read either: the server must read at least one message of it per heartbeat_timeout_ms,
+  // or the connection times out. 0: no limit; 1 is refused (libzmq 4.3 stalls with it).
   int receive_hwm = 10000;
 };
 
