@@ -203,6 +203,12 @@ Status ZmqCoordinator::init(const config::Config& config) {
     // Upload credits: only granted clients send chunks, so a short receive queue per peer
     // bounds what ZeroMQ holds for the loop (docs/ARCHITECTURE.md, Memory).
     so.receive_hwm = kCreditedReceiveHwm;
+    // A full queue stops ZeroMQ reading the peer's ZMTP heartbeats too, so a loop stalled
+    // longer than the heartbeat timeout (a loaded machine) would drop an uploader's connection.
+    // Dead peers are found by the engine's liveness_s; the transport's timeout only needs to
+    // outlast a stall.
+    so.heartbeat_timeout_ms =
+        std::max(so.heartbeat_timeout_ms, static_cast<int>(std::min(2 * cc.liveness_s, 3600.0) * 1000));
   }
   if (!cc.insecure) {
     FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));
