@@ -207,8 +207,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
     // longer than the heartbeat timeout (a loaded machine) would drop an uploader's connection.
     // Dead peers are found by the engine's liveness_s; the transport's timeout only needs to
     // outlast a stall.
-    so.heartbeat_timeout_ms =
-        std::max(so.heartbeat_timeout_ms, static_cast<int>(std::min(2 * cc.liveness_s, 3600.0) * 1000));
+    const double stall_ms = std::min(2 * cc.liveness_s, 3600.0) * 1000;
+    so.heartbeat_timeout_ms = std::max(so.heartbeat_timeout_ms, static_cast<int>(stall_ms));
   }
   if (!cc.insecure) {
     FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));

@@ -862,7 +862,8 @@ void RoundEngine::settleCredits(double now) {
   };
   std::erase_if(granted_, [&](uint64_t token) { return !pending(token); });
   std::erase_if(upload_queue_, [&](uint64_t token) { return !pending(token); });
-  while (!upload_queue_.empty() && (!creditsBounded() || granted_.size() < options_.max_concurrent_uploads)) {
+  while (!upload_queue_.empty() &&
+         (!creditsBounded() || granted_.size() < options_.max_concurrent_uploads)) {
     const uint64_t token = upload_queue_.front();
     upload_queue_.pop_front();
     Participant& p = participants_.at(token);

@@ -1020,7 +1020,8 @@ TEST(RoundEngineCredits, AtMostTwoUploadsInFlightGrantedInTheOrderAsked) {
   // Asked at: e 1, d 2, c 3, b 4; granted at: e 1, d 2, c 6, b 7; a never asked.
   std::map<std::string, double> wait;
   for (const auto& u : commits[0].updates) wait[u.client_id] = u.grant_wait_s;
-  EXPECT_EQ(wait, (std::map<std::string, double>{{"a", 0}, {"b", 3}, {"c", 3}, {"d", 0}, {"e", 0}}));
+  EXPECT_EQ(wait,
+            (std::map<std::string, double>{{"a", 0}, {"b", 3}, {"c", 3}, {"d", 0}, {"e", 0}}));
 }
 
 // A credit comes back whichever way its upload ends: the client lost mid-upload, the update
