@@ -123,7 +123,9 @@ struct Upload {
   std::shared_ptr<const compress::Codec> codec;
   double received_at = 0;
   double trained_at = 0;
-  double started_at = 0;  // when its pipeline started
+  double started_at = 0;  // when its pipeline started (and its UploadRequest went out)
+  bool granted = false;   // the coordinator's UploadGrant arrived: chunks may go
+  double granted_at = 0;
   uint64_t partition_size = 0;
   TrainResult result;  // delta (the whole update) moved into the pipeline once it starts
   std::vector<ChunkRange> plan;
@@ -530,6 +532,8 @@ void ZmqClient::startUpload() {
   po.pipelined = options_.upload_pipelined;
   u.pipeline = std::make_unique<UploadPipeline>(std::move(u.result.delta), std::move(u.plan),
                                                 u.codec, residual, u.task.hparams.seed, po);
+  // Upload credits: encoding starts now, the chunks go once the coordinator grants.
+  send(wire::UploadRequest{u.task.task_token});
 }
 
 bool ZmqClient::abandonUpload(uint64_t token, const std::string& why) {
@@ -557,7 +561,9 @@ void ZmqClient::abandonAllUploads(const std::string& why) {
 int ZmqClient::receiveTimeoutMs(double now, int idle_ms) const {
   // While training, look often: the end of training starts the upload.
   if (job_) idle_ms = std::min(idle_ms, kTrainingPollMs);
-  if (uploads_.empty() || !uploads_.front()->pipeline) return idle_ms;
+  if (uploads_.empty() || !uploads_.front()->pipeline || !uploads_.front()->granted) {
+    return idle_ms;  // waiting for the grant: it arrives as a message
+  }
   const Upload& u = *uploads_.front();
   if (u.frame.empty()) return 0;  // pumpUpload waits for the encoder instead
   const double wait_ms = (u.release_at - now) * 1e3;
@@ -570,6 +576,7 @@ void ZmqClient::pumpUpload(double now) {
   while (!uploads_.empty() && uploads_.front()->pipeline && now < slice_end) {
     Upload& u = *uploads_.front();
     const wire::Task& t = u.task;
+    if (!u.granted) return;  // the encoder fills its queue meanwhile
     if (u.frame.empty()) {
       std::optional<EncodedChunk> c = u.pipeline->pop(std::min(kEncoderWaitS, slice_end - now));
       if (!c) {
@@ -618,18 +625,18 @@ void ZmqClient::pumpUpload(double now) {
     s.mean_loss = u.result.mean_loss;
     s.sum_sq_loss = u.result.sum_sq_loss;
     s.compute_seconds = u.result.compute_seconds;
-    s.upload_seconds = now - u.started_at;
+    s.upload_seconds = now - u.granted_at;  // the uplink's time, not the wait for a credit
     s.encode_seconds = u.pipeline->encodeSeconds();
     if (u.serves) fillServed(s);
     send(s);
     if (!u.control_delta.empty()) commitControlDelta(u.control_delta);
     spdlog::info(
         "client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s) codec={} "
-        "chunks={} bytes={} encode_s={:.4f} upload_s={:.4f} after_training_s={:.4f} mode={} "
-        "mbps={} burst_bytes={} partial={} scaffold={}",
+        "chunks={} bytes={} encode_s={:.4f} upload_s={:.4f} grant_wait_s={:.4f} "
+        "after_training_s={:.4f} mode={} mbps={} burst_bytes={} partial={} scaffold={}",
         options_.client_id, t.round, u.partition_size, u.result.steps, u.result.mean_loss,
         u.result.compute_seconds, compress::toString(u.codec->spec()), u.chunks, u.bytes,
-        s.encode_seconds, s.upload_seconds, now - u.trained_at,
+        s.encode_seconds, s.upload_seconds, u.granted_at - u.started_at, now - u.trained_at,
         options_.upload_pipelined ? "pipelined" : "serial", options_.upload_mbps,
         options_.upload_burst_bytes, u.partial ? 1 : 0, u.control_delta.empty() ? 0 : 1);
     uploads_.pop_front();  // joins the finished encoder
@@ -644,6 +651,15 @@ void ZmqClient::handle(wire::Message& message, double now) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::Task>) {
           startJob(std::move(m), now);
+        } else if constexpr (std::is_same_v<T, wire::UploadGrant>) {
+          // Only an upload that asked (the front one) can be granted; a grant for an upload
+          // abandoned meanwhile finds none, and the coordinator takes the credit back when the
+          // task ends on its side.
+          if (!uploads_.empty() && uploads_.front()->pipeline &&
+              uploads_.front()->task.task_token == m.task_token && !uploads_.front()->granted) {
+            uploads_.front()->granted = true;
+            uploads_.front()->granted_at = now;
+          }
         } else if constexpr (std::is_same_v<T, wire::Cancel>) {
           if (job_ && job_->task.task_token == m.task_token) abandonJob("cancelled: " + m.reason);
           abandonUpload(m.task_token, "cancelled: " + m.reason);

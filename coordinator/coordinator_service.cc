@@ -23,6 +23,11 @@
 namespace fedfleet::coordinator {
 namespace {
 
+// ZMQ_RCVHWM of the ROUTER socket when upload credits are on: messages queued per peer before
+// ZeroMQ stops reading that peer's connection. A granted uploader's chunks (1 MiB by default)
+// wait here; other peers send small messages only.
+constexpr int kCreditedReceiveHwm = 4;
+
 double unixNow() {
   using namespace std::chrono;
   return duration<double>(system_clock::now().time_since_epoch()).count();
@@ -195,6 +200,17 @@ Status ZmqCoordinator::init(const config::Config& config) {
   transport::ServerOptions so;
   so.endpoint = cc.bind;
   so.insecure = cc.insecure;
+  if (cc.max_concurrent_uploads > 0) {
+    // Upload credits: only granted clients send chunks, so a short receive queue per peer
+    // bounds what ZeroMQ holds for the loop (docs/ARCHITECTURE.md, Memory).
+    so.receive_hwm = kCreditedReceiveHwm;
+    // A full queue stops ZeroMQ reading the peer's ZMTP heartbeats too, so a loop stalled
+    // longer than the heartbeat timeout (a loaded machine) would drop an uploader's connection.
+    // Dead peers are found by the engine's liveness_s; the transport's timeout only needs to
+    // outlast a stall.
+    const double stall_ms = std::min(2 * cc.liveness_s, 3600.0) * 1000;
+    so.heartbeat_timeout_ms = std::max(so.heartbeat_timeout_ms, static_cast<int>(stall_ms));
+  }
   if (!cc.insecure) {
     FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));
     so.allow_dir = config_.allowDir();
@@ -358,6 +374,8 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
           }
         } else if constexpr (std::is_same_v<T, wire::Summary>) {
           engine_->onSummary(who, m, env.payload.size(), now);
+        } else if constexpr (std::is_same_v<T, wire::UploadRequest>) {
+          engine_->onUploadRequest(who, m.task_token, now);
         } else if constexpr (std::is_same_v<T, wire::Heartbeat>) {
           engine_->onHeartbeat(who, now);
           sendTo(who, wire::Heartbeat{m.seq}, now);
@@ -395,6 +413,8 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           sendTask(a);
         } else if constexpr (std::is_same_v<T, SendCancel>) {
           sendTo(a.client, a.cancel, now);
+        } else if constexpr (std::is_same_v<T, SendGrant>) {
+          sendTo(a.client, a.grant, now);
         } else if constexpr (std::is_same_v<T, SendError>) {
           sendTo(a.client, a.error, now);
         } else if constexpr (std::is_same_v<T, SendBye>) {

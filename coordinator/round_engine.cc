@@ -311,6 +311,7 @@ void RoundEngine::refreshIdle(const ClientId& id, const ClientState& c) {
 }
 
 void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
+  SettleCreditsOnExit settle(this, now);
   if (phase_ == Phase::kFinished) {
     emit(SendBye{id, "run finished"});
     return;
@@ -370,6 +371,7 @@ void RoundEngine::onHeartbeat(const ClientId& id, double now) {
 }
 
 void RoundEngine::onBye(const ClientId& id, double now) {
+  SettleCreditsOnExit settle(this, now);
   auto it = clients_.find(id);
   if (it == clients_.end() || !it->second.connected) return;
   loseClient(id, "client said goodbye", now);
@@ -657,10 +659,14 @@ void RoundEngine::takeBack(Participant& p, uint64_t token, double now) {
 
 void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes,
                           double now) {
+  SettleCreditsOnExit settle(this, now);
   onHeartbeat(id, now);
   Participant* p = participantFor(id, chunk.task_token, now);
   if (!p) return;
   const uint64_t token = chunk.task_token;
+  if (creditsBounded() && granted_.count(token) == 0) {
+    return rejectUpdate(*p, token, "chunk sent before its upload grant", now);
+  }
   p->bytes_up += frame_bytes;
   if (p->first_chunk_at < 0) p->first_chunk_at = now;
   p->last_chunk_at = now;
@@ -737,6 +743,7 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
 
 void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
                             double now) {
+  SettleCreditsOnExit settle(this, now);
   onHeartbeat(id, now);
   Participant* p = participantFor(id, summary.task_token, now);
   if (!p) return;
@@ -848,7 +855,41 @@ void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, doub
   }
 }
 
+void RoundEngine::onUploadRequest(const ClientId& id, uint64_t token, double now) {
+  SettleCreditsOnExit settle(this, now);
+  onHeartbeat(id, now);
+  Participant* p = participantFor(id, token, now);
+  if (!p) return;
+  if (p->granted_at >= 0) {
+    emit(SendGrant{id, wire::UploadGrant{token}});  // its grant may have been lost: again
+    return;
+  }
+  if (p->upload_asked_at >= 0) return;  // already waiting
+  p->upload_asked_at = now;
+  upload_queue_.push_back(token);
+}
+
+void RoundEngine::settleCredits(double now) {
+  auto pending = [&](uint64_t token) {
+    auto it = participants_.find(token);
+    return it != participants_.end() && it->second.state == UpdateState::kPending;
+  };
+  std::erase_if(granted_, [&](uint64_t token) { return !pending(token); });
+  std::erase_if(upload_queue_, [&](uint64_t token) { return !pending(token); });
+  while (!upload_queue_.empty() &&
+         (!creditsBounded() || granted_.size() < options_.max_concurrent_uploads)) {
+    const uint64_t token = upload_queue_.front();
+    upload_queue_.pop_front();
+    Participant& p = participants_.at(token);
+    p.granted_at = now;
+    granted_.insert(token);
+    peak_granted_ = std::max(peak_granted_, granted_.size());
+    emit(SendGrant{p.client, wire::UploadGrant{token}});
+  }
+}
+
 void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, double now) {
+  SettleCreditsOnExit settle(this, now);
   onHeartbeat(id, now);
   event("client_error", id, error.message, now);
   // It may have refused the task before taking its served model: send it again next time.
@@ -875,6 +916,7 @@ void RoundEngine::maybeFinishEarly(double now) {
 }
 
 void RoundEngine::onTick(double now) {
+  SettleCreditsOnExit settle(this, now);
   if (phase_ == Phase::kFinished) return;
   // Liveness: a connected client silent for liveness_s is gone.
   std::vector<ClientId> lost;
@@ -978,6 +1020,9 @@ history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double wei
   u.encode_s = p.summary.encode_seconds;
   u.start_time = p.sent_at;
   u.end_time = p.finished_at >= 0 ? p.finished_at : now;
+  if (p.upload_asked_at >= 0) {  // waited for its grant until granted, else until it ended
+    u.grant_wait_s = (p.granted_at >= 0 ? p.granted_at : u.end_time) - p.upload_asked_at;
+  }
   u.status = stateName(static_cast<int>(p.state));
   if (p.served.source != wire::ServedSource::kNone) {
     u.served_block = static_cast<int32_t>(p.served.block);
@@ -1089,7 +1134,7 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
     cp.engine_state = saveState();
     c.checkpoint = std::move(cp);
   }
-  // The next round goes out before this round's model is evaluated (protocol step 8).
+  // The next round goes out before this round's model is evaluated (protocol step 9).
   const uint32_t round = round_;
   if (last) {
     last_round_done_ = true;
@@ -1221,6 +1266,7 @@ void RoundEngine::flushAsync(double now) {
 }
 
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
+  SettleCreditsOnExit settle(this, now);
   auto it = awaiting_eval_.find(round);
   if (it == awaiting_eval_.end()) return;
   CommitRound c = std::move(it->second);

@@ -20,7 +20,15 @@
 //  3. Dispatch. Each sampled client gets a Task: the current flat model (fp32) and its SHA-256,
 //     hyper-parameters with a per-(round, partition) seed, the data spec, a deadline and a fresh
 //     random task token. The round deadline is now + deadline_s.
-//  4. Upload. The client streams its delta as Chunks carrying the token, in order (element
+//  4. Upload credits. A client whose update is ready sends an UploadRequest and waits for an
+//     UploadGrant before its first chunk. At most max_concurrent_uploads tasks hold a grant at
+//     once (0: unbounded, every request is granted at once); the others wait in the order they
+//     asked. A grant is returned when its task stops being pending for any reason (completed,
+//     rejected, cancelled or late, its client lost, the round or run over): after every event
+//     the engine drops the grants and queued requests of tasks that are no longer pending and
+//     grants the next in line, so no path can keep a credit. With credits bounded, a chunk of a
+//     task without a grant rejects the update.
+//  5. Upload. The client streams its delta as Chunks carrying the token, in order (element
 //     offsets must be contiguous), each a self-describing payload of the task's codec
 //     (common/compress/payload.h) with the update's weight inputs (n_samples, steps), then a
 //     Summary. Streaming aggregation: each chunk is decoded and folded into the round's running
@@ -32,25 +40,25 @@
 //     header, wrong length, a non-finite value), values so large the sum could overflow, a
 //     weight that changes between chunks or disagrees with the summary, or a summary before the
 //     last chunk rejects that client's update (recorded, not aggregated).
-//  5. Completion. When the summary of a complete delta arrives the update counts: its weight
+//  6. Completion. When the summary of a complete delta arrives the update counts: its weight
 //     joins the total and its kept payloads are dropped. An update that does not complete
 //     (rejected, cancelled at the deadline, client lost) has its folded chunks subtracted
 //     again, so nothing partial is aggregated. (Floating point: (s + w x) - w x may differ from
 //     s by one rounding; the residue is at most one unit in the last place of the running sum
 //     per element and taken-back chunk.)
-//  6. Round end: when every participant is completed, rejected or dropped, or at the deadline.
+//  7. Round end: when every participant is completed, rejected or dropped, or at the deadline.
 //     At the deadline, participants still working are cancelled and recorded `late`; those whose
 //     connection was lost (no message for liveness_s, or Bye) are `dropped`.
-//  7. Aggregation. With at least `quorum` completed updates:
+//  8. Aggregation. With at least `quorum` completed updates:
 //     x <- x + server_lr * sum_k n_k D_k / sum_k n_k, version + 1. Otherwise the round is
 //     recorded as failed and the model is unchanged.
-//  8. Next round first. The next round is selected and dispatched at once (step 1), and only
+//  9. Next round first. The next round is selected and dispatched at once (step 1), and only
 //     then is the new model evaluated: an Evaluate action asks the driver to evaluate it and
 //     report back with onEvaluated(). Clients train while the server evaluates, instead of
 //     waiting for it.
 //     With eval_every = n > 1 only every n-th round (and the last) is evaluated; the others
 //     are committed at once without test metrics.
-//  9. Commit. When the evaluation is reported (at once for a failed round), one CommitRound
+// 10. Commit. When the evaluation is reported (at once for a failed round), one CommitRound
 //     action carries the round row with its test metrics, one update row per participant and
 //     (every checkpoint_every rounds, and after the last) a checkpoint. After the last round's
 //     commit: Bye to every client and RunFinished.
@@ -140,6 +148,9 @@ struct EngineOptions {
   double slow_link_mbps = 0;      // was below slow_link_mbps
   uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of partial uploads kept in memory;
                                                 // beyond this they spill to a temporary file
+  // Upload credits (protocol step 4): tasks whose client may send chunks at once (0: unbounded).
+  // Only granted tasks send chunks, so the PartialLog holds at most this many updates.
+  uint32_t max_concurrent_uploads = 0;
   bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
   uint32_t eval_every = 1;    // evaluate after every this many rounds (and after the last)
   double target_accuracy = 0;  // > 0: the run ends at the first evaluation reaching it
@@ -228,6 +239,10 @@ struct SendCancel {
   ClientId client;
   wire::Cancel cancel;
 };
+struct SendGrant {
+  ClientId client;
+  wire::UploadGrant grant;
+};
 struct SendError {
   ClientId client;
   wire::Error error;
@@ -283,7 +298,8 @@ struct RecordBlockMetrics {
   std::vector<history::BlockMetricRecord> rows;
 };
 using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
-                            Evaluate, CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics>;
+                            Evaluate, CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics,
+                            SendGrant>;
 
 // The server optimiser and robust aggregator `options` ask for (run_setup.h checks that they
 // can be built before an engine is).
@@ -314,6 +330,10 @@ class RoundEngine {
   void onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes, double now);
   void onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
                  double now);
+  // The client's update of task `token` is ready (protocol step 4): grant now or queue. A token
+  // that is unknown, finished or someone else's is answered like a chunk of it; asking again
+  // for a granted task sends the grant again, for a queued one changes nothing.
+  void onUploadRequest(const ClientId& id, uint64_t token, double now);
   // A client reported an error about its task (for example a model checksum mismatch).
   void onClientError(const ClientId& id, const wire::Error& error, double now);
   // Registers a client without announcing it: no client row, no event, no round start. The
@@ -363,6 +383,11 @@ class RoundEngine {
   uint64_t modelVersion() const { return version_; }
   const std::vector<float>& params() const { return params_; }
   size_t connectedClients() const;
+  // Upload credits: tasks holding a grant now, requests waiting for one, and the most grants
+  // ever held at once in this run.
+  size_t uploadsInFlight() const { return granted_.size(); }
+  size_t uploadsWaiting() const { return upload_queue_.size(); }
+  size_t peakUploadsInFlight() const { return peak_granted_; }
 
  private:
   enum class Phase {
@@ -412,9 +437,28 @@ class RoundEngine {
     double sq_norm = 0;          // squared L2 norm of the delta part received so far
     wire::ServedModel served;    // blocks: what the task named (no bytes)
     uint64_t served_bytes = 0;   // served-model bytes the task carried
+    double upload_asked_at = -1;  // UploadRequest received (-1: not yet)
+    double granted_at = -1;       // UploadGrant sent (-1: not yet)
+  };
+
+  // Runs settleCredits() when an entry point returns, whichever way it returns.
+  class SettleCreditsOnExit {
+   public:
+    SettleCreditsOnExit(RoundEngine* engine, double now) : engine_(engine), now_(now) {}
+    ~SettleCreditsOnExit() { engine_->settleCredits(now_); }
+    SettleCreditsOnExit(const SettleCreditsOnExit&) = delete;
+    SettleCreditsOnExit& operator=(const SettleCreditsOnExit&) = delete;
+
+   private:
+    RoundEngine* engine_;
+    double now_;
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
+  // Upload credits: drops the grants and queued requests of tasks no longer pending, then grants
+  // queued requests in order while credits are free.
+  void settleCredits(double now);
+  bool creditsBounded() const { return options_.max_concurrent_uploads > 0; }
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
              double now);
   void tryStartRound(double now);
@@ -517,6 +561,9 @@ class RoundEngine {
   PartialLog partial_;             // payloads of updates folded in but not yet complete
   std::vector<float> scratch_;     // one decoded chunk
   bool sum_tainted_ = false;       // a take-back failed: this round's sum cannot be trusted
+  std::set<uint64_t> granted_;        // tasks holding an upload credit
+  std::deque<uint64_t> upload_queue_;  // tasks waiting for one, in the order they asked
+  size_t peak_granted_ = 0;
 
   std::deque<std::vector<double>> recent_durations_;  // completed task durations per round
   // Asynchronous mode: the server step being built.

@@ -313,6 +313,9 @@ Status Simulator::init(const config::Config& config) {
   eo.num_partitions = static_cast<uint32_t>(sc.clients);
   eo.min_clients = static_cast<uint32_t>(std::min<uint64_t>(config_.minClients(), sc.clients));
   eo.bye_on_finish = false;
+  // Upload credits bound a real coordinator's receive buffers; virtual uploads hold no memory
+  // there and their timing comes from the network profiles, so every upload goes at once.
+  eo.max_concurrent_uploads = 0;
   FEDFLEET_RETURN_IF_ERROR(coordinator::checkEngineOptions(eo));
   hparams_ = eo.hparams;
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));

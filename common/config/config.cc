@@ -43,6 +43,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.slow_link_mbps", c.coordinator.slow_link_mbps);
   f("coordinator.partial_buffer_mib", c.coordinator.partial_buffer_mib);
   f("coordinator.eval_every", c.coordinator.eval_every);
+  f("coordinator.max_concurrent_uploads", c.coordinator.max_concurrent_uploads);
   f("policy.mode", c.policy.mode);
   f("policy.deadline", c.policy.deadline);
   f("policy.deadline_percentile", c.policy.deadline_percentile);

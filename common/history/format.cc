@@ -338,6 +338,7 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"served_samples", [](const R& r) -> Value { return served(r, r.served_samples); }},
       {"served_loss", [](const R& r) -> Value { return optionalValue(r.served_loss); }},
       {"served_accuracy", [](const R& r) -> Value { return optionalValue(r.served_accuracy); }},
+      {"grant_wait_s", [](const R& r) -> Value { return r.grant_wait_s; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},

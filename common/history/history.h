@@ -90,6 +90,8 @@ struct UpdateRecord {
                               // empty when nothing arrived)
   double encode_s = 0;        // the client's time compressing (as it reports it)
   double decode_s = 0;        // the coordinator's time decoding and folding its chunks
+  double grant_wait_s = 0;    // upload credits: from the client's upload request to its grant
+                              // (never granted: to the update's end; never asked: 0)
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   double weight = 0;

@@ -79,6 +79,7 @@ CREATE TABLE updates (
   served_samples INTEGER,
   served_loss REAL,
   served_accuracy REAL,
+  grant_wait_s REAL,
   FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
 );
 CREATE INDEX updates_by_round ON updates (run_id, round);
@@ -163,7 +164,8 @@ UPDATE schema_version SET version = 4;
 )sql";
 
 // Version 4 -> 5: what each block-cyclic task told its client to serve, and how that model did
-// on the client's held-out data (NULL in older rows and in runs without blocks).
+// on the client's held-out data (NULL in older rows and in runs without blocks); how long each
+// update waited for its upload credit (protocol 5).
 constexpr std::string_view kMigrate4To5Sql = R"sql(
 ALTER TABLE updates ADD COLUMN served_block INTEGER;
 ALTER TABLE updates ADD COLUMN served_model TEXT;
@@ -173,6 +175,7 @@ ALTER TABLE updates ADD COLUMN served_bytes INTEGER;
 ALTER TABLE updates ADD COLUMN served_samples INTEGER;
 ALTER TABLE updates ADD COLUMN served_loss REAL;
 ALTER TABLE updates ADD COLUMN served_accuracy REAL;
+ALTER TABLE updates ADD COLUMN grant_wait_s REAL;
 UPDATE schema_version SET version = 5;
 )sql";
 
@@ -184,7 +187,7 @@ constexpr const char* kUpdateColumns =
     "run_id, round, client_id, \"partition\", n_samples, steps, loss, compute_s, upload_s, "
     "bytes_up, bytes_down, weight, status, start_time, end_time, wall_compute_s, codec, "
     "encode_s, decode_s, served_block, served_model, served_version, served_sha256, served_bytes, "
-    "served_samples, served_loss, served_accuracy";
+    "served_samples, served_loss, served_accuracy, grant_wait_s";
 constexpr const char* kClientColumns =
     "client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size, first_seen, "
     "last_seen";
@@ -534,7 +537,7 @@ Status SqliteHistory::prepareStatements() {
                            ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_update_, "INSERT INTO updates (" + update_cols +
                             ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                            "?, ?, ?, ?, ?, ?, ?, ?)"},
+                            "?, ?, ?, ?, ?, ?, ?, ?, ?)"},
       {&insert_checkpoint_,
        "INSERT INTO checkpoints (run_id, round, model_version, sha256, blob, engine_state) "
        "VALUES (?, ?, ?, ?, ?, ?)"},
@@ -694,6 +697,7 @@ Status SqliteHistory::writeRound(const RoundRecord& r, const std::vector<UpdateR
           .bindOptionalDouble(u.served_loss)
           .bindOptionalDouble(u.served_accuracy);
     }
+    q.bindDouble(u.grant_wait_s);
     FEDFLEET_RETURN_IF_ERROR(q.run());
   }
   return Status::ok();
@@ -804,6 +808,7 @@ Result<std::vector<UpdateRecord>> SqliteHistory::updates(int64_t run_id,
       u.served_loss = q.columnOptionalDouble(25);
       u.served_accuracy = q.columnOptionalDouble(26);
     }
+    u.grant_wait_s = q.columnDouble(27);
     return u;
   });
 }

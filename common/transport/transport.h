@@ -60,6 +60,11 @@ struct ServerOptions {
   int heartbeat_ivl_ms = 1000;                // ZMQ_HEARTBEAT_IVL
   int heartbeat_timeout_ms = 5000;            // ZMQ_HEARTBEAT_TIMEOUT
   int io_threads = 2;                         // CURVE runs on ZeroMQ's I/O threads
+  // ZMQ_RCVHWM: messages queued per peer before ZeroMQ stops reading that peer's connection
+  // (backpressure, nothing is dropped). While a peer's queue stays full its ZMTP heartbeats are
+  // not read either: the server must read at least one message of it per heartbeat_timeout_ms,
+  // or the connection times out. 0: no limit; 1 is refused (libzmq 4.3 stalls with it).
+  int receive_hwm = 10000;
 };
 
 struct ClientOptions {
@@ -94,7 +99,9 @@ struct Delivery {
 // The attachment travels as frames of at most this many bytes. Under CURVE, libzmq encrypts a
 // frame into a new buffer when it starts writing it and holds that buffer until the kernel has
 // taken all of it, so the piece size bounds what each connection holds beyond the shared buffer.
-constexpr size_t kAttachmentPieceBytes = 256 * 1024;
+// 64 KiB: a round sent to 50 clients then holds about 3 MiB of encrypted pieces, not 12.5 MiB
+// as with 256 KiB (bench/coordinator_memory.sh).
+constexpr size_t kAttachmentPieceBytes = 64 * 1024;
 
 struct AuthEvent {
   std::string peer_address;  // remote IP address as ZAP reports it

@@ -91,6 +91,8 @@ size_t estimateWords(const Message& message) {
                                       [](const Heartbeat&) { return size_t{0}; },
                                       [](const Bye& m) { return blobWords(m.reason); },
                                       [](const Error& m) { return blobWords(m.message); },
+                                      [](const UploadRequest&) { return size_t{0}; },
+                                      [](const UploadGrant&) { return size_t{0}; },
                                   },
                                   message);
 }
@@ -225,6 +227,12 @@ void fill(schema::Error::Builder b, const Error& m) {
   b.setTaskToken(m.task_token);
 }
 
+void fill(schema::UploadRequest::Builder b, const UploadRequest& m) {
+  b.setTaskToken(m.task_token);
+}
+
+void fill(schema::UploadGrant::Builder b, const UploadGrant& m) { b.setTaskToken(m.task_token); }
+
 void fillEnvelope(schema::Envelope::Builder env, const Message& message) {
   std::visit(Overloaded{
                  [&](const Hello& m) { fill(env.initHello(), m); },
@@ -235,6 +243,8 @@ void fillEnvelope(schema::Envelope::Builder env, const Message& message) {
                  [&](const Heartbeat& m) { fill(env.initHeartbeat(), m); },
                  [&](const Bye& m) { fill(env.initBye(), m); },
                  [&](const Error& m) { fill(env.initError(), m); },
+                 [&](const UploadRequest& m) { fill(env.initUploadRequest(), m); },
+                 [&](const UploadGrant& m) { fill(env.initUploadGrant(), m); },
              },
              message);
 }
@@ -398,6 +408,14 @@ Result<Message> read(schema::Error::Reader r) {
   return Message(std::move(m));
 }
 
+Result<Message> read(schema::UploadRequest::Reader r) {
+  return Message(UploadRequest{r.getTaskToken()});
+}
+
+Result<Message> read(schema::UploadGrant::Reader r) {
+  return Message(UploadGrant{r.getTaskToken()});
+}
+
 Result<Message> readEnvelope(schema::Envelope::Reader env) {
   switch (env.which()) {
     case schema::Envelope::HELLO:
@@ -416,6 +434,10 @@ Result<Message> readEnvelope(schema::Envelope::Reader env) {
       return read(env.getBye());
     case schema::Envelope::ERROR:
       return read(env.getError());
+    case schema::Envelope::UPLOAD_REQUEST:
+      return read(env.getUploadRequest());
+    case schema::Envelope::UPLOAD_GRANT:
+      return read(env.getUploadGrant());
   }
   return corrupt("unknown message kind (union tag " +
                  std::to_string(static_cast<uint16_t>(env.which())) + ")");
@@ -445,8 +467,9 @@ const char* deviceKindName(DeviceKind kind) {
 }
 
 const char* messageName(const Message& message) {
-  static constexpr const char* kNames[] = {"Hello",  "Task",      "Chunk", "Summary",
-                                           "Cancel", "Heartbeat", "Bye",   "Error"};
+  static constexpr const char* kNames[] = {"Hello",         "Task",       "Chunk", "Summary",
+                                           "Cancel",        "Heartbeat",  "Bye",   "Error",
+                                           "UploadRequest", "UploadGrant"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[message.index()];
 }

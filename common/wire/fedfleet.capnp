@@ -141,6 +141,16 @@ struct Error {
   taskToken @2 :UInt64;
 }
 
+# Upload credits (protocol 5): a client whose update is ready asks before sending any chunk,
+# and sends the chunks only after the coordinator's grant for that task.
+struct UploadRequest {
+  taskToken @0 :UInt64;
+}
+
+struct UploadGrant {
+  taskToken @0 :UInt64;
+}
+
 struct Envelope {
   union {
     hello @0 :Hello;
@@ -151,5 +161,7 @@ struct Envelope {
     heartbeat @5 :Heartbeat;
     bye @6 :Bye;
     error @7 :Error;
+    uploadRequest @8 :UploadRequest;
+    uploadGrant @9 :UploadGrant;
   }
 }

@@ -22,11 +22,14 @@ namespace fedfleet::wire {
 // 4: a Task travels as two parts, its frame with model_bytes empty and then the model frame
 // (see decodeFrames). A version-3 client would drop such a message and wait for a task that never
 // comes, so the version changes: the coordinator refuses a version-3 Hello with kBadVersion.
-// 5: block-cyclic serving. A Task names the model the client serves (Task::served) and may
-// carry it after the training model in the model frame; a Summary reports the served model's
-// loss and accuracy on the client's held-out data; DataSpec has the "block-cyclic" scheme. A
-// version-4 client would read such a model frame as one model of twice the size, so the
-// coordinator refuses a version-4 Hello with kBadVersion.
+// 5: block-cyclic serving and upload credits. A Task names the model the client serves
+// (Task::served) and may carry it after the training model in the model frame; a Summary reports
+// the served model's loss and accuracy on the client's held-out data; DataSpec has the
+// "block-cyclic" scheme. A client sends UploadRequest when its update is ready and its chunks
+// only after the coordinator's UploadGrant; the coordinator rejects a chunk sent without a grant.
+// A version-4 client would read a model frame with a served model as one model of twice the
+// size and would send its chunks unasked, so the coordinator refuses a version-4 Hello with
+// kBadVersion.
 constexpr uint32_t kProtocolVersion = 5;
 
 enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
@@ -208,7 +211,23 @@ struct Error {
   uint64_t task_token = 0;
 };
 
-using Message = std::variant<Hello, Task, Chunk, Summary, Cancel, Heartbeat, Bye, Error>;
+// Client -> coordinator: the update of task `task_token` is ready; may it send its chunks?
+// Sent once per upload, when it is the client's next upload to go out (encoding may already
+// run). Asking again for a task already granted or waiting changes nothing.
+struct UploadRequest {
+  uint64_t task_token = 0;
+};
+
+// Coordinator -> client: send the chunks of `task_token` now. The coordinator grants at most
+// coordinator.max_concurrent_uploads at once, in the order asked; the credit comes back when
+// that upload completes, is rejected or cancelled, the client is lost or the task's deadline
+// passes.
+struct UploadGrant {
+  uint64_t task_token = 0;
+};
+
+using Message = std::variant<Hello, Task, Chunk, Summary, Cancel, Heartbeat, Bye, Error,
+                             UploadRequest, UploadGrant>;
 
 // Name of the message kind ("Hello", "Task", ...).
 const char* messageName(const Message& message);

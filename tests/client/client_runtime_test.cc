@@ -91,8 +91,9 @@ class ClientRuntimeTest : public ::testing::Test {
     ASSERT_TRUE(hello && std::holds_alternative<wire::Hello>(hello->message));
   }
 
-  // The next message from the client other than a Heartbeat (answered and counted), waiting
-  // up to timeout_s.
+  // The next message from the client other than a Heartbeat (answered and counted) or an
+  // UploadRequest (recorded and, while grant_uploads_, granted at once as an unbounded
+  // coordinator does), waiting up to timeout_s.
   std::optional<Received> next(double timeout_s) {
     const double until = steadyNow() + timeout_s;
     while (steadyNow() < until) {
@@ -105,6 +106,11 @@ class ClientRuntimeTest : public ::testing::Test {
       if (auto* hb = std::get_if<wire::Heartbeat>(&*m)) {
         ++heartbeats_;
         send(wire::Heartbeat{hb->seq});
+        continue;
+      }
+      if (auto* ask = std::get_if<wire::UploadRequest>(&*m)) {
+        requests_.push_back({ask->task_token, steadyNow()});
+        if (grant_uploads_) send(wire::UploadGrant{ask->task_token});
         continue;
       }
       return Received{std::move(*m), steadyNow(), (*got)->payload.size()};
@@ -238,6 +244,8 @@ class ClientRuntimeTest : public ::testing::Test {
   std::vector<float> start_;
   std::string peer_;
   int heartbeats_ = 0;
+  std::vector<std::pair<uint64_t, double>> requests_;  // UploadRequests: token, when
+  bool grant_uploads_ = true;
   std::unique_ptr<ClientRuntime> runtime_;
   std::thread thread_;
   Status run_status_;
@@ -499,6 +507,50 @@ TEST_F(ClientRuntimeTest, ThrottleHoldsTheUploadToTheRateWhileHeartbeatsFlow) {
   EXPECT_LT(u.summary->upload_seconds, min_s + 2.0);  // loose: the throttle, not the machine
   // Beats while chunks were held back (about one per 50 ms of a ~0.6 s upload).
   EXPECT_GE(heartbeats_, 4);
+}
+
+// Upload credits: the client asks once its update is ready and sends no chunk until granted;
+// meanwhile it keeps beating and its encoder fills its queue. upload_seconds counts from the
+// grant, not from the request.
+TEST_F(ClientRuntimeTest, ChunksWaitForTheGrantWhileHeartbeatsFlow) {
+  ClientRuntimeOptions o;
+  o.heartbeat_s = 0.05;
+  startClient(o);
+  grant_uploads_ = false;
+  send(task(1, "none", 4 << 10));
+  EXPECT_FALSE(next(1.5)) << "a message other than a Heartbeat before the grant";
+  ASSERT_EQ(requests_.size(), 1u);
+  EXPECT_EQ(requests_[0].first, 1u);
+  heartbeats_ = 0;
+  EXPECT_FALSE(next(1.0));  // still waiting: only heartbeats
+  EXPECT_GE(heartbeats_, 5);
+  EXPECT_EQ(requests_.size(), 1u);  // asked once
+  const double granted_at = steadyNow();
+  send(wire::UploadGrant{2});  // someone else's grant changes nothing
+  send(wire::UploadGrant{1});
+  const Upload u = collect(1);
+  ASSERT_TRUE(u.summary);
+  EXPECT_GE(u.chunk_at.front(), granted_at);
+  EXPECT_LT(u.summary->upload_seconds, u.summary_at - requests_[0].second);
+  EXPECT_EQ(decodeNone(u.chunks, kLogregParams), expectedDelta(task(1, "none", 4 << 10)));
+}
+
+// A Cancel while the upload waits for its grant drops it; the next task's upload asks anew.
+TEST_F(ClientRuntimeTest, CancelWhileWaitingForTheGrantDropsTheUpload) {
+  startClient({});
+  grant_uploads_ = false;
+  send(task(1, "none", 4 << 10));
+  EXPECT_FALSE(next(1.0));
+  ASSERT_EQ(requests_.size(), 1u);
+  send(wire::Cancel{1, "round closed"});
+  send(wire::UploadGrant{1});  // a grant that crossed the Cancel: nothing to send
+  EXPECT_FALSE(next(0.5));
+  grant_uploads_ = true;
+  send(task(2, "none", 1 << 20));
+  const Upload u = collect(2);
+  EXPECT_TRUE(u.summary);
+  ASSERT_EQ(requests_.size(), 2u);
+  EXPECT_EQ(requests_[1].first, 2u);
 }
 
 TEST_F(ClientRuntimeTest, CancelStopsAnUploadInFlight) {

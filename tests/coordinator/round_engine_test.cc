@@ -990,6 +990,228 @@ TEST(RoundEngineAsync, EachTaskHasItsOwnDeadline) {
 }
 
 
+// ---- Upload credits (protocol step 4) ----
+
+// Tokens granted so far, in grant order (from everything taken).
+std::vector<uint64_t> grantsIn(const std::vector<Action>& log) {
+  std::vector<uint64_t> out;
+  for (const auto& g : actionsOf<SendGrant>(log)) out.push_back(g.grant.task_token);
+  return out;
+}
+
+EngineOptions creditOptions(uint32_t k, uint32_t credits) {
+  EngineOptions o = baseOptions(k, k, 1);
+  o.max_concurrent_uploads = credits;
+  o.liveness_s = 0;  // no heartbeats in these tests unless one says so
+  return o;
+}
+
+// Five clients, two credits: never more than two uploads hold a grant, grants go in the order
+// asked, a chunk without a grant rejects the update, and grant waits reach the update rows.
+TEST(RoundEngineCredits, AtMostTwoUploadsInFlightGrantedInTheOrderAsked) {
+  Fixture f(creditOptions(5, 2), {0, 0, 0});
+  f.engine->start(0);
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e"};
+  for (const auto& id : ids) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  ASSERT_EQ(token.size(), 5u);
+  // They ask in the order e, d, c, b (a never asks and sends without a grant).
+  double t = 1;
+  for (const char* id : {"e", "d", "c", "b"}) f.engine->onUploadRequest(id, token[id], t++);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["e"], token["d"]}));
+  EXPECT_EQ(f.engine->uploadsInFlight(), 2u);
+  EXPECT_EQ(f.engine->uploadsWaiting(), 2u);
+  // Asking twice changes nothing; a granted task asking again gets its grant again.
+  f.engine->onUploadRequest("c", token["c"], 5);
+  f.engine->onUploadRequest("e", token["e"], 5);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["e"], token["d"], token["e"]}));
+  EXPECT_EQ(f.engine->uploadsWaiting(), 2u);
+  // a sends without a grant: rejected, and it takes no credit.
+  f.engine->onChunk("a", chunkOf(token["a"], 0, {9, 9, 9}, true), 100, 5);
+  auto actions = f.take();
+  ASSERT_EQ(actionsOf<SendError>(actions).size(), 1u);
+  EXPECT_EQ(actionsOf<SendError>(actions)[0].error.code, wire::ErrorCode::kRejected);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 2u);
+  // Uploads complete one by one; each completion hands its credit to the next in line.
+  f.upload("d", token["d"], {2, 2, 2}, 1, 6);  // c granted at 6
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), token["c"]);
+  EXPECT_LE(f.engine->uploadsInFlight(), 2u);
+  f.upload("e", token["e"], {4, 4, 4}, 1, 7);  // b granted at 7
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), token["b"]);
+  EXPECT_EQ(f.engine->uploadsWaiting(), 0u);
+  f.upload("c", token["c"], {0, 0, 0}, 1, 8);
+  f.upload("b", token["b"], {6, 0, 0}, 1, 9);
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 4u);
+  EXPECT_EQ(commits[0].round.rejected, 1u);
+  EXPECT_EQ(f.engine->peakUploadsInFlight(), 2u);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 0u);
+  // (2 + 4 + 0 + 6, 2 + 4, 2 + 4) / 4
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{3, 1.5, 1.5}));
+  // Asked at: e 1, d 2, c 3, b 4; granted at: e 1, d 2, c 6, b 7; a never asked.
+  std::map<std::string, double> wait;
+  for (const auto& u : commits[0].updates) wait[u.client_id] = u.grant_wait_s;
+  EXPECT_EQ(wait,
+            (std::map<std::string, double>{{"a", 0}, {"b", 3}, {"c", 3}, {"d", 0}, {"e", 0}}));
+}
+
+// A credit comes back whichever way its upload ends: the client lost mid-upload, the update
+// rejected, cancelled by over-selection, or the round's deadline.
+TEST(RoundEngineCredits, CreditsComeBackWhenTheHolderIsLostRejectedCancelledOrLate) {
+  EngineOptions o = creditOptions(2, 1);
+  o.clients_per_round = 2;
+  o.min_clients = 4;
+  o.over_selection = 1.0;  // 4 selected, the first 2 to complete end the round
+  o.liveness_s = 3;
+  o.deadline_s = 10;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  const std::vector<std::string> ids = {"a", "b", "c", "d"};
+  for (const auto& id : ids) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  ASSERT_EQ(token.size(), 4u);
+  for (const char* id : {"a", "b", "c", "d"}) f.engine->onUploadRequest(id, token[id], 0.5);
+  f.take();
+  ASSERT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["a"]}));
+  // a sends one chunk of three values, then dies: lost at the liveness check, credit to b.
+  f.engine->onChunk("a", chunkOf(token["a"], 0, {1000, 1000}, false), 100, 1);
+  for (const char* id : {"b", "c", "d"}) f.engine->onHeartbeat(id, 3);
+  f.engine->onTick(4.5);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), token["b"]);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 1u);
+  // b sends a chunk past the model's end: rejected, credit to c.
+  f.engine->onChunk("b", chunkOf(token["b"], 0, {1, 1, 1, 1}, true), 100, 5);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), token["c"]);
+  // c completes (credit to d); d sends one chunk and stops (one completion; K is 2).
+  f.upload("c", token["c"], {3, 3, 3}, 1, 6);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), token["d"]);
+  f.engine->onChunk("d", chunkOf(token["d"], 0, {7, 7}, false), 100, 6.5);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 1u);
+  for (const char* id : {"b", "c", "d"}) f.engine->onHeartbeat(id, 9.5);
+  f.engine->onHello("a", hello("a"), 9.5);  // a comes back (idle, for round 2)
+  // The deadline ends the round with d late mid-upload: cancelled, its credit returned.
+  f.engine->onTick(10);
+  auto actions = f.take();
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.late, 1u);
+  EXPECT_EQ(commits[0].round.dropped, 1u);
+  EXPECT_EQ(commits[0].round.rejected, 1u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{3, 3, 3}));  // nothing partial aggregated
+  EXPECT_EQ(f.engine->uploadsInFlight(), 0u);
+  EXPECT_EQ(f.engine->uploadsWaiting(), 0u);
+
+  // Round 2: everyone asks at once; the second completion ends the round and cancels the two
+  // still waiting for the credit, which nothing then holds.
+  auto next = tokensOf(actionsOf<SendTask>(actions));
+  ASSERT_EQ(next.size(), 4u);
+  for (const auto& [id, tok] : next) f.engine->onUploadRequest(id, tok, 11);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), next["a"]);  // asked first (in id order)
+  EXPECT_EQ(f.engine->uploadsWaiting(), 3u);
+  f.upload("a", next["a"], {1, 1, 1}, 1, 12);  // credit to b
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), next["b"]);
+  f.upload("b", next["b"], {5, 5, 5}, 1, 13);
+  actions = f.take();
+  commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 2u);
+  EXPECT_EQ(commits[0].round.late, 2u);
+  EXPECT_EQ(actionsOf<SendCancel>(actions).size(), 2u);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 0u);
+  EXPECT_EQ(f.engine->uploadsWaiting(), 0u);
+  EXPECT_EQ(f.engine->peakUploadsInFlight(), 1u);
+}
+
+// Over-selection cancels a task that holds a credit part-way through its upload.
+TEST(RoundEngineCredits, OverSelectionCancelsAnUploadHoldingACredit) {
+  EngineOptions o = creditOptions(1, 2);
+  o.over_selection = 1.0;  // 2 selected, the first to complete ends the round
+  o.min_clients = 2;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b"}) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  for (const char* id : {"a", "b"}) f.engine->onUploadRequest(id, token[id], 1);
+  f.take();
+  EXPECT_EQ(f.engine->uploadsInFlight(), 2u);
+  f.engine->onChunk("b", chunkOf(token["b"], 0, {8, 8}, false), 100, 1.5);
+  f.upload("a", token["a"], {1, 2, 3}, 1, 2);
+  auto actions = f.take();
+  ASSERT_EQ(actionsOf<SendCancel>(actions).size(), 1u);
+  EXPECT_EQ(actionsOf<SendCancel>(actions)[0].client, "b");
+  EXPECT_EQ(f.engine->uploadsInFlight(), 0u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{1, 2, 3}));
+}
+
+// Unbounded credits (0): every request is granted at once, and chunks need no grant (the
+// simulator's virtual clients never ask).
+TEST(RoundEngineCredits, UnboundedGrantsAtOnceAndAnswersStaleRequests) {
+  Fixture f(creditOptions(3, 0), {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  for (const char* id : {"a", "b"}) f.engine->onUploadRequest(id, token[id], 1);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["a"], token["b"]}));
+  EXPECT_EQ(f.engine->uploadsInFlight(), 2u);
+  f.upload("c", token["c"], {3, 3, 3}, 1, 2);  // never asked
+  f.engine->onUploadRequest("a", 12345, 2);    // unknown token: an Error, no grant
+  auto actions = f.take();
+  ASSERT_EQ(actionsOf<SendError>(actions).size(), 1u);
+  EXPECT_EQ(actionsOf<SendError>(actions)[0].error.code, wire::ErrorCode::kStaleTask);
+  EXPECT_TRUE(actionsOf<SendGrant>(actions).empty());
+  f.upload("a", token["a"], {0, 0, 0}, 1, 3);
+  f.upload("b", token["b"], {0, 0, 0}, 1, 3);
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 3u);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 0u);
+}
+
+// FedBuff with one credit: tasks keep training in parallel, uploads go one at a time, the
+// server steps are those without credits, and the per-task deadline returns a credit.
+TEST(RoundEngineCredits, FedBuffUploadsOneAtATimeAndDeadlinesReturnCredits) {
+  EngineOptions o = asyncOptions();
+  o.max_concurrent_uploads = 1;
+  o.liveness_s = 0;
+  o.deadline_s = 20;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  ASSERT_EQ(token.size(), 3u);
+  for (const char* id : {"a", "b", "c"}) f.engine->onUploadRequest(id, token[id], 1);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["a"]}));
+  f.upload("a", token["a"], {1, 1, 1}, 1, 2);  // credit to b; a gets a new task
+  auto next = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(grantsIn(f.log).back(), token["b"]);
+  f.upload("b", token["b"], {3, 3, 3}, 7, 3);  // step: x += (1/2)(1 + 3) = 2; credit to c
+  f.take();
+  EXPECT_FLOAT_EQ(f.engine->params()[0], 2.0f);
+  EXPECT_EQ(grantsIn(f.log).back(), token["c"]);
+  // a's second task asks and waits behind c; c never sends: its deadline (sent at 0) passes.
+  f.engine->onUploadRequest("a", next[0].task.task_token, 4);
+  f.take();
+  EXPECT_EQ(f.engine->uploadsWaiting(), 1u);
+  f.engine->onTick(20);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).back(), next[0].task.task_token);
+  EXPECT_EQ(f.engine->uploadsInFlight(), 1u);
+  EXPECT_EQ(f.engine->peakUploadsInFlight(), 1u);
+}
+
 TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
   EngineOptions o = baseOptions(1, 1, 1);
   o.rounds = 10;

@@ -257,8 +257,8 @@ TEST_F(SqliteHistoryTest, LockHeldPastBusyTimeoutIsTimeout) {
 }
 
 // A version-3 file that a tool gave a block_metrics table of its own (the report's readers
-// accept any column types) keeps the table and its rows when upgraded to version 4; a fresh
-// version-4 file has the table, and the writer adds to it.
+// accept any column types) keeps the table and its rows when upgraded to version 4 (and on to
+// 5); a fresh file has the table, and the writer adds to it.
 TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
   {
     auto store = open();
@@ -281,6 +281,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
                            "DROP TABLE block_metrics; CREATE TABLE block_metrics (run_id INTEGER, "
                            "round INTEGER, block INTEGER, model TEXT, accuracy REAL, loss REAL); "
                            "INSERT INTO block_metrics VALUES (1, 4, 2, 'm', 0.5, 1.0); "
+                           "ALTER TABLE updates DROP COLUMN grant_wait_s; "
                            "UPDATE schema_version SET version = 3",
                            nullptr, nullptr, &err),
               SQLITE_OK)
@@ -442,6 +443,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   u.codec = "topk";
   u.encode_s = 0.5;
   u.decode_s = 0.25;
+  u.grant_wait_s = 0.75;
   ASSERT_TRUE(store->commitRound(r, {u}, std::nullopt).isOk());
   auto back = store->rounds(*id);
   ASSERT_TRUE(back.isOk());
@@ -453,6 +455,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   EXPECT_EQ((*back_updates)[0].codec, "topk");
   EXPECT_EQ((*back_updates)[0].encode_s, 0.5);
   EXPECT_EQ((*back_updates)[0].decode_s, 0.25);
+  EXPECT_EQ((*back_updates)[0].grant_wait_s, 0.75);
   auto back_runs = store->runs();
   EXPECT_EQ(back_runs->back().clock, "virtual");
 }

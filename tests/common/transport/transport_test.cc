@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -558,6 +561,79 @@ TEST_F(CurveTransportTest, ReceiveTimesOutOnTime) {
 
 // ----- validation ----------------------------------------------------------------------------
 
+// A short receive queue (the coordinator's with upload credits) makes ZeroMQ stop reading a
+// busy peer's socket, and with it that peer's ZMTP heartbeats. The client sends 24 messages of
+// 512 KiB (a sequence number first); the server, with a queue of 2 messages and a 400 ms
+// heartbeat timeout, waits `pause_ms`, then reads one message every 100 ms. Returns the
+// sequence numbers it received.
+class ShortReceiveQueueTest : public CurveTransportTest {
+ protected:
+  std::vector<uint32_t> slowReader(int pause_ms) {
+    const KeyPair keys = allowedKeys("busy");  // before the server starts: no refusal race
+    ServerOptions options;
+    options.endpoint = "tcp://127.0.0.1:*";
+    options.server_keys = server_keys_;
+    options.allow_dir = allow_dir_;
+    options.heartbeat_ivl_ms = 100;
+    options.heartbeat_timeout_ms = 400;
+    options.receive_hwm = 2;
+    auto server = createServer(options);
+    EXPECT_TRUE(server.isOk()) << server.status().toString();
+    if (!server.isOk()) return {};
+    endpoint_ = (*server)->boundEndpoint();
+    ClientOptions co;
+    co.endpoint = endpoint_;
+    co.client_keys = keys;
+    co.server_public_key = server_keys_.public_key;
+    co.routing_id = "busy";
+    co.heartbeat_ivl_ms = 100;
+    co.heartbeat_timeout_ms = 400;
+    auto client = createClient(co);
+    EXPECT_TRUE(client.isOk()) << client.status().toString();
+    if (!client.isOk()) return {};
+    for (uint32_t i = 0; i < kMessages; ++i) {
+      std::string payload(512 << 10, static_cast<char>(i));
+      std::memcpy(payload.data(), &i, sizeof i);
+      EXPECT_TRUE((*client)->send(payload).isOk());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    std::vector<uint32_t> seen;
+    while (seen.size() < kMessages) {
+      std::optional<Envelope> env = serverReceive(**server, 1500);
+      if (!env) break;
+      peers_.insert(env->peer);
+      uint32_t seq = UINT32_MAX;
+      if (env->payload.size() >= sizeof seq) std::memcpy(&seq, env->payload.data(), sizeof seq);
+      seen.push_back(seq);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return seen;
+  }
+
+  static constexpr uint32_t kMessages = 24;
+  std::set<std::string> peers_;  // routing ids the messages came from
+};
+
+// Read slowly but steadily (2.4 s in all, six heartbeat timeouts, the queue full throughout):
+// every message arrives, in order, over the first connection.
+TEST_F(ShortReceiveQueueTest, HeartbeatsLiveWhileTheServerKeepsReading) {
+  std::vector<uint32_t> expected(kMessages);
+  for (uint32_t i = 0; i < kMessages; ++i) expected[i] = i;
+  EXPECT_EQ(slowReader(0), expected);
+  EXPECT_EQ(peers_, std::set<std::string>{"busy"});
+}
+
+// The limit this puts on the server: not reading a full queue for longer than the heartbeat
+// timeout (here 1.5 s against 400 ms) times the connection out, and the frames in flight are
+// lost (the coordinator then rejects that upload for its gap, and the credit comes back).
+TEST_F(ShortReceiveQueueTest, AStallLongerThanTheHeartbeatTimeoutDropsTheConnection) {
+  std::vector<uint32_t> all(kMessages);
+  for (uint32_t i = 0; i < kMessages; ++i) all[i] = i;
+  const std::vector<uint32_t> seen = slowReader(1500);
+  EXPECT_FALSE(seen.empty());
+  EXPECT_NE(seen, all);  // some are missing
+}
+
 TEST_F(CurveTransportTest, CreateServerValidatesOptions) {
   ServerOptions options;
   options.endpoint = "tcp://127.0.0.1:*";
@@ -580,6 +656,12 @@ TEST_F(CurveTransportTest, CreateServerValidatesOptions) {
   bad.allow_dir = allow_dir_ + "/missing";
   EXPECT_EQ(createServer(bad).status().code(), StatusCode::kNotFound);
   bad.allow_dir = "";
+  EXPECT_EQ(createServer(bad).status().code(), StatusCode::kInvalidArgument);
+
+  bad = options;
+  bad.receive_hwm = -1;
+  EXPECT_EQ(createServer(bad).status().code(), StatusCode::kInvalidArgument);
+  bad.receive_hwm = 1;  // stalls libzmq 4.3's ROUTER
   EXPECT_EQ(createServer(bad).status().code(), StatusCode::kInvalidArgument);
 
   // Two servers on one port: the second fails cleanly.

@@ -213,6 +213,14 @@ void expectEqual(const Error& a, const Error& b) {
   EXPECT_EQ(a.task_token, b.task_token);
 }
 
+void expectEqual(const UploadRequest& a, const UploadRequest& b) {
+  EXPECT_EQ(a.task_token, b.task_token);
+}
+
+void expectEqual(const UploadGrant& a, const UploadGrant& b) {
+  EXPECT_EQ(a.task_token, b.task_token);
+}
+
 template <typename T>
 void expectRoundTrip(const T& original) {
   const std::string bytes = encode(Message(original));
@@ -247,6 +255,12 @@ TEST(WireCodecTest, CancelRoundTrips) { expectRoundTrip(sampleCancel()); }
 TEST(WireCodecTest, HeartbeatRoundTrips) { expectRoundTrip(sampleHeartbeat()); }
 TEST(WireCodecTest, ByeRoundTrips) { expectRoundTrip(sampleBye()); }
 TEST(WireCodecTest, ErrorRoundTrips) { expectRoundTrip(sampleError()); }
+TEST(WireCodecTest, UploadRequestAndGrantRoundTrip) {
+  expectRoundTrip(UploadRequest{0xfedcba9876543210ull});
+  expectRoundTrip(UploadGrant{0x0123456789abcdefull});
+  // Same field, different messages: the union tag keeps them apart.
+  EXPECT_NE(encode(UploadRequest{7}), encode(UploadGrant{7}));
+}
 
 TEST(WireCodecTest, DefaultMessagesRoundTrip) {
   expectRoundTrip(Hello{});
@@ -257,6 +271,8 @@ TEST(WireCodecTest, DefaultMessagesRoundTrip) {
   expectRoundTrip(Heartbeat{});
   expectRoundTrip(Bye{});
   expectRoundTrip(Error{});
+  expectRoundTrip(UploadRequest{});
+  expectRoundTrip(UploadGrant{});
 }
 
 TEST(WireCodecTest, EveryErrorCodeRoundTrips) {
@@ -355,9 +371,9 @@ TEST(WireCodecTest, UnalignedInputDecodes) {
 TEST(WireCodecTest, ProtocolVersionIsFive) {
   // 3: HyperParams prox_mu, scaffold, stop_after_s; Task control_bytes. 4: a Task's model bytes
   // travel as a model frame after it. 5: Task served (and a served model after the training
-  // model in the model frame), Summary served_*, DataSpec blocks and skew. A coordinator
-  // refuses a Hello of another version, so an older client never receives a task it would
-  // misread.
+  // model in the model frame), Summary served_*, DataSpec blocks and skew; upload credits
+  // (UploadRequest, UploadGrant). A coordinator refuses a Hello of another version, so an older
+  // client never receives a task it would misread nor sends chunks without a grant.
   EXPECT_EQ(kProtocolVersion, 5u);
   EXPECT_EQ(Hello{}.protocol_version, 5u);
 }
@@ -491,6 +507,8 @@ TEST(WireCodecTest, Names) {
   EXPECT_STREQ(messageName(Heartbeat{}), "Heartbeat");
   EXPECT_STREQ(messageName(Bye{}), "Bye");
   EXPECT_STREQ(messageName(Error{}), "Error");
+  EXPECT_STREQ(messageName(UploadRequest{}), "UploadRequest");
+  EXPECT_STREQ(messageName(UploadGrant{}), "UploadGrant");
   EXPECT_STREQ(deviceKindName(DeviceKind::kCpu), "cpu");
   EXPECT_STREQ(deviceKindName(DeviceKind::kCuda), "cuda");
 }
