@@ -6,6 +6,7 @@
 // this executable's link line because fedfleet_history is a static library that links it.
 #include "common/history/sqlite_history.h"
 
+#include <cmath>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -309,7 +310,8 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
   EXPECT_EQ(rows->size(), 2u);
 }
 
-// A version-4 file gets the served-model columns on `updates`; its rows read as "no served model".
+// A version-4 file gets the served-model and grant-wait columns on `updates`; its rows read as
+// "no served model" and no wait.
 TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
   auto completed = [](uint32_t round, const std::string& client) {
     UpdateRecord u;
@@ -331,7 +333,8 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
     char* err = nullptr;
     std::string sql;
     for (const char* c : {"served_block", "served_model", "served_version", "served_sha256",
-                          "served_bytes", "served_samples", "served_loss", "served_accuracy"}) {
+                          "served_bytes", "served_samples", "served_loss", "served_accuracy",
+                          "grant_wait_s"}) {
       sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
     }
     sql += "UPDATE schema_version SET version = 4";
@@ -349,12 +352,15 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
   u.served_sha256_hex = std::string(64, 'a');
   u.served_samples = 40;
   u.served_accuracy = 0.5;
+  u.grant_wait_s = 1.25;
   ASSERT_TRUE(store->commitRound(someRound(1, 1), {u}, std::nullopt).isOk());
   auto updates = store->updates(1, std::nullopt);
   ASSERT_TRUE(updates.isOk()) << updates.status().toString();
   ASSERT_EQ(updates->size(), 2u);
   EXPECT_EQ((*updates)[0].served_block, -1);
   EXPECT_FALSE((*updates)[0].served_accuracy.has_value());
+  EXPECT_TRUE(std::isnan((*updates)[0].grant_wait_s));  // NULL in the upgraded row
+  EXPECT_EQ((*updates)[1].grant_wait_s, 1.25);
   EXPECT_EQ((*updates)[1].served_block, 1);
   EXPECT_EQ((*updates)[1].served_model, "chain");
   EXPECT_EQ((*updates)[1].served_samples, 40u);
