@@ -23,6 +23,13 @@ std::vector<T> actionsOf(const std::vector<Action>& actions) {
   return out;
 }
 
+// How many RecordEvent actions of `kind` are in `actions`.
+int eventsOf(const std::vector<Action>& actions, const std::string& kind) {
+  int n = 0;
+  for (const auto& e : actionsOf<RecordEvent>(actions)) n += e.event.kind == kind;
+  return n;
+}
+
 wire::Hello hello(const std::string& id, int32_t partition = -1) {
   wire::Hello h;
   h.client_id = id;
@@ -959,9 +966,7 @@ TEST(RoundEngineAsync, TooStaleUpdatesAreRejectedAndRecorded) {
   f.upload("c", token["c"], {50, 50, 50}, 1, 3);  // from version 0: 1 behind
   auto actions = f.take();
   EXPECT_FLOAT_EQ(f.engine->params()[0], 1.0f);
-  bool recorded = false;
-  for (const auto& e : actionsOf<RecordEvent>(actions)) recorded |= e.event.kind == "stale_update";
-  EXPECT_TRUE(recorded);
+  EXPECT_GE(eventsOf(actions, "stale_update"), 1);
 }
 
 TEST(RoundEngineAsync, EachTaskHasItsOwnDeadline) {
@@ -1513,10 +1518,7 @@ TEST(RoundEngineBlocks, OnlyClientsOfTheCurrentBlockAreSampled) {
   EXPECT_EQ(run.rows[3].model, "served");
   EXPECT_EQ(run.rows[3].block, "0");
   EXPECT_DOUBLE_EQ(*run.rows[3].accuracy, 0.1);
-  int started = 0;
-  for (const auto& e : actionsOf<RecordEvent>(run.f.log))
-    started += e.event.kind == "block_started";
-  EXPECT_EQ(started, 6);
+  EXPECT_EQ(eventsOf(run.f.log, "block_started"), 6);
   EXPECT_TRUE(run.f.engine->finished());
 }
 
@@ -1624,10 +1626,7 @@ TEST(RoundEngineBlocks, OneBlockOnAClockStillEndsAVisitAtEachBoundary) {
   EXPECT_EQ(run.asked[1].round, 4u);
   EXPECT_EQ(run.f.engine->blockModels()->visits(0), 2u);
   EXPECT_EQ(run.f.engine->blockModels()->average(0), (std::vector<float>{3, 0}));
-  int started = 0;
-  for (const auto& e : actionsOf<RecordEvent>(run.f.log))
-    started += e.event.kind == "block_started";
-  EXPECT_EQ(started, 2);
+  EXPECT_EQ(eventsOf(run.f.log, "block_started"), 2);
 }
 
 TEST(RoundEngineBlocks, TheRunEndsOnlyAfterTheLastBlockReport) {
@@ -1744,10 +1743,7 @@ TEST(RoundEngineBlocks, ABlockClientIsServedItsBlocksModelOnlyWhenItChanged) {
   EXPECT_EQ(rows[1].served_model, "shared");
   EXPECT_EQ(rows[1].served_bytes, 0u);
   EXPECT_EQ(rows[4].served_block, 1);
-  int mismatches = 0;
-  for (const auto& e : actionsOf<RecordEvent>(run.f.log))
-    mismatches += e.event.kind == "served_mismatch";
-  EXPECT_EQ(mismatches, 1);
+  EXPECT_EQ(eventsOf(run.f.log, "served_mismatch"), 1);
 }
 
 TEST(RoundEngineBlocks, ARestartedClientIsSentItsServedModelAgain) {
