@@ -4,17 +4,20 @@
 # A real coordinator (CURVE, FedAvg CNN: 1,663,370 parameters, 6.65 MB as fp32) and 50 real
 # client processes on 127.0.0.1, all 50 sampled every round (coordinator.clients_per_round =
 # min_clients = 50), one local step each (train.steps = 1), so the 50 uploads of 6.65 MB (codec
-# none, 1 MiB chunks) arrive at the coordinator at about the same time; ROUNDS rounds.
+# none, 1 MiB chunks) are ready at about the same time; ROUNDS rounds. The coordinator grants
+# CREDITS upload credits (coordinator.max_concurrent_uploads, default here 2): that many clients
+# send chunks at once, the others wait for a grant.
 # The fixed overhead is measured in the same run: the same coordinator config with 1 client
 # (LibTorch, the test set, evaluation buffers, one model). Peak RSS from /usr/bin/time (VmHWM).
 # Figures: peak_rss_mib (50 clients), model_mib, overhead_mib (1 client), and the ratio
 # (peak - overhead) / model. Goal: peak_rss_mib <= overhead_mib + 3 * model_mib.
-# Environment: BUILD_DIR (build), CLIENTS (50), ROUNDS (3).
+# Environment: BUILD_DIR (build), CLIENTS (50), ROUNDS (3), CREDITS (2: clients uploading at once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 CLIENTS=${CLIENTS:-50}
+CREDITS=${CREDITS:-2}  # coordinator.max_concurrent_uploads (0: unbounded, the default)
 ROUNDS=${ROUNDS:-3}
 source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/coordinator_memory.XXXXXX)
@@ -28,7 +31,8 @@ run() {  # clients -> peak RSS of the coordinator in KiB
     --bind tcp://127.0.0.1:0 --endpoint-file "$dir/endpoint" --db "$dir/h.db" --model cnn \
     --rounds "$ROUNDS" --clients-per-round "$n" --min-clients "$n" --deadline 600 \
     --set coordinator.quorum="$n" --set train.steps=1 --set data.test_subset=2000 \
-    --set coordinator.wait_clients_s=600 > "$dir/coordinator.log" 2>&1 &
+    --set coordinator.wait_clients_s=600 \
+    --set coordinator.max_concurrent_uploads="$CREDITS" > "$dir/coordinator.log" 2>&1 &
   local coord=$!
   for _ in $(seq 1 200); do [ -s "$dir/endpoint" ] && break; sleep 0.1; done
   local endpoint

@@ -49,7 +49,7 @@ struct CoordinatorSection {
   double slow_link_mbps = 0;            // slow_link_mbps (empty: the same codec for all)
   uint32_t partial_buffer_mib = 64;     // partial uploads kept in memory; beyond: a temp file
   uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
-  uint32_t max_concurrent_uploads = 2;  // upload credits: clients sending chunks at once (FIFO
+  uint32_t max_concurrent_uploads = 0;  // upload credits: clients sending chunks at once (FIFO
                                         // grants; 0: unbounded)
 };
 

@@ -124,7 +124,9 @@ bool hasEvent(const std::vector<history::EventRecord>& events, const std::string
 TEST(Integration, ThreeClientsThreeRoundsOfFedAvgOverCurve) {
   const std::string dir = testing::freshDir("fedavg3");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
-  const std::string config = writeConfig(dir, coordinatorSection(3, 3, 3, 120));
+  // One upload credit: the three clients take turns sending their chunks.
+  const std::string config =
+      writeConfig(dir, coordinatorSection(3, 3, 3, 120, "max_concurrent_uploads = 1"));
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "3"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
@@ -166,6 +168,7 @@ TEST(Integration, ThreeClientsThreeRoundsOfFedAvgOverCurve) {
     for (const auto& u : *updates) {
       EXPECT_EQ(u.status, "completed");
       EXPECT_GT(u.n_samples, 0u);
+      EXPECT_GE(u.grant_wait_s, 0.0);  // recorded (a NULL reads as NaN and fails this)
     }
   }
   const double initial = *(*rounds)[0].test_accuracy;
