@@ -77,6 +77,11 @@ model::Layout flatLayout(size_t n) {
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
                                          bool scaffold, const compress::CodecSpec& codec) {
   std::vector<ChunkRange> plan = planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec));
+  for (ChunkRange& c : plan) {
+    if (c.tensor_index < layout.tensors.size()) {
+      c.dense = compress::denseBelow(codec, layout.tensors[c.tensor_index].numel);
+    }
+  }
   if (!scaffold) return plan;
   const size_t half = plan.size();
   const auto tensors = static_cast<uint32_t>(layout.tensors.size());
@@ -88,6 +93,20 @@ std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chu
     plan.push_back(c);
   }
   return plan;
+}
+
+Status encodeUploadChunk(const compress::Codec& codec, const ChunkRange& r, const float* x,
+                         compress::ErrorFeedback* residual, uint64_t seed, std::string* out) {
+  static const std::unique_ptr<compress::Codec> fp16 = [] {
+    compress::CodecSpec spec;
+    spec.name = "fp16";
+    return std::move(compress::makeCodec(spec).value());
+  }();
+  const compress::Codec& c = r.dense ? *fp16 : codec;
+  if (residual != nullptr) return residual->encode(c, r.offset, x, r.elements, seed, out);
+  out->reserve(out->size() + c.maxEncodedBytes(r.elements));
+  c.encode(x, r.elements, seed, out);
+  return Status::ok();
 }
 
 uint64_t chunkSeed(uint64_t task_seed, size_t index) {
@@ -178,12 +197,7 @@ Result<EncodedChunk> UploadPipeline::encodeChunk(size_t index) {
   const double t0 = steadyNow();
   const float* x = delta_.data() + r.offset;
   const uint64_t seed = chunkSeed(task_seed_, index);
-  if (residual_ != nullptr) {
-    FEDFLEET_RETURN_IF_ERROR(residual_->encode(*codec_, r.offset, x, r.elements, seed, &c.payload));
-  } else {
-    c.payload.reserve(codec_->maxEncodedBytes(r.elements));
-    codec_->encode(x, r.elements, seed, &c.payload);
-  }
+  FEDFLEET_RETURN_IF_ERROR(encodeUploadChunk(*codec_, r, x, residual_, seed, &c.payload));
   c.encode_seconds = steadyNow() - t0;
   return c;
 }

@@ -54,6 +54,7 @@ struct ChunkRange {
   uint32_t tensor_index = 0;  // index in the layout of the tensor the range starts in
   uint64_t offset = 0;        // first element
   uint64_t elements = 0;
+  bool dense = false;  // sent as fp16, not through the task's codec (compress::denseBelow)
 
   bool operator==(const ChunkRange&) const = default;
 };
@@ -67,12 +68,19 @@ std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_byt
 model::Layout flatLayout(size_t n);
 
 // The chunks of an update of a model laid out as `layout` (wire::Task) for the task's codec:
-// planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec)) for a delta alone; for a SCAFFOLD update (the delta, then the control delta: 2 *
+// planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec)) for a delta alone, with
+// `dense` set on the chunks of tensors compress::denseBelow(codec, numel) names; for a SCAFFOLD update (the delta, then the control delta: 2 *
 // layout.total values) those chunks, then the same again shifted by layout.total elements and
 // by layout.tensors.size() tensors, so both halves are cut alike and no chunk holds values of
 // both.
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
                                          bool scaffold, const compress::CodecSpec& codec = {});
+
+// Appends to *out the payload of chunk r of an upload (x points at its first element): fp16
+// when r.dense, else `codec`; through `residual` (error feedback) when given. Errors as
+// compress::ErrorFeedback::encode (a non-finite value with a residual).
+Status encodeUploadChunk(const compress::Codec& codec, const ChunkRange& r, const float* x,
+                         compress::ErrorFeedback* residual, uint64_t seed, std::string* out);
 
 // The codec seed of chunk `index` of an upload whose task carries `task_seed` (a SplitMix64
 // mix of the two, so neighbouring seeds and indices give unrelated streams).

@@ -728,7 +728,12 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   }
   st = partial_.append(token, chunk.offset, n, chunk.payload);
   if (!st.isOk()) return rejectUpdate(*p, token, "coordinator: " + st.message(), now);
-  if (p->codec.empty()) p->codec = compress::codecKindName(header->kind);
+  // The update's codec as the history names it: that of its largest payload (a topk update
+  // with dense_below has fp16 chunks for its small tensors).
+  if (p->codec.empty() || n > p->codec_elements) {
+    p->codec = compress::codecKindName(header->kind);
+    p->codec_elements = n;
+  }
   if (foldsOnArrival()) {
     // Synchronous linear aggregators fold now. Asynchronous: the weight depends on the
     // staleness at completion, so the update is folded from the PartialLog when its summary

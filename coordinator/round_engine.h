@@ -29,8 +29,8 @@
 //     grants the next in line, so no path can keep a credit. With credits bounded, a chunk of a
 //     task without a grant rejects the update.
 //  5. Upload. The client streams its delta as Chunks carrying the token, in order (element
-//     offsets must be contiguous), each a self-describing payload of the task's codec
-//     (common/compress/payload.h) with the update's weight inputs (n_samples, steps), then a
+//     offsets must be contiguous), each a self-describing payload of the task's codec (or fp16
+//     for a small tensor of a topk task with dense_below; common/compress/payload.h) with the update's weight inputs (n_samples, steps), then a
 //     Summary. Streaming aggregation: each chunk is decoded and folded into the round's running
 //     sum (weight n_k) the moment it arrives, so memory is O(model) however many clients upload
 //     at once; its payload is kept aside (PartialLog: in memory up to a bound, then spilled to
@@ -420,7 +420,8 @@ class RoundEngine {
     bool folded = false;        // some chunk is in the running sum (take it back if not completed)
     bool weight_set = false;    // the first chunk declared n_samples and steps
     uint64_t steps = 0;
-    std::string codec;          // codec of the first chunk's payload
+    std::string codec;          // codec of the payload of the most elements so far
+    uint64_t codec_elements = 0;  // elements of that payload
     bool last_chunk = false;
     uint64_t bytes_up = 0;
     uint64_t bytes_down = 0;

@@ -520,12 +520,8 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
       c.offset = plan[j].offset;
       c.elements = plan[j].elements;
       const uint64_t seed = client::chunkSeed(task_seed, j);
-      if (residual) {
-        FEDFLEET_RETURN_IF_ERROR(residual->encode(*codec, c.offset, delta.data() + c.offset,
-                                                  c.elements, seed, &c.payload));
-      } else {
-        codec->encode(delta.data() + c.offset, c.elements, seed, &c.payload);
-      }
+      FEDFLEET_RETURN_IF_ERROR(client::encodeUploadChunk(*codec, plan[j], delta.data() + c.offset,
+                                                         residual, seed, &c.payload));
       out.chunks.push_back(std::move(c));
     }
     out.encode_seconds =

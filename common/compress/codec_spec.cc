@@ -65,10 +65,15 @@ std::string residualKey(const CodecSpec& spec) {
   CodecSpec s = spec;
   s.ratio = CodecSpec().ratio;
   s.warmup = CodecSpec().warmup;
+  s.dense_below = CodecSpec().dense_below;
   return toString(s);
 }
 
 bool selectsPerTensor(const CodecSpec& spec) { return spec.name == "topk"; }
+
+bool denseBelow(const CodecSpec& spec, uint64_t numel) {
+  return spec.name == "topk" && numel < spec.dense_below;
+}
 
 Status validate(const CodecSpec& spec) {
   const std::string& n = spec.name;
@@ -89,6 +94,13 @@ Status validate(const CodecSpec& spec) {
   if (n == "topk" && spec.warmup > kMaxWarmup) {
     return invalidArgument("topk warmup must be in [0, " + std::to_string(kMaxWarmup) +
                            "], not " + std::to_string(spec.warmup));
+  }
+  if (n == "topk" && spec.dense_below > kMaxDenseBelow) {
+    return invalidArgument("topk dense_below must be in [0, " + std::to_string(kMaxDenseBelow) +
+                           "], not " + std::to_string(spec.dense_below));
+  }
+  if (n != "topk" && spec.dense_below != 0) {
+    return invalidArgument("dense_below applies to topk only");
   }
   return Status::ok();
 }
@@ -115,7 +127,7 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
       return bad(text, "topk ratio \"" + std::string(head[1]) + "\" is not a number in (0, 1]");
     }
   }
-  bool seen_bucket = false, seen_ef = false, seen_warmup = false;
+  bool seen_bucket = false, seen_ef = false, seen_warmup = false, seen_dense = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const size_t eq = parts[i].find('=');
     if (eq == std::string_view::npos) {
@@ -153,9 +165,18 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
         return bad(text, "warmup \"" + std::string(value) + "\" is not a whole number in [0, " +
                              std::to_string(kMaxWarmup) + "]");
       }
+    } else if (key == "dense_below") {
+      if (spec.name != "topk") return bad(text, "dense_below applies to topk only");
+      if (seen_dense) return bad(text, "dense_below given twice");
+      seen_dense = true;
+      if (!parseUint32(value, &spec.dense_below) || spec.dense_below > kMaxDenseBelow) {
+        return bad(text, "dense_below \"" + std::string(value) +
+                             "\" is not a whole number in [0, " + std::to_string(kMaxDenseBelow) +
+                             "]");
+      }
     } else {
       return bad(text, "unknown option \"" + std::string(key) +
-                           "\" (expected bucket, ef or warmup)");
+                           "\" (expected bucket, ef, warmup or dense_below)");
     }
   }
   return spec;
@@ -175,6 +196,9 @@ std::string toString(const CodecSpec& spec) {
   if (isBiased(spec) && !spec.error_feedback) s += ",ef=off";
   if (spec.name == "topk" && spec.warmup != CodecSpec().warmup) {
     s += ",warmup=" + std::to_string(spec.warmup);
+  }
+  if (spec.dense_below != CodecSpec().dense_below) {
+    s += ",dense_below=" + std::to_string(spec.dense_below);
   }
   return s;
 }

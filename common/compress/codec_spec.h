@@ -7,12 +7,15 @@
 //   fp16 | bf16       16-bit floats, round to nearest even
 //   qsgd8 | qsgd4     QSGD, 127 or 7 levels per sign, in buckets; key bucket=N
 //   topk[:ratio]      top-k by magnitude, k = ratio * n (default 0.01); keys ef=on|off,
-//                     warmup=N (sparsity warm-up rounds, default 0: off; see codecForRound)
+//                     warmup=N (sparsity warm-up rounds, default 0: off; see codecForRound),
+//                     dense_below=N (tensors of fewer than N elements go as fp16, not
+//                     sparsified; default 0: none; see denseBelow)
 //   sign              scaled sign, 1 bit a value, a scale per bucket; keys bucket=N, ef=on|off
 //
 // e.g. "none", "fp16", "qsgd8", "qsgd4,bucket=256", "topk:0.01", "topk:0.001,ef=off",
-// "topk:0.01,warmup=4", "sign". bucket is a multiple of 8 in [8, 2^24] (default 512); ratio is
-// in (0, 1]; warmup is in [0, kMaxWarmup]. ef (error feedback, default on) applies to the biased
+// "topk:0.01,warmup=4", "topk:0.01,dense_below=10000", "sign". bucket is a multiple of 8 in
+// [8, 2^24] (default 512); ratio is in (0, 1]; warmup is in [0, kMaxWarmup]; dense_below is in
+// [0, 2^24]. ef (error feedback, default on) applies to the biased
 // codecs only: it is refused for the others.
 // toString writes the canonical text (defaults left out), and parseCodecSpec(toString(s)) == s
 // for every valid spec.
@@ -32,12 +35,16 @@ struct CodecSpec {
   double ratio = 0.01;         // topk: fraction of the elements kept
   bool error_feedback = true;  // topk and sign: keep a residual per client (ErrorFeedback)
   uint32_t warmup = 0;         // topk: rounds of sparsity warm-up (codecForRound); 0: off
+  uint32_t dense_below = 0;    // topk: tensors of fewer elements are sent as fp16; 0: none
 
   bool operator==(const CodecSpec&) const = default;
 };
 
 // Largest bucket a spec may name (and a payload may carry).
 constexpr uint32_t kMaxBucket = 1u << 24;
+
+// Largest dense_below a topk spec may name.
+constexpr uint32_t kMaxDenseBelow = 1u << 24;
 
 // Most warm-up rounds a topk spec may name.
 constexpr uint32_t kMaxWarmup = 16;
@@ -72,13 +79,22 @@ bool usesErrorFeedback(const CodecSpec& spec);
 CodecSpec codecForRound(const CodecSpec& spec, uint64_t round);
 
 // What an error-feedback residual belongs to: the spec's text without the parameters that do
-// not change what the residual means (topk's ratio and warmup), so a client keeps its residual
-// when the coordinator only changes the ratio from one round to the next.
+// not change what the residual means (topk's ratio, warmup and dense_below), so a client keeps
+// its residual when the coordinator only changes the ratio from one round to the next.
 std::string residualKey(const CodecSpec& spec);
 
 // True when the codec selects elements (topk): its upload is then cut one tensor a chunk (see
 // client::planChunks), so the selection is per tensor and no small tensor (a bias) competes
 // with a larger one for the k slots of a shared chunk.
 bool selectsPerTensor(const CodecSpec& spec);
+
+// True when a tensor of `numel` elements is sent dense, as fp16, instead of through the spec's
+// codec: topk with dense_below > numel. A tensor of a few hundred or thousand elements (a bias,
+// a first convolution, a classifier layer) keeps only a handful of values a round under top-k
+// 1%, while sending it whole in fp16 costs little next to the large tensors' indices and
+// values (docs/BENCHMARKS.md, codecs_accuracy). The chunks of such a tensor carry fp16
+// payloads (client::ChunkRange::dense); with error feedback the residual then keeps only fp16's
+// rounding error.
+bool denseBelow(const CodecSpec& spec, uint64_t numel);
 
 }  // namespace fedfleet::compress

@@ -207,6 +207,36 @@ TEST(ChunkPlanRule, TopkUploadsCutOneTensorAChunk) {
   EXPECT_EQ(twice[14], (ChunkRange{8, 1663370, 800}));
 }
 
+// dense_below: the chunks of smaller tensors are marked dense (all pieces of a split tensor
+// alike), the rest are not; no mark without the key, and the SCAFFOLD half repeats the marks.
+TEST(ChunkPlanRule, DenseBelowMarksTheChunksOfSmallTensors) {
+  const model::Layout cnn = layoutOf({800, 32, 51200, 64, 1605632, 512, 5120, 10});
+  const auto spec = compress::parseCodecSpec("topk:0.01,dense_below=10000").value();
+  const auto plan = planUploadChunks(cnn, 1 << 20, false, spec);
+  ASSERT_EQ(plan.size(), 14u);
+  const std::vector<bool> want = {true,  true,  false, true,  false, false, false,
+                                  false, false, false, false, true,  true,  true};
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].dense, want[i]) << i;
+    ChunkRange plain = plan[i];
+    plain.dense = false;
+    EXPECT_EQ(plain, planChunks(cnn, 1 << 20, true)[i]) << i;  // same ranges as plain topk
+  }
+  for (const ChunkRange& c : planUploadChunks(cnn, 1 << 20, false,
+                                              compress::parseCodecSpec("topk:0.01").value())) {
+    EXPECT_FALSE(c.dense);
+  }
+  // A tensor split into pieces (4 KiB chunks: 1024 elements) is dense in every piece.
+  const auto pieces =
+      planUploadChunks(layoutOf({3000, 20000}), 4 << 10, false,
+                       compress::parseCodecSpec("topk:0.01,dense_below=3001").value());
+  ASSERT_EQ(pieces.size(), 3u + 20u);
+  for (size_t i = 0; i < pieces.size(); ++i) EXPECT_EQ(pieces[i].dense, i < 3) << i;
+  const auto twice = planUploadChunks(cnn, 1 << 20, true, spec);
+  ASSERT_EQ(twice.size(), 28u);
+  for (size_t i = 0; i < 14; ++i) EXPECT_EQ(twice[14 + i].dense, want[i]) << i;
+}
+
 // A SCAFFOLD update (delta, then control delta): the delta's plan, then the same ranges again
 // P elements and T tensors on; no chunk holds values of both halves, even where planChunks over
 // one 2P-long layout would group the last tensors of the delta with the first of the control.
@@ -339,6 +369,49 @@ TEST(UploadPipeline, ErrorFeedbackCarriesTheResidualAcrossUploads) {
   // x1 + x2 were picked.
   EXPECT_NE(sent, decodeAll(drain(*std::make_unique<UploadPipeline>(x2, plan, codec, nullptr, 2)),
                             l.total));
+}
+
+// A dense chunk goes as fp16 (each value rounded to nearest, so within 2^-11 relative), the
+// others as top-k; with error feedback a dense chunk's residual is only fp16's rounding error
+// (x - decoded, exactly), and a top-k chunk's keeps what was dropped.
+TEST(UploadPipeline, DenseChunksGoAsFp16AndKeepOnlyTheRoundingInTheResidual) {
+  const model::Layout l = layoutOf({300, 20000, 40});
+  const auto codec = codecFor("topk:0.01,dense_below=1000");
+  const auto plan = planUploadChunks(l, 1 << 20, false, codec->spec());
+  ASSERT_EQ(plan.size(), 3u);
+  ASSERT_TRUE(plan[0].dense && !plan[1].dense && plan[2].dense);
+  const std::vector<float> x = randomDelta(l.total, 21);
+  compress::ErrorFeedback residual(l.total);
+  UploadPipeline p(x, plan, codec, &residual, 5);
+  const auto chunks = drain(p);
+  ASSERT_EQ(chunks.size(), 3u);
+  const std::vector<compress::CodecKind> kinds = {compress::CodecKind::kFp16,
+                                                  compress::CodecKind::kTopk,
+                                                  compress::CodecKind::kFp16};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(compress::readPayloadHeader(chunks[i].payload).value().kind, kinds[i]) << i;
+  }
+  // 300 fp16 values: the header and 600 bytes; the top-k chunk keeps 200 of 20000.
+  EXPECT_EQ(chunks[0].payload.size(), compress::kPayloadHeaderBytes + 600);
+  EXPECT_EQ(compress::readPayloadHeader(chunks[1].payload).value().param, 200u);
+  const auto d = decodeAll(chunks, l.total);
+  std::vector<float> r(l.total);
+  residual.residual(0, l.total, r.data());
+  size_t kept = 0;
+  for (size_t i = 0; i < l.total; ++i) {
+    ASSERT_EQ(r[i], x[i] - d[i]) << i;
+    const bool dense = i < 300 || i >= 20300;
+    if (dense) {
+      ASSERT_LE(std::abs(x[i] - d[i]), std::abs(x[i]) * 0x1p-11f) << i;
+    } else {
+      kept += d[i] != 0;
+    }
+  }
+  EXPECT_EQ(kept, 200u);
+  // encodeUploadChunk without a residual gives the same bytes for a dense chunk.
+  std::string direct;
+  ASSERT_TRUE(encodeUploadChunk(*codec, plan[0], x.data(), nullptr, 1, &direct).isOk());
+  EXPECT_EQ(direct, chunks[0].payload);
 }
 
 TEST(UploadPipeline, NonFiniteDeltaFailsBeforeAnyChunk) {

@@ -631,6 +631,39 @@ TEST(RoundEngine, FoldsCompressedChunksAsTheyArrive) {
   }
 }
 
+// A topk task with dense_below: small tensors arrive as fp16, the rest as topk. The engine folds
+// both and names the update by its largest payload (topk), whichever chunk came first.
+TEST(RoundEngine, MixedFp16AndTopkChunksFoldAndAreNamedTopk) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.codec = "topk:0.25,dense_below=3";
+  Fixture f(o, std::vector<float>(10, 0.0f));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  const auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].task.codec, "topk:0.25,dense_below=3");
+  const uint64_t token = tasks[0].task.task_token;
+  const std::vector<float> bias = {0.5f, -0.25f};  // a 2-element tensor: fp16, exact here
+  const std::vector<float> weight = {0.0f, 4.0f, 0.0f, 0.0f, -2.0f, 0.0f, 0.0f, 1.0f};
+  wire::Chunk c1 = chunkOf(token, 0, bias, false, 10);
+  c1.payload = encodeWith("fp16", bias, 1);
+  wire::Chunk c2 = chunkOf(token, 2, weight, true, 10);
+  c2.payload = encodeWith("topk:0.25", weight, 2);  // keeps 4.0 and -2.0
+  f.engine->onChunk("a", c1, 40, 1);
+  f.engine->onChunk("a", c2, 40, 1);
+  wire::Summary s;
+  s.task_token = token;
+  s.n_samples = 10;
+  s.steps = 3;
+  f.engine->onSummary("a", s, 20, 1);
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  ASSERT_EQ(commits[0].updates.size(), 1u);
+  EXPECT_EQ(commits[0].updates[0].codec, "topk");
+  const std::vector<float> want = {0.5f, -0.25f, 0, 4.0f, 0, 0, -2.0f, 0, 0, 0};
+  for (size_t i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(f.engine->params()[i], want[i]) << i;
+}
+
 // A straggler's chunks were folded before the deadline; at the deadline they are taken back out,
 // and a client whose declared weight changes mid-upload is rejected and taken back out too.
 TEST(RoundEngine, PartialChunksOfLateAndRejectedUpdatesAreTakenBack) {

@@ -157,6 +157,38 @@ TEST(CodecSpec, WarmupParsesAndRoundTrips) {
   EXPECT_THAT(validate(s).message(), HasSubstr("warmup"));
 }
 
+TEST(CodecSpec, DenseBelowParsesRoundTripsAndNamesSmallTensors) {
+  EXPECT_EQ(parsed("topk").dense_below, 0u);
+  EXPECT_EQ(parsed("topk:0.01,dense_below=10000").dense_below, 10000u);
+  EXPECT_EQ(toString(parsed("topk:0.01,dense_below=0")), "topk:0.01");  // the default
+  EXPECT_EQ(toString(parsed("topk:0.01,dense_below=10000,ef=off,warmup=2")),
+            "topk:0.01,ef=off,warmup=2,dense_below=10000");
+  for (const char* bad : {"qsgd8,dense_below=8", "sign,dense_below=8", "fp16,dense_below=8"}) {
+    EXPECT_THAT(parseCodecSpec(bad).status().message(), HasSubstr("dense_below applies to topk"))
+        << bad;
+  }
+  EXPECT_THAT(parseCodecSpec("topk,dense_below=16777217").status().message(),
+              HasSubstr("[0, 16777216]"));
+  EXPECT_THAT(parseCodecSpec("topk,dense_below=1e4").status().message(),
+              HasSubstr("whole number"));
+  EXPECT_THAT(parseCodecSpec("topk,dense_below=1,dense_below=2").status().message(),
+              HasSubstr("twice"));
+  CodecSpec s = parsed("qsgd8");
+  s.dense_below = 8;
+  EXPECT_THAT(validate(s).message(), HasSubstr("dense_below"));
+  EXPECT_FALSE(parseCodecSpec(toString(s)).isOk());  // the text names what the spec holds
+  // Strictly below the bound; topk only; 0 names nothing.
+  const CodecSpec t = parsed("topk:0.01,dense_below=5120");
+  EXPECT_TRUE(denseBelow(t, 5119));
+  EXPECT_FALSE(denseBelow(t, 5120));
+  EXPECT_TRUE(denseBelow(t, 1));
+  EXPECT_FALSE(denseBelow(parsed("topk:0.01"), 1));
+  EXPECT_FALSE(denseBelow(parsed("qsgd8"), 1));
+  // The residual means the same whatever the bound.
+  EXPECT_EQ(residualKey(t), residualKey(parsed("topk:0.01")));
+  EXPECT_EQ(codecForRound(parsed("topk:0.01,warmup=2,dense_below=64"), 1).dense_below, 64u);
+}
+
 // DGC's warm-up: rounds 1..W keep 2^(W - r + 1) x the ratio (capped at 1), then the ratio.
 TEST(CodecSpec, CodecForRoundWarmsUpTopk) {
   const CodecSpec topk = parsed("topk:0.01,warmup=4");
