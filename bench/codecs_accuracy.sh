@@ -28,7 +28,7 @@ source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/codecs_accuracy.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-printf "%-12s %12s %8s %9s %9s %8s\n" codec "MiB up" bytes_x "acc %" drop "wall s" >&2
+printf "%-28s %12s %8s %9s %9s %8s\n" codec "MiB up" bytes_x "acc %" drop "wall s" >&2
 declare -A BYTES ACC
 for codec in $CODECS; do
   db="$WORK/$(echo "$codec" | tr ':,=' '___').db"
@@ -46,7 +46,7 @@ for codec in $CODECS; do
   base_acc=${ACC[none]:-${ACC[$codec]}}
   awk -v c="$codec" -v b="${BYTES[$codec]}" -v bb="$base_bytes" -v a="${ACC[$codec]}" \
     -v ba="$base_acc" -v w="$wall" \
-    'BEGIN {printf "%-12s %12.1f %8.1f %9.2f %9.2f %8.0f\n", c, b / 1048576, bb / b, a, ba - a, w}' >&2
+    'BEGIN {printf "%-28s %12.1f %8.1f %9.2f %9.2f %8.0f\n", c, b / 1048576, bb / b, a, ba - a, w}' >&2
 done
 for need in none qsgd8 "$TOPK"; do
   [ -n "${BYTES[$need]:-}" ] || { echo "codecs_accuracy: CODECS must include $need" >&2; exit 1; }
