@@ -253,7 +253,7 @@ TEST(FleetSimulator, SyntheticFleetOfManyClientsTrainsOnlyTheSampled) {
 // and the uplink time shrinks with them.
 TEST(FleetSimulator, CodecBytesDecideTheUploadTime) {
   std::map<std::string, std::pair<double, double>> per_codec;  // bytes, upload seconds
-  for (const std::string codec : {"none", "topk:0.01"}) {
+  for (const std::string codec : {"none", "topk:0.01", "topk:0.01,dense_below=100"}) {
     const std::string db = tmpPath("sim_codec_" + std::to_string(per_codec.size()) + ".db");
     config::Config c = smallJob(db);
     c.run.rounds = 4;
@@ -277,6 +277,13 @@ TEST(FleetSimulator, CodecBytesDecideTheUploadTime) {
   EXPECT_GT(ratio, 90.0);
   EXPECT_LT(ratio, 200.0);
   EXPECT_GT(per_codec["none"].second, 10 * per_codec["topk:0.01"].second);
+  // dense_below=100 sends logreg's 10 biases whole as fp16 (20 bytes of values instead of one
+  // kept value: 2 bytes and its index) and the weights as before, 78 values a chunk, whose
+  // bytes move only with the index gaps; the history still names the updates topk (their
+  // largest payload).
+  const double dense = per_codec["topk:0.01,dense_below=100"].first;
+  EXPECT_GT(dense, per_codec["topk:0.01"].first);
+  EXPECT_LT(dense, per_codec["topk:0.01"].first * 1.25);
 }
 
 // Block-cyclic data (issue 6): 2 blocks of 2 rounds, multichain. Every update comes from a
