@@ -69,10 +69,10 @@ model::Layout flatLayout(size_t n);
 
 // The chunks of an update of a model laid out as `layout` (wire::Task) for the task's codec:
 // planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec)) for a delta alone, with
-// `dense` set on the chunks of tensors compress::denseBelow(codec, numel) names; for a SCAFFOLD update (the delta, then the control delta: 2 *
-// layout.total values) those chunks, then the same again shifted by layout.total elements and
-// by layout.tensors.size() tensors, so both halves are cut alike and no chunk holds values of
-// both.
+// `dense` set on the chunks of the tensors compress::denseBelow(codec, numel) names; for a
+// SCAFFOLD update (the delta, then the control delta: 2 * layout.total values) those chunks,
+// then the same again shifted by layout.total elements and by layout.tensors.size() tensors, so
+// both halves are cut alike (dense marks included) and no chunk holds values of both.
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
                                          bool scaffold, const compress::CodecSpec& codec = {});
 

@@ -15,8 +15,8 @@
 // e.g. "none", "fp16", "qsgd8", "qsgd4,bucket=256", "topk:0.01", "topk:0.001,ef=off",
 // "topk:0.01,warmup=4", "topk:0.01,dense_below=10000", "sign". bucket is a multiple of 8 in
 // [8, 2^24] (default 512); ratio is in (0, 1]; warmup is in [0, kMaxWarmup]; dense_below is in
-// [0, 2^24]. ef (error feedback, default on) applies to the biased
-// codecs only: it is refused for the others.
+// [0, 2^24]. ef (error feedback, default on) applies to the biased codecs only: it is refused
+// for the others.
 // toString writes the canonical text (defaults left out), and parseCodecSpec(toString(s)) == s
 // for every valid spec.
 #pragma once
