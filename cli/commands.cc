@@ -209,6 +209,7 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.upload_mbps = cc.upload_mbps;
   o.upload_burst_bytes = size_t{cc.upload_burst_kib} * 1024;
   o.upload_pipelined = cc.upload_pipelined;
+  o.compress_on_gpu = cc.compress_on_gpu;
   o.residual_storage = compress::parseResidualStorage(cc.residual_storage).value();
   o.scaffold_state_path = cc.scaffold_state;
   o.scaffold_storage = compress::parseResidualStorage(cc.scaffold_storage).value();

@@ -195,7 +195,12 @@ class ZmqClient final : public ClientRuntime {
   // Error-feedback residual, kept across tasks; the encoder thread of the active pipeline uses
   // it while that pipeline exists, the loop thread otherwise.
   std::unique_ptr<compress::ErrorFeedback> residual_;
+  // The same on the GPU, for updates compressed there (one of the two exists at a time).
+  std::unique_ptr<compress::DeviceResidual> device_residual_;
   std::string residual_codec_;  // canonical spec the residual belongs to
+  // Compresses on device_ (set by init when it is a CUDA device and options allow; then never
+  // changed). Used by the encoder thread of the active pipeline alone.
+  std::unique_ptr<compress::DeviceCompressor> gpu_;
   // SCAFFOLD control variate c_k (loop thread), created at the first SCAFFOLD task.
   std::optional<ControlVariate> control_;
   // Block-cyclic serving (loop thread): the served model, and its evaluation on the held-out
@@ -224,6 +229,17 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
   bucket_.emplace(TokenBucket::bytesPerSecond(options_.upload_mbps),
                   static_cast<double>(options_.upload_burst_bytes), steadyNow());
   FEDFLEET_ASSIGN_OR_RETURN(device_, model::resolveDevice(options_.device));
+  if (device_.is_cuda() && options_.compress_on_gpu) {
+    auto gpu = compress::DeviceCompressor::create(device_.has_index() ? device_.index() : 0);
+    if (gpu.isOk()) {
+      gpu_ = std::move(gpu).value();
+      spdlog::info("client {}: compressing updates on the GPU (device {})", options_.client_id,
+                   gpu_->device());
+    } else {
+      spdlog::warn("client {}: compressing updates on the host: {}", options_.client_id,
+                   gpu.status().message());
+    }
+  }
   FEDFLEET_ASSIGN_OR_RETURN(transport_, transport::createClient(options_.transport));
   served_ = ServedModelStore(options_.served_model_path);
   return Status::ok();
@@ -300,12 +316,15 @@ void ZmqClient::train(Job& job) {
     std::memcpy(start.data(), t.model_bytes.data(), start.size() * sizeof(float));
     TrainOptions o = trainOptionsFrom(t.hparams);
     if (t.hparams.scaffold) o.scaffold = {&job.control_c, &job.control_ck};
+    o.delta_on_device = gpu_ != nullptr;  // the trainer ignores it for SCAFFOLD
     Trainer trainer(device_);
     auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
     job.trained_at = steadyNow();
     if (result.isOk()) {
       const model::Layout layout = mit->second->layout();
-      const size_t n = result->delta.size();
+      const size_t n = result->device_delta.defined()
+                           ? static_cast<size_t>(result->device_delta.numel())
+                           : result->delta.size();
       if (t.hparams.scaffold) {
         job.control_delta = result->control_delta;
         result->delta = takeUpload(*result);  // D_k, then Dc_k
@@ -507,31 +526,51 @@ void ZmqClient::finishJob() {
 void ZmqClient::startUpload() {
   if (uploads_.empty() || uploads_.front()->pipeline) return;
   Upload& u = *uploads_.front();
-  const size_t n = u.result.delta.size();
-  // The residual belongs to one codec and model size: another one of either starts afresh
-  // (whether or not the new codec uses error feedback). A new topk ratio (the warm-up's
-  // per-round codec) keeps it (compress::residualKey).
+  const bool on_gpu = u.result.device_delta.defined();
+  const size_t n = on_gpu ? static_cast<size_t>(u.result.device_delta.numel())
+                          : u.result.delta.size();
+  // The residual belongs to one codec and model size (and lives where the update is
+  // compressed): another one of either starts afresh (whether or not the new codec uses error
+  // feedback). A new topk ratio (the warm-up's per-round codec) keeps it
+  // (compress::residualKey).
   const std::string key = compress::residualKey(u.codec->spec());
-  if (residual_ && (residual_->size() != n || residual_codec_ != key)) {
-    spdlog::info("client {}: error-feedback residual dropped ({} -> {}, {} -> {} elements)",
-                 options_.client_id, residual_codec_, key, residual_->size(), n);
+  const size_t held = residual_ ? residual_->size() : device_residual_ ? device_residual_->size() : 0;
+  if ((residual_ || device_residual_) &&
+      (held != n || residual_codec_ != key || on_gpu != (device_residual_ != nullptr))) {
+    spdlog::info("client {}: error-feedback residual dropped ({} -> {}, {} -> {} elements, {})",
+                 options_.client_id, residual_codec_, key, held, n, on_gpu ? "GPU" : "host");
     residual_.reset();
+    device_residual_.reset();
   }
-  compress::ErrorFeedback* residual = nullptr;
-  if (compress::usesErrorFeedback(u.codec->spec())) {
-    if (!residual_) {
+  const bool feedback = compress::usesErrorFeedback(u.codec->spec());
+  if (feedback && !residual_ && !device_residual_) {
+    if (on_gpu) {
+      device_residual_ =
+          std::make_unique<compress::DeviceResidual>(n, options_.residual_storage, gpu_->device());
+    } else {
       residual_ = std::make_unique<compress::ErrorFeedback>(n, options_.residual_storage);
-      residual_codec_ = key;
     }
-    residual = residual_.get();
-    u.uses_residual = true;
+    residual_codec_ = key;
   }
+  u.uses_residual = feedback;
   u.started_at = steadyNow();
   UploadPipelineOptions po;
   po.queue_depth = options_.upload_queue_chunks;
   po.pipelined = options_.upload_pipelined;
-  u.pipeline = std::make_unique<UploadPipeline>(std::move(u.result.delta), std::move(u.plan),
-                                                u.codec, residual, u.task.hparams.seed, po);
+  if (on_gpu) {
+    DeviceDelta d;
+    d.data = u.result.device_delta.data_ptr<float>();
+    d.size = n;
+    d.owner = std::make_shared<at::Tensor>(std::move(u.result.device_delta));
+    d.compressor = gpu_.get();
+    d.residual = feedback ? device_residual_.get() : nullptr;
+    u.pipeline = std::make_unique<UploadPipeline>(std::move(d), std::move(u.plan), u.codec,
+                                                  u.task.hparams.seed, po);
+  } else {
+    u.pipeline = std::make_unique<UploadPipeline>(std::move(u.result.delta), std::move(u.plan),
+                                                  u.codec, feedback ? residual_.get() : nullptr,
+                                                  u.task.hparams.seed, po);
+  }
   // Upload credits: encoding starts now, the chunks go once the coordinator grants.
   send(wire::UploadRequest{u.task.task_token});
 }
@@ -546,6 +585,7 @@ bool ZmqClient::abandonUpload(uint64_t token, const std::string& why) {
     const bool touched_residual = u.pipeline && u.uses_residual;
     u.pipeline.reset();  // joins the encoder: the residual is the loop thread's again
     if (touched_residual && residual_) residual_->reset();
+    if (touched_residual && device_residual_) device_residual_->reset();
     uploads_.erase(it);
     ::malloc_trim(0);
     startUpload();

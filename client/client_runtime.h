@@ -99,6 +99,10 @@ struct ClientRuntimeOptions {
   // the whole update before sending (the baseline bench/pipeline_overlap.sh compares with).
   size_t upload_queue_chunks = 4;
   bool upload_pipelined = true;
+  // A client training on a CUDA device compresses there (compress::DeviceCompressor, a stream
+  // of its own, the residual on the device) when this build has the CUDA kernels; SCAFFOLD
+  // updates are compressed on the host. false: always on the host.
+  bool compress_on_gpu = true;
   // How the error-feedback residual is stored (fp32 exact; bf16/fp16 half the memory).
   compress::ResidualStorage residual_storage = compress::ResidualStorage::kFp32;
   // SCAFFOLD: the file this client's control variate c_k lives in across runs (empty: in memory

@@ -8,6 +8,8 @@
 #include <random>
 #include <string>
 
+#include <torch/cuda.h>
+
 #include "common/check.h"
 #include "common/model/batch.h"
 
@@ -617,8 +619,19 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
       result.mean_loss = sum / static_cast<double>(result.n_samples);
       result.sum_sq_loss = sum_sq;
     }
-    model.flatParameters(result.delta);
-    for (size_t i = 0; i < result.delta.size(); ++i) result.delta[i] -= start[i];
+    if (opts.delta_on_device && device_.is_cuda() && !opts.usesScaffold()) {
+      torch::NoGradGuard no_grad;
+      const at::Tensor x_t =
+          torch::from_blob(const_cast<float*>(start.data()),
+                           {static_cast<int64_t>(start.size())}, torch::kFloat)
+              .to(device_);
+      result.device_delta = (model.flatParametersOnDevice() - x_t).contiguous();
+      // A compressor's own stream does not wait for LibTorch's: finish here.
+      torch::cuda::synchronize(device_.index());
+    } else {
+      model.flatParameters(result.delta);
+      for (size_t i = 0; i < result.delta.size(); ++i) result.delta[i] -= start[i];
+    }
     if (opts.usesScaffold()) {
       // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0.
       const std::vector<float>& c = *opts.scaffold.c;

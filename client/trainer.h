@@ -58,6 +58,10 @@ struct TrainOptions {
   // SCAFFOLD (option II) when both are set: every gradient g becomes g - c_k + c, and the result
   // carries control_delta. Both null: off. (Corrections apply before weight decay and momentum.)
   ScaffoldControls scaffold;
+  // Leave the delta on the model's device (result.device_delta, for compress::DeviceCompressor)
+  // instead of copying it to result.delta, when that device is a CUDA device and SCAFFOLD is
+  // off; ignored otherwise.
+  bool delta_on_device = false;
 
   bool usesScaffold() const { return scaffold.c != nullptr || scaffold.ck != nullptr; }
 };
@@ -69,6 +73,10 @@ TrainOptions trainOptionsFrom(const wire::HyperParams& hp);
 
 struct TrainResult {
   std::vector<float> delta;  // final flat parameters - start, in the model's layout
+  // With TrainOptions::delta_on_device on a CUDA device: the same values as one contiguous fp32
+  // tensor there, and `delta` is empty. Every kernel writing it has finished on return, so
+  // work on any stream may read it.
+  at::Tensor device_delta;
   uint64_t n_samples = 0;    // samples processed (a sample seen in two epochs counts twice)
   uint64_t steps = 0;        // optimizer steps taken
   double mean_loss = 0;      // mean per-sample cross-entropy over the processed samples

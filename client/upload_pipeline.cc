@@ -95,14 +95,23 @@ std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chu
   return plan;
 }
 
-Status encodeUploadChunk(const compress::Codec& codec, const ChunkRange& r, const float* x,
-                         compress::ErrorFeedback* residual, uint64_t seed, std::string* out) {
+namespace {
+
+// The codec of chunk r: fp16 when r.dense, else the task's.
+const compress::Codec& chunkCodec(const compress::Codec& codec, const ChunkRange& r) {
   static const std::unique_ptr<compress::Codec> fp16 = [] {
     compress::CodecSpec spec;
     spec.name = "fp16";
     return std::move(compress::makeCodec(spec).value());
   }();
-  const compress::Codec& c = r.dense ? *fp16 : codec;
+  return r.dense ? *fp16 : codec;
+}
+
+}  // namespace
+
+Status encodeUploadChunk(const compress::Codec& codec, const ChunkRange& r, const float* x,
+                         compress::ErrorFeedback* residual, uint64_t seed, std::string* out) {
+  const compress::Codec& c = chunkCodec(codec, r);
   if (residual != nullptr) return residual->encode(c, r.offset, x, r.elements, seed, out);
   out->reserve(out->size() + c.maxEncodedBytes(r.elements));
   c.encode(x, r.elements, seed, out);
@@ -117,7 +126,22 @@ UploadPipeline::UploadPipeline(std::vector<float> delta, std::vector<ChunkRange>
                                std::shared_ptr<const compress::Codec> codec,
                                compress::ErrorFeedback* residual, uint64_t task_seed,
                                UploadPipelineOptions options)
+    : UploadPipeline(std::move(delta), DeviceDelta{}, std::move(plan), std::move(codec), residual,
+                     task_seed, options) {}
+
+UploadPipeline::UploadPipeline(DeviceDelta delta, std::vector<ChunkRange> plan,
+                               std::shared_ptr<const compress::Codec> codec, uint64_t task_seed,
+                               UploadPipelineOptions options)
+    : UploadPipeline({}, std::move(delta), std::move(plan), std::move(codec), nullptr, task_seed,
+                     options) {}
+
+UploadPipeline::UploadPipeline(std::vector<float> delta, DeviceDelta device_delta,
+                               std::vector<ChunkRange> plan,
+                               std::shared_ptr<const compress::Codec> codec,
+                               compress::ErrorFeedback* residual, uint64_t task_seed,
+                               UploadPipelineOptions options)
     : delta_(std::move(delta)),
+      device_(std::move(device_delta)),
       plan_(std::move(plan)),
       codec_(std::move(codec)),
       residual_(residual),
@@ -126,12 +150,17 @@ UploadPipeline::UploadPipeline(std::vector<float> delta, std::vector<ChunkRange>
   FEDFLEET_CHECK(codec_ != nullptr);
   FEDFLEET_CHECK(!plan_.empty());
   FEDFLEET_CHECK(options_.queue_depth >= 1);
+  const bool on_device = device_.compressor != nullptr;
+  FEDFLEET_CHECK(!on_device || (delta_.empty() && (device_.data != nullptr || device_.size == 0)));
+  FEDFLEET_CHECK(!on_device || device_.residual == nullptr ||
+                 device_.residual->size() == device_.size);
+  const size_t size = on_device ? device_.size : delta_.size();
   uint64_t next = 0;
   for (const auto& r : plan_) {
     FEDFLEET_CHECK_MSG(r.offset == next, "upload plan is not contiguous");
     next += r.elements;
   }
-  FEDFLEET_CHECK_MSG(next == delta_.size(), "upload plan does not cover the delta");
+  FEDFLEET_CHECK_MSG(next == size, "upload plan does not cover the delta");
   FEDFLEET_CHECK(residual_ == nullptr || residual_->size() == delta_.size());
   encoder_ = std::thread([this] { encodeAll(); });
 }
@@ -188,6 +217,18 @@ bool UploadPipeline::waitForRoom() {
   return !cancelled_;
 }
 
+Status UploadPipeline::checkFinite() {
+  bool finite = true;
+  if (device_.compressor != nullptr) {
+    FEDFLEET_ASSIGN_OR_RETURN(const uint64_t bad,
+                              device_.compressor->countNonFinite(device_.data, device_.size));
+    finite = bad == 0;
+  } else {
+    finite = allFinite(delta_);
+  }
+  return finite ? Status::ok() : invalidArgument("the update has non-finite values");
+}
+
 Result<EncodedChunk> UploadPipeline::encodeChunk(size_t index) {
   const ChunkRange& r = plan_[index];
   EncodedChunk c;
@@ -195,9 +236,19 @@ Result<EncodedChunk> UploadPipeline::encodeChunk(size_t index) {
   c.range = r;
   c.last = index + 1 == plan_.size();
   const double t0 = steadyNow();
-  const float* x = delta_.data() + r.offset;
   const uint64_t seed = chunkSeed(task_seed_, index);
-  FEDFLEET_RETURN_IF_ERROR(encodeUploadChunk(*codec_, r, x, residual_, seed, &c.payload));
+  if (device_.compressor != nullptr) {
+    const compress::Codec& codec = chunkCodec(*codec_, r);
+    const float* x = device_.data + r.offset;
+    FEDFLEET_RETURN_IF_ERROR(
+        device_.residual != nullptr
+            ? device_.compressor->encode(codec, device_.residual, r.offset, x, r.elements, seed,
+                                         &c.payload)
+            : device_.compressor->encode(codec, x, r.elements, seed, &c.payload));
+  } else {
+    const float* x = delta_.data() + r.offset;
+    FEDFLEET_RETURN_IF_ERROR(encodeUploadChunk(*codec_, r, x, residual_, seed, &c.payload));
+  }
   c.encode_seconds = steadyNow() - t0;
   return c;
 }
@@ -210,13 +261,13 @@ void UploadPipeline::encodeAll() {
     cv_.notify_all();
   };
   const double t0 = steadyNow();
-  const bool finite = allFinite(delta_);
+  Status finite = checkFinite();
   {
     std::lock_guard<std::mutex> lock(mu_);
     encode_seconds_ += steadyNow() - t0;
   }
-  if (!finite) {
-    fail(invalidArgument("the update has non-finite values"));
+  if (!finite.isOk()) {
+    fail(std::move(finite));
     return;
   }
   std::vector<EncodedChunk> held;  // non-pipelined: everything, released at the end

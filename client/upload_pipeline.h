@@ -29,6 +29,11 @@
 // is its only user from construction until the pipeline is destroyed (the destructor joins).
 // If the pipeline is cancelled or fails part-way, the residual of the chunks already encoded
 // has been updated as though they were delivered: the owner should reset() it then.
+//
+// On the GPU: a delta that lives on a CUDA device (DeviceDelta, a client training there) is
+// encoded there by a compress::DeviceCompressor, on that compressor's own stream, with the
+// residual on the device too (compress::DeviceResidual); the payloads are the bytes the host
+// path gives for the same values, so everything after the encoder is the same.
 #pragma once
 
 #include <condition_variable>
@@ -43,6 +48,7 @@
 #include <vector>
 
 #include "common/compress/codec.h"
+#include "common/compress/device_compressor.h"
 #include "common/compress/error_feedback.h"
 #include "common/model/model.h"
 #include "common/status.h"
@@ -95,6 +101,15 @@ struct EncodedChunk {
   bool last = false;
 };
 
+// A delta in CUDA device memory, and what encodes it there.
+struct DeviceDelta {
+  std::shared_ptr<const void> owner;  // keeps `data` alive while the pipeline exists
+  const float* data = nullptr;        // device memory, `size` floats, final: nothing writes it
+  size_t size = 0;
+  compress::DeviceCompressor* compressor = nullptr;  // on data's device; outlives the pipeline
+  compress::DeviceResidual* residual = nullptr;      // error feedback (null: none); as above
+};
+
 struct UploadPipelineOptions {
   size_t queue_depth = 4;  // encoded chunks waiting to be sent, at most (>= 1)
   bool pipelined = true;   // false: encode every chunk before releasing the first
@@ -109,6 +124,12 @@ class UploadPipeline {
   UploadPipeline(std::vector<float> delta, std::vector<ChunkRange> plan,
                  std::shared_ptr<const compress::Codec> codec, compress::ErrorFeedback* residual,
                  uint64_t task_seed, UploadPipelineOptions options = {});
+  // The same for a delta on a CUDA device: chunks are encoded by delta.compressor, through
+  // delta.residual when non-null (which, like the compressor, the encoder thread alone uses
+  // until the destructor returns). The plan must cover delta.size elements.
+  UploadPipeline(DeviceDelta delta, std::vector<ChunkRange> plan,
+                 std::shared_ptr<const compress::Codec> codec, uint64_t task_seed,
+                 UploadPipelineOptions options = {});
   // Cancels and joins the encoder thread.
   ~UploadPipeline();
   UploadPipeline(const UploadPipeline&) = delete;
@@ -122,8 +143,9 @@ class UploadPipeline {
 
   // True once every chunk has been taken.
   bool drained() const;
-  // True when encoding stopped on an error: the delta (or delta + residual) is not finite.
-  // status() then says why (INVALID_ARGUMENT); no further chunk comes.
+  // True when encoding stopped on an error: the delta (or delta + residual) is not finite
+  // (INVALID_ARGUMENT), or, on the GPU, a CUDA call failed (INTERNAL). status() then says why;
+  // no further chunk comes.
   bool failed() const;
   Status status() const;
   // Stops the encoder after the chunk in progress; chunks not yet taken are dropped.
@@ -134,11 +156,17 @@ class UploadPipeline {
   double encodeSeconds() const;
 
  private:
+  UploadPipeline(std::vector<float> delta, DeviceDelta device_delta, std::vector<ChunkRange> plan,
+                 std::shared_ptr<const compress::Codec> codec, compress::ErrorFeedback* residual,
+                 uint64_t task_seed, UploadPipelineOptions options);
   void encodeAll();
+  // OK when every value is finite; INVALID_ARGUMENT when not.
+  Status checkFinite();
   Result<EncodedChunk> encodeChunk(size_t index);
   bool waitForRoom();
 
-  const std::vector<float> delta_;
+  const std::vector<float> delta_;  // on the host (empty when on the device)
+  const DeviceDelta device_;        // on the device (data null when on the host)
   const std::vector<ChunkRange> plan_;
   const std::shared_ptr<const compress::Codec> codec_;
   compress::ErrorFeedback* const residual_;

@@ -212,6 +212,10 @@ __global__ void gatherFp16Kernel(const float* x, const uint32_t* idx, size_t k, 
     out[j] = scalar::floatToFp16(x[idx[j]]);
 }
 
+__global__ void gatherKernel(const float* x, const uint32_t* idx, size_t k, float* out) {
+  for (size_t j = globalThread(); j < k; j += gridThreads()) out[j] = x[idx[j]];
+}
+
 __global__ void scatterAddKernel(float* acc, const uint32_t* idx, const float* v, float w,
                                  size_t k) {
   for (size_t j = globalThread(); j < k; j += gridThreads()) {
@@ -256,6 +260,8 @@ __global__ void storeResidualFp16Kernel(uint16_t* r, const float* p, const float
 }
 
 bool fail(std::string* error, const char* what, cudaError_t err) {
+  // Consumed here: a later launch's cudaGetLastError() must not report this call's error.
+  (void)cudaGetLastError();
   if (error != nullptr) {
     *error = std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
   }
@@ -291,6 +297,63 @@ bool copyToHost(void* host_dst, const void* device_src, size_t bytes, std::strin
 bool deviceSynchronize(std::string* error) {
   const cudaError_t err = cudaDeviceSynchronize();
   return err == cudaSuccess || fail(error, "cudaDeviceSynchronize", err);
+}
+
+// --- streams and asynchronous copies ---------------------------------------------------------------
+
+bool setDevice(int device, std::string* error) {
+  const cudaError_t err = cudaSetDevice(device);
+  return err == cudaSuccess || fail(error, "cudaSetDevice", err);
+}
+
+bool streamCreate(void** stream, std::string* error) {
+  cudaStream_t s = nullptr;
+  const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return fail(error, "cudaStreamCreateWithFlags", err);
+  *stream = s;
+  return true;
+}
+
+bool streamDestroy(void* stream, std::string* error) {
+  const cudaError_t err = cudaStreamDestroy(asStream(stream));
+  return err == cudaSuccess || fail(error, "cudaStreamDestroy", err);
+}
+
+bool streamSynchronize(void* stream, std::string* error) {
+  const cudaError_t err = cudaStreamSynchronize(asStream(stream));
+  return err == cudaSuccess || fail(error, "cudaStreamSynchronize", err);
+}
+
+bool copyToHostAsync(void* host_dst, const void* device_src, size_t bytes, void* stream,
+                     std::string* error) {
+  if (bytes == 0) return true;
+  const cudaError_t err =
+      cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, asStream(stream));
+  return err == cudaSuccess || fail(error, "cudaMemcpyAsync(device to host)", err);
+}
+
+bool copyToDeviceAsync(void* device_dst, const void* host_src, size_t bytes, void* stream,
+                       std::string* error) {
+  if (bytes == 0) return true;
+  const cudaError_t err =
+      cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, asStream(stream));
+  return err == cudaSuccess || fail(error, "cudaMemcpyAsync(host to device)", err);
+}
+
+bool copyStridedToHostAsync(float* host_dst, const float* device_src, size_t count, size_t stride,
+                            void* stream, std::string* error) {
+  if (count == 0) return true;
+  // One float a row, rows `stride` floats apart on the device and packed on the host.
+  const cudaError_t err =
+      cudaMemcpy2DAsync(host_dst, sizeof(float), device_src, stride * sizeof(float), sizeof(float),
+                        count, cudaMemcpyDeviceToHost, asStream(stream));
+  return err == cudaSuccess || fail(error, "cudaMemcpy2DAsync(device to host)", err);
+}
+
+bool memsetAsync(void* device_dst, int value, size_t bytes, void* stream, std::string* error) {
+  if (bytes == 0) return true;
+  const cudaError_t err = cudaMemsetAsync(device_dst, value, bytes, asStream(stream));
+  return err == cudaSuccess || fail(error, "cudaMemsetAsync", err);
 }
 
 // --- launches ------------------------------------------------------------------------------------
@@ -401,6 +464,11 @@ int selectAtLeastDevice(const float* x, size_t n, float threshold, uint32_t* idx
 int gatherFp16Device(const float* x, const uint32_t* idx, size_t k, void* out, void* stream) {
   if (k > 0 && (x == nullptr || idx == nullptr || out == nullptr)) return invalid();
   FEDFLEET_ELEMENTWISE(gatherFp16Kernel, k, x, idx, k, static_cast<uint16_t*>(out));
+}
+
+int gatherDevice(const float* x, const uint32_t* idx, size_t k, float* out, void* stream) {
+  if (k > 0 && (x == nullptr || idx == nullptr || out == nullptr)) return invalid();
+  FEDFLEET_ELEMENTWISE(gatherKernel, k, x, idx, k, out);
 }
 
 int scatterAddDevice(float* acc, const uint32_t* idx, const float* v, float w, size_t k,

@@ -32,6 +32,25 @@ bool copyToDevice(void* device_dst, const void* host_src, size_t bytes, std::str
 bool copyToHost(void* host_dst, const void* device_src, size_t bytes, std::string* error);
 bool deviceSynchronize(std::string* error);
 
+// --- streams and asynchronous copies ---------------------------------------------------------------
+// The device the calling thread's CUDA calls go to (the current device is per host thread).
+bool setDevice(int device, std::string* error);
+// A new stream that does not synchronise with the legacy default stream (cudaStreamNonBlocking):
+// its work overlaps whatever else runs on the device; order it against other streams explicitly.
+bool streamCreate(void** stream, std::string* error);
+bool streamDestroy(void* stream, std::string* error);
+bool streamSynchronize(void* stream, std::string* error);
+// Enqueued on `stream`; a pageable host buffer makes the copy synchronous with the host, a
+// pinned one does not, so wait on the stream before reading or reusing the host side.
+bool copyToHostAsync(void* host_dst, const void* device_src, size_t bytes, void* stream,
+                     std::string* error);
+bool copyToDeviceAsync(void* device_dst, const void* host_src, size_t bytes, void* stream,
+                       std::string* error);
+// host_dst[j] = device_src[j * stride] for j < count (one strided copy, for a sample).
+bool copyStridedToHostAsync(float* host_dst, const float* device_src, size_t count, size_t stride,
+                            void* stream, std::string* error);
+bool memsetAsync(void* device_dst, int value, size_t bytes, void* stream, std::string* error);
+
 // --- kernels/convert.h -------------------------------------------------------------------------
 int floatToFp16Device(const float* x, size_t n, void* out, void* stream);
 int fp16ToFloatDevice(const void* in, size_t n, float* out, void* stream);
@@ -65,6 +84,8 @@ int countAtLeastDevice(const float* x, size_t n, float threshold, unsigned long 
 int selectAtLeastDevice(const float* x, size_t n, float threshold, uint32_t* idx, size_t capacity,
                         unsigned long long* d_count, void* stream);
 int gatherFp16Device(const float* x, const uint32_t* idx, size_t k, void* out, void* stream);
+// out[j] = x[idx[j]] for j < k.
+int gatherDevice(const float* x, const uint32_t* idx, size_t k, float* out, void* stream);
 // acc[idx[j]] = fma(w, v_j, acc[idx[j]]); the indices must be distinct (a top-k payload's are:
 // threads write in parallel).
 int scatterAddDevice(float* acc, const uint32_t* idx, const float* v, float w, size_t k,

@@ -112,6 +112,7 @@ void forEachField(C& c, F&& f) {
   f("client.upload_mbps", c.client.upload_mbps);
   f("client.upload_burst_kib", c.client.upload_burst_kib);
   f("client.upload_pipelined", c.client.upload_pipelined);
+  f("client.compress_on_gpu", c.client.compress_on_gpu);
   f("client.residual_storage", c.client.residual_storage);
   f("client.scaffold_state", c.client.scaffold_state);
   f("client.scaffold_storage", c.client.scaffold_storage);

@@ -278,6 +278,23 @@ void Model::flatParameters(std::vector<float>& out) {
   }
 }
 
+at::Tensor Model::flatParametersOnDevice() {
+  try {
+    torch::NoGradGuard no_grad;
+    const auto params = parameters();
+    if (params.empty()) return torch::zeros({0}, torch::kFloat);
+    std::vector<at::Tensor> flat;
+    flat.reserve(params.size());
+    for (const auto& p : params) flat.push_back(p.detach().reshape({-1}).to(at::kFloat));
+    return torch::cat(flat).contiguous();
+  } catch (const c10::Error& e) {
+    FEDFLEET_CHECK_MSG(false, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    FEDFLEET_CHECK_MSG(false, e.what());
+  }
+  return {};
+}
+
 Status Model::setFlatParameters(const float* data, size_t n) {
   try {
     const auto params = parameters();

@@ -69,6 +69,9 @@ class Model {
   std::vector<float> flatParameters();
   // As flatParameters(), into `out` (resized to the total).
   void flatParameters(std::vector<float>& out);
+  // The same values as one contiguous fp32 tensor on the parameters' device (a copy; no
+  // autograd history). Aborts as flatParameters() on a LibTorch failure.
+  at::Tensor flatParametersOnDevice();
   // Copies `n` floats into the parameters (on their device), without recording autograd.
   // kInvalidArgument if n != layout().total; kInternal if LibTorch fails.
   Status setFlatParameters(const float* data, size_t n);

@@ -123,6 +123,57 @@ TEST_F(TrainerTest, DeltaIsAfterMinusStartExactly) {
   EXPECT_GT(changed, after.size() / 10);
 }
 
+TEST_F(TrainerTest, DeltaOnDeviceIsIgnoredOnTheCpu) {
+  auto m = mustCreate("logreg", 2);
+  const std::vector<float> start = m->flatParameters();
+  Trainer trainer(torch::kCPU);
+  TrainOptions opts;
+  opts.max_steps = 3;
+  opts.delta_on_device = true;
+  auto r = trainer.train(*m, start, *train_, range(200), opts);
+  ASSERT_TRUE(r.isOk());
+  EXPECT_FALSE(r->device_delta.defined());
+  const auto after = m->flatParameters();
+  ASSERT_EQ(r->delta.size(), after.size());
+  for (size_t i = 0; i < after.size(); ++i) ASSERT_EQ(r->delta[i], after[i] - start[i]) << i;
+}
+
+TEST_F(TrainerTest, DeltaOnDeviceStaysOnTheGpuWithTheHostsValues) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "LibTorch sees no CUDA device";
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto m = mustCreate("cnn", 2);
+  std::vector<float> start = m->flatParameters();
+  for (auto& v : start) v *= 0.5f;
+  Trainer trainer(cuda);
+  TrainOptions opts;
+  opts.max_steps = 4;
+  opts.delta_on_device = true;
+  auto r = trainer.train(*m, start, *train_, range(300), opts);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->delta.empty());
+  ASSERT_TRUE(r->device_delta.defined());
+  EXPECT_TRUE(r->device_delta.is_cuda());
+  EXPECT_TRUE(r->device_delta.is_contiguous());
+  const auto after = m->flatParameters();  // the trained model, copied to the host
+  ASSERT_EQ(static_cast<size_t>(r->device_delta.numel()), after.size());
+  const at::Tensor host = r->device_delta.cpu();
+  const float* d = host.data_ptr<float>();
+  size_t changed = 0;
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_EQ(d[i], after[i] - start[i]) << i;  // one IEEE subtraction, on either side
+    changed += d[i] != 0.0f;
+  }
+  EXPECT_GT(changed, after.size() / 10);
+
+  // SCAFFOLD's control delta is computed on the host: the delta comes back there.
+  std::vector<float> c(start.size(), 0.0f), ck(start.size(), 0.0f);
+  opts.scaffold = {&c, &ck};
+  auto s = trainer.train(*m, start, *train_, range(300), opts);
+  ASSERT_TRUE(s.isOk()) << s.status().toString();
+  EXPECT_FALSE(s->device_delta.defined());
+  EXPECT_EQ(s->delta.size(), start.size());
+}
+
 TEST_F(TrainerTest, CountsStepsAndSamples) {
   Trainer trainer(torch::kCPU);
   auto m = mustCreate("logreg", 0);
