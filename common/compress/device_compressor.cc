@@ -83,6 +83,7 @@ DeviceCompressor::~DeviceCompressor() {
 Result<void*> DeviceCompressor::scratch(size_t slot, size_t bytes) {
   Buffer& b = scratch_[slot];
   if (b.bytes < bytes) {
+    const size_t want = std::max(bytes, b.bytes + b.bytes / 2);
     std::string error;
     if (b.data != nullptr) {
       // The stream may still read the old buffer.
@@ -91,7 +92,6 @@ Result<void*> DeviceCompressor::scratch(size_t slot, size_t bytes) {
       }
       b = Buffer{};
     }
-    const size_t want = std::max(bytes, b.bytes + b.bytes / 2);
     if (!cuda::deviceAlloc(&b.data, want, &error)) return cudaFailed(error);
     b.bytes = want;
   }
@@ -151,6 +151,9 @@ Status DeviceCompressor::selectTopK(const float* x, size_t n, size_t k, std::vec
       count = static_cast<size_t>(total);
       if (count <= capacity) break;
       capacity = count;  // every candidate fits the second time
+    }
+    if (count > capacity) {
+      return internalError("top-k on the GPU: the candidate count changed between two passes");
     }
     if (count >= k) {
       FEDFLEET_ASSIGN_OR_RETURN(void* d_idx, scratch(kIndices, capacity * sizeof(uint32_t)));
