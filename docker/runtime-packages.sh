@@ -20,7 +20,11 @@ resolved=$(ldd "$bin")
 status=0
 found=""
 for lib in $needed; do
-  path=$(printf '%s\n' "$resolved" | awk -v l="$lib" '$1 == l && $2 == "=>" { print $3; exit }')
+  # "libx.so.1 => /path (addr)"; the dynamic loader (NEEDED by programs that link the static
+  # CUDA runtime) shows as "/lib64/ld-linux-x86-64.so.2 (addr)" instead.
+  path=$(printf '%s\n' "$resolved" | awk -v l="$lib" '
+    $1 == l && $2 == "=>" { print $3; exit }
+    substr($1, 1, 1) == "/" && substr($1, length($1) - length(l)) == "/" l { print $1; exit }')
   if [ -z "$path" ] || [ "$path" = "not" ]; then
     echo "runtime-packages: $lib is not found by ldd" >&2
     status=1
