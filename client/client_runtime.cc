@@ -534,7 +534,9 @@ void ZmqClient::startUpload() {
   // feedback). A new topk ratio (the warm-up's per-round codec) keeps it
   // (compress::residualKey).
   const std::string key = compress::residualKey(u.codec->spec());
-  const size_t held = residual_ ? residual_->size() : device_residual_ ? device_residual_->size() : 0;
+  const size_t held = residual_          ? residual_->size()
+                      : device_residual_ ? device_residual_->size()
+                                         : 0;
   if ((residual_ || device_residual_) &&
       (held != n || residual_codec_ != key || on_gpu != (device_residual_ != nullptr))) {
     spdlog::info("client {}: error-feedback residual dropped ({} -> {}, {} -> {} elements, {})",

@@ -299,7 +299,7 @@ bool deviceSynchronize(std::string* error) {
   return err == cudaSuccess || fail(error, "cudaDeviceSynchronize", err);
 }
 
-// --- streams and asynchronous copies ---------------------------------------------------------------
+// --- streams and asynchronous copies -----------------------------------------------------------
 
 bool setDevice(int device, std::string* error) {
   const cudaError_t err = cudaSetDevice(device);

@@ -32,7 +32,7 @@ bool copyToDevice(void* device_dst, const void* host_src, size_t bytes, std::str
 bool copyToHost(void* host_dst, const void* device_src, size_t bytes, std::string* error);
 bool deviceSynchronize(std::string* error);
 
-// --- streams and asynchronous copies ---------------------------------------------------------------
+// --- streams and asynchronous copies -----------------------------------------------------------
 // The device the calling thread's CUDA calls go to (the current device is per host thread).
 bool setDevice(int device, std::string* error);
 // A new stream that does not synchronise with the legacy default stream (cudaStreamNonBlocking):
