@@ -203,4 +203,26 @@ void selectTopK(const float* x, size_t n, size_t k, uint64_t seed, std::vector<u
   }
 }
 
+void trimToTopK(const uint32_t* idx, const float* values, size_t count, size_t k,
+                std::vector<uint32_t>* out_idx, std::vector<float>* out_values) {
+  FEDFLEET_CHECK(k <= count);
+  std::vector<uint32_t> order(count);
+  for (size_t j = 0; j < count; ++j) order[j] = static_cast<uint32_t>(j);
+  const auto before = [&](uint32_t a, uint32_t b) {
+    const uint32_t ka = kernels::magnitudeKey(values[a]), kb = kernels::magnitudeKey(values[b]);
+    return ka != kb ? ka > kb : idx[a] < idx[b];
+  };
+  if (count > k && k > 0) {
+    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), before);
+  }
+  order.resize(k);
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return idx[a] < idx[b]; });
+  out_idx->resize(k);
+  out_values->resize(k);
+  for (size_t j = 0; j < k; ++j) {
+    (*out_idx)[j] = idx[order[j]];
+    (*out_values)[j] = values[order[j]];
+  }
+}
+
 }  // namespace fedfleet::compress

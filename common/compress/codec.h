@@ -87,4 +87,12 @@ size_t topkCount(size_t n, double ratio);
 // the time taken.
 void selectTopK(const float* x, size_t n, size_t k, uint64_t seed, std::vector<uint32_t>* out);
 
+// The same selection over candidates gathered elsewhere (the GPU's threshold select): of the
+// `count` pairs (idx[j], values[j]), distinct indices in any order, the k (<= count) with the
+// largest magnitudes, ties to the lower index, into *out_idx / *out_values in increasing index
+// order. When the candidates hold every element at or above some magnitude and at least k of
+// them, this is selectTopK's result.
+void trimToTopK(const uint32_t* idx, const float* values, size_t count, size_t k,
+                std::vector<uint32_t>* out_idx, std::vector<float>* out_values);
+
 }  // namespace fedfleet::compress

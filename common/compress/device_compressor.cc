@@ -180,26 +180,7 @@ Status DeviceCompressor::selectTopK(const float* x, size_t n, size_t k, std::vec
     for (size_t j = 0; j < k; ++j) (*values)[j] = host_floats_[(*idx)[j]];
     return Status::ok();
   }
-  // Trim the candidates to the k largest magnitudes (of equal ones the lower index), increasing.
-  std::vector<uint32_t> order(count);
-  for (size_t j = 0; j < count; ++j) order[j] = static_cast<uint32_t>(j);
-  const auto before = [this](uint32_t a, uint32_t b) {
-    const uint32_t ka = kernels::magnitudeKey(host_floats_[a]);
-    const uint32_t kb = kernels::magnitudeKey(host_floats_[b]);
-    return ka != kb ? ka > kb : host_idx_[a] < host_idx_[b];
-  };
-  if (count > k) {
-    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), before);
-    order.resize(k);
-  }
-  std::sort(order.begin(), order.end(),
-            [this](uint32_t a, uint32_t b) { return host_idx_[a] < host_idx_[b]; });
-  idx->resize(k);
-  values->resize(k);
-  for (size_t j = 0; j < k; ++j) {
-    (*idx)[j] = host_idx_[order[j]];
-    (*values)[j] = host_floats_[order[j]];
-  }
+  trimToTopK(host_idx_.data(), host_floats_.data(), count, k, idx, values);
   return Status::ok();
 }
 

@@ -289,6 +289,47 @@ TEST(TopkCodec, TiesKeepTheLowerIndices) {
   EXPECT_EQ(got.back(), n - 1);
 }
 
+// The GPU's top-k path trims candidates (every element at or above a threshold, in whatever
+// order the device wrote them) with trimToTopK: it must pick what selectTopK picks.
+TEST(TopkCodec, TrimmingShuffledCandidatesAboveAThresholdIsSelectTopK) {
+  const size_t n = 50000;
+  std::vector<float> x = gaussian(n, 21, 1.0f);
+  for (size_t i = 0; i < n; i += 97) x[i] = (i % 2) ? -1.5f : 1.5f;  // a tie group
+  // A k whose boundary falls inside the tie group: ties decide which of them are kept.
+  size_t above = 0;
+  for (float v : x) above += std::abs(v) > 1.5f;
+  std::mt19937 gen(4);
+  for (float threshold : {1.5f, 1.0f, 0.5f}) {
+    std::vector<uint32_t> idx;
+    std::vector<float> values;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::abs(x[i]) >= threshold) {
+        idx.push_back(static_cast<uint32_t>(i));
+        values.push_back(x[i]);
+      }
+    }
+    std::vector<size_t> perm(idx.size());
+    std::iota(perm.begin(), perm.end(), size_t{0});
+    std::shuffle(perm.begin(), perm.end(), gen);
+    std::vector<uint32_t> shuffled_idx(idx.size());
+    std::vector<float> shuffled_values(idx.size());
+    for (size_t j = 0; j < perm.size(); ++j) {
+      shuffled_idx[j] = idx[perm[j]];
+      shuffled_values[j] = values[perm[j]];
+    }
+    for (size_t k : {size_t{0}, size_t{1}, size_t{100}, above + 10, idx.size() / 2, idx.size()}) {
+      SCOPED_TRACE("threshold " + std::to_string(threshold) + ", k " + std::to_string(k));
+      std::vector<uint32_t> want;
+      selectTopK(x.data(), n, k, 3, &want);
+      std::vector<uint32_t> got;
+      std::vector<float> got_values;
+      trimToTopK(shuffled_idx.data(), shuffled_values.data(), idx.size(), k, &got, &got_values);
+      ASSERT_EQ(got, want);
+      for (size_t j = 0; j < k; ++j) ASSERT_EQ(got_values[j], x[got[j]]);
+    }
+  }
+}
+
 TEST(SignCodec, DecodesToPlusMinusMeanAbsolutePerBucket) {
   const auto codec = codecFor("sign,bucket=8");
   const std::vector<float> x = {1, -2, 3, -4, 0, 0, 5, -6, /* bucket 2: */ 0.5f, -0.25f};
