@@ -527,8 +527,8 @@ void ZmqClient::startUpload() {
   if (uploads_.empty() || uploads_.front()->pipeline) return;
   Upload& u = *uploads_.front();
   const bool on_gpu = u.result.device_delta.defined();
-  const size_t n = on_gpu ? static_cast<size_t>(u.result.device_delta.numel())
-                          : u.result.delta.size();
+  const size_t n =
+      on_gpu ? static_cast<size_t>(u.result.device_delta.numel()) : u.result.delta.size();
   // The residual belongs to one codec and model size (and lives where the update is
   // compressed): another one of either starts afresh (whether or not the new codec uses error
   // feedback). A new topk ratio (the warm-up's per-round codec) keeps it

@@ -1,5 +1,7 @@
 #include "client/trainer.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,8 +9,6 @@
 #include <optional>
 #include <random>
 #include <string>
-
-#include <torch/cuda.h>
 
 #include "common/check.h"
 #include "common/model/batch.h"
@@ -621,10 +621,9 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     }
     if (opts.delta_on_device && device_.is_cuda() && !opts.usesScaffold()) {
       torch::NoGradGuard no_grad;
-      const at::Tensor x_t =
-          torch::from_blob(const_cast<float*>(start.data()),
-                           {static_cast<int64_t>(start.size())}, torch::kFloat)
-              .to(device_);
+      const at::Tensor x_t = torch::from_blob(const_cast<float*>(start.data()),
+                                              {static_cast<int64_t>(start.size())}, torch::kFloat)
+                                 .to(device_);
       result.device_delta = (model.flatParametersOnDevice() - x_t).contiguous();
       // A compressor's own stream does not wait for LibTorch's: finish here.
       torch::cuda::synchronize(device_.index());

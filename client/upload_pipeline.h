@@ -8,11 +8,11 @@
 // that fit, of equal size (the first numel % pieces one element longer), so the last piece is
 // not a sliver; consecutive smaller tensors are grouped whole into one chunk while the group
 // fits, unless grouping is off (per_tensor: every tensor in chunks of its own, as a top-k
-// upload is cut so that each tensor gets its share of the kept elements). A chunk is therefore either a run of whole tensors or one piece of one tensor, never
-// straddles a tensor boundary in part, and the chunks cover [0, total) with contiguous,
-// increasing offsets. Empty tensors are skipped (a chunk's tensor_index is the tensor holding
-// its first element). An empty model gives one chunk of 0 elements (the upload still has a
-// last chunk).
+// upload is cut so that each tensor gets its share of the kept elements). A chunk is therefore
+// either a run of whole tensors or one piece of one tensor, never straddles a tensor boundary in
+// part, and the chunks cover [0, total) with contiguous, increasing offsets. Empty tensors are
+// skipped (a chunk's tensor_index is the tensor holding its first element). An empty model gives
+// one chunk of 0 elements (the upload still has a last chunk).
 //
 // Threads: the constructor starts one encoder thread, which first checks the whole delta is
 // finite, then encodes the chunks in order into a queue of at most `queue_depth` chunks,

@@ -31,16 +31,16 @@ Status launchFailed(const char* what, int code) {
 }
 
 // Calls fn(args..., &error), a kernels::cuda runtime wrapper; returns INTERNAL when it fails.
-#define FEDFLEET_CUDA_CALL(fn, ...)                         \
-  do {                                                      \
-    std::string cuda_error_;                                \
+#define FEDFLEET_CUDA_CALL(fn, ...)                                     \
+  do {                                                                  \
+    std::string cuda_error_;                                            \
     if (!fn(__VA_ARGS__, &cuda_error_)) return cudaFailed(cuda_error_); \
   } while (0)
 // Evaluates a kernel launch (0 or a cudaError_t code); returns INTERNAL when it failed.
-#define FEDFLEET_CUDA_LAUNCH(what, call)                          \
-  do {                                                            \
-    const int cuda_code_ = (call);                                \
-    if (cuda_code_ != 0) return launchFailed(what, cuda_code_);   \
+#define FEDFLEET_CUDA_LAUNCH(what, call)                        \
+  do {                                                          \
+    const int cuda_code_ = (call);                              \
+    if (cuda_code_ != 0) return launchFailed(what, cuda_code_); \
   } while (0)
 
 unsigned char* grow(std::string* out, size_t bytes) {
@@ -103,9 +103,9 @@ Result<uint64_t> DeviceCompressor::countNonFinite(const float* x, size_t n) {
   FEDFLEET_ASSIGN_OR_RETURN(void* count, scratch(kCount, sizeof(unsigned long long)));
   auto* d_count = static_cast<unsigned long long*>(count);
   // magnitudeKey orders NaN above infinity: the elements at or above +inf are the non-finite.
-  FEDFLEET_CUDA_LAUNCH("count non-finite",
-                       cuda::countAtLeastDevice(x, n, std::numeric_limits<float>::infinity(),
-                                                d_count, stream_));
+  FEDFLEET_CUDA_LAUNCH(
+      "count non-finite",
+      cuda::countAtLeastDevice(x, n, std::numeric_limits<float>::infinity(), d_count, stream_));
   unsigned long long host = 0;
   FEDFLEET_CUDA_CALL(cuda::copyToHostAsync, &host, d_count, sizeof(host), stream_);
   FEDFLEET_CUDA_CALL(cuda::streamSynchronize, stream_);
@@ -164,9 +164,9 @@ Status DeviceCompressor::selectTopK(const float* x, size_t n, size_t k, std::vec
       host_idx_.resize(count);
       host_floats_.resize(count);
       FEDFLEET_CUDA_CALL(cuda::copyToHostAsync, host_idx_.data(), d_idx, count * sizeof(uint32_t),
-                                               stream_);
+                         stream_);
       FEDFLEET_CUDA_CALL(cuda::copyToHostAsync, host_floats_.data(), d_vals, count * sizeof(float),
-                                               stream_);
+                         stream_);
       FEDFLEET_CUDA_CALL(cuda::streamSynchronize, stream_);
     }
   }
@@ -237,9 +237,9 @@ Status DeviceCompressor::encode(const Codec& codec, const float* x, size_t n, ui
                              cuda::qsgdQuantizeDevice(x, n, spec.bits, spec.bucket, seed, d_bytes,
                                                       d_bytes + scale_bytes, stream_));
       } else {
-        FEDFLEET_CUDA_LAUNCH("sign quantise",
-                             cuda::signQuantizeDevice(x, n, spec.bucket, d_bytes,
-                                                      d_bytes + scale_bytes, stream_));
+        FEDFLEET_CUDA_LAUNCH(
+            "sign quantise",
+            cuda::signQuantizeDevice(x, n, spec.bucket, d_bytes, d_bytes + scale_bytes, stream_));
       }
       appendPayloadHeader(h, out);
       unsigned char* body = grow(out, body_bytes);
@@ -275,31 +275,29 @@ Status DeviceCompressor::encode(const Codec& codec, DeviceResidual* residual, si
   auto* p = static_cast<float*>(p_buf);
   switch (residual->storage()) {
     case ResidualStorage::kFp32:
-      FEDFLEET_CUDA_LAUNCH("add residual",
-                           cuda::addResidualFp32Device(p, x, static_cast<const float*>(r), len,
-                                                       stream_));
+      FEDFLEET_CUDA_LAUNCH("add residual", cuda::addResidualFp32Device(
+                                               p, x, static_cast<const float*>(r), len, stream_));
       break;
     case ResidualStorage::kBf16:
-      FEDFLEET_CUDA_LAUNCH("add residual",
-                           cuda::addResidualBf16Device(p, x, static_cast<const uint16_t*>(r), len,
-                                                       stream_));
+      FEDFLEET_CUDA_LAUNCH(
+          "add residual",
+          cuda::addResidualBf16Device(p, x, static_cast<const uint16_t*>(r), len, stream_));
       break;
     case ResidualStorage::kFp16:
-      FEDFLEET_CUDA_LAUNCH("add residual",
-                           cuda::addResidualFp16Device(p, x, static_cast<const uint16_t*>(r), len,
-                                                       stream_));
+      FEDFLEET_CUDA_LAUNCH(
+          "add residual",
+          cuda::addResidualFp16Device(p, x, static_cast<const uint16_t*>(r), len, stream_));
       break;
   }
   const size_t before = out->size();
   FEDFLEET_RETURN_IF_ERROR(encode(codec, p, len, seed, out));
   // The decoded values, by the coordinator's decoder, back on the device.
   host_floats_.resize(len);
-  const Status st =
-      codec.decode(std::string_view(*out).substr(before), len, host_floats_.data());
+  const Status st = codec.decode(std::string_view(*out).substr(before), len, host_floats_.data());
   if (!st.isOk()) {
     out->resize(before);
-    return invalidArgument("error feedback: update plus residual does not encode (" +
-                           st.message() + ")");
+    return invalidArgument("error feedback: update plus residual does not encode (" + st.message() +
+                           ")");
   }
   const auto restore = [&](Status failed) {
     out->resize(before);

@@ -150,7 +150,7 @@ struct ClientSection {
   uint32_t upload_burst_kib = 64;  // token-bucket depth of that emulated uplink
   bool upload_pipelined = true;    // encode chunk i+1 while chunk i is sent (false: encode all,
                                    // then send; the benchmark's baseline)
-  bool compress_on_gpu = true;  // training on a CUDA device: compress there, on its own stream
+  bool compress_on_gpu = true;     // training on a CUDA device: compress there, on its own stream
   std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
   std::string scaffold_state;             // SCAFFOLD: file keeping c_k across restarts ("": none)
   std::string scaffold_storage = "fp32";  // SCAFFOLD: c_k held as fp32, bf16 or fp16

@@ -62,8 +62,8 @@ TEST_F(GpuUploadPipeline, EveryCodecGivesTheHostChunks) {
   // The CNN's shapes: conv1, its bias, conv2, its bias, fc1, its bias, fc2, its bias.
   const model::Layout layout = layoutOf({800, 32, 51200, 64, 1605632, 512, 5120, 10});
   const std::vector<float> x = randomDelta(layout.total, 5);
-  for (const char* text : {"none", "fp16", "qsgd8", "qsgd4", "sign", "topk:0.01",
-                           "topk:0.01,dense_below=10000"}) {
+  for (const char* text :
+       {"none", "fp16", "qsgd8", "qsgd4", "sign", "topk:0.01", "topk:0.01,dense_below=10000"}) {
     SCOPED_TRACE(text);
     auto codec = codecFor(text);
     const auto plan = planUploadChunks(layout, 1 << 20, false, codec->spec());

@@ -40,8 +40,7 @@ class DeviceCompressorTest : public ::testing::Test {
   }
 
   // The device's payload for x must be the host codec's, byte for byte.
-  void expectSameBytes(const std::string& codec_text, const std::vector<float>& x,
-                       uint64_t seed) {
+  void expectSameBytes(const std::string& codec_text, const std::vector<float>& x, uint64_t seed) {
     SCOPED_TRACE(codec_text + ", n = " + std::to_string(x.size()));
     auto codec = codecFor(codec_text);
     std::string host = "prefix", device = "prefix";  // appends, keeping what was there
@@ -57,10 +56,9 @@ class DeviceCompressorTest : public ::testing::Test {
 };
 
 TEST_F(DeviceCompressorTest, EveryCodecGivesTheHostBytes) {
-  const std::vector<std::string> codecs = {"none",        "fp16",     "bf16",
-                                           "qsgd8",       "qsgd4,bucket=64",
-                                           "sign",        "sign,bucket=128",
-                                           "topk:0.01",   "topk:0.3", "topk:1.0"};
+  const std::vector<std::string> codecs = {
+      "none",      "fp16",     "bf16",    "qsgd8", "qsgd4,bucket=64", "sign", "sign,bucket=128",
+      "topk:0.01", "topk:0.3", "topk:1.0"};
   for (size_t n : {1ul, 7ul, 1000ul, 100003ul, (1ul << 20) + 3}) {
     const std::vector<float> x = gaussian(n, static_cast<uint32_t>(n));
     for (const auto& c : codecs) expectSameBytes(c, x, 0x1234 + n);
@@ -114,8 +112,8 @@ TEST_F(DeviceCompressorTest, ErrorFeedbackMatchesTheHostOverRounds) {
       for (uint32_t round = 0; round < 3; ++round) {
         const std::vector<float> x = gaussian(n, 100 + round);
         DeviceArray<float> d_x(x);
-        for (const auto& [offset, len] : {std::pair<size_t, size_t>{0, split},
-                                         std::pair<size_t, size_t>{split, n - split}}) {
+        for (const auto& [offset, len] :
+             {std::pair<size_t, size_t>{0, split}, std::pair<size_t, size_t>{split, n - split}}) {
           const uint64_t seed = 17 * round + offset;
           std::string h, d;
           ASSERT_TRUE(host.encode(*codec, offset, x.data() + offset, len, seed, &h).isOk());

@@ -1,10 +1,10 @@
 // DeviceCompressor where no GPU can be used (this build without CUDA, or no device): it says
 // so instead of failing later, and a DeviceResidual that was never used reads as zeros.
+#include "common/compress/device_compressor.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "common/compress/device_compressor.h"
 
 namespace fedfleet::compress {
 namespace {
