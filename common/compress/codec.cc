@@ -110,9 +110,7 @@ class BuiltinCodec final : public Codec {
         h.param = static_cast<uint32_t>(k);
         appendPayloadHeader(h, out);
         kernels::gatherFp16(x, idx.data(), k, grow(out, 2 * k));
-        const size_t at = out->size();
-        out->resize(at + 5 * k);  // room for the longest varints, trimmed below
-        out->resize(at + kernels::encodeIndexGaps(idx.data(), k, out->data() + at));
+        appendTopkIndices(idx.data(), k, out);
         return;
       }
     }

@@ -257,9 +257,7 @@ Status DeviceCompressor::encode(const Codec& codec, const float* x, size_t n, ui
   h.param = static_cast<uint32_t>(k);
   appendPayloadHeader(h, out);
   kernels::floatToFp16(values.data(), k, grow(out, 2 * k));
-  const size_t at = out->size();
-  out->resize(at + 5 * k);  // room for the longest varints, trimmed below
-  out->resize(at + kernels::encodeIndexGaps(idx.data(), k, out->data() + at));
+  appendTopkIndices(idx.data(), k, out);
   return Status::ok();
 }
 

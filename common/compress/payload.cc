@@ -213,6 +213,12 @@ void appendPayloadHeader(const PayloadHeader& header, std::string* out) {
   put32(out, header.n);
 }
 
+void appendTopkIndices(const uint32_t* idx, size_t k, std::string* out) {
+  const size_t at = out->size();
+  out->resize(at + 5 * k);  // room for the longest varints, trimmed below
+  out->resize(at + kernels::encodeIndexGaps(idx, k, out->data() + at));
+}
+
 Result<PayloadHeader> readPayloadHeader(std::string_view payload) {
   if (payload.size() < kPayloadHeaderBytes) {
     return corrupt("payload of " + std::to_string(payload.size()) + " bytes is shorter than its " +

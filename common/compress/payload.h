@@ -62,6 +62,9 @@ struct PayloadHeader {
 // Appends the 12 header bytes to *out.
 void appendPayloadHeader(const PayloadHeader& header, std::string* out);
 
+// Appends the index part of a topk body: idx[0, k) (increasing) as LEB128 gap varints.
+void appendTopkIndices(const uint32_t* idx, size_t k, std::string* out);
+
 // Reads and checks a header: CORRUPT when the payload is shorter than a header, the magic or
 // the codec byte is unknown, or the parameters are impossible (qsgd bits not 8 or 4; bucket
 // not a multiple of 8 in [8, 2^24]; topk k > n). Does not look at the body.
