@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 namespace fedfleet::data {
 namespace {
@@ -23,68 +24,58 @@ constexpr uint32_t kIdxLabelsMagic = 0x00000801;  // uint8 data, 1 dimension
 // Anything larger is taken as a damaged header rather than a data set we mean to hold.
 constexpr uint64_t kMaxIdxPayloadBytes = uint64_t{1} << 34;
 constexpr uint64_t kMaxItemBytes = uint64_t{1} << 24;
-// Read granularity: the payload vector grows as bytes really arrive, so a damaged header that
-// announces terabytes costs nothing before the short read is noticed.
+// Read granularity: the payload vector grows as bytes really arrive (from 4 KiB, doubling up to
+// 16 MiB), so a damaged header that announces terabytes costs little before the short read is
+// noticed.
+constexpr size_t kFirstReadChunk = size_t{4} << 10;
 constexpr size_t kReadChunk = size_t{16} << 20;
-
-struct GzCloser {
-  void operator()(gzFile_s* f) const {
-    if (f != nullptr) gzclose(f);
-  }
-};
-using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
+// Bytes read at a time (into a buffer on the stack) when the data past `limit` is only checked,
+// not kept.
+constexpr size_t kDiscardChunk = size_t{16} << 10;
 
 struct IdxFile {
   std::vector<uint32_t> dims;
   std::vector<uint8_t> payload;  // the first keep_items items only
 };
 
-class IdxReader {
+// The content of one IDX file as zlib's gzread delivers it: bytes that start with the gzip magic
+// (1f 8b) are inflated, member after member, and bytes after a member that do not start another
+// are ignored; anything else is read as it is. A gzip stream that is cut short simply ends (its
+// reader then finds the file truncated); a damaged one is CORRUPT.
+class IdxStream {
  public:
-  explicit IdxReader(std::string path) : path_(std::move(path)) {}
-
-  Status open() {
-    std::error_code ec;
-    const auto st = std::filesystem::status(path_, ec);
-    if (ec || !std::filesystem::exists(st)) return notFound("IDX file not found: " + path_);
-    if (std::filesystem::is_directory(st)) return ioError("IDX path is a directory: " + path_);
-    errno = 0;
-    file_.reset(gzopen(path_.c_str(), "rb"));
-    if (!file_) {
-      return ioError("cannot open IDX file " + path_ + ": " +
-                     (errno != 0 ? std::strerror(errno) : "zlib could not allocate"));
-    }
-    gzbuffer(file_.get(), 1 << 17);
-    return Status::ok();
+  IdxStream(std::string_view bytes, std::string name) : rest_(bytes), name_(std::move(name)) {}
+  ~IdxStream() {
+    if (inflate_ready_) inflateEnd(&z_);
   }
+  IdxStream(const IdxStream&) = delete;
+  IdxStream& operator=(const IdxStream&) = delete;
 
   // Reads exactly `n` bytes into `dst` (nullptr: into a scratch buffer, discarding them).
+  // CORRUPT naming `what` when the data ends first ("truncated") or the gzip stream is damaged.
   Status readExact(uint8_t* dst, uint64_t n, const char* what) {
-    std::vector<uint8_t> scratch;
-    if (dst == nullptr) scratch.resize(static_cast<size_t>(std::min<uint64_t>(n, 1 << 20)));
+    uint8_t scratch[kDiscardChunk];
     uint64_t done = 0;
     while (done < n) {
-      const uint64_t want = std::min<uint64_t>(n - done, dst ? (1u << 30) : scratch.size());
-      const int got =
-          gzread(file_.get(), dst ? dst + done : scratch.data(), static_cast<unsigned>(want));
-      if (got < 0) return streamError(what);
+      const uint64_t want = std::min<uint64_t>(n - done, dst ? (1u << 30) : kDiscardChunk);
+      size_t got = 0;
+      FEDFLEET_RETURN_IF_ERROR(
+          read(dst ? dst + done : scratch, static_cast<size_t>(want), what, &got));
       if (got == 0) {
-        int err = Z_OK;
-        gzerror(file_.get(), &err);
-        if (err != Z_OK && err != Z_BUF_ERROR) return streamError(what);
-        return corrupt(path_ + ": truncated while reading " + what + " (" + std::to_string(done) +
+        return corrupt(name_ + ": truncated while reading " + what + " (" + std::to_string(done) +
                        " of " + std::to_string(n) + " bytes)");
       }
-      done += static_cast<uint64_t>(got);
+      done += got;
     }
     return Status::ok();
   }
 
+  // OK when no byte is left.
   Status expectEnd() {
     uint8_t extra[16];
-    const int got = gzread(file_.get(), extra, sizeof(extra));
-    if (got < 0) return streamError("end of file");
-    if (got > 0) return corrupt(path_ + ": longer than its header announces");
+    size_t got = 0;
+    FEDFLEET_RETURN_IF_ERROR(read(extra, sizeof(extra), "end of file", &got));
+    if (got > 0) return corrupt(name_ + ": longer than its header announces");
     return Status::ok();
   }
 
@@ -94,58 +85,190 @@ class IdxReader {
     return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
   }
 
-  const std::string& path() const { return path_; }
-
  private:
-  Status streamError(const char* what) {
-    int err = Z_OK;
-    const char* msg = gzerror(file_.get(), &err);
-    return corrupt(path_ + ": damaged stream while reading " + what + ": " +
-                   (msg != nullptr ? msg : "unknown zlib error"));
+  enum class Mode { kLook, kCopy, kInflate, kEnd };
+
+  // Reads up to n bytes into dst, *got of them (fewer only at the end of the data).
+  Status read(uint8_t* dst, size_t n, const char* what, size_t* got) {
+    *got = 0;
+    while (*got < n && mode_ != Mode::kEnd) {
+      switch (mode_) {
+        case Mode::kLook:
+          FEDFLEET_RETURN_IF_ERROR(look(what));
+          break;
+        case Mode::kCopy: {
+          const size_t m = std::min(n - *got, rest_.size());
+          if (m > 0) std::memcpy(dst + *got, rest_.data(), m);
+          rest_.remove_prefix(m);
+          *got += m;
+          if (rest_.empty()) mode_ = Mode::kEnd;
+          break;
+        }
+        case Mode::kInflate:
+          FEDFLEET_RETURN_IF_ERROR(inflateSome(dst, n, what, got));
+          break;
+        case Mode::kEnd:
+          break;
+      }
+    }
+    return Status::ok();
   }
 
-  std::string path_;
-  GzHandle file_;
+  // At the start, and after each gzip member: another member, plain bytes, or the end.
+  Status look(const char* what) {
+    const bool gzip_magic = rest_.size() >= 2 && static_cast<unsigned char>(rest_[0]) == 0x1f &&
+                            static_cast<unsigned char>(rest_[1]) == 0x8b;
+    if (!gzip_magic) {
+      // Plain bytes, unless a gzip member came first: then they are trailing garbage, which
+      // gzread ignores.
+      mode_ = (inflated_ || rest_.empty()) ? Mode::kEnd : Mode::kCopy;
+      return Status::ok();
+    }
+    const int ret = inflate_ready_ ? inflateReset(&z_) : inflateInit2(&z_, 15 + 16);  // gzip
+    if (ret != Z_OK) {
+      return ret == Z_MEM_ERROR ? resourceExhausted(name_ + ": out of memory inflating " + what)
+                                : internalError(name_ + ": zlib inflateInit2 failed");
+    }
+    inflate_ready_ = true;
+    inflated_ = true;
+    mode_ = Mode::kInflate;
+    return Status::ok();
+  }
+
+  Status inflateSome(uint8_t* dst, size_t n, const char* what, size_t* got) {
+    if (rest_.empty()) {  // cut short: gzread's "unexpected end of file" ends the data
+      mode_ = Mode::kEnd;
+      return Status::ok();
+    }
+    const uInt avail_in = static_cast<uInt>(std::min<size_t>(rest_.size(), 1u << 30));
+    const uInt avail_out = static_cast<uInt>(std::min<size_t>(n - *got, 1u << 30));
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(rest_.data()));
+    z_.avail_in = avail_in;
+    z_.next_out = dst + *got;
+    z_.avail_out = avail_out;
+    const int ret = inflate(&z_, Z_NO_FLUSH);
+    const size_t used = avail_in - z_.avail_in, made = avail_out - z_.avail_out;
+    rest_.remove_prefix(used);
+    *got += made;
+    switch (ret) {
+      case Z_OK:
+        return Status::ok();
+      case Z_STREAM_END:
+        mode_ = Mode::kLook;
+        return Status::ok();
+      case Z_BUF_ERROR:  // no progress was possible although both buffers had room
+        if (used == 0 && made == 0) return damaged(what, "no progress");
+        return Status::ok();
+      case Z_MEM_ERROR:
+        return resourceExhausted(name_ + ": out of memory inflating " + what);
+      default:  // Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR
+        return damaged(what, z_.msg != nullptr ? z_.msg : "compressed data error");
+    }
+  }
+
+  Status damaged(const char* what, const char* why) {
+    return corrupt(name_ + ": damaged stream while reading " + what + ": " + why);
+  }
+
+  std::string_view rest_;  // input not consumed yet
+  const std::string name_;
+  Mode mode_ = Mode::kLook;
+  bool inflated_ = false;       // a gzip member has been seen
+  bool inflate_ready_ = false;  // z_ is initialised
+  z_stream z_{};
 };
 
 // Reads an IDX file of uint8 data with `ndims` dimensions; keeps the first `keep_items` items
 // (0 = all) of its payload, but reads and checks the rest.
-Result<IdxFile> readIdx(const std::string& path, uint32_t magic, size_t ndims, size_t keep_items) {
-  IdxReader reader(path);
-  FEDFLEET_RETURN_IF_ERROR(reader.open());
+Result<IdxFile> readIdx(std::string_view bytes, const std::string& name, uint32_t magic,
+                        size_t ndims, size_t keep_items) {
+  IdxStream reader(bytes, name);
   FEDFLEET_ASSIGN_OR_RETURN(const uint32_t got_magic, reader.readBigEndian32("magic number"));
   if (got_magic != magic) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), ": bad magic number 0x%08x (expected 0x%08x)", got_magic,
                   magic);
-    return corrupt(path + buf);
+    return corrupt(name + buf);
   }
   IdxFile out;
   uint64_t item_bytes = 1;
   for (size_t d = 0; d < ndims; ++d) {
     FEDFLEET_ASSIGN_OR_RETURN(const uint32_t dim, reader.readBigEndian32("dimensions"));
-    if (dim == 0) return corrupt(path + ": dimension " + std::to_string(d) + " is zero");
+    if (dim == 0) return corrupt(name + ": dimension " + std::to_string(d) + " is zero");
     out.dims.push_back(dim);
     if (d > 0) {
       item_bytes *= dim;
-      if (item_bytes > kMaxItemBytes) return corrupt(path + ": absurd item size in header");
+      if (item_bytes > kMaxItemBytes) return corrupt(name + ": absurd item size in header");
     }
   }
   const uint64_t count = out.dims[0];
   const uint64_t total = count * item_bytes;
-  if (total > kMaxIdxPayloadBytes) return corrupt(path + ": absurd payload size in header");
+  if (total > kMaxIdxPayloadBytes) return corrupt(name + ": absurd payload size in header");
   const uint64_t keep = (keep_items == 0 ? count : std::min<uint64_t>(count, keep_items));
   const uint64_t keep_bytes = keep * item_bytes;
   uint64_t done = 0;
+  uint64_t chunk = kFirstReadChunk;
   while (done < keep_bytes) {
-    const uint64_t n = std::min<uint64_t>(keep_bytes - done, kReadChunk);
+    const uint64_t n = std::min<uint64_t>(keep_bytes - done, chunk);
     out.payload.resize(static_cast<size_t>(done + n));
     FEDFLEET_RETURN_IF_ERROR(reader.readExact(out.payload.data() + done, n, "data"));
     done += n;
+    chunk = std::min<uint64_t>(2 * chunk, kReadChunk);
   }
   FEDFLEET_RETURN_IF_ERROR(reader.readExact(nullptr, total - keep_bytes, "data"));
   FEDFLEET_RETURN_IF_ERROR(reader.expectEnd());
   return out;
+}
+
+// The whole content of the file at `path` (compressed or not: readIdx tells). kNotFound when it
+// does not exist, kIoError when it cannot be read.
+Result<std::string> readFileBytes(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return notFound("IDX file not found: " + path);
+  if (std::filesystem::is_directory(st)) return ioError("IDX path is a directory: " + path);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ioError("cannot open IDX file " + path + ": " + std::strerror(errno));
+  // Sized from the file (one byte more, so the read that finds the end needs no growth);
+  // doubled when a file grows while it is read or is not a regular file.
+  struct stat info {};
+  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  std::string bytes(regular ? static_cast<size_t>(info.st_size) + 1 : kFirstReadChunk, '\0');
+  size_t size = 0;
+  while (true) {
+    if (size == bytes.size()) bytes.resize(2 * bytes.size());
+    const ssize_t n = ::read(fd, bytes.data() + size, bytes.size() - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return ioError("cannot read IDX file " + path + ": " + why);
+    }
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(size);
+  return bytes;
+}
+
+// The data set of an images file and a labels file already read and checked.
+Dataset assembleIdx(IdxFile images, IdxFile labels) {
+  Dataset ds;
+  ds.rows = images.dims[1];
+  ds.cols = images.dims[2];
+  ds.images = std::move(images.payload);
+  ds.labels = std::move(labels.payload);
+  uint32_t max_label = 0;
+  for (uint8_t l : ds.labels) max_label = std::max<uint32_t>(max_label, l);
+  ds.num_classes = std::max<uint32_t>(10, max_label + 1);
+  return ds;
+}
+
+Status countMismatch(const IdxFile& images, const std::string& images_name, const IdxFile& labels,
+                     const std::string& labels_name) {
+  return corrupt(images_name + " holds " + std::to_string(images.dims[0]) + " images but " +
+                 labels_name + " holds " + std::to_string(labels.dims[0]) + " labels");
 }
 
 }  // namespace
@@ -173,24 +296,42 @@ std::string defaultFashionMnistDir() {
   return "/usr/share/datasets/fashion-mnist";
 }
 
+Result<Dataset> parseIdx(std::string_view images, std::string_view labels, size_t limit,
+                         const std::string& images_name, const std::string& labels_name) {
+  try {
+    FEDFLEET_ASSIGN_OR_RETURN(IdxFile label_file,
+                              readIdx(labels, labels_name, kIdxLabelsMagic, 1, limit));
+    FEDFLEET_ASSIGN_OR_RETURN(IdxFile image_file,
+                              readIdx(images, images_name, kIdxImagesMagic, 3, limit));
+    if (image_file.dims[0] != label_file.dims[0]) {
+      return countMismatch(image_file, images_name, label_file, labels_name);
+    }
+    return assembleIdx(std::move(image_file), std::move(label_file));
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("out of memory parsing " + images_name);
+  } catch (const std::exception& e) {
+    return internalError("parsing " + images_name + ": " + e.what());
+  }
+}
+
 Result<Dataset> loadIdx(const std::string& images_path, const std::string& labels_path,
                         size_t limit) {
+  // File by file, labels first, as parseIdx checks them: each file's compressed bytes are held
+  // only while its own payload is read.
   try {
-    FEDFLEET_ASSIGN_OR_RETURN(IdxFile labels, readIdx(labels_path, kIdxLabelsMagic, 1, limit));
-    FEDFLEET_ASSIGN_OR_RETURN(IdxFile images, readIdx(images_path, kIdxImagesMagic, 3, limit));
-    if (images.dims[0] != labels.dims[0]) {
-      return corrupt(images_path + " holds " + std::to_string(images.dims[0]) + " images but " +
-                     labels_path + " holds " + std::to_string(labels.dims[0]) + " labels");
+    IdxFile label_file, image_file;
+    {
+      FEDFLEET_ASSIGN_OR_RETURN(const std::string bytes, readFileBytes(labels_path));
+      FEDFLEET_ASSIGN_OR_RETURN(label_file, readIdx(bytes, labels_path, kIdxLabelsMagic, 1, limit));
     }
-    Dataset ds;
-    ds.rows = images.dims[1];
-    ds.cols = images.dims[2];
-    ds.images = std::move(images.payload);
-    ds.labels = std::move(labels.payload);
-    uint32_t max_label = 0;
-    for (uint8_t l : ds.labels) max_label = std::max<uint32_t>(max_label, l);
-    ds.num_classes = std::max<uint32_t>(10, max_label + 1);
-    return ds;
+    {
+      FEDFLEET_ASSIGN_OR_RETURN(const std::string bytes, readFileBytes(images_path));
+      FEDFLEET_ASSIGN_OR_RETURN(image_file, readIdx(bytes, images_path, kIdxImagesMagic, 3, limit));
+    }
+    if (image_file.dims[0] != label_file.dims[0]) {
+      return countMismatch(image_file, images_path, label_file, labels_path);
+    }
+    return assembleIdx(std::move(image_file), std::move(label_file));
   } catch (const std::bad_alloc&) {
     return resourceExhausted("out of memory loading " + images_path);
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -69,6 +70,16 @@ std::string defaultFashionMnistDir();
 // damaged gzip stream; kIoError when a file exists but cannot be read.
 Result<Dataset> loadIdx(const std::string& images_path, const std::string& labels_path,
                         size_t limit = 0);
+
+// loadIdx over the two files' contents already in memory (what loadIdx runs once it has read
+// them): each may be gzip-compressed or plain, told apart as zlib's gzread does (bytes starting
+// with the gzip magic 1f 8b are inflated, member after member, bytes after a member that do not
+// start another are ignored; anything else is taken as it is). The same checks and kCorrupt
+// failures as loadIdx, the messages naming `images_name` and `labels_name` where loadIdx names
+// the paths; kResourceExhausted when memory runs out. Never throws or aborts, whatever the bytes.
+Result<Dataset> parseIdx(std::string_view images, std::string_view labels, size_t limit = 0,
+                         const std::string& images_name = "images",
+                         const std::string& labels_name = "labels");
 
 // Loads Fashion-MNIST from `dir`: train=true reads train-images-idx3-ubyte.gz and
 // train-labels-idx1-ubyte.gz (60000 samples), train=false the t10k-* files (10000 samples).

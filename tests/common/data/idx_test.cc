@@ -198,6 +198,83 @@ TEST_F(IdxTest, MissingFileIsNotFound) {
   EXPECT_EQ(fm.status().code(), StatusCode::kNotFound);
 }
 
+// ----- parseIdx: the same reader over bytes in memory -------------------------------------------
+
+std::string asString(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+std::string gzipBytes(const std::string& plain) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, plain.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+  z.avail_in = static_cast<uInt>(plain.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST_F(IdxTest, ParseIdxReadsWhatLoadIdxReads) {
+  const auto images = idxImages(6, 3, 2);
+  const auto labels = idxLabels(6);
+  auto loaded = loadIdx(writeGzip("img.gz", images), writePlain("lbl", labels), 4);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
+  for (bool gzip_images : {false, true}) {
+    const std::string img = gzip_images ? gzipBytes(asString(images)) : asString(images);
+    auto parsed = parseIdx(img, asString(labels), 4);
+    ASSERT_TRUE(parsed.isOk()) << parsed.status().toString();
+    EXPECT_EQ(parsed->rows, loaded->rows);
+    EXPECT_EQ(parsed->cols, loaded->cols);
+    EXPECT_EQ(parsed->num_classes, loaded->num_classes);
+    EXPECT_EQ(parsed->images, loaded->images);
+    EXPECT_EQ(parsed->labels, loaded->labels);
+  }
+}
+
+TEST(ParseIdxTest, GzipMembersFollowOneAnotherAndTrailingBytesAreIgnored) {
+  // As zlib's gzread: a second member continues the data; bytes after the last member that do
+  // not start another are ignored.
+  const std::string images = asString(idxImages(3, 2, 2));
+  const std::string labels = asString(idxLabels(3));
+  const std::string two_members = gzipBytes(images.substr(0, 9)) + gzipBytes(images.substr(9));
+  auto ds = parseIdx(two_members, gzipBytes(labels) + "trailing", 0);
+  ASSERT_TRUE(ds.isOk()) << ds.status().toString();
+  EXPECT_EQ(ds->images, std::vector<uint8_t>(images.begin() + 16, images.end()));
+  EXPECT_EQ(ds->labels, std::vector<uint8_t>(labels.begin() + 8, labels.end()));
+}
+
+TEST(ParseIdxTest, DamagedGzipIsCorruptAndNamesTheInput) {
+  const std::string labels = asString(idxLabels(3));
+  std::string bad_crc = gzipBytes(asString(idxImages(3, 2, 2)));
+  bad_crc[bad_crc.size() - 6] ^= 0x5a;  // the CRC-32 in the trailer
+  auto ds = parseIdx(bad_crc, labels, 0, "imgs.gz", "lbls");
+  ASSERT_FALSE(ds.isOk());
+  EXPECT_EQ(ds.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(ds.status().message().find("imgs.gz"), std::string::npos) << ds.status().toString();
+  EXPECT_NE(ds.status().message().find("damaged"), std::string::npos) << ds.status().toString();
+
+  std::string cut = gzipBytes(asString(idxImages(50, 8, 8)));
+  cut.resize(cut.size() / 2);
+  auto truncated = parseIdx(cut, asString(idxLabels(50)), 0, "imgs.gz", "lbls");
+  ASSERT_FALSE(truncated.isOk());
+  EXPECT_EQ(truncated.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+}
+
+TEST(ParseIdxTest, EmptyAndShortInputsAreCorrupt) {
+  const std::string images = asString(idxImages(3, 2, 2));
+  const std::string labels = asString(idxLabels(3));
+  for (const std::string& bad :
+       {std::string(), std::string("\x1f"), std::string("\x1f\x8b"), labels.substr(0, 7)}) {
+    auto ds = parseIdx(images, bad, 0);
+    ASSERT_FALSE(ds.isOk());
+    EXPECT_EQ(ds.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(ds.status().message().find("labels"), std::string::npos);
+  }
+}
+
 TEST(FashionMnistTest, DefaultDirHonoursEnvironment) {
   ::setenv("FEDFLEET_FASHION_MNIST_DIR", "/tmp/elsewhere", 1);
   EXPECT_EQ(defaultFashionMnistDir(), "/tmp/elsewhere");
