@@ -7,14 +7,16 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
+#include <set>
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 
 namespace fedfleet::config {
 namespace {
 
 // Calls f("section.key", member) for every field, in documentation order. The one list of keys.
+// f takes the key as a std::string_view of a literal, so walking the list allocates nothing.
 template <typename C, typename F>
 void forEachField(C& c, F&& f) {
   f("run.name", c.run.name);
@@ -220,15 +222,25 @@ std::string where(const toml::node& node, const std::string& origin) {
   return s.str();
 }
 
+// The section names ("aggregation", "blocks", ...), sorted; built once.
+const std::set<std::string, std::less<>>& sectionNames() {
+  static const std::set<std::string, std::less<>> names = [] {
+    std::set<std::string, std::less<>> out;
+    Config c;
+    forEachField(c,
+                 [&](std::string_view key, auto&) { out.emplace(key.substr(0, key.find('.'))); });
+    return out;
+  }();
+  return names;
+}
+
 Status applyTable(Config& config, const toml::table& root, const std::string& origin) {
-  std::map<std::string, std::string> sections;
-  forEachField(config,
-               [&](const std::string& key, auto&) { sections[key.substr(0, key.find('.'))] = ""; });
+  const std::set<std::string, std::less<>>& sections = sectionNames();
   for (const auto& [section_key, section_node] : root) {
     std::string section(section_key.str());
     if (!sections.count(section)) {
       std::string known;
-      for (const auto& [name, _] : sections) known += (known.empty() ? "" : ", ") + name;
+      for (const std::string& name : sections) known += (known.empty() ? "" : ", ") + name;
       return invalidArgument(where(section_node, origin) + ": unknown section '" + section +
                              "' (known: " + known + ")");
     }
@@ -237,11 +249,13 @@ Status applyTable(Config& config, const toml::table& root, const std::string& or
       return invalidArgument(where(section_node, origin) + ": '" + section +
                              "' must be a table ([" + section + "])");
     }
-    for (const auto& [key_name, value] : *table) {
-      std::string key = section + "." + std::string(key_name.str());
+    for (const auto& entry : *table) {
+      // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+      const toml::node& value = entry.second;
+      std::string key = section + "." + std::string(entry.first.str());
       bool found = false;
       Status status;
-      forEachField(config, [&](const std::string& name, auto& member) {
+      forEachField(config, [&](std::string_view name, auto& member) {
         if (found || name != key) return;
         found = true;
         status = assign(value, member, key);
@@ -574,9 +588,16 @@ Status Config::validateAggregation() const {
 
 nlohmann::json Config::toJson() const {
   nlohmann::json j = nlohmann::json::object();
-  forEachField(*this, [&](const std::string& key, const auto& member) {
-    auto dot = key.find('.');
-    j[key.substr(0, dot)][key.substr(dot + 1)] = member;
+  // forEachField lists each section's keys together: look each section up once.
+  std::string_view section_name;
+  nlohmann::json* section = nullptr;
+  forEachField(*this, [&](std::string_view key, const auto& member) {
+    const size_t dot = key.find('.');
+    if (section == nullptr || key.substr(0, dot) != section_name) {
+      section_name = key.substr(0, dot);
+      section = &j[std::string(section_name)];
+    }
+    (*section)[std::string(key.substr(dot + 1))] = member;
   });
   return j;
 }
@@ -584,7 +605,7 @@ nlohmann::json Config::toJson() const {
 std::vector<std::string> Config::keys() {
   std::vector<std::string> out;
   Config c;
-  forEachField(c, [&](const std::string& key, auto&) { out.push_back(key); });
+  forEachField(c, [&](std::string_view key, auto&) { out.emplace_back(key); });
   return out;
 }
 
