@@ -1,0 +1,110 @@
+// Fuzzes the wire decoders of common/wire/messages.h: decode() of one frame, and decodeFrames()
+// of a frame with an optional model frame, as the transport delivers them. Whatever decodes must
+// encode and decode again, and the second encoding must be the bytes of the first (the decoded
+// message loses nothing encode() writes). Any input must come back as a Status, never a crash.
+//
+// Input layout: byte 0 is a control byte.
+//   bit 0  a model frame follows: bytes 1-4 (little endian) are the frame's length, taken modulo
+//          the bytes left + 1; the frame follows, and the rest of the input is the model frame.
+//          Without bit 0 the rest of the input is the frame.
+//   bit 1  decode under tight DecodeLimits (a 1 KiB frame limit, 64 words of traversal, nesting
+//          4), so the limit checks run too.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "common/wire/messages.h"
+#include "fuzz/fuzz_input.h"
+
+namespace fedfleet::wire {
+namespace {
+
+// A message as the transport carries it: the frame, and a Task's model frame (the training
+// model, then the served model when it is attached).
+struct Frames {
+  std::string frame;
+  std::optional<std::string> model;
+};
+
+Frames toFrames(Message message) {
+  Frames out;
+  if (auto* task = std::get_if<Task>(&message)) {
+    std::string model = std::move(task->model_bytes);
+    task->model_bytes.clear();
+    if (task->served.source == ServedSource::kAttached) model += task->served.bytes;
+    task->served.bytes.clear();
+    out.model = std::move(model);
+  }
+  out.frame = encode(message);
+  return out;
+}
+
+// decode() path: the message re-encoded as one frame decodes again to the same bytes.
+void checkSingleFrameRoundTrip(const Message& first) {
+  const std::string bytes = encode(first);
+  Result<Message> again = decode(bytes);
+  FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
+  FUZZ_CHECK(again->index() == first.index(), "decode changed the message kind");
+  FUZZ_CHECK(encode(*again) == bytes, messageName(first));
+}
+
+// decodeFrames() path: the message re-encoded as frames decodes again to the same frames.
+void checkFramesRoundTrip(const Message& first) {
+  const Frames frames = toFrames(first);
+  Result<Message> again = decodeFrames(frames.frame, frames.model);
+  FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
+  FUZZ_CHECK(again->index() == first.index(), "decodeFrames changed the message kind");
+  const Frames second = toFrames(*again);
+  FUZZ_CHECK(second.frame == frames.frame, messageName(first));
+  FUZZ_CHECK(second.model == frames.model, "the model frame changed");
+}
+
+}  // namespace
+}  // namespace fedfleet::wire
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using fedfleet::Result;
+  using namespace fedfleet::wire;
+  fedfleet::fuzz::FuzzInput in(data, size);
+  const uint8_t control = in.u8();
+  DecodeLimits limits;
+  if (control & 2) {
+    limits.max_bytes = 1024;
+    limits.traversal_limit_words = 64;
+    limits.nesting_limit = 4;
+  }
+  std::string_view frame;
+  std::optional<std::string> model_frame;
+  if (control & 1) {
+    const uint32_t len = in.u32();
+    frame = in.take(len % (in.left() + 1));
+    model_frame = std::string(in.rest());
+  } else {
+    frame = in.rest();
+  }
+
+  Result<Message> single = decode(frame, limits);
+  if (single.isOk()) {
+    (void)messageName(*single);
+    checkSingleFrameRoundTrip(*single);
+  } else {
+    FUZZ_CHECK(single.status().code() == fedfleet::StatusCode::kCorrupt ||
+                   single.status().code() == fedfleet::StatusCode::kResourceExhausted,
+               single.status().toString().c_str());
+  }
+
+  Result<Message> framed = decodeFrames(frame, std::move(model_frame), limits);
+  if (framed.isOk()) {
+    checkFramesRoundTrip(*framed);
+  } else {
+    FUZZ_CHECK(framed.status().code() == fedfleet::StatusCode::kCorrupt ||
+                   framed.status().code() == fedfleet::StatusCode::kResourceExhausted,
+               framed.status().toString().c_str());
+  }
+  return 0;
+}
