@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential g++ cmake pkg-config ccache git
+  clang libclang-rt-14-dev llvm
   libzmq3-dev cppzmq-dev libsodium-dev
   capnproto libcapnp-dev
   libtorch-dev libopenblas0-openmp

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages fedfleet needs, builds everything with tests and runs every test
-# through ctest. Exits non-zero on any failure.
-#   BUILD_DIR (default build), JOBS (default 2), CTEST_ARGS (extra ctest arguments)
+# through ctest, then builds the libFuzzer harnesses (fuzz/) with clang and fuzzes each for
+# FUZZ_SECONDS from its seeds. Exits non-zero on any failure (a fuzzer's crash report is printed).
+#   BUILD_DIR (default build), FUZZ_BUILD_DIR (default build-fuzz), FUZZ_SECONDS (default 10),
+#   JOBS (default 2), CTEST_ARGS (extra ctest arguments)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,4 +19,11 @@ cmake --build "$BUILD_DIR" -j"$JOBS"
 status=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" -LE 'integration|docker' ${CTEST_ARGS:-} || status=1
 ctest --test-dir "$BUILD_DIR" --output-on-failure -L 'integration|docker' ${CTEST_ARGS:-} || status=1
+
+# The fuzz harnesses: their own clang build (ASan + UBSan, no LibTorch), one ctest test each.
+FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+CC=clang CXX=clang++ cmake -S . -B "$FUZZ_BUILD_DIR" -DFEDFLEET_FUZZ=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDFLEET_FUZZ_SECONDS="${FUZZ_SECONDS:-10}" > /dev/null
+cmake --build "$FUZZ_BUILD_DIR" -j"$JOBS"
+ctest --test-dir "$FUZZ_BUILD_DIR" --output-on-failure -j"$JOBS" || status=1
 exit $status
