@@ -2,6 +2,8 @@
 // of a frame with an optional model frame, as the transport delivers them. Whatever decodes must
 // encode and decode again, and the second encoding must be the bytes of the first (the decoded
 // message loses nothing encode() writes). Any input must come back as a Status, never a crash.
+// Whatever decodes also goes through checkClientMessage() (common/wire/limits.h), as the
+// coordinator's does: OK or kInvalidArgument, and the same answer for the re-decoded message.
 //
 // Input layout: byte 0 is a control byte.
 //   bit 0  a model frame follows: bytes 1-4 (little endian) are the frame's length, taken modulo
@@ -18,6 +20,7 @@
 #include <utility>
 #include <variant>
 
+#include "common/wire/limits.h"
 #include "common/wire/messages.h"
 #include "fuzz/fuzz_input.h"
 
@@ -44,13 +47,23 @@ Frames toFrames(Message message) {
   return out;
 }
 
-// decode() path: the message re-encoded as one frame decodes again to the same bytes.
+// checkClientMessage() of a decoded message: OK or kInvalidArgument, never anything else.
+Status checkLimits(const Message& message) {
+  Status st = checkClientMessage(message);
+  FUZZ_CHECK(st.isOk() || st.code() == StatusCode::kInvalidArgument, st.toString().c_str());
+  return st;
+}
+
+// decode() path: the message re-encoded as one frame decodes again to the same bytes, and the
+// limits give the same answer.
 void checkSingleFrameRoundTrip(const Message& first) {
   const std::string bytes = encode(first);
   Result<Message> again = decode(bytes);
   FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
   FUZZ_CHECK(again->index() == first.index(), "decode changed the message kind");
   FUZZ_CHECK(encode(*again) == bytes, messageName(first));
+  FUZZ_CHECK(checkLimits(first).isOk() == checkLimits(*again).isOk(),
+             "checkClientMessage changed its answer after a round trip");
 }
 
 // decodeFrames() path: the message re-encoded as frames decodes again to the same frames.
