@@ -34,12 +34,21 @@ void onSignal(int) {
   if (g_sim) g_sim->stop();
 }
 
+// SIGHUP: the coordinator re-reads its allow-list (others ignore it).
+void onHangup(int) {
+  if (g_coordinator) g_coordinator->reloadAllowList();
+}
+
 void installSignalHandlers() {
   struct sigaction sa {};
   sa.sa_handler = onSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction hup {};
+  hup.sa_handler = onHangup;
+  sigemptyset(&hup.sa_mask);
+  sigaction(SIGHUP, &hup, nullptr);
 }
 
 void setupLogging(const std::string& level) {
@@ -215,7 +224,8 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.scaffold_storage = compress::parseResidualStorage(cc.scaffold_storage).value();
   o.served_model_path = cc.served_model_path;
   o.transport.endpoint = cc.coordinator;
-  o.transport.routing_id = o.client_id;
+  // No routing id: ZeroMQ gives the connection one. The coordinator knows this client by its
+  // key, never by a routing id it could choose.
   // The client loop must keep beating while the coordinator is away: give up on a send soon.
   o.transport.send_timeout_ms = 1000;
   o.transport.insecure = insecure_flag || config.coordinator.insecure;
@@ -272,7 +282,15 @@ int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t c
     if (st.isOk() && name != "coordinator") {
       // The public key file also goes into the coordinator's allow-list directory.
       std::error_code ec;
-      std::filesystem::create_directories(dir + "/clients", ec);
+      const std::string allow_dir = dir + "/clients";
+      if (!std::filesystem::exists(allow_dir, ec)) {
+        // 0700 whatever the umask: whoever may add a file here may admit a key.
+        std::filesystem::create_directories(allow_dir, ec);
+        if (!ec) {
+          std::filesystem::permissions(allow_dir, std::filesystem::perms::owner_all,
+                                       std::filesystem::perm_options::replace, ec);
+        }
+      }
       if (!ec) {
         std::filesystem::copy_file(dir + "/" + name + ".key", dir + "/clients/" + name + ".key",
                                    force ? std::filesystem::copy_options::overwrite_existing

@@ -15,7 +15,9 @@
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
+#include "common/wire/limits.h"
 #include "coordinator/background_evaluator.h"
+#include "coordinator/connection_limits.h"
 #include "coordinator/metrics_server.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/run_setup.h"
@@ -31,14 +33,6 @@ constexpr int kCreditedReceiveHwm = 4;
 double unixNow() {
   using namespace std::chrono;
   return duration<double>(system_clock::now().time_since_epoch()).count();
-}
-
-bool validClientId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (unsigned char ch : id) {
-    if (!(std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '@')) return false;
-  }
-  return true;
 }
 
 std::string printablePeer(const std::string& peer) {
@@ -60,11 +54,26 @@ class ZmqCoordinator final : public CoordinatorService {
   Status init(const config::Config& config);
   Status run() override;
   void stop() override { stop_.store(true); }
+  void reloadAllowList() override { reload_.store(true); }
   std::string boundEndpoint() const override { return server_->boundEndpoint(); }
   int64_t runId() const override { return run_id_; }
 
  private:
   void handleEnvelope(const transport::Envelope& env, double now);
+  // The client a message of `env` is from, after the connection checks (Hello, key, rates);
+  // empty when the message is refused or answered here.
+  void handleMessage(const transport::Envelope& env, wire::Message& msg, const ClientId& who,
+                     double now);
+  void handleHello(const transport::Envelope& env, const wire::Hello& hello, double now);
+  // Refuses what a connection sent beyond its rate: answers once, closes it, records one row.
+  bool admit(const transport::Envelope& env, ConnectionLimits::Kind kind, double now);
+  // Connections ended, keys revoked: the transport's reports since the last call.
+  void takeTransportReports(double now);
+  // Closes `peer` and forgets it; its queued messages are dropped from now on.
+  void retire(const std::string& peer, double now);
+  // recordEvent, within the client's EventBudget (the driver's own rows).
+  void recordClientEvent(const std::string& kind, const std::string& client,
+                         const std::string& detail, double now);
   Status carryOut(double now);
   void carryOut(Action& action, double now);
   void sendTo(const ClientId& id, const wire::Message& message, double now);
@@ -93,11 +102,24 @@ class ZmqCoordinator final : public CoordinatorService {
   int64_t run_id_ = 0;
   std::atomic<bool> stop_{false};
 
-  std::map<std::string, ClientId> client_of_peer_;  // routing id -> client id
-  std::map<ClientId, std::string> peer_of_client_;
-  std::map<ClientId, std::string> key_of_client_;  // public key seen at first Hello
-  std::set<std::string> warned_peers_;
-  std::map<std::string, double> unknown_reply_at_;
+  // Connections by routing id. A routing id is only an address: the client of a connection is
+  // the client id its authenticated key has in the allow-list (CURVE), or what its Hello
+  // claimed (--insecure).
+  struct Peer {
+    ClientId client;          // CURVE: from the key; insecure: from its Hello (empty before)
+    bool warned_unknown = false;
+    double unknown_reply_at = -1;
+    ConnectionLimits limits;
+    bool limit_recorded = false;
+  };
+  std::map<std::string, Peer> peers_;
+  std::set<std::string> retired_peers_;             // replaced or revoked, closing
+  std::map<ClientId, std::string> peer_of_client_;  // its current connection
+  // Key -> client binding: public key of each client id. From the history when resuming (the
+  // binding survives a restart), else from the first Hello of this run.
+  std::map<ClientId, std::string> key_of_client_;
+  std::map<ClientId, EventBudget> event_budget_;
+  std::atomic<bool> reload_{false};
   // Decode time per update: the engine reads no clock, so the driver times its onChunk calls.
   std::map<uint64_t, uint32_t> round_of_token_;
   std::map<std::pair<uint32_t, ClientId>, double> decode_seconds_;
@@ -200,6 +222,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
   transport::ServerOptions so;
   so.endpoint = cc.bind;
   so.insecure = cc.insecure;
+  so.max_message_bytes = uint64_t{cc.max_message_mib} << 20;
   if (cc.max_concurrent_uploads > 0) {
     // Upload credits: only granted clients send chunks, so a short receive queue per peer
     // bounds what ZeroMQ holds for the loop (docs/ARCHITECTURE.md, Memory).
@@ -212,8 +235,28 @@ Status ZmqCoordinator::init(const config::Config& config) {
     so.heartbeat_timeout_ms = std::max(so.heartbeat_timeout_ms, static_cast<int>(stall_ms));
   }
   if (!cc.insecure) {
+    const std::string secret = cc.keys_dir + "/coordinator.key_secret";
+    Status file_ok = transport::checkSecretKeyFile(secret);
+    if (file_ok.code() == StatusCode::kNotFound) {
+      return notFound("no coordinator key pair in " + cc.keys_dir +
+                      " (create one with `fedfleet keygen --dir " + cc.keys_dir +
+                      " --coordinator --clients N`)");
+    }
+    FEDFLEET_RETURN_IF_ERROR(file_ok);
+    FEDFLEET_RETURN_IF_ERROR(transport::checkAllowListDir(config_.allowDir()));
     FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));
     so.allow_dir = config_.allowDir();
+    if (cc.resume) {
+      // The key each client id had in this history stays its key.
+      FEDFLEET_ASSIGN_OR_RETURN(auto known, history_->clients());
+      for (const auto& c : known) {
+        if (!c.public_key.empty()) key_of_client_[c.client_id] = c.public_key;
+      }
+    }
+  } else {
+    spdlog::warn(
+        "--insecure: clients are who their Hello says they are; any peer can take any client "
+        "id, and its claims cannot be tied to a key");
   }
   FEDFLEET_ASSIGN_OR_RETURN(server_, transport::createServer(so));
 
@@ -294,65 +337,143 @@ void ZmqCoordinator::sendTask(const SendTask& send) {
   }
 }
 
-void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) {
-  auto decoded = wire::decode(env.payload);
-  auto known = client_of_peer_.find(env.peer);
-  const std::string who = known != client_of_peer_.end() ? known->second : "";
-  if (!decoded.isOk()) {
-    recordEvent("malformed_frame", who,
-                "peer " + printablePeer(env.peer) + ", " + std::to_string(env.payload.size()) +
-                    " bytes: " + decoded.status().message(),
+void ZmqCoordinator::recordClientEvent(const std::string& kind, const std::string& client,
+                                       const std::string& detail, double now) {
+  EventBudget& budget = event_budget_[client];
+  if (const uint64_t left = budget.leftOut(); left > 0 && budget.take(now)) {
+    recordEvent("events_left_out", client,
+                std::to_string(budget.takeLeftOut()) +
+                    " event rows about this client left out (over its budget of the coordinator's "
+                    "own rows: 20 at once, then one every 10 s)",
                 now);
+  }
+  if (budget.take(now)) recordEvent(kind, client, detail, now);
+}
+
+void ZmqCoordinator::retire(const std::string& peer, double now) {
+  (void)now;
+  retired_peers_.insert(peer);
+  auto p = peers_.find(peer);
+  if (p != peers_.end()) {
+    auto c = peer_of_client_.find(p->second.client);
+    if (c != peer_of_client_.end() && c->second == peer) peer_of_client_.erase(c);
+    peers_.erase(p);
+  }
+  Status st = server_->disconnect(peer);
+  if (!st.isOk()) spdlog::debug("disconnect {}: {}", printablePeer(peer), st.toString());
+}
+
+bool ZmqCoordinator::admit(const transport::Envelope& env, ConnectionLimits::Kind kind,
+                           double now) {
+  Peer& peer = peers_[env.peer];
+  if (peer.limits.admit(kind, now)) return true;
+  if (!peer.limit_recorded) {
+    peer.limit_recorded = true;
+    const std::string who = peer.client.empty() ? env.client_id : peer.client;
     server_
-        ->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed,
-                                                  decoded.status().message(), 0}))
+        ->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kRejected,
+                                                  "rate limit exceeded; closing the connection",
+                                                  0}))
         .isOk();
-    if (!who.empty()) engine_->onHeartbeat(who, now);
+    recordClientEvent("rate_limited", who,
+                      "peer " + printablePeer(env.peer) + ": " + peer.limits.refusedSummary() +
+                          "; connection closed",
+                      now);
+    retire(env.peer, now);
+  }
+  return false;
+}
+
+void ZmqCoordinator::takeTransportReports(double now) {
+  for (auto& auth : server_->takeAuthEvents()) {
+    if (auth.kind == transport::AuthEvent::kRefused) {
+      recordEvent("auth_rejected", "",
+                  "key " + auth.public_key + " from " + auth.peer_address + ": " + auth.reason,
+                  now);
+      continue;
+    }
+    // Revoked: close its connection now (ZAP is asked only at the handshake) and end its task.
+    recordEvent("key_revoked", auth.client_id, "key " + auth.public_key + ": " + auth.reason, now);
+    std::vector<std::string> doomed;
+    for (const auto& [routing_id, peer] : peers_) {
+      if (peer.client == auth.client_id) doomed.push_back(routing_id);
+    }
+    if (auto c = peer_of_client_.find(auth.client_id); c != peer_of_client_.end()) {
+      server_->send(c->second, wire::encode(wire::Bye{"key revoked: " + auth.reason})).isOk();
+    }
+    for (const auto& routing_id : doomed) retire(routing_id, now);
+    if (engine_->isKnown(auth.client_id)) engine_->onBye(auth.client_id, now);
+  }
+  for (const auto& closed : server_->takeClosedConnections()) {
+    if (closed.peer.empty()) continue;
+    retired_peers_.erase(closed.peer);
+    auto p = peers_.find(closed.peer);
+    if (p == peers_.end()) continue;
+    auto c = peer_of_client_.find(p->second.client);
+    if (c != peer_of_client_.end() && c->second == closed.peer) peer_of_client_.erase(c);
+    peers_.erase(p);
+  }
+}
+
+void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) {
+  if (retired_peers_.count(env.peer)) return;  // closing: replaced, revoked or rate-limited
+  const bool secure = !config_.coordinator.insecure;
+  Peer& peer = peers_[env.peer];
+  // CURVE: the connection is the client its key belongs to, whatever it says.
+  if (secure) peer.client = env.client_id;
+  const ClientId who = peer.client;
+
+  auto decoded = wire::decode(env.payload);
+  Status bad = decoded.isOk() ? wire::checkClientMessage(*decoded) : decoded.status();
+  if (!bad.isOk()) {
+    if (!admit(env, ConnectionLimits::kBadFrame, now)) return;
+    recordClientEvent("malformed_frame", who,
+                      "peer " + printablePeer(env.peer) + ", " +
+                          std::to_string(env.payload.size()) + " bytes: " + bad.message(),
+                      now);
+    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed, bad.message(), 0}))
+        .isOk();
+    if (!who.empty() && peer_of_client_.count(who) && peer_of_client_[who] == env.peer) {
+      engine_->onHeartbeat(who, now);
+    }
     return;
   }
   wire::Message& msg = decoded.value();
-
   if (auto* hello = std::get_if<wire::Hello>(&msg)) {
-    std::string problem;
-    if (!validClientId(hello->client_id)) {
-      problem = "client id must be 1-128 characters of [A-Za-z0-9._@-]";
-    } else if (!config_.coordinator.insecure && hello->public_key != env.user_id) {
-      problem = "Hello names a public key other than the one the connection authenticated with";
-    } else if (auto k = key_of_client_.find(hello->client_id); !config_.coordinator.insecure &&
-                                                               k != key_of_client_.end() &&
-                                                               k->second != env.user_id) {
-      problem = "client id '" + hello->client_id + "' belongs to another key";
-    }
-    if (!problem.empty()) {
-      recordEvent("hello_refused", hello->client_id, problem, now);
-      server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kRejected, problem, 0}))
-          .isOk();
-      return;
-    }
-    const ClientId& id = hello->client_id;
-    if (auto old = peer_of_client_.find(id);
-        old != peer_of_client_.end() && old->second != env.peer) {
-      client_of_peer_.erase(old->second);
-    }
-    client_of_peer_[env.peer] = id;
-    peer_of_client_[id] = env.peer;
-    key_of_client_.emplace(id, env.user_id);
-    engine_->onHello(id, *hello, now);
+    if (!admit(env, ConnectionLimits::kHello, now)) return;
+    handleHello(env, *hello, now);
+    return;
+  }
+  if (std::holds_alternative<wire::Heartbeat>(msg) &&
+      !admit(env, ConnectionLimits::kHeartbeat, now)) {
     return;
   }
 
-  if (who.empty()) {
-    // No Hello on this connection (for example after a coordinator restart): ask for one.
-    if (warned_peers_.insert(env.peer).second) {
-      recordEvent("unknown_client", "",
-                  std::string(wire::messageName(msg)) + " from peer " + printablePeer(env.peer) +
-                      " before Hello",
-                  now);
+  auto current = who.empty() ? peer_of_client_.end() : peer_of_client_.find(who);
+  if (secure && current != peer_of_client_.end() && current->second != env.peer &&
+      engine_->isKnown(who)) {
+    // The same key on a new connection (the client reconnected): it is the same client, so
+    // the new connection carries on and the old one is closed.
+    const std::string old = current->second;
+    recordClientEvent("connection_replaced", who,
+                      "peer " + printablePeer(env.peer) + " replaces " + printablePeer(old), now);
+    retire(old, now);
+    peer_of_client_[who] = env.peer;
+    current = peer_of_client_.find(who);
+  }
+  if (current == peer_of_client_.end() || current->second != env.peer || !engine_->isKnown(who)) {
+    // No Hello from this client yet (for example after a coordinator restart): ask for one.
+    Peer& p = peers_[env.peer];
+    if (!p.warned_unknown) {
+      p.warned_unknown = true;
+      recordClientEvent("unknown_client", who,
+                        std::string(wire::messageName(msg)) + " from peer " +
+                            printablePeer(env.peer) + " before Hello",
+                        now);
     }
     // One reply a second per connection is enough for the client to say Hello again.
-    double& last = unknown_reply_at_[env.peer];
-    if (now - last >= 1.0) {
-      last = now;
+    if (p.unknown_reply_at < 0 || now - p.unknown_reply_at >= 1.0) {
+      p.unknown_reply_at = now;
       server_
           ->send(env.peer,
                  wire::encode(wire::Error{wire::ErrorCode::kUnknownClient, "send Hello first", 0}))
@@ -360,7 +481,52 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
     }
     return;
   }
+  handleMessage(env, msg, who, now);
+}
 
+void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hello& hello,
+                                 double now) {
+  const bool secure = !config_.coordinator.insecure;
+  const ClientId id = secure ? env.client_id : hello.client_id;
+  std::string problem;
+  if (!transport::isValidClientId(hello.client_id)) {
+    problem = "client id must be 1-128 characters of [A-Za-z0-9._@-]";
+  } else if (secure && hello.client_id != env.client_id) {
+    problem = "this connection's key is client '" + env.client_id +
+              "' (its allow-list file is " + env.client_id + ".key), not '" + hello.client_id +
+              "'";
+  } else if (secure && hello.public_key != env.user_id) {
+    problem = "Hello names a public key other than the one the connection authenticated with";
+  } else if (auto k = key_of_client_.find(id);
+             secure && k != key_of_client_.end() && k->second != env.user_id) {
+    problem = "client id '" + id + "' is bound to key " + k->second +
+              " in this run's history; a new key needs a new client id";
+  }
+  if (!problem.empty()) {
+    recordClientEvent("hello_refused", id, problem, now);
+    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kRejected, problem, 0}))
+        .isOk();
+    return;
+  }
+  if (auto old = peer_of_client_.find(id); old != peer_of_client_.end() && old->second != env.peer) {
+    const std::string old_peer = old->second;
+    recordClientEvent("connection_replaced", id,
+                      "peer " + printablePeer(env.peer) + " replaces " + printablePeer(old_peer),
+                      now);
+    if (secure) {
+      retire(old_peer, now);
+    } else {
+      peers_.erase(old_peer);  // no identity to go by: the newest Hello wins
+    }
+  }
+  peers_[env.peer].client = id;
+  peer_of_client_[id] = env.peer;
+  if (secure) key_of_client_.emplace(id, env.user_id);
+  engine_->onHello(id, hello, now);
+}
+
+void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message& msg,
+                                   const ClientId& who, double now) {
   std::visit(
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
@@ -384,8 +550,9 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
         } else if constexpr (std::is_same_v<T, wire::Error>) {
           engine_->onClientError(who, m, now);
         } else {
-          recordEvent("unexpected_message", who,
-                      std::string(wire::messageName(msg)) + " is not a client message", now);
+          if (!admit(env, ConnectionLimits::kBadFrame, now)) return;
+          recordClientEvent("unexpected_message", who,
+                            std::string(wire::messageName(msg)) + " is not a client message", now);
           sendTo(who,
                  wire::Error{wire::ErrorCode::kMalformed,
                              std::string(wire::messageName(msg)) + " is not a client message", 0},
@@ -537,12 +704,11 @@ Status ZmqCoordinator::run() {
     auto got = server_->receive(timeout_ms);
     if (!got.isOk()) return got.status().withContext("coordinator socket");
     now = unixNow();
-    for (const auto& rejected : server_->takeAuthEvents()) {
-      recordEvent(
-          "auth_rejected", "",
-          "key " + rejected.public_key + " from " + rejected.peer_address + ": " + rejected.reason,
-          now);
+    if (reload_.exchange(false)) {
+      spdlog::info("re-reading the allow-list {} (SIGHUP)", config_.allowDir());
+      server_->reloadAllowList();
     }
+    takeTransportReports(now);
     if (got->has_value()) handleEnvelope(**got, now);
     // Drain what else is queued before ticking, so a burst of chunks is handled in one go.
     for (int i = 0; i < 256; ++i) {

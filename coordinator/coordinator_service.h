@@ -6,9 +6,17 @@
 //   sender to a client id -> feed the engine -> carry out the engine's actions (encode and send
 //   tasks, cancels, errors and goodbyes; write history) -> repeat.
 // Threads: the loop thread owns the socket, the engine and the store; ZeroMQ's I/O threads do the
-// encryption; the ZAP handler thread only answers authentication requests. Frames that do not
-// decode, come from a connection that has not said Hello, or claim another client's identity are
-// answered with an Error and recorded as events; the loop keeps serving.
+// encryption; the ZAP handler thread only answers authentication requests.
+//
+// Identity: under CURVE a connection is the client its authenticated key belongs to (the
+// allow-list file's name, which the ZAP handler attaches to the connection), never what a
+// routing id or a message says. A Hello that names another client id or key is refused; the
+// same key on a new connection replaces the old one (closed and recorded); a key removed from
+// the allow-list is disconnected at once. Under --insecure a client is whatever its Hello
+// claims: anyone can be anyone. Frames that do not decode or break a limit on what a client
+// may send, and messages before Hello, are answered with an Error and recorded (within a
+// per-client budget of rows); a connection over its rate of such frames, Hellos or heartbeats
+// is closed (coordinator/connection_limits.h). The loop keeps serving.
 #pragma once
 
 #include <atomic>
@@ -36,6 +44,9 @@ class CoordinatorService {
 
   // Asks run() to return soon. Safe from any thread and from a signal handler.
   virtual void stop() = 0;
+  // Asks run() to re-read the allow-list (SIGHUP): keys removed since are disconnected at once
+  // and recorded. Safe from any thread and from a signal handler.
+  virtual void reloadAllowList() = 0;
 
   virtual std::string boundEndpoint() const = 0;
   virtual int64_t runId() const = 0;

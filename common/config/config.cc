@@ -46,6 +46,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.partial_buffer_mib", c.coordinator.partial_buffer_mib);
   f("coordinator.eval_every", c.coordinator.eval_every);
   f("coordinator.max_concurrent_uploads", c.coordinator.max_concurrent_uploads);
+  f("coordinator.max_message_mib", c.coordinator.max_message_mib);
   f("policy.mode", c.policy.mode);
   f("policy.deadline", c.policy.deadline);
   f("policy.deadline_percentile", c.policy.deadline_percentile);
@@ -405,6 +406,13 @@ Status Config::validate() const {
   if (client.upload_mbps < 0) return bad("client.upload_mbps", "must be >= 0 (0: unthrottled)");
   if (client.upload_burst_kib == 0 || client.upload_burst_kib > 1048576) {
     return bad("client.upload_burst_kib", "must be between 1 and 1048576");
+  }
+  if (coordinator.max_message_mib == 0 || coordinator.max_message_mib > 4096) {
+    return bad("coordinator.max_message_mib", "must be between 1 and 4096");
+  }
+  if (uint64_t{coordinator.chunk_kib} * 1024 + 4096 > uint64_t{coordinator.max_message_mib} << 20) {
+    return bad("coordinator.max_message_mib",
+               "must leave room for a chunk of coordinator.chunk_kib plus its header");
   }
   if (coordinator.chunk_kib == 0 || coordinator.chunk_kib > 256 * 1024) {
     return bad("coordinator.chunk_kib", "must be between 1 and 262144");

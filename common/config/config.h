@@ -51,6 +51,8 @@ struct CoordinatorSection {
   uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
   uint32_t max_concurrent_uploads = 0;  // upload credits: clients sending chunks at once (FIFO
                                         // grants; 0: unbounded)
+  uint32_t max_message_mib = 512;       // largest frame a client may send; a bigger one closes
+                                        // its connection (logged and counted)
 };
 
 // How rounds treat slow clients (docs/ALGORITHMS in shared/ALGORITHMS.md; coordinator/round_engine.h).

@@ -14,7 +14,9 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +155,46 @@ bool isZ85Key(std::string_view key) {
   uint8_t raw[32];
   const std::string terminated(key);
   return zmq_z85_decode(raw, terminated.c_str()) != nullptr;
+}
+
+bool isValidClientId(std::string_view id) {
+  if (id.empty() || id.size() > 128 || id.front() == '.') return false;
+  for (unsigned char ch : id) {
+    if (!(std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '@')) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// kPermissionDenied when `path` has any of the `forbidden` mode bits, naming the fix.
+Status checkMode(const std::string& path, const char* what, mode_t forbidden, const char* fix) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return notFound(std::string(what) + " " + path + " not found");
+    return ioError("cannot stat " + path + ": " + errnoText(errno));
+  }
+  if ((st.st_mode & forbidden) == 0) return Status::ok();
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+  return permissionDenied(std::string(what) + " " + path + " has mode " + mode +
+                          ": others could " +
+                          ((forbidden & 044) != 0 ? "read or replace it" : "add keys to it") +
+                          "; fix with `chmod " + fix + " " + path + "`");
+}
+
+}  // namespace
+
+Status checkSecretKeyFile(const std::string& path) {
+  return checkMode(path, "secret key file", 077, "600");
+}
+
+Status checkAllowListDir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    return invalidArgument("allow-list path " + dir + " is not a directory");
+  }
+  return checkMode(dir, "allow-list directory", 022, "go-w");
 }
 
 Result<std::string> publicKeyOf(const std::string& secret_key) {

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -50,6 +51,17 @@ Result<KeyPair> readKeyPair(const std::string& dir, const std::string& name);
 // bare or as `public-key = "<key>"`. kNotFound if missing; kCorrupt if it holds no such key.
 Result<std::string> readPublicKeyFile(const std::string& path);
 
+// A client id: 1 to 128 characters of [A-Za-z0-9._@-], not starting with '.'. Allow-list file
+// names, Hello messages and the history use the same rule.
+bool isValidClientId(std::string_view id);
+
+// Start-up checks of the files that decide who may connect. kPermissionDenied, naming the path
+// and the chmod that fixes it, when a secret key file may be read or written by group or
+// others, or when the allow-list directory may be written by them (anyone who can add a file
+// there can admit a key of their choice). kNotFound when missing.
+Status checkSecretKeyFile(const std::string& path);
+Status checkAllowListDir(const std::string& dir);
+
 struct ServerOptions {
   std::string endpoint = "tcp://127.0.0.1:7700";  // bind address
   bool insecure = false;                          // plain text; logs a warning
@@ -72,7 +84,10 @@ struct ClientOptions {
   bool insecure = false;
   KeyPair client_keys;            // required unless insecure
   std::string server_public_key;  // required unless insecure
-  std::string routing_id;         // stable identity (the client id); empty: ZeroMQ picks one
+  // Empty (the default and what fedfleet's client uses): ZeroMQ picks one. The coordinator
+  // never takes a routing id as an identity; a connection that chooses one already in use is
+  // refused by ZeroMQ (no hand-over).
+  std::string routing_id;
   uint64_t max_message_bytes = 512ull << 20;
   int heartbeat_ivl_ms = 1000;
   int heartbeat_timeout_ms = 5000;
@@ -84,8 +99,9 @@ struct ClientOptions {
 
 // A message received by the server.
 struct Envelope {
-  std::string peer;     // ZeroMQ routing id of the sender connection
-  std::string user_id;  // CURVE public key (Z85) the ZAP handler authenticated; empty if insecure
+  std::string peer;       // ZeroMQ routing id of the sender connection (an address, no identity)
+  std::string user_id;    // CURVE public key (Z85) the ZAP handler authenticated; empty if insecure
+  std::string client_id;  // the client id the allow-list gives that key; empty if insecure
   std::string payload;
 };
 
@@ -104,9 +120,22 @@ struct Delivery {
 constexpr size_t kAttachmentPieceBytes = 64 * 1024;
 
 struct AuthEvent {
-  std::string peer_address;  // remote IP address as ZAP reports it
-  std::string public_key;    // Z85 public key that was refused
+  enum Kind { kRefused, kRevoked };
+  Kind kind = kRefused;
+  std::string peer_address;  // remote IP address as ZAP reports it (empty for kRevoked)
+  std::string public_key;    // Z85 public key that was refused or left the allow-list
+  std::string client_id;     // kRevoked: the id the key had
   std::string reason;
+};
+
+// A connection that ended. `peer` is its routing id (empty when it never sent a message).
+struct ConnectionClosed {
+  std::string peer;
+  std::string address;  // remote address
+  // "by_server" (disconnect()), "peer_closed" (the peer closed or its heartbeats stopped), or
+  // "unread_input": ZeroMQ dropped it with bytes still unread, which is what a frame over the
+  // size limit (or a broken ZMTP stream) does.
+  std::string cause;
 };
 
 class ServerTransport {
@@ -133,8 +162,22 @@ class ServerTransport {
   virtual Status send(const std::string& peer, const std::string& payload,
                       const std::vector<std::shared_ptr<const std::string>>& attachments) = 0;
 
-  // Returns and clears the refusals recorded by the ZAP handler since the last call.
+  // Returns and clears the refusals and revocations recorded by the ZAP handler since the last
+  // call.
   virtual std::vector<AuthEvent> takeAuthEvents() = 0;
+
+  // Closes the connection `peer` (a routing id a message came from): its socket is shut down
+  // and ZeroMQ drops the connection; messages it still had queued may be delivered first.
+  // kNotFound when no open connection has that routing id.
+  virtual Status disconnect(const std::string& peer) = 0;
+
+  // Returns and clears the connections that ended since the last call (each also logged; those
+  // ZeroMQ dropped with unread input are counted in framesRefused()).
+  virtual std::vector<ConnectionClosed> takeClosedConnections() = 0;
+  virtual uint64_t framesRefused() const = 0;
+
+  // Re-reads the allow-list soon (SIGHUP). Safe from a signal handler. No-op when insecure.
+  virtual void reloadAllowList() = 0;
 
   // The endpoint actually bound (resolves a port of 0 / "*").
   virtual std::string boundEndpoint() const = 0;

@@ -13,7 +13,12 @@
 #include <spdlog/spdlog.h>
 #include <zmq.h>
 
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstring>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -32,26 +37,52 @@ std::string frameText(const zmq::message_t& m) { return std::string(m.data<char>
 
 }  // namespace
 
-Result<std::set<std::string>> loadAllowList(const std::string& dir, std::set<std::string>* warned) {
+Result<AllowList> loadAllowList(const std::string& dir, std::set<std::string>* warned) {
   std::error_code ec;
   const auto status = fs::status(dir, ec);
   if (!fs::exists(status)) return notFound("allow-list directory " + dir + " not found");
   if (!fs::is_directory(status)) {
     return invalidArgument("allow-list path " + dir + " is not a directory");
   }
-  std::set<std::string> keys;
+  auto skip = [&](const fs::path& path, const std::string& why) {
+    if (warned->insert(path.string() + "\n" + why).second) {
+      spdlog::warn("allow-list: skipping {}: {}", path.string(), why);
+    }
+  };
+  std::map<std::string, std::vector<fs::path>> files_of_key;
+  AllowList keys;
   fs::directory_iterator it(dir, ec);
   if (ec) return ioError("cannot read allow-list directory " + dir + ": " + ec.message());
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     if (ec) return ioError("cannot read allow-list directory " + dir + ": " + ec.message());
     const fs::path& path = it->path();
     if (path.extension() != ".key") continue;
-    Result<std::string> key = readPublicKeyFile(path.string());
-    if (key.isOk()) {
-      keys.insert(std::move(key).value());
-    } else if (warned->insert(path.string()).second) {
-      spdlog::warn("allow-list: skipping {}: {}", path.string(), key.status().toString());
+    const std::string id = path.stem().string();
+    if (!isValidClientId(id)) {
+      skip(path, "the file name is not a client id (1-128 characters of [A-Za-z0-9._@-])");
+      continue;
     }
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 022) != 0) {
+      skip(path, "group or others may write it; chmod go-w " + path.string());
+      continue;
+    }
+    Result<std::string> key = readPublicKeyFile(path.string());
+    if (!key.isOk()) {
+      skip(path, key.status().toString());
+      continue;
+    }
+    files_of_key[*key].push_back(path);
+    keys.emplace(std::move(key).value(), id);
+  }
+  for (const auto& [key, paths] : files_of_key) {
+    if (paths.size() < 2) continue;
+    std::string names;
+    for (const auto& p : paths) names += (names.empty() ? "" : ", ") + p.filename().string();
+    for (const auto& p : paths) {
+      skip(p, "the same key is in " + names + "; one key is one client, remove all but one");
+    }
+    keys.erase(key);
   }
   return keys;
 }
@@ -59,7 +90,7 @@ Result<std::set<std::string>> loadAllowList(const std::string& dir, std::set<std
 Result<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::start(zmq::context_t& context,
                                                                   const std::string& allow_dir) {
   std::set<std::string> warned;
-  FEDFLEET_ASSIGN_OR_RETURN(std::set<std::string> allowed, loadAllowList(allow_dir, &warned));
+  FEDFLEET_ASSIGN_OR_RETURN(AllowList allowed, loadAllowList(allow_dir, &warned));
   if (allowed.empty()) {
     spdlog::warn(
         "allow-list directory {} holds no keys: every client is refused until one is added",
@@ -76,21 +107,76 @@ Result<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::start(zmq::context_t
   std::unique_ptr<ZapAuthenticator> zap(
       new ZapAuthenticator(std::move(socket), allow_dir, std::move(allowed)));
   zap->warned_files_ = std::move(warned);
+  zap->watch();
   zap->thread_ = std::thread([raw = zap.get()] { raw->run(); });
   return zap;
 }
 
-ZapAuthenticator::ZapAuthenticator(zmq::socket_t socket, std::string allow_dir,
-                                   std::set<std::string> allowed)
+ZapAuthenticator::ZapAuthenticator(zmq::socket_t socket, std::string allow_dir, AllowList allowed)
     : allow_dir_(std::move(allow_dir)), socket_(std::move(socket)), allowed_(std::move(allowed)) {
+  last_read_ = std::chrono::steady_clock::now();
   std::error_code ec;
   allow_dir_mtime_ = fs::last_write_time(allow_dir_, ec);
+}
+
+void ZapAuthenticator::watch() {
+  inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (inotify_fd_ < 0) {
+    spdlog::warn("allow-list: inotify unavailable ({}); re-reading {} every {} ms",
+                 std::strerror(errno), allow_dir_, kRereadAfter.count());
+    return;
+  }
+  const uint32_t mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE |
+                        IN_ATTRIB | IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF;
+  if (::inotify_add_watch(inotify_fd_, allow_dir_.c_str(), mask) < 0) {
+    spdlog::warn("allow-list: cannot watch {} ({}); re-reading it every {} ms", allow_dir_,
+                 std::strerror(errno), kRereadAfter.count());
+    ::close(inotify_fd_);
+    inotify_fd_ = -1;
+  }
+}
+
+void ZapAuthenticator::drainWatch() {
+  alignas(struct inotify_event) char buf[4096];
+  while (::read(inotify_fd_, buf, sizeof buf) > 0) {
+  }
+  change_pending_ = true;
+  changed_at_ = std::chrono::steady_clock::now();
+}
+
+void ZapAuthenticator::reread() {
   last_read_ = std::chrono::steady_clock::now();
+  std::error_code ec;
+  allow_dir_mtime_ = fs::last_write_time(allow_dir_, ec);
+  change_pending_ = false;
+  Result<AllowList> fresh = loadAllowList(allow_dir_, &warned_files_);
+  if (!fresh.isOk()) {
+    // Keep the last good list: a directory briefly unreadable must not lock everyone out.
+    spdlog::warn("allow-list: {}", fresh.status().toString());
+    return;
+  }
+  for (const auto& [key, id] : allowed_) {
+    auto now_id = fresh->find(key);
+    if (now_id != fresh->end() && now_id->second == id) continue;
+    AuthEvent e;
+    e.kind = AuthEvent::kRevoked;
+    e.public_key = key;
+    e.client_id = id;
+    e.reason = now_id == fresh->end()
+                   ? "key removed from allow-list " + allow_dir_
+                   : "key now belongs to client id '" + now_id->second + "' in " + allow_dir_;
+    recordEvent(std::move(e));
+  }
+  if (fresh->size() != allowed_.size() || *fresh != allowed_) {
+    spdlog::info("allow-list {}: {} keys", allow_dir_, fresh->size());
+  }
+  allowed_ = std::move(fresh).value();
 }
 
 ZapAuthenticator::~ZapAuthenticator() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);
 }
 
 std::vector<AuthEvent> ZapAuthenticator::takeEvents() {
@@ -101,59 +187,67 @@ std::vector<AuthEvent> ZapAuthenticator::takeEvents() {
   return out;
 }
 
-void ZapAuthenticator::recordRefusal(AuthEvent event) {
-  spdlog::warn("refused connection from {} (key {}): {}", event.peer_address,
-               event.public_key.empty() ? "-" : event.public_key, event.reason);
+void ZapAuthenticator::recordEvent(AuthEvent event) {
+  if (event.kind == AuthEvent::kRevoked) {
+    spdlog::warn("revoked client {} (key {}): {}", event.client_id, event.public_key,
+                 event.reason);
+  } else {
+    spdlog::warn("refused connection from {} (key {}): {}", event.peer_address,
+                 event.public_key.empty() ? "-" : event.public_key, event.reason);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (events_.size() >= kMaxEvents) events_.pop_front();
   events_.push_back(std::move(event));
 }
 
-bool ZapAuthenticator::isAllowed(const std::string& key) {
-  if (allowed_.count(key) != 0) return true;
-  std::error_code ec;
-  const auto mtime = fs::last_write_time(allow_dir_, ec);
-  const auto now = std::chrono::steady_clock::now();
-  if ((!ec && mtime != allow_dir_mtime_) || now - last_read_ >= kRereadAfter) {
-    Result<std::set<std::string>> fresh = loadAllowList(allow_dir_, &warned_files_);
-    last_read_ = now;
-    if (!ec) allow_dir_mtime_ = mtime;
-    if (fresh.isOk()) {
-      allowed_ = std::move(fresh).value();
-    } else {
-      // Keep the last good list: a directory briefly unreadable must not lock everyone out.
-      spdlog::warn("allow-list: {}", fresh.status().toString());
-    }
-  }
-  return allowed_.count(key) != 0;
-}
-
 void ZapAuthenticator::answer(const std::vector<zmq::message_t>& request,
                               std::vector<std::string>& reply) {
-  // reply = {status code, status text, user id}
+  // reply = {status code, status text, user id, metadata}
   if (request.size() < 6 || frameText(request[0]) != kZapVersion) {
-    reply = {"500", "malformed ZAP request", ""};
+    reply = {"500", "malformed ZAP request", "", ""};
     return;
   }
   const std::string address = frameText(request[3]);
   const std::string mechanism = frameText(request[5]);
   if (mechanism != "CURVE" || request.size() != 7 || request[6].size() != 32) {
-    recordRefusal({address, "", "mechanism " + mechanism + " is not allowed"});
-    reply = {"400", "CURVE required", ""};
+    recordEvent({AuthEvent::kRefused, address, "", "", "mechanism " + mechanism + " is not allowed"});
+    reply = {"400", "CURVE required", "", ""};
     return;
   }
   char z85[kZ85KeyChars + 1] = {};
   if (zmq_z85_encode(z85, request[6].data<uint8_t>(), 32) == nullptr) {
-    reply = {"500", "cannot encode key", ""};
+    reply = {"500", "cannot encode key", "", ""};
     return;
   }
   const std::string key(z85, kZ85KeyChars);
-  if (!isAllowed(key)) {
-    recordRefusal({address, key, "public key not in allow-list " + allow_dir_});
-    reply = {"400", "key not allowed", ""};
+  auto found = allowed_.find(key);
+  if (found == allowed_.end()) {
+    // A key added a moment ago: do not make its first handshake wait for the watch. At most
+    // one re-read per kSettle unless the directory changed, so a storm of unknown keys costs
+    // no more than that.
+    std::error_code ec;
+    const auto mtime = fs::last_write_time(allow_dir_, ec);
+    if ((!ec && mtime != allow_dir_mtime_) ||
+        std::chrono::steady_clock::now() - last_read_ >= kSettle) {
+      reread();
+      found = allowed_.find(key);
+    }
+  }
+  if (found == allowed_.end()) {
+    recordEvent({AuthEvent::kRefused, address, key, "", "public key not in allow-list " + allow_dir_});
+    reply = {"400", "key not allowed", "", ""};
     return;
   }
-  reply = {"200", "OK", key};
+  // ZMTP metadata: name length (1 byte), name, value length (4 bytes, network order), value.
+  const std::string& id = found->second;
+  std::string metadata;
+  const std::string name = kClientIdProperty;
+  metadata.push_back(static_cast<char>(name.size()));
+  metadata += name;
+  const uint32_t n = static_cast<uint32_t>(id.size());
+  for (int shift = 24; shift >= 0; shift -= 8) metadata.push_back(static_cast<char>(n >> shift));
+  metadata += id;
+  reply = {"200", "OK", key, metadata};
 }
 
 // The loop only ends on stop_ or a terminated context: libzmq 4.3 (without the draft
@@ -163,8 +257,15 @@ void ZapAuthenticator::answer(const std::vector<zmq::message_t>& request,
 void ZapAuthenticator::run() {
   while (!stop_.load()) {
     try {
-      zmq_pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq_poll(&item, 1, kPollMs) < 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (reload_.exchange(false) || (change_pending_ && now - changed_at_ >= kSettle) ||
+          now - last_read_ >= kRereadAfter) {
+        reread();
+      }
+      zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, inotify_fd_, ZMQ_POLLIN, 0}};
+      const int timeout = change_pending_ ? static_cast<int>(kSettle.count()) / 3 : kPollMs;
+      if (zmq_poll(items, inotify_fd_ >= 0 ? 2 : 1, timeout) < 0) {
         if (zmq_errno() == ETERM) break;
         if (zmq_errno() != EINTR) {
           spdlog::error("ZAP handler: poll: {}", zmq_strerror(zmq_errno()));
@@ -172,7 +273,8 @@ void ZapAuthenticator::run() {
         }
         continue;
       }
-      if ((item.revents & ZMQ_POLLIN) == 0) continue;
+      if (inotify_fd_ >= 0 && (items[1].revents & ZMQ_POLLIN)) drainWatch();
+      if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
 
       std::vector<zmq::message_t> request;
       do {
@@ -187,7 +289,7 @@ void ZapAuthenticator::run() {
         answer(request, reply);
       } catch (const std::exception& e) {
         spdlog::error("ZAP handler: {}", e.what());
-        reply = {"500", "internal error", ""};
+        reply = {"500", "internal error", "", ""};
       }
       const std::string request_id = request.size() > 1 ? frameText(request[1]) : std::string();
       socket_.send(zmq::buffer(kZapVersion), zmq::send_flags::sndmore);
@@ -195,7 +297,7 @@ void ZapAuthenticator::run() {
       socket_.send(zmq::buffer(reply[0]), zmq::send_flags::sndmore);
       socket_.send(zmq::buffer(reply[1]), zmq::send_flags::sndmore);
       socket_.send(zmq::buffer(reply[2]), zmq::send_flags::sndmore);
-      socket_.send(zmq::message_t(), zmq::send_flags::none);  // no metadata
+      socket_.send(zmq::buffer(reply[3]), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
       if (e.num() != EINTR) {

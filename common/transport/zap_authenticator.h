@@ -1,5 +1,15 @@
 // The ZAP handler (ZeroMQ RFC 27) behind a CURVE server socket: admits clients whose public key
 // has a `*.key` file in the allow-list directory, refuses the rest and records each refusal.
+// The file's name (without `.key`) is the client id of that key: the reply names it in the
+// connection's metadata (property kClientIdProperty), which libzmq attaches to every message of
+// the connection, so the coordinator takes a client's identity from its authenticated key and
+// never from what the client says. A key held by two files, a file name that is not a valid
+// client id, and a key file that group or others may write are skipped (logged once).
+//
+// The directory is watched (inotify; changes are read once they have settled for kSettle, and
+// in any case every kRereadAfter) and re-read on reload() (SIGHUP). A key that leaves the list,
+// or whose id changes, is reported as revoked (takeEvents, AuthEvent::kRevoked) so that the
+// coordinator closes its connection at once: ZAP itself is only asked at the handshake.
 //
 // Internal to common/transport/. One handler per ZeroMQ context: it binds
 // "inproc://zeromq.zap.01" in that context, which libzmq then asks about every CURVE handshake of
@@ -11,6 +21,7 @@
 #include <chrono>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -23,6 +34,20 @@
 #include "common/transport/transport.h"
 
 namespace fedfleet::transport {
+
+// Public key (Z85) -> client id.
+using AllowList = std::map<std::string, std::string>;
+
+// The metadata property that names the authenticated client id (ZAP reply metadata; read with
+// zmq_msg_gets on every message of the connection).
+constexpr const char* kClientIdProperty = "X-Client-Id";
+
+// Reads the allow-list: every `*.key` file of `dir` gives its key the client id of its name
+// (`alice.key` -> "alice"). Files that hold no key, whose name is not a valid client id
+// (isValidClientId), that group or others may write, or that hold a key another file holds too
+// (both are skipped) are logged (once per path and problem in `warned`) and left out.
+// kNotFound / kInvalidArgument / kIoError when the directory itself cannot be read.
+Result<AllowList> loadAllowList(const std::string& dir, std::set<std::string>* warned);
 
 class ZapAuthenticator {
  public:
@@ -43,40 +68,47 @@ class ZapAuthenticator {
   ZapAuthenticator(const ZapAuthenticator&) = delete;
   ZapAuthenticator& operator=(const ZapAuthenticator&) = delete;
 
-  // Thread safe: returns and clears the refusals recorded since the last call.
+  // Thread safe: returns and clears the refusals and revocations recorded since the last call.
   std::vector<AuthEvent> takeEvents();
+
+  // Thread safe (and async-signal safe): re-read the directory soon (within kPollMs).
+  void reload() { reload_.store(true); }
 
  private:
   static constexpr int kPollMs = 100;
-  // An unknown key re-reads the directory when its modification time changed, or at the latest
-  // this long after the last read (catches edits in place, coarse file-system clocks).
+  // The directory is re-read this long after the last change inotify reported (an editor or
+  // `cp` writes in steps), and at the latest this long after the last read (catches file
+  // systems without inotify and coarse clocks).
+  static constexpr std::chrono::milliseconds kSettle{150};
   static constexpr std::chrono::milliseconds kRereadAfter{1000};
 
-  ZapAuthenticator(zmq::socket_t socket, std::string allow_dir, std::set<std::string> allowed);
+  ZapAuthenticator(zmq::socket_t socket, std::string allow_dir, AllowList allowed);
 
   void run();
-  // Builds the reply frames (status code, status text, user id) for one request.
+  // Builds the reply frames (status code, status text, user id, metadata) for one request.
   void answer(const std::vector<zmq::message_t>& request, std::vector<std::string>& reply);
-  bool isAllowed(const std::string& key);
-  void recordRefusal(AuthEvent event);
+  // Re-reads the directory; reports the keys that left it (or changed id) as revoked.
+  void reread();
+  void watch();
+  void drainWatch();
+  void recordEvent(AuthEvent event);
 
   const std::string allow_dir_;
-  zmq::socket_t socket_;           // handler thread only, once started
-  std::set<std::string> allowed_;  // handler thread only
-  std::filesystem::file_time_type allow_dir_mtime_{};
+  zmq::socket_t socket_;  // handler thread only, once started
+  AllowList allowed_;     // handler thread only: key -> client id
   std::chrono::steady_clock::time_point last_read_{};
+  std::filesystem::file_time_type allow_dir_mtime_{};  // at the last read
+  std::chrono::steady_clock::time_point changed_at_{};  // last inotify event not yet read
+  bool change_pending_ = false;
+  int inotify_fd_ = -1;  // -1: no watch (the periodic re-read still runs)
   std::set<std::string> warned_files_;  // handler thread only: bad key files already logged
 
   std::atomic<bool> stop_{false};
+  std::atomic<bool> reload_{false};
   std::mutex mu_;
   std::deque<AuthEvent> events_;  // guarded by mu_
 
   std::thread thread_;
 };
-
-// Reads the Z85 public keys of all `*.key` files in `dir`. Files that do not hold a key are
-// logged (once per path in `warned`) and skipped. kNotFound / kInvalidArgument / kIoError when
-// the directory itself cannot be read.
-Result<std::set<std::string>> loadAllowList(const std::string& dir, std::set<std::string>* warned);
 
 }  // namespace fedfleet::transport

@@ -1,10 +1,21 @@
 // ZeroMQ implementation of common/transport/transport.h.
 //
 // Server: ROUTER socket; every message arrives as [routing id][payload]. ROUTER_MANDATORY makes a
-// send to an unknown peer fail (kUnavailable) instead of vanishing; ROUTER_HANDOVER lets a client
-// that reconnects with the same routing id take over its old connection. Unless insecure, the
-// socket is a CURVE server and every handshake is checked by a ZapAuthenticator running in the
-// same context. Client: DEALER socket; every message is one frame [payload].
+// send to an unknown peer fail (kUnavailable) instead of vanishing. Hand-over is off: a
+// connection that presents a routing id already in use is ignored by ZeroMQ, so no connection
+// can take another's messages. Unless insecure, the socket is a CURVE server and every
+// handshake is checked by a ZapAuthenticator running in the same context, which names the
+// client id of the key in the connection's metadata. Client: DEALER socket; every message is
+// one frame [payload].
+//
+// Connections: a socket monitor reports each accepted connection (its file descriptor) and
+// each disconnect. The server keeps a duplicate of every connection's descriptor, so that
+// disconnect() can shut one connection down (libzmq 4.3 has no call for that on a ROUTER) and
+// so that a disconnect can be told apart: the server closed it, the peer did, or ZeroMQ dropped
+// it with input still unread in the kernel (what a frame over the size limit does: libzmq reads
+// the frame header, refuses it and closes). The duplicate stays open up to kSettle after
+// ZeroMQ's report, so that the rest of a refused frame has time to arrive and show. Messages carry their connection's descriptor
+// (ZMQ_SRCFD), which ties a routing id to its connection.
 //
 // A message with an attachment leaves the server as [routing id][payload][piece]..[piece]: the
 // attachment cut into frames of at most kAttachmentPieceBytes (one empty frame for an empty
@@ -20,15 +31,25 @@
 // Shutdown order (destructor): close the data socket (linger 0), shut the context down (so the
 // ZAP thread wakes with ETERM), join the ZAP thread, terminate the context.
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +77,21 @@ constexpr int kSendTimeoutMs = 5000;   // send() gives up with kTimeout after th
 constexpr uint64_t kCurveOverheadBytes = 64;
 
 std::string zmqText(int err) { return zmq_strerror(err); }
+
+// A routing id as log text: printable bytes as they are, others as \xNN.
+std::string printableRoutingId(const std::string& id) {
+  std::string out;
+  for (unsigned char ch : id) {
+    if (std::isprint(ch)) {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
 
 // Status for a failed bind/connect of `endpoint`.
 Status endpointError(const char* what, const std::string& endpoint, int err) {
@@ -174,7 +210,9 @@ class ZmqServerTransport final : public ServerTransport {
         max_message_bytes_(options.max_message_bytes) {}
 
   ~ZmqServerTransport() override {
+    monitor_.close();
     socket_.close();
+    for (auto& [fd, c] : connections_) ::close(c.dup_fd);
     if (zap_) {
       context_.shutdown();
       zap_.reset();
@@ -191,7 +229,6 @@ class ZmqServerTransport final : public ServerTransport {
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
       socket_.set(zmq::sockopt::linger, 0);
       socket_.set(zmq::sockopt::router_mandatory, 1);
-      socket_.set(zmq::sockopt::router_handover, 1);
       socket_.set(zmq::sockopt::sndhwm, kHighWaterMark);
       socket_.set(zmq::sockopt::rcvhwm, options.receive_hwm);
       socket_.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
@@ -209,6 +246,20 @@ class ZmqServerTransport final : public ServerTransport {
     } catch (const zmq::error_t& e) {
       return internalError(std::string("configuring server socket: ") + e.what());
     }
+    static std::atomic<int> generation{0};
+    const std::string monitor_endpoint =
+        "inproc://fedfleet-server-monitor-" + std::to_string(++generation);
+    if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      return internalError("socket monitor: " + zmqText(zmq_errno()));
+    }
+    try {
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(monitor_endpoint);
+    } catch (const zmq::error_t& e) {
+      return internalError(std::string("socket monitor: ") + e.what());
+    }
     if (zmq_bind(socket_.handle(), options.endpoint.c_str()) != 0) {
       return endpointError("bind", options.endpoint, zmq_errno());
     }
@@ -224,8 +275,10 @@ class ZmqServerTransport final : public ServerTransport {
   }
 
   Result<std::optional<Envelope>> receive(int timeout_ms) override {
+    housekeeping();
     FEDFLEET_ASSIGN_OR_RETURN(std::optional<Frames> frames,
                               receiveFrames(socket_, timeout_ms, /*keep_parts=*/2));
+    housekeeping();
     if (!frames) return std::optional<Envelope>();
     if (frames->count != 2) {
       spdlog::warn("server: dropped a message of {} frames (expected routing id + payload)",
@@ -237,13 +290,19 @@ class ZmqServerTransport final : public ServerTransport {
     Envelope env;
     env.peer.assign(id.data<char>(), id.size());
     if (const char* user_id = zmq_msg_gets(payload.handle(), "User-Id")) env.user_id = user_id;
-    if (!insecure_ && env.user_id.empty()) {
-      spdlog::error("server: dropped a message from {} that no ZAP check authenticated", env.peer);
+    if (const char* client = zmq_msg_gets(payload.handle(), kClientIdProperty)) {
+      env.client_id = client;
+    }
+    if (!insecure_ && (env.user_id.empty() || env.client_id.empty())) {
+      spdlog::error("server: dropped a message from {} that no ZAP check authenticated",
+                    printableRoutingId(env.peer));
       return std::optional<Envelope>();
     }
+    notePeer(env.peer, zmq_msg_get(payload.handle(), ZMQ_SRCFD));
     if (payload.size() > max_message_bytes_) {
       spdlog::warn("server: dropped a {}-byte message from {} (limit {} bytes)", payload.size(),
-                   env.peer, max_message_bytes_);
+                   printableRoutingId(env.peer), max_message_bytes_);
+      ++frames_refused_;
       return std::optional<Envelope>();
     }
     env.payload.assign(payload.data<char>(), payload.size());
@@ -285,9 +344,178 @@ class ZmqServerTransport final : public ServerTransport {
 
   std::string boundEndpoint() const override { return bound_endpoint_; }
 
+  Status disconnect(const std::string& peer) override {
+    auto p = fd_of_peer_.find(peer);
+    if (p == fd_of_peer_.end()) return notFound("no connection " + printableRoutingId(peer));
+    auto c = connections_.find(p->second);
+    if (c == connections_.end()) return notFound("no connection " + printableRoutingId(peer));
+    if (!c->second.closing) {
+      // A moment's grace first, so that what was just sent to it (an Error, a Bye) goes out.
+      c->second.closing = true;
+      c->second.shutdown_at = std::chrono::steady_clock::now() + kDisconnectGrace;
+    }
+    return Status::ok();
+  }
+
+  std::vector<ConnectionClosed> takeClosedConnections() override {
+    housekeeping();
+    return std::exchange(closed_, {});
+  }
+
+  uint64_t framesRefused() const override { return frames_refused_; }
+
+  void reloadAllowList() override {
+    if (zap_) zap_->reload();
+  }
+
  private:
+  static constexpr std::chrono::milliseconds kDisconnectGrace{200};
+  static constexpr std::chrono::milliseconds kSettle{250};
+  struct Connection {
+    int dup_fd = -1;
+    std::string address;
+    std::string peer;  // routing id, once a message came
+    bool closing = false;  // disconnect() asked for it
+    bool shut = false;     // our duplicate is shut down
+    bool gone = false;     // ZeroMQ reported it disconnected
+    std::chrono::steady_clock::time_point gone_at{};
+    std::chrono::steady_clock::time_point shutdown_at{};
+  };
+
+  static std::string addressOf(int fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+    char host[INET6_ADDRSTRLEN] = "?";
+    uint16_t port = 0;
+    if (addr.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+      ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+      port = ntohs(a->sin_port);
+      return std::string(host) + ":" + std::to_string(port);
+    }
+    if (addr.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+      ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+      port = ntohs(a->sin6_port);
+      return "[" + std::string(host) + "]:" + std::to_string(port);
+    }
+    return "local";
+  }
+
+  // Ties `peer` to the connection of descriptor `fd` (from ZMQ_SRCFD; -1 when unknown).
+  void notePeer(const std::string& peer, int fd) {
+    if (fd < 0) return;
+    auto c = connections_.find(fd);
+    if (c == connections_.end()) {
+      drainMonitor();  // the ACCEPTED report may still be queued
+      c = connections_.find(fd);
+      if (c == connections_.end()) return;
+    }
+    if (c->second.peer == peer) return;
+    if (!c->second.peer.empty()) fd_of_peer_.erase(c->second.peer);
+    c->second.peer = peer;
+    fd_of_peer_[peer] = fd;
+  }
+
+  void housekeeping() {
+    drainMonitor();
+    settleClosed();
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [fd, c] : connections_) {
+      if (c.closing && !c.shut && !c.gone && now >= c.shutdown_at) {
+        ::shutdown(c.dup_fd, SHUT_RDWR);
+        c.shut = true;
+      }
+    }
+  }
+
+  void drainMonitor() {
+    while (monitor_) {
+      zmq::message_t event;
+      if (zmq_msg_recv(event.handle(), monitor_.handle(), ZMQ_DONTWAIT) < 0) break;
+      const bool more = event.more();
+      if (more) {  // the event's second frame: the endpoint
+        zmq::message_t endpoint;
+        zmq_msg_recv(endpoint.handle(), monitor_.handle(), ZMQ_DONTWAIT);
+      }
+      if (event.size() < 6) continue;
+      uint16_t id;
+      int32_t fd;
+      std::memcpy(&id, event.data(), 2);
+      std::memcpy(&fd, event.data<char>() + 2, 4);
+      if (id == ZMQ_EVENT_ACCEPTED) {
+        if (auto old = connections_.find(fd); old != connections_.end()) {
+          closeConnection(old, causeOf(old->second));  // ZeroMQ reuses the descriptor
+        }
+        Connection c;
+        c.dup_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (c.dup_fd < 0) continue;
+        c.address = addressOf(c.dup_fd);
+        connections_.emplace(fd, std::move(c));
+      } else if (id == ZMQ_EVENT_DISCONNECTED) {
+        auto c = connections_.find(fd);
+        if (c == connections_.end() || c->second.gone) continue;
+        // ZeroMQ is done with it; keep the duplicate a moment to see whether the peer was still
+        // sending (a refused frame's bytes keep arriving), then say why it ended.
+        c->second.gone = true;
+        c->second.gone_at = std::chrono::steady_clock::now();
+      }
+    }
+  }
+
+  // Why a connection ZeroMQ closed ended (see the top of this file).
+  std::string causeOf(const Connection& c) const {
+    if (c.closing) return "by_server";
+    int unread = 0;
+    const bool pending = ::ioctl(c.dup_fd, FIONREAD, &unread) == 0 && unread > 0;
+    return pending ? "unread_input" : "peer_closed";
+  }
+
+  // Closes the connections ZeroMQ dropped, once their input had kSettle to show up (at once
+  // when some has).
+  void settleClosed() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      auto next = std::next(it);
+      if (it->second.gone) {
+        const std::string cause = causeOf(it->second);
+        if (cause != "peer_closed" || now - it->second.gone_at >= kSettle) {
+          closeConnection(it, cause);
+        }
+      }
+      it = next;
+    }
+  }
+
+  void closeConnection(std::map<int, Connection>::iterator c, const std::string& cause) {
+    Connection& conn = c->second;
+    const std::string who = conn.peer.empty() ? "" : " (" + printableRoutingId(conn.peer) + ")";
+    if (cause == "unread_input") {
+      ++frames_refused_;
+      spdlog::warn(
+          "server: ZeroMQ dropped the connection from {}{} with input unread: a frame over the "
+          "size limit ({} bytes, transport max_message_bytes) or a broken ZMTP stream",
+          conn.address, who, max_message_bytes_);
+    } else {
+      spdlog::debug("server: connection from {}{} closed ({})", conn.address, who, cause);
+    }
+    closed_.push_back({conn.peer, conn.address, cause});
+    if (!conn.peer.empty()) {
+      auto p = fd_of_peer_.find(conn.peer);
+      if (p != fd_of_peer_.end() && p->second == c->first) fd_of_peer_.erase(p);
+    }
+    ::close(conn.dup_fd);
+    connections_.erase(c);
+  }
+
   zmq::context_t context_;
   std::unique_ptr<ZapAuthenticator> zap_;  // null when insecure
+  zmq::socket_t monitor_;                  // ACCEPTED / DISCONNECTED reports of socket_
+  std::map<int, Connection> connections_;  // by libzmq's descriptor
+  std::map<std::string, int> fd_of_peer_;  // routing id -> descriptor
+  std::vector<ConnectionClosed> closed_;
+  uint64_t frames_refused_ = 0;
   zmq::socket_t socket_;
   const bool insecure_;
   const uint64_t max_message_bytes_;

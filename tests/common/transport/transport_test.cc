@@ -1,8 +1,11 @@
 // Tests of common/transport/: key files, and the ZeroMQ server/client pair over tcp on ephemeral
-// loopback ports (CURVE with a ZAP allow-list, plain text, size limits, routing-id handover).
+// loopback ports (CURVE with a ZAP allow-list, plain text, size limits, no routing-id hand-over,
+// revocation, disconnects).
 // Every wait is bounded; no test takes more than a few seconds.
 
 #include "common/transport/transport.h"
+
+#include "common/transport/zap_authenticator.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -486,7 +489,7 @@ TEST_F(CurveTransportTest, OversizeMessageIsNotDeliveredAndServerKeepsServing) {
   EXPECT_EQ(env->payload, "small");
 }
 
-TEST_F(CurveTransportTest, ReconnectWithSameRoutingIdTakesOver) {
+TEST_F(CurveTransportTest, ARoutingIdIsFreeAgainOnceItsConnectionClosed) {
   auto server = startServer();
   ASSERT_NE(server, nullptr);
   const KeyPair keys = allowedKeys("carol");
@@ -498,7 +501,14 @@ TEST_F(CurveTransportTest, ReconnectWithSameRoutingIdTakesOver) {
     ASSERT_TRUE(env.has_value());
     EXPECT_EQ(env->peer, "carol");
   }
-  // The first client is gone; a new one with the same routing id talks at once.
+  // The first client is gone; once the server has seen it go, the same routing id is free.
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  bool closed = false;
+  while (!closed && Clock::now() < deadline) {
+    serverReceive(*server, 20);
+    for (const auto& c : server->takeClosedConnections()) closed |= c.peer == "carol";
+  }
+  ASSERT_TRUE(closed);
   auto second = connect(keys, "carol");
   ASSERT_NE(second, nullptr);
   ASSERT_TRUE(second->send("two").isOk());
@@ -508,17 +518,6 @@ TEST_F(CurveTransportTest, ReconnectWithSameRoutingIdTakesOver) {
   EXPECT_EQ(env->payload, "two");
   ASSERT_TRUE(server->send("carol", "welcome back").isOk());
   EXPECT_EQ(clientReceive(*second, 3000), "welcome back");
-
-  // While `second` is still connected, a third connection with the same id takes over.
-  auto third = connect(keys, "carol");
-  ASSERT_NE(third, nullptr);
-  ASSERT_TRUE(third->send("three").isOk());
-  env = serverReceive(*server, 3000);
-  ASSERT_TRUE(env.has_value());
-  EXPECT_EQ(env->payload, "three");
-  ASSERT_TRUE(server->send("carol", "to the newest").isOk());
-  EXPECT_EQ(clientReceive(*third, 3000), "to the newest");
-  EXPECT_FALSE(clientReceive(*second, 200).has_value());
 }
 
 TEST_F(CurveTransportTest, DestructorReturnsPromptlyWithLiveClient) {
@@ -751,6 +750,187 @@ TEST(InsecureTransportTest, OversizeMessageDropsAndServerKeepsServing) {
   std::optional<Envelope> env = serverReceive(**server, 3000);
   ASSERT_TRUE(env.has_value());
   EXPECT_EQ(env->payload.size(), 1000u);
+}
+
+
+// ----- identity, revocation and connections -------------------------------------------------
+
+// Waits up to `seconds` for `fn` to return true.
+template <typename F>
+bool eventually(double seconds, F fn) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (fn()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return fn();
+}
+
+TEST_F(CurveTransportTest, TheClientIdIsTheKeyFileNameWhateverTheRoutingId) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  const KeyPair keys = allowedKeys("alice");
+  auto client = connect(keys, "bob");
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->send("hi").isOk());
+  std::optional<Envelope> env = serverReceive(*server, 3000);
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->peer, "bob");
+  EXPECT_EQ(env->client_id, "alice");
+  EXPECT_EQ(env->user_id, keys.public_key);
+}
+
+TEST_F(CurveTransportTest, ARoutingIdInUseIsNotHandedOver) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  auto first = connect(allowedKeys("alice"), "same");
+  ASSERT_TRUE(first->send("from alice").isOk());
+  ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+  auto second = connect(allowedKeys("mallory"), "same");
+  ASSERT_TRUE(second->send("from mallory").isOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(first->send("alice again").isOk());
+  std::vector<Envelope> got;
+  while (auto env = serverReceive(*server, 1000)) got.push_back(*env);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "alice again");
+  EXPECT_EQ(got[0].client_id, "alice");
+  // What the server sends to "same" still goes to alice's connection.
+  ASSERT_TRUE(server->send("same", "for alice").isOk());
+  EXPECT_EQ(clientReceive(*first, 3000), "for alice");
+  EXPECT_FALSE(clientReceive(*second, 300).has_value());
+}
+
+TEST_F(CurveTransportTest, DuplicateKeysBadNamesAndWritableFilesAreLeftOut) {
+  const KeyPair shared = newKeys();
+  for (const char* name : {"one", "two"}) {
+    std::ofstream(allow_dir_ + "/" + name + ".key") << "public-key = \"" << shared.public_key
+                                                    << "\"\n";
+  }
+  const KeyPair badly_named = newKeys();
+  std::ofstream(allow_dir_ + "/.hidden.key") << badly_named.public_key << "\n";
+  const KeyPair writable = newKeys();
+  const std::string writable_path = allow_dir_ + "/writable.key";
+  std::ofstream(writable_path) << writable.public_key << "\n";
+  fs::permissions(writable_path, fs::perms::others_write, fs::perm_options::add);
+  const KeyPair good = allowedKeys("good");
+
+  std::set<std::string> warned;
+  auto list = loadAllowList(allow_dir_, &warned);
+  ASSERT_TRUE(list.isOk());
+  EXPECT_EQ(*list, (AllowList{{good.public_key, "good"}}));
+  EXPECT_EQ(warned.size(), 4u);  // one.key, two.key, .hidden.key, writable.key
+}
+
+TEST_F(CurveTransportTest, ARemovedKeyIsReportedRevokedAndReloadRereads) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  const KeyPair alice = allowedKeys("alice");
+  auto client = connect(alice);
+  ASSERT_TRUE(client->send("hi").isOk());
+  ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+
+  fs::remove(allow_dir_ + "/alice.key");
+  std::vector<AuthEvent> events;
+  ASSERT_TRUE(eventually(2, [&] {
+    for (auto& e : server->takeAuthEvents()) events.push_back(e);
+    return !events.empty();
+  }));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, AuthEvent::kRevoked);
+  EXPECT_EQ(events[0].client_id, "alice");
+  EXPECT_EQ(events[0].public_key, alice.public_key);
+
+  // Given back under another name: reloadAllowList (SIGHUP) reads it at once.
+  std::ofstream(allow_dir_ + "/alice2.key") << alice.public_key << "\n";
+  server->reloadAllowList();
+  auto again = connect(alice);
+  ASSERT_TRUE(again->send("back").isOk());
+  auto env = serverReceive(*server, 3000);
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->client_id, "alice2");
+}
+
+TEST_F(CurveTransportTest, DisconnectClosesOneConnectionAndSaysSo) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  auto alice = connect(allowedKeys("alice"), "a");
+  auto bob = connect(allowedKeys("bob"), "b");
+  ASSERT_TRUE(alice->send("1").isOk());
+  ASSERT_TRUE(bob->send("2").isOk());
+  ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+  ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+  EXPECT_EQ(server->disconnect("nobody").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(server->disconnect("a").isOk());
+  std::vector<ConnectionClosed> closed;
+  ASSERT_TRUE(eventually(3, [&] {
+    serverReceive(*server, 10);
+    for (auto& c : server->takeClosedConnections()) closed.push_back(c);
+    return !closed.empty();
+  }));
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].peer, "a");
+  EXPECT_EQ(closed[0].cause, "by_server");
+  EXPECT_EQ(closed[0].address.rfind("127.0.0.1:", 0), 0u) << closed[0].address;
+  // bob is untouched.
+  ASSERT_TRUE(bob->send("3").isOk());
+  auto env = serverReceive(*server, 3000);
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->peer, "b");
+}
+
+TEST_F(CurveTransportTest, AFrameOverTheLimitDropsTheConnectionAndIsCounted) {
+  auto server = startServer(64 << 10);
+  ASSERT_NE(server, nullptr);
+  auto client = connect(allowedKeys("alice"), "a", 8 << 20);
+  ASSERT_TRUE(client->send("small").isOk());
+  ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+  ASSERT_TRUE(client->send(std::string(1 << 20, 'x')).isOk());
+  std::vector<ConnectionClosed> closed;
+  ASSERT_TRUE(eventually(5, [&] {
+    serverReceive(*server, 10);
+    for (auto& c : server->takeClosedConnections()) closed.push_back(c);
+    return !closed.empty();
+  }));
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].peer, "a");
+  EXPECT_EQ(closed[0].cause, "unread_input");
+  EXPECT_EQ(server->framesRefused(), 1u);
+  // The client reconnects (a new routing id) and is served again.
+  ASSERT_TRUE(eventually(5, [&] {
+    client->send("again").isOk();
+    auto env = serverReceive(*server, 100);
+    return env.has_value() && env->payload == "again";
+  }));
+}
+
+TEST(KeyFileChecks, ClientIdsSecretFilesAndAllowListDirectories) {
+  EXPECT_TRUE(isValidClientId("client-1"));
+  EXPECT_TRUE(isValidClientId("a.b_c@d"));
+  EXPECT_TRUE(isValidClientId(std::string(128, 'x')));
+  EXPECT_FALSE(isValidClientId(std::string(129, 'x')));
+  EXPECT_FALSE(isValidClientId(""));
+  EXPECT_FALSE(isValidClientId(".hidden"));
+  EXPECT_FALSE(isValidClientId("a b"));
+  EXPECT_FALSE(isValidClientId("a/b"));
+
+  const std::string dir = freshDir("perm-checks");
+  ASSERT_TRUE(writeKeyPair(dir, "k", newKeys()).isOk());
+  const std::string secret = dir + "/k.key_secret";
+  EXPECT_TRUE(checkSecretKeyFile(secret).isOk());
+  fs::permissions(secret, fs::perms::group_read, fs::perm_options::add);
+  Status st = checkSecretKeyFile(secret);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("chmod 600 " + secret), std::string::npos) << st.message();
+  EXPECT_EQ(checkSecretKeyFile(dir + "/missing").code(), StatusCode::kNotFound);
+
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  EXPECT_TRUE(checkAllowListDir(dir).isOk());
+  fs::permissions(dir, fs::perms::others_write, fs::perm_options::add);
+  st = checkAllowListDir(dir);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("chmod go-w " + dir), std::string::npos) << st.message();
+  EXPECT_EQ(checkAllowListDir(secret).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
