@@ -64,10 +64,12 @@ class ConnectionLimits {
 // takeLeftOut() hands the count to the driver, which records it in one row.
 class EventBudget {
  public:
-  explicit EventBudget(double burst = 20, double refill_s = 10)
+  explicit EventBudget(double burst = 30, double refill_s = 10)
       : limit_(refill_s > 0 ? 1 / refill_s : 0, burst) {}
   // Whether a row may be written at `now`; if not, it is counted as left out.
   bool take(double now);
+  // Whether a row may be written at `now`, without counting it as left out if not.
+  bool takeQuietly(double now) { return limit_.take(now); }
   uint64_t takeLeftOut() { return std::exchange(left_out_, 0); }
   uint64_t leftOut() const { return left_out_; }
 

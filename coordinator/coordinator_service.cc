@@ -74,6 +74,8 @@ class ZmqCoordinator final : public CoordinatorService {
   // recordEvent, within the client's EventBudget (the driver's own rows).
   void recordClientEvent(const std::string& kind, const std::string& client,
                          const std::string& detail, double now);
+  // Writes the count of rows `budget` left out, when it allows a row.
+  void flushLeftOut(const std::string& client, EventBudget& budget, double now);
   Status carryOut(double now);
   void carryOut(Action& action, double now);
   void sendTo(const ClientId& id, const wire::Message& message, double now);
@@ -119,6 +121,7 @@ class ZmqCoordinator final : public CoordinatorService {
   // binding survives a restart), else from the first Hello of this run.
   std::map<ClientId, std::string> key_of_client_;
   std::map<ClientId, EventBudget> event_budget_;
+  double budgets_flushed_at_ = 0;
   std::atomic<bool> reload_{false};
   // Decode time per update: the engine reads no clock, so the driver times its onChunk calls.
   std::map<uint64_t, uint32_t> round_of_token_;
@@ -340,14 +343,20 @@ void ZmqCoordinator::sendTask(const SendTask& send) {
 void ZmqCoordinator::recordClientEvent(const std::string& kind, const std::string& client,
                                        const std::string& detail, double now) {
   EventBudget& budget = event_budget_[client];
-  if (const uint64_t left = budget.leftOut(); left > 0 && budget.take(now)) {
-    recordEvent("events_left_out", client,
-                std::to_string(budget.takeLeftOut()) +
-                    " event rows about this client left out (over its budget of the coordinator's "
-                    "own rows: 20 at once, then one every 10 s)",
-                now);
-  }
+  flushLeftOut(client, budget, now);
   if (budget.take(now)) recordEvent(kind, client, detail, now);
+}
+
+void ZmqCoordinator::flushLeftOut(const std::string& client, EventBudget& budget, double now) {
+  if (budget.leftOut() == 0) return;
+  const uint64_t left = budget.leftOut();
+  if (!budget.takeQuietly(now)) return;
+  budget.takeLeftOut();
+  recordEvent("events_left_out", client,
+              std::to_string(left) +
+                  " event rows about this client left out (over its budget of the coordinator's "
+                  "own rows: 30 at once, then one every 10 s)",
+              now);
 }
 
 void ZmqCoordinator::retire(const std::string& peer, double now) {
@@ -709,6 +718,10 @@ Status ZmqCoordinator::run() {
       server_->reloadAllowList();
     }
     takeTransportReports(now);
+    if (now - budgets_flushed_at_ >= 1.0) {
+      budgets_flushed_at_ = now;
+      for (auto& [client, budget] : event_budget_) flushLeftOut(client, budget, now);
+    }
     if (got->has_value()) handleEnvelope(**got, now);
     // Drain what else is queued before ticking, so a burst of chunks is handled in one go.
     for (int i = 0; i < 256; ++i) {
