@@ -1,4 +1,4 @@
-// ControlVariate: a SCAFFOLD client's control variate c_k (ALGORITHMS.md, "Local training"),
+// ControlVariate: a SCAFFOLD client's control variate c_k,
 // kept across tasks: zero at first, then c_k += Dc_k after every task whose update was uploaded
 // (Trainer's TrainResult::control_delta). The client runtime keeps one per process, persisted to
 // a file when configured; the simulator keeps one per virtual client, which is why the values

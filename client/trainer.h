@@ -4,7 +4,7 @@
 // with the model of a task, the simulator calls it directly for each virtual client. The result
 // carries what the coordinator needs for FedAvg/FedNova (delta, n, steps) and for Oort
 // (mean loss, sum of squared per-sample losses). FedProx's proximal term and SCAFFOLD's
-// control-variate correction (ALGORITHMS.md, "Local training") are options of the same SGD;
+// control-variate correction are options of the same SGD;
 // with SCAFFOLD the result also holds the control update Dc_k (see takeUpload for the upload).
 //
 // Batches: on the CPU each step gathers its samples through a lookup table straight into a

@@ -1,4 +1,4 @@
-// Block-cyclic training (shared/ALGORITHMS.md "Block-cyclic data"): the block schedule and the
+// Block-cyclic training: the block schedule and the
 // per-block models the round engine keeps besides its shared chain.
 //
 // Time is a cycle of M blocks. BlockSchedule says which block a round belongs to (from the

@@ -13,7 +13,7 @@
 //  - "uniform": K clients uniformly without replacement (partial Fisher-Yates over the
 //    candidates: the draw the engine makes for small candidate sets). Probabilistic
 //    Synchronous Parallel sampling. No state.
-//  - "oort": Oort's guided selection (Lai et al., OSDI 2021) as ALGORITHMS.md states it; the
+//  - "oort": Oort's guided selection (Lai et al., OSDI 2021) as the paper states it; the
 //    rule is written out step by step above OortSelector.
 //  - "availability": prefers clients likely to stay online for a whole round; see
 //    AvailabilitySelector.
@@ -137,7 +137,7 @@ class UniformSelector final : public Selector {
 //       U_k += sqrt(0.1 * ln(round) / r_k)                (staleness bonus)
 //     A client that was late or dropped keeps the samples and losses of its last completed
 //     participation (none: 0) and gets the deadline as its duration, so the penalty hits it.
-//     The statistical part is not normalised, as ALGORITHMS.md states (Oort's code scales it
+//     The statistical part is not normalised, as the algorithm is stated (Oort's code scales it
 //     to [0, 1] before adding the bonus); the penalty applies to it before the bonus is added.
 //  4. Slots: exploit floor((1 - eps) K) (plus a 1e-9 tolerance), explore the rest; when there
 //     are too few never-tried candidates the exploit share takes the spare slots, and the

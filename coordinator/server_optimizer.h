@@ -2,8 +2,8 @@
 //
 // The aggregator (streaming weighted sum, FedNova, robust) produces the pseudo-gradient
 // G = sum_k p_k D_k, already averaged; the server optimiser applies it to the global model x.
-// The rules are those of docs ALGORITHMS.md "Aggregation" (Reddi et al., "Adaptive Federated
-// Optimization", ICLR 2021), with eta_g = `lr`:
+// The rules are those of Reddi et al. ("Adaptive Federated Optimization", ICLR 2021), with
+// eta_g = `lr`:
 //   fedavg      x += lr G
 //   fedavgm     m = momentum m + G;                              x += lr m
 //   fedadagrad  v += G^2;                                        m = beta1 m + (1 - beta1) G
@@ -11,8 +11,8 @@
 //   fedyogi     v = v - (1 - beta2) G^2 sign(v - G^2);           m = beta1 m + (1 - beta1) G
 //   (the three adaptive ones then) x += lr m / (sqrt(v) + tau)
 // Everything is element-wise, in fp32, in plain loops the compiler vectorises; there is no bias
-// correction (the paper has none). Reddi et al. start from v_{-1} >= tau^2; ALGORITHMS.md starts
-// from v = 0 and so do we (with v = 0 the first adaptive step is lr (1 - beta1) G /
+// correction (the paper has none). Reddi et al. start from v_{-1} >= tau^2; fedfleet starts
+// from v = 0 (with v = 0 the first adaptive step is lr (1 - beta1) G /
 // (sqrt((1 - beta2) G^2) + tau) for fedadam).
 //
 // The state (m and/or v, one fp32 per parameter) is sized on the first apply() and travels in

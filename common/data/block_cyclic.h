@@ -1,4 +1,4 @@
-// Block-cyclic data (shared/ALGORITHMS.md "Block-cyclic data"): a cycle of M blocks, each with
+// Block-cyclic data: a cycle of M blocks, each with
 // its own data distribution. Block m favours its own group of classes: the classes 0..K-1 are
 // cut into M contiguous groups (the first K mod M groups one class larger), and a fraction
 // `skew` of every block-m sample set is drawn from group m, the rest from all K classes.

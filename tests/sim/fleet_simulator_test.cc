@@ -286,7 +286,7 @@ TEST(FleetSimulator, CodecBytesDecideTheUploadTime) {
   EXPECT_LT(dense, per_codec["topk:0.01"].first * 1.25);
 }
 
-// Block-cyclic data (issue 6): 2 blocks of 2 rounds, multichain. Every update comes from a
+// Block-cyclic data: 2 blocks of 2 rounds, multichain. Every update comes from a
 // client of the round's block (client k is in block k mod 2), each block end records the
 // per-block rows, and the chain appears once its block was visited.
 TEST(FleetSimulator, BlockCyclicRunTrainsEachBlockOnItsClients) {
@@ -363,7 +363,7 @@ TEST(FleetSimulator, BadConfigsAreClearErrors) {
 }
 
 
-// Issue 5's methods through the simulator: the same seed gives the same history at 1 and 2
+// Straggler policies, aggregators and selectors through the simulator: the same seed gives the same history at 1 and 2
 // workers, and training makes progress, for an asynchronous run with Oort selection, SCAFFOLD
 // with FedProx's proximal term, and FedNova with over-selection, a percentile deadline and
 // partial work on a heterogeneous fleet.
