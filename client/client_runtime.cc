@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include "client/control_variate.h"
 #include "client/served_model.h"
@@ -27,6 +28,7 @@
 #include "common/data/partition.h"
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
+#include "common/wire/limits.h"
 #include "common/wire/messages.h"
 
 namespace fedfleet::client {
@@ -246,6 +248,16 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
 }
 
 void ZmqClient::send(const wire::Message& m) {
+  // The coordinator refuses an Error whose text is over wire::kMaxReasonBytes
+  // (common/wire/limits.h); a long one (a LibTorch message with its backtrace) is cut to fit, so
+  // the coordinator still learns that the task failed.
+  if (const auto* error = std::get_if<wire::Error>(&m);
+      error != nullptr && error->message.size() > wire::kMaxReasonBytes) {
+    wire::Error cut = *error;
+    cut.message.resize(wire::kMaxReasonBytes);
+    send(cut);
+    return;
+  }
   Status st = transport_->send(wire::encode(m));
   if (!st.isOk())
     spdlog::warn("client {}: send {}: {}", options_.client_id, wire::messageName(m), st.toString());

@@ -33,6 +33,7 @@
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
+#include "common/wire/limits.h"
 #include "common/wire/messages.h"
 #include "tests/client/test_data.h"
 
@@ -472,6 +473,21 @@ TEST_F(ClientRuntimeTest, AnUnknownCodecIsReportedNotTrained) {
   ASSERT_NE(e, nullptr) << wire::messageName(r->message);
   EXPECT_EQ(e->task_token, 1u);
   EXPECT_NE(e->message.find("codec"), std::string::npos) << e->message;
+}
+
+// An error text over the coordinator's limit (common/wire/limits.h) is cut to it, so the Error
+// still passes checkClientMessage and the coordinator learns that the task failed.
+TEST_F(ClientRuntimeTest, ALongErrorIsCutToTheLimitTheCoordinatorAccepts) {
+  startClient({});
+  send(task(1, "zip" + std::string(4 * wire::kMaxReasonBytes, 'z'), 8 << 10));
+  auto r = next(30);
+  ASSERT_TRUE(r);
+  auto* e = std::get_if<wire::Error>(&r->message);
+  ASSERT_NE(e, nullptr) << wire::messageName(r->message);
+  EXPECT_EQ(e->task_token, 1u);
+  EXPECT_EQ(e->message.size(), wire::kMaxReasonBytes);
+  EXPECT_EQ(e->message.rfind("codec", 0), 0u) << e->message.substr(0, 80);
+  EXPECT_TRUE(wire::checkClientMessage(r->message).isOk());
 }
 
 // Protocol 4: a Task without its model frame (protocol 3's one-frame Task) is refused as
