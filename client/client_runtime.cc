@@ -26,6 +26,7 @@
 #include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
 #include "common/data/partition.h"
+#include "common/format.h"
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/wire/limits.h"
@@ -219,6 +220,7 @@ class ZmqClient final : public ClientRuntime {
   std::map<std::string, std::unique_ptr<model::Model>> models_;
 
   uint64_t heartbeat_seq_ = 0;
+  uint64_t coordinator_session_ = 0;  // of the last task (0: none yet)
   uint64_t session_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   double last_hello_ = -1e9;
   bool finished_ = false;
@@ -397,6 +399,17 @@ Result<std::shared_ptr<const compress::Codec>> ZmqClient::codecFor(const std::st
 }
 
 void ZmqClient::startJob(wire::Task task, double now) {
+  if (task.coordinator_session != 0) {
+    if (coordinator_session_ != 0 && task.coordinator_session != coordinator_session_) {
+      // The coordinator restarted: nothing of the old session will be taken any more.
+      spdlog::info("client {}: the coordinator restarted (new session); dropping the old "
+                   "session's work",
+                   options_.client_id);
+      abandonJob("the coordinator restarted");
+      abandonAllUploads("the coordinator restarted");
+    }
+    coordinator_session_ = task.coordinator_session;
+  }
   if (job_) abandonJob("a new task arrived");
   if (task.model_bytes.size() % sizeof(float) != 0 ||
       crypto::sha256(task.model_bytes) != task.model_sha256) {
@@ -785,14 +798,18 @@ Status ZmqClient::run() {
     }
     if (now - last_rx > options_.liveness_s && now - last_hello_ > options_.liveness_s) {
       // A task in flight goes on: if the coordinator restarted, its upload is answered as stale.
-      spdlog::info("client {}: coordinator silent for {:.1f} s, saying Hello again",
-                   options_.client_id, now - last_rx);
+      const std::string why = transport_->diagnosis();
+      spdlog::info("client {}: coordinator silent for {}, saying Hello again{}{}",
+                   options_.client_id, formatDuration(now - last_rx), why.empty() ? "" : ": ",
+                   why);
       sayHello(now);
     }
     if (options_.exit_idle_s > 0 && now - last_rx > options_.exit_idle_s) {
       abandonJob("coordinator silent");
       abandonAllUploads("coordinator silent");
-      return timeoutError("coordinator silent for " + std::to_string(now - last_rx) + " s");
+      const std::string why = transport_->diagnosis();
+      return timeoutError("coordinator silent for " + formatDuration(now - last_rx) +
+                          (why.empty() ? "" : ": " + why));
     }
   }
   abandonJob("run finished");

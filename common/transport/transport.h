@@ -195,6 +195,11 @@ class ClientTransport {
   // reconnects by itself every reconnect_ivl_max_ms (receive() and send() drive this), so a key
   // added to the allow-list later is picked up without recreating the transport.
   virtual Status send(const std::string& payload) = 0;
+  // What the socket monitor says about the connection, for a message to the operator when the
+  // coordinator stays silent: empty once a handshake succeeded; otherwise the likely cause
+  // (no TCP connection, plain text against CURVE or the reverse, a wrong coordinator key, a key
+  // not in the allow-list).
+  virtual std::string diagnosis() const = 0;
 };
 
 // Binds a ROUTER socket. Fails with a clear Status on a bad endpoint, missing keys or an

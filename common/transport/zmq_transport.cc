@@ -557,17 +557,21 @@ class ZmqClientTransport final : public ClientTransport {
         socket_.set(zmq::sockopt::curve_serverkey, options_.server_public_key);
         socket_.set(zmq::sockopt::curve_publickey, options_.client_keys.public_key);
         socket_.set(zmq::sockopt::curve_secretkey, options_.client_keys.secret_key);
-        // One monitor endpoint per socket generation; inproc names are per context.
-        const std::string monitor_endpoint =
-            "inproc://fedfleet-client-monitor-" + std::to_string(++generation_);
-        if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
-                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
-          return internalError("socket monitor: " + zmqText(zmq_errno()));
-        }
-        monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-        monitor_.set(zmq::sockopt::linger, 0);
-        monitor_.connect(monitor_endpoint);
       }
+      // One monitor endpoint per socket generation; inproc names are per context.
+      const std::string monitor_endpoint =
+          "inproc://fedfleet-client-monitor-" + std::to_string(++generation_);
+      if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED |
+                                 ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) !=
+          0) {
+        return internalError("socket monitor: " + zmqText(zmq_errno()));
+      }
+      monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+      monitor_.set(zmq::sockopt::linger, 0);
+      monitor_.connect(monitor_endpoint);
     } catch (const zmq::error_t& e) {
       return internalError(std::string("configuring client socket: ") + e.what());
     }
@@ -667,7 +671,8 @@ class ZmqClientTransport final : public ClientTransport {
         uint32_t value;
         std::memcpy(&id, event.data(), 2);
         std::memcpy(&value, event.data<char>() + 2, 4);
-        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && !refused_) {
+        noteEvent(id, value);
+        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && !refused_ && !options_.insecure) {
           refused_ = true;
           const int delay_ms =
               std::max({kMinRetryMs, options_.reconnect_ivl_ms, options_.reconnect_ivl_max_ms});
@@ -689,7 +694,56 @@ class ZmqClientTransport final : public ClientTransport {
     return Status::ok();
   }
 
+  void noteEvent(uint16_t id, uint32_t value) {
+    switch (id) {
+      case ZMQ_EVENT_CONNECTED: ++connects_; break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: handshake_ok_ = true; break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: auth_refused_ = true; break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) mechanism_mismatch_ = true;
+        else protocol_error_ = true;
+        break;
+      case ZMQ_EVENT_DISCONNECTED: ++disconnects_; break;
+      default: break;
+    }
+  }
+
+ public:
+  std::string diagnosis() const override {
+    // Events still queued in the monitor are read by the next receive()/send().
+    if (handshake_ok_) return "";
+    if (connects_ == 0) {
+      return "no TCP connection to " + options_.endpoint +
+             " was ever made: is the coordinator running, and are the address and port right?";
+    }
+    if (mechanism_mismatch_) {
+      return options_.insecure
+                 ? "the coordinator speaks CURVE and this client plain text (--insecure): drop "
+                   "--insecure and give the client its keys"
+                 : "the coordinator speaks plain text (--insecure) and this client CURVE: run "
+                   "both with CURVE, or both with --insecure";
+    }
+    if (auth_refused_) {
+      return "the coordinator refused this client's key: it is not in the coordinator's "
+             "allow-list (copy this client's .key file into the coordinator's keys/clients/)";
+    }
+    if (!options_.insecure && (disconnects_ > 0 || protocol_error_)) {
+      return "the CURVE handshake never completed (" + std::to_string(connects_) +
+             " connections closed by the coordinator): most likely a wrong coordinator public "
+             "key (the client's coordinator.key must be the coordinator's)";
+    }
+    return "connected " + std::to_string(connects_) +
+           " times but no handshake completed yet";
+  }
+
+ private:
   static constexpr int kMinRetryMs = 100;
+  int connects_ = 0;
+  int disconnects_ = 0;
+  bool handshake_ok_ = false;
+  bool auth_refused_ = false;
+  bool mechanism_mismatch_ = false;
+  bool protocol_error_ = false;
 
   const ClientOptions options_;
   zmq::context_t context_;

@@ -164,6 +164,7 @@ void fill(schema::Task::Builder b, const Task& m) {
   b.setCodec(asText(m.codec));
   b.setTaskToken(m.task_token);
   b.setChunkBytes(m.chunk_bytes);
+  b.setCoordinatorSession(m.coordinator_session);
   if (canReference(m.control_bytes)) {
     b.adoptControlBytes(referenceBlob(b, m.control_bytes));
   } else if (!m.control_bytes.empty()) {
@@ -327,6 +328,7 @@ Result<Message> read(schema::Task::Reader r) {
   m.codec = toString(r.getCodec());
   m.task_token = r.getTaskToken();
   m.chunk_bytes = r.getChunkBytes();
+  m.coordinator_session = r.getCoordinatorSession();
   if (r.hasServed()) {
     auto sv = r.getServed();
     const auto source = static_cast<uint16_t>(sv.getSource());

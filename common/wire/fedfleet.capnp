@@ -94,6 +94,7 @@ struct Task {
   chunkBytes @11 :UInt32;
   controlBytes @12 :Data;  # SCAFFOLD server control variate c: empty, or as long as modelBytes
   served @13 :ServedModel;  # protocol 5: the model the client serves (block-cyclic runs)
+  coordinatorSession @14 :UInt64;  # the coordinator process's session id (0: none)
 }
 
 struct Chunk {

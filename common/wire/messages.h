@@ -143,6 +143,10 @@ struct Task {
   std::string codec = "none";
   uint64_t task_token = 0;  // echoed by every Chunk and Summary of this task
   uint32_t chunk_bytes = 1 << 20;
+  // A random id of the coordinator process that sent the task (0: none, e.g. the simulator).
+  // A client that gets a task of a new session knows the coordinator restarted and drops what
+  // it still holds of the old one (its training, queued uploads and grants) at once.
+  uint64_t coordinator_session = 0;
   // SCAFFOLD: the server control variate c, flat fp32 little endian in the model's layout, as
   // long as model_bytes; empty unless hparams.scaffold (decode() refuses any other length).
   std::string control_bytes;

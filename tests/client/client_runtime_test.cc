@@ -551,6 +551,32 @@ TEST_F(ClientRuntimeTest, ChunksWaitForTheGrantWhileHeartbeatsFlow) {
   EXPECT_EQ(decodeNone(u.chunks, kLogregParams), expectedDelta(task(1, "none", 4 << 10)));
 }
 
+// A restarted coordinator (a task of a new session) never grants the old session's upload: the
+// client drops it at once and the new task's upload goes first, instead of queueing behind it
+// until its deadline.
+TEST_F(ClientRuntimeTest, ATaskOfANewCoordinatorSessionDropsTheOldSessionsUpload) {
+  startClient({});
+  grant_uploads_ = false;
+  wire::Task old_task = task(1, "none", 4 << 10);
+  old_task.coordinator_session = 111;
+  old_task.deadline_s = 600;
+  send(old_task);
+  EXPECT_FALSE(next(1.0));
+  ASSERT_EQ(requests_.size(), 1u);  // waiting for a grant the dead coordinator never sends
+  grant_uploads_ = true;
+  wire::Task fresh = task(2, "none", 1 << 20);
+  fresh.coordinator_session = 222;
+  const double sent_at = steadyNow();
+  send(fresh);
+  const Upload u = collect(2);
+  ASSERT_TRUE(u.summary);
+  EXPECT_LT(u.summary_at - sent_at, 10.0);
+  ASSERT_EQ(requests_.size(), 2u);
+  EXPECT_EQ(requests_[1].first, 2u);  // task 1's upload never asked again: it was dropped
+  send(wire::UploadGrant{1});         // a late grant for it finds nothing to send
+  EXPECT_FALSE(next(0.5));
+}
+
 // A Cancel while the upload waits for its grant drops it; the next task's upload asks anew.
 TEST_F(ClientRuntimeTest, CancelWhileWaitingForTheGrantDropsTheUpload) {
   startClient({});

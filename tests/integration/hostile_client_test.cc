@@ -455,6 +455,57 @@ TEST(HostileClient, KeyFilesOthersCanWriteStopTheCoordinatorWithTheFix) {
 }
 
 
+TEST(HostileClient, AGrantedUploadThatSendsNothingLosesItsGrant) {
+  const std::string dir = testing::freshDir("hostile-stall");
+  makeKeys(dir, 1);
+  // One upload credit; mallory takes it and sends nothing. The deadline is long, so only
+  // upload_idle_s can give the credit to the honest client in time.
+  const std::string config = writeConfig(
+      dir, coordinatorSection(2, 2, 1, 120, "max_concurrent_uploads = 1\nupload_idle_s = 3"));
+  std::string endpoint;
+  auto coord = startCoordinator(dir, config, {"--rounds", "1"}, &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  Rogue rogue(dir, "mallory", endpoint);
+  ASSERT_TRUE(rogue.ok());
+  rogue.send(rogue.hello("mallory"));
+  auto good = startClient(dir, config, endpoint, "client-1");
+  auto task = rogue.nextTask(60);
+  ASSERT_TRUE(task.has_value()) << coord->log();
+  ASSERT_TRUE(rogue.send(wire::UploadRequest{task->task_token}));
+  auto grant = rogue.next(10, [](const wire::Message& m) {
+    return std::holds_alternative<wire::UploadGrant>(m);
+  });
+  ASSERT_TRUE(grant.has_value()) << "mallory asked first and gets the credit";
+  const auto granted_at = std::chrono::steady_clock::now();
+  // ... and stalls, heartbeating so that it is not lost.
+  while (coord->running() &&
+         std::chrono::steady_clock::now() - granted_at < std::chrono::seconds(100)) {
+    rogue.send(wire::Heartbeat{1});
+    rogue.next(0.5, [](const wire::Message&) { return false; });
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - granted_at).count();
+  auto rc = coord->waitFor(10);
+  ASSERT_TRUE(rc.has_value()) << coord->log();
+  EXPECT_EQ(*rc, 0) << coord->log();
+  EXPECT_LT(seconds, 60) << "the round waited for the stalled grant";
+
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  auto runs = store->runs();
+  ASSERT_TRUE(runs.isOk());
+  auto updates = store->updates(runs->front().run_id, 1);
+  ASSERT_TRUE(updates.isOk());
+  ASSERT_EQ(updates->size(), 2u);
+  for (const auto& u : *updates) {
+    EXPECT_EQ(u.status, u.client_id == "mallory" ? "rejected" : "completed") << u.client_id;
+  }
+  const auto stalled = eventsOf(*store, "update_rejected", "mallory");
+  ASSERT_EQ(stalled.size(), 1u);
+  EXPECT_NE(stalled.front().detail.find("upload_idle_s"), std::string::npos)
+      << stalled.front().detail;
+}
+
 // The final test accuracy of a 3-round run of client-1..3 on partitions 0..2 of 4 (iid), with
 // mallory (partition 3) attacking through `attack` when it is given.
 double finalAccuracy(const std::string& dir,

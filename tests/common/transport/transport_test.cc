@@ -904,6 +904,68 @@ TEST_F(CurveTransportTest, AFrameOverTheLimitDropsTheConnectionAndIsCounted) {
   }));
 }
 
+
+// What a client whose coordinator stays silent can tell the operator.
+TEST_F(CurveTransportTest, ASilentCoordinatorIsDiagnosedFromTheHandshake) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  auto diagnose = [&](ClientTransport& client) {
+    std::string why;
+    eventually(3, [&] {
+      client.send("x").isOk();
+      client.receive(50).isOk();
+      why = client.diagnosis();
+      return why.find("was ever made") == std::string::npos &&
+             why.find("no handshake completed yet") == std::string::npos;
+    });
+    return why;
+  };
+  const KeyPair alice = allowedKeys("alice");
+  {
+    auto good = connect(alice);
+    ASSERT_TRUE(good->send("hi").isOk());
+    ASSERT_TRUE(serverReceive(*server, 3000).has_value());
+    EXPECT_TRUE(eventually(3, [&] {
+      good->receive(20).isOk();  // reads the monitor's reports
+      return good->diagnosis().empty();
+    })) << good->diagnosis();
+  }
+  {
+    ClientOptions o;
+    o.endpoint = endpoint_;
+    o.client_keys = alice;
+    o.server_public_key = newKeys().public_key;  // not the coordinator's
+    auto wrong = createClient(o);
+    ASSERT_TRUE(wrong.isOk());
+    EXPECT_NE(diagnose(**wrong).find("wrong coordinator public key"), std::string::npos)
+        << (*wrong)->diagnosis();
+  }
+  {
+    ClientOptions o;
+    o.endpoint = endpoint_;
+    o.insecure = true;
+    auto plain = createClient(o);
+    ASSERT_TRUE(plain.isOk());
+    EXPECT_NE(diagnose(**plain).find("plain text"), std::string::npos) << (*plain)->diagnosis();
+  }
+  {
+    auto stranger = connect(newKeys());
+    EXPECT_NE(diagnose(*stranger).find("allow-list"), std::string::npos)
+        << stranger->diagnosis();
+  }
+  {
+    ClientOptions o;
+    o.endpoint = "tcp://127.0.0.1:" + std::to_string(1);  // nothing listens on port 1
+    o.client_keys = alice;
+    o.server_public_key = server_keys_.public_key;
+    auto nowhere = createClient(o);
+    ASSERT_TRUE(nowhere.isOk());
+    nowhere->get()->receive(300).isOk();
+    EXPECT_NE((*nowhere)->diagnosis().find("no TCP connection"), std::string::npos)
+        << (*nowhere)->diagnosis();
+  }
+}
+
 TEST(KeyFileChecks, ClientIdsSecretFilesAndAllowListDirectories) {
   EXPECT_TRUE(isValidClientId("client-1"));
   EXPECT_TRUE(isValidClientId("a.b_c@d"));

@@ -68,6 +68,7 @@ Task sampleTask(size_t model_bytes = 40) {
   m.codec = "int8";
   m.task_token = 0xabcdef0123ULL;
   m.chunk_bytes = 65536;
+  m.coordinator_session = 0x0123456789abcdefull;
   m.control_bytes.resize(model_bytes);
   for (auto& c : m.control_bytes) c = static_cast<char>(rng());
   m.served.source = ServedSource::kUnchanged;
@@ -161,6 +162,7 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.codec, b.codec);
   EXPECT_EQ(a.task_token, b.task_token);
   EXPECT_EQ(a.chunk_bytes, b.chunk_bytes);
+  EXPECT_EQ(a.coordinator_session, b.coordinator_session);
   EXPECT_TRUE(a.control_bytes == b.control_bytes) << "control_bytes differ";
   EXPECT_EQ(a.data.blocks, b.data.blocks);
   EXPECT_EQ(a.data.skew, b.data.skew);
