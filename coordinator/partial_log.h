@@ -1,12 +1,11 @@
-// PartialLog: the chunks of uploads still in progress, kept so that they can be taken back out
-// of the running sum.
+// PartialLog: the payloads of a round's updates, kept until the round settles.
 //
-// Streaming aggregation folds every chunk into the round's running sum as it arrives, so the
-// coordinator holds O(model) however many clients upload at once. An update counts only when
-// its last chunk and its summary have arrived; if the client is cancelled, lost or rejected
-// first, the chunks it already sent are subtracted again. This log keeps their payloads (the
-// compressed bytes as received) until then: in memory up to a bound, beyond it in an unlinked
-// temporary file, so a burst of partial uploads costs disk, not memory.
+// The coordinator folds an update into the round's running sum only when its weight and scale
+// are final (the norm bound and weight cap need the whole round's norms and weights), so every
+// chunk's payload (the compressed bytes as received) is kept here from its arrival until the
+// update is folded at settlement, or dropped when the update does not complete (rejected,
+// cancelled, client lost): in memory up to a bound, beyond it in an unlinked temporary file, so
+// a round of many uploads costs disk, not memory.
 #pragma once
 
 #include <cstdint>
@@ -26,13 +25,13 @@ class PartialLog {
  public:
   explicit PartialLog(uint64_t memory_bound_bytes) : bound_(memory_bound_bytes) {}
 
-  // Records one folded chunk of task `token`. Fails (kIoError) only when the spill file cannot
-  // be written; the caller then treats the chunk as not folded.
+  // Records one chunk of task `token`. Fails (kIoError) only when the spill file cannot be
+  // written; the caller then rejects the update.
   Status append(uint64_t token, uint64_t offset, uint64_t elements, std::string_view payload);
   // Calls fn(offset, elements, payload) for every chunk of `token`, in arrival order.
   Status forEach(uint64_t token,
                  const std::function<Status(uint64_t, uint64_t, std::string_view)>& fn);
-  // Forgets the chunks of `token` (its update completed, or was taken back out).
+  // Forgets the chunks of `token` (its update was folded, or will not count).
   void erase(uint64_t token);
   // Forgets everything and truncates the spill file (at the end of a round).
   void clear();
