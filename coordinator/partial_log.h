@@ -5,7 +5,9 @@
 // chunk's payload (the compressed bytes as received) is kept here from its arrival until the
 // update is folded at settlement, or dropped when the update does not complete (rejected,
 // cancelled, client lost): in memory up to a bound, beyond it in an unlinked temporary file, so
-// a round of many uploads costs disk, not memory.
+// a round of many uploads costs disk, not memory. Freed in-memory buffers are kept for reuse
+// (live and spare together within the bound), so round after round the same pages are written
+// again instead of being returned to the system and faulted in anew (bench/fold_strategy.sh).
 #pragma once
 
 #include <cstdint>
@@ -46,8 +48,13 @@ class PartialLog {
     int64_t file_pos = -1;    // when spilled
     uint64_t file_bytes = 0;
   };
+  // Forgets the in-memory payloads of `records`, keeping their buffers as spares.
+  void recycle(std::vector<Record>& records);
+
   uint64_t bound_;
   uint64_t in_memory_ = 0;
+  std::vector<std::string> spare_;  // freed payload buffers, reused by append()
+  uint64_t spare_bytes_ = 0;        // their capacity
   uint64_t spilled_ = 0;
   std::map<uint64_t, std::vector<Record>> records_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
