@@ -710,8 +710,11 @@ std::optional<std::string> RoundEngine::badSummary(const Participant& p, wire::S
     return "summary's mean loss " + std::to_string(s.mean_loss) + " is not in [0, " +
            std::to_string(max_loss) + "]";
   }
-  // Each per-sample loss is in [0, max_loss], so their squares sum to at most n max_loss^2.
-  const double sq_bound = static_cast<double>(s.n_samples) * max_loss * max_loss;
+  // Each per-sample loss is in [0, max_loss], and the task saw at most max(n, steps x batch)
+  // samples, so their squares sum to at most that many max_loss^2.
+  const double seen = std::max(static_cast<double>(s.n_samples),
+                               static_cast<double>(s.steps) * std::max(p.planned.batch_size, 1u));
+  const double sq_bound = seen * max_loss * max_loss;
   if (!inRange(s.sum_sq_loss, sq_bound)) {
     return "summary's sum of squared losses " + std::to_string(s.sum_sq_loss) + " is not in [0, " +
            std::to_string(sq_bound) + "]";

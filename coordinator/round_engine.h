@@ -50,9 +50,9 @@
 //     (partition_sizes; unknown: max_samples_per_update); steps in [1, what the task planned]
 //     (its max_steps, else epochs x ceil(partition size / batch), the claimed samples standing
 //     in for an unknown size); the summary's losses finite and in [0, max_loss] (the sum of
-//     squares in [0, n max_loss^2]; a served-model accuracy in [0, 1]); chunk offsets
-//     contiguous and inside the update. Timings (compute, upload, encode seconds) are clamped
-//     to [0, time since the task was sent]. Per client and round at most
+//     squares in [0, max(n, steps x batch) max_loss^2]; a served-model accuracy in [0, 1]); chunk
+//     offsets contiguous and inside the update. Timings (compute, upload, encode seconds) are
+//     clamped to [0, time since the task was sent]. Per client and round at most
 //     events_per_client_round event rows are recorded; the rest are counted and one
 //     "events_left_out" row at the round's end says how many.
 //  6. Completion. When the summary of a complete delta arrives the update counts; its payloads

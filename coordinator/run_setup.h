@@ -29,6 +29,14 @@ Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
 // client does. A data set clients do not train from files (not "fashion-mnist") gives an empty
 // vector: sizes unknown, coordinator.max_samples_per_update bounds the claims. Errors: the
 // data set cannot be read, or the partitioner's.
+//
+// A driver calls it once it has the options it will run with (after engineOptionsFromConfig and
+// its own changes to them, num_partitions and data in particular) and before
+// checkEngineOptions:
+//   FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config, eo));
+// (or, to run on where the training data cannot be read, log the error and leave the sizes
+// empty: checkEngineOptions then refuses max_samples_per_update = 0). The simulator sets them
+// from its own shards instead.
 Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
                                              const EngineOptions& options);
 

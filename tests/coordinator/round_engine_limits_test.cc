@@ -146,14 +146,15 @@ TEST(RoundEngineClaims, SummaryLossesMustBeFiniteAndBoundedAndTimingsAreClamped)
     double mean_loss, sum_sq_loss;
     std::string why;
   };
-  // n = 10, max_loss 100: the squares sum to at most 10 x 100^2 = 1e5.
+  // n = 10, 3 steps of batches of 32, max_loss 100: at most max(10, 96) = 96 samples seen, so
+  // the squares sum to at most 96 x 100^2 = 960000.
   for (const Case& c :
        {Case{-0.5, 1, "summary's mean loss -0.500000 is not in [0, 100.000000]"},
         Case{101, 1, "summary's mean loss 101.000000 is not in [0, 100.000000]"},
         Case{NAN, 1, "summary's mean loss nan is not in [0, 100.000000]"},
-        Case{1, 1e5 + 1,
-             "summary's sum of squared losses 100001.000000 is not in [0, 100000.000000]"},
-        Case{1, INFINITY, "summary's sum of squared losses inf is not in [0, 100000.000000]"}}) {
+        Case{1, 960001,
+             "summary's sum of squared losses 960001.000000 is not in [0, 960000.000000]"},
+        Case{1, INFINITY, "summary's sum of squared losses inf is not in [0, 960000.000000]"}}) {
     SCOPED_TRACE(c.why);
     EngineOptions o = baseOptions(1, 1, 1);
     o.rounds = 1;
