@@ -142,18 +142,19 @@ inline std::vector<SendTask> startWithClientA(RoundEngine& engine) {
   return actionsOf<SendTask>(engine.takeActions());
 }
 
-// Client "a" uploads all of `delta` for task `token` as one chunk, then its summary (n = 10,
+// Client `id` uploads all of `delta` for task `token` as one chunk, then its summary (n = 10,
 // 3 steps, mean loss 1, then whatever `edit` changes), at `now`.
-inline void uploadWhole(RoundEngine& engine, uint64_t token, const std::vector<float>& delta,
-                        double now, const std::function<void(wire::Summary&)>& edit = nullptr) {
-  engine.onChunk("a", chunkOf(token, 0, delta, true), 100, now);
+inline void uploadWhole(RoundEngine& engine, const ClientId& id, uint64_t token,
+                        const std::vector<float>& delta, double now,
+                        const std::function<void(wire::Summary&)>& edit = nullptr) {
+  engine.onChunk(id, chunkOf(token, 0, delta, true), 100, now);
   wire::Summary s;
   s.task_token = token;
   s.n_samples = 10;
   s.steps = 3;
   s.mean_loss = 1;
   if (edit) edit(s);
-  engine.onSummary("a", s, 50, now);
+  engine.onSummary(id, s, 50, now);
 }
 
 inline std::map<std::string, uint64_t> tokensOf(const std::vector<SendTask>& tasks) {

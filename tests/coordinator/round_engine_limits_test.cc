@@ -161,7 +161,7 @@ TEST(RoundEngineClaims, SummaryLossesMustBeFiniteAndBoundedAndTimingsAreClamped)
     o.max_loss = 100;
     Fixture f(o);
     const uint64_t token = soleTask(f).task.task_token;
-    uploadWhole(*f.engine, token, {1, 1, 1}, 1, [&](wire::Summary& s) {
+    uploadWhole(*f.engine, "a", token, {1, 1, 1}, 1, [&](wire::Summary& s) {
       s.mean_loss = c.mean_loss;
       s.sum_sq_loss = c.sum_sq_loss;
     });
@@ -172,7 +172,7 @@ TEST(RoundEngineClaims, SummaryLossesMustBeFiniteAndBoundedAndTimingsAreClamped)
   o.rounds = 1;
   Fixture f(o);
   const uint64_t token = soleTask(f).task.task_token;
-  uploadWhole(*f.engine, token, {1, 1, 1}, 2, [](wire::Summary& s) {
+  uploadWhole(*f.engine, "a", token, {1, 1, 1}, 2, [](wire::Summary& s) {
     s.compute_seconds = 1e9;
     s.upload_seconds = -3;
     s.encode_seconds = NAN;
@@ -373,7 +373,7 @@ TEST(RoundEngineRefusal, ANonFiniteEvaluationRollsBackAndAbortsTheRoundInFlight)
   RoundEngine engine(o, {0, 0, 0});
   auto tasks = startWithClientA(engine);
   ASSERT_EQ(tasks.size(), 1u);
-  uploadWhole(engine, tasks[0].task.task_token, {1, 1, 1}, 1);
+  uploadWhole(engine, "a", tasks[0].task.task_token, {1, 1, 1}, 1);
   auto actions = engine.takeActions();
   // Round 2 went out with round 1's model before its evaluation.
   tasks = actionsOf<SendTask>(actions);
@@ -426,7 +426,7 @@ TEST(RoundEngineRefusal, AnInfiniteAccuracyIsRefusedToo) {
   RoundEngine engine(o, {0, 0, 0});
   auto tasks = startWithClientA(engine);
   ASSERT_EQ(tasks.size(), 1u);
-  uploadWhole(engine, tasks[0].task.task_token, {1, 1, 1}, 1);
+  uploadWhole(engine, "a", tasks[0].task.task_token, {1, 1, 1}, 1);
   engine.takeActions();
   engine.onEvaluated(1, EvalOutcome{0.3, INFINITY}, 2);
   auto actions = engine.takeActions();
@@ -435,6 +435,47 @@ TEST(RoundEngineRefusal, AnInfiniteAccuracyIsRefusedToo) {
   EXPECT_EQ(commits[0].round.status, "failed");
   EXPECT_EQ(engine.params(), (std::vector<float>{0, 0, 0}));
   EXPECT_TRUE(engine.finished());  // the last round: the run ends after its (failed) commit
+}
+
+TEST(RoundEngineRefusal, FedBuffRollsBackAndRestartsTheTasksInFlight) {
+  EngineOptions o = baseOptions(1, 2, 1);
+  o.async = true;
+  o.async_concurrency = 2;
+  o.async_buffer = 1;
+  o.rounds = 3;
+  RoundEngine engine(o, {0, 0, 0});
+  engine.start(0);
+  engine.onEvaluated(0, EvalOutcome{1, 0.1}, 0);
+  engine.onHello("a", hello("a"), 0);
+  engine.onHello("b", hello("b"), 0);
+  auto token = tokensOf(actionsOf<SendTask>(engine.takeActions()));
+  ASSERT_EQ(token.size(), 2u);
+  // a's update is one server step (buffer 1): x = (2, 2, 2), version 1; a gets a new task.
+  uploadWhole(engine, "a", token["a"], {2, 2, 2}, 1);
+  auto actions = engine.takeActions();
+  ASSERT_EQ(actionsOf<Evaluate>(actions).size(), 1u);
+  ASSERT_EQ(actionsOf<SendTask>(actions).size(), 1u);
+  EXPECT_EQ(engine.params(), (std::vector<float>{2, 2, 2}));
+
+  engine.onEvaluated(1, EvalOutcome{0.5, NAN}, 2);
+  actions = engine.takeActions();
+  EXPECT_EQ(engine.params(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(engine.modelVersion(), 2u);
+  auto commits = actionsOf<CommitRound>(actions);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 1u);
+  EXPECT_EQ(commits[0].round.status, "failed");
+  // Both tasks in flight (b's from version 0 and a's from the refused version 1) are cancelled
+  // and sent again with the restored model.
+  EXPECT_EQ(actionsOf<SendCancel>(actions).size(), 2u);
+  auto again = actionsOf<SendTask>(actions);
+  ASSERT_EQ(again.size(), 2u);
+  for (const auto& t : again) EXPECT_EQ(t.task.model_version, 2u);
+  // The run goes on from there: b's new update is the next step.
+  for (const auto& t : again) {
+    if (t.client == "b") uploadWhole(engine, t.client, t.task.task_token, {1, 0, 0}, 3);
+  }
+  EXPECT_EQ(engine.params(), (std::vector<float>{1, 0, 0}));
 }
 
 TEST(RoundEngineLimits, EventRowsPerClientAndRoundAreCappedWithOneLeftOutRow) {
