@@ -23,9 +23,8 @@
 #include "client/upload_pipeline.h"
 #include "common/compress/codec.h"
 #include "common/crypto/sha256.h"
-#include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
-#include "common/data/partition.h"
+#include "common/data/split.h"
 #include "common/format.h"
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
@@ -52,21 +51,7 @@ std::string partitionKey(const wire::DataSpec& d) {
 Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<uint8_t>& labels,
                                                     uint32_t num_classes,
                                                     const wire::DataSpec& spec) {
-  if (spec.scheme == "block-cyclic") {
-    data::BlockCyclicSpec bs;
-    bs.blocks = spec.blocks;
-    bs.skew = spec.skew;
-    bs.num_partitions = spec.num_partitions;
-    bs.seed = spec.seed;
-    return data::partitionBlockCyclic(labels, num_classes, bs);
-  }
-  data::PartitionSpec ps;
-  ps.scheme = spec.scheme;
-  ps.alpha = spec.alpha;
-  ps.labels_per_client = spec.labels_per_client;
-  ps.num_partitions = spec.num_partitions;
-  ps.seed = spec.seed;
-  return data::partitionIndices(labels, num_classes, ps);
+  return data::splitBySpec(labels, num_classes, spec);
 }
 
 namespace {

@@ -13,6 +13,11 @@ Status PartialLog::append(uint64_t token, uint64_t offset, uint64_t elements,
   r.offset = offset;
   r.elements = elements;
   if (in_memory_ + payload.size() <= bound_) {
+    if (!spare_.empty()) {  // a freed buffer: no new pages to fault in
+      r.payload = std::move(spare_.back());
+      spare_.pop_back();
+      spare_bytes_ -= r.payload.capacity();
+    }
     r.payload.assign(payload);
     in_memory_ += payload.size();
   } else {
@@ -57,16 +62,27 @@ Status PartialLog::forEach(
   return Status::ok();
 }
 
+void PartialLog::recycle(std::vector<Record>& records) {
+  for (Record& r : records) {
+    if (r.file_pos >= 0) continue;
+    in_memory_ -= r.payload.size();
+    const uint64_t cap = r.payload.capacity();
+    if (cap > 0 && spare_bytes_ + in_memory_ + cap <= bound_) {
+      spare_bytes_ += cap;
+      spare_.push_back(std::move(r.payload));
+    }
+  }
+}
+
 void PartialLog::erase(uint64_t token) {
   auto it = records_.find(token);
   if (it == records_.end()) return;
-  for (const Record& r : it->second) {
-    if (r.file_pos < 0) in_memory_ -= r.payload.size();
-  }
+  recycle(it->second);
   records_.erase(it);
 }
 
 void PartialLog::clear() {
+  for (auto& [token, records] : records_) recycle(records);
   records_.clear();
   in_memory_ = 0;
   spilled_ = 0;

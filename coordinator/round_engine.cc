@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/compress/codec_spec.h"
 #include "common/compress/payload.h"
+#include "common/crypto/random.h"
 #include "common/crypto/sha256.h"
 #include "kernels/accumulate.h"
 
@@ -35,7 +36,6 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     : options_(std::move(options)),
       params_(std::move(initial_params)),
       rng_(options_.seed),
-      token_rng_(options_.seed ^ 0x5deece66dull),
       version_(options_.model_version),
       partial_(options_.partial_buffer_bytes) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
@@ -65,6 +65,12 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     block_models_ = std::make_unique<BlockModels>(options_.block_mode, options_.blocks.count);
     served_.resize(options_.blocks.count);
   }
+}
+
+Result<NormBoundAction> parseNormBoundAction(const std::string& name) {
+  if (name == "clip") return NormBoundAction::kClip;
+  if (name == "reject") return NormBoundAction::kReject;
+  return invalidArgument("norm bound action '" + name + "': expected \"clip\" or \"reject\"");
 }
 
 ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& o) {
@@ -190,8 +196,8 @@ Status RoundEngine::loadState(std::string_view blob) {
     *block_models_ = std::move(*blocks);
     block_ = block;
     block_first_round_ = block_first_round;
-    block_visit_ = block_schedule_->byRounds() ? block_schedule_->visitAt(block_first_round, 0)
-                                               : INT64_MIN;
+    block_visit_ =
+        block_schedule_->byRounds() ? block_schedule_->visitAt(block_first_round, 0) : INT64_MIN;
     ++served_epoch_;
   }
   return Status::ok();
@@ -207,7 +213,9 @@ void RoundEngine::feedback(const Participant& p, double now) {
   f.sum_sq_loss = p.summary.sum_sq_loss;
   // Late and dropped clients are charged their deadline: they took at least that long.
   const bool missed = p.state == UpdateState::kLate || p.state == UpdateState::kDropped;
-  f.duration_s = (missed ? std::max(p.deadline, p.finished_at) : p.finished_at >= 0 ? p.finished_at : now) -
+  f.duration_s = (missed               ? std::max(p.deadline, p.finished_at)
+                  : p.finished_at >= 0 ? p.finished_at
+                                       : now) -
                  p.sent_at;
   selector_->feedback(f);
 }
@@ -226,13 +234,17 @@ void RoundEngine::refreshModelBytes() {
 }
 
 uint64_t RoundEngine::newToken() {
-  uint64_t t = 0;
-  while (t == 0 || participants_.count(t) || finished_tokens_.count(t)) t = token_rng_();
+  uint64_t t = crypto::randomToken();
+  while (participants_.count(t) || finished_tokens_.count(t)) t = crypto::randomToken();
   return t;
 }
 
 void RoundEngine::event(const std::string& kind, const ClientId& client, const std::string& detail,
                         double now) {
+  if (!client.empty() && options_.events_per_client_round > 0 &&
+      ++client_events_[client] > options_.events_per_client_round) {
+    return;  // counted; flushLeftOutEvents says how many at the end of the round
+  }
   history::EventRecord e;
   e.run_id = options_.run_id;
   e.time = now;
@@ -240,6 +252,24 @@ void RoundEngine::event(const std::string& kind, const ClientId& client, const s
   e.client_id = client;
   e.detail = detail;
   emit(RecordEvent{std::move(e)});
+}
+
+void RoundEngine::flushLeftOutEvents(double now) {
+  std::map<ClientId, uint32_t> counts;
+  counts.swap(client_events_);
+  const uint32_t cap = options_.events_per_client_round;
+  for (const auto& [client, n] : counts) {
+    if (n <= cap) continue;
+    history::EventRecord e;
+    e.run_id = options_.run_id;
+    e.time = now;
+    e.kind = "events_left_out";
+    e.client_id = client;
+    e.detail = "round " + std::to_string(round_) + ": " + std::to_string(n - cap) +
+               " more events of this client left out (limits.events_per_client_round = " +
+               std::to_string(cap) + ")";
+    emit(RecordEvent{std::move(e)});
+  }
 }
 
 std::vector<Action> RoundEngine::takeActions() {
@@ -571,7 +601,8 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
     }
     const double budget = options_.adaptive_target * deadline_s - c.overhead_s;
     double steps = std::floor(c.steps_per_s * budget);
-    if (configured > 0) steps = std::min(steps, std::floor(configured * options_.adaptive_max_factor));
+    if (configured > 0)
+      steps = std::min(steps, std::floor(configured * options_.adaptive_max_factor));
     task.hparams.max_steps = static_cast<uint32_t>(std::clamp(steps, 1.0, 1e9));
   }
   if (options_.partial_work) {
@@ -582,6 +613,14 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
                                     : 0.8 * deadline_s;
   }
   if (options_.aggregator == "scaffold") task.control_bytes = control_bytes_;
+  // The steps this task can run at most (step 5a); with the partition's size unknown, the
+  // first chunk's (bounded) sample claim stands in for it.
+  if (p.partition < options_.partition_sizes.size()) {
+    const auto& hp = task.hparams;
+    p.max_steps =
+        plannedSteps(hp.epochs, hp.max_steps, hp.batch_size, options_.partition_sizes[p.partition]);
+  }
+  p.planned = task.hparams;
   task.task_token = newToken();
   task.chunk_bytes = options_.chunk_bytes;
   std::shared_ptr<const std::string> served;
@@ -635,26 +674,62 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   maybeFinishEarly(now);
 }
 
-void RoundEngine::takeBack(Participant& p, uint64_t token, double now) {
-  if (p.folded) {
-    const float w = -static_cast<float>(p.fold_weight);
-    Status st = partial_.forEach(
-        token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
-          scratch_.resize(elements);
-          FEDFLEET_RETURN_IF_ERROR(compress::decodePayload(payload, elements, scratch_.data()));
-          kernels::weightedAccumulate(sum_.data() + offset, scratch_.data(), w, elements);
-          return Status::ok();
-        });
-    if (!st.isOk()) {
-      sum_tainted_ = true;
-      event("aggregation_error", p.client,
-            "round " + std::to_string(round_) +
-                ": could not take a partial update back out of the sum: " + st.message(),
-            now);
+void RoundEngine::takeBack(Participant& /*p*/, uint64_t token, double /*now*/) {
+  partial_.erase(token);  // nothing of it was folded: forgetting its payloads is enough
+}
+
+std::optional<std::string> RoundEngine::badClaims(Participant& p, const wire::Chunk& chunk) const {
+  const uint64_t n = chunk.n_samples;
+  if (p.partition < options_.partition_sizes.size()) {
+    const uint64_t size = options_.partition_sizes[p.partition];
+    if (n > size) {
+      return "claims " + std::to_string(n) + " samples, partition " + std::to_string(p.partition) +
+             " holds " + std::to_string(size);
     }
-    p.folded = false;
+  } else if (options_.max_samples_per_update > 0 && n > options_.max_samples_per_update) {
+    return "claims " + std::to_string(n) + " samples, more than " +
+           "coordinator.max_samples_per_update = " +
+           std::to_string(options_.max_samples_per_update);
   }
-  partial_.erase(token);
+  if (chunk.steps == 0) return std::string("claims 0 local steps");
+  if (p.max_steps == 0) {
+    p.max_steps = plannedSteps(p.planned.epochs, p.planned.max_steps, p.planned.batch_size, n);
+  }
+  if (chunk.steps > p.max_steps) {
+    return "claims " + std::to_string(chunk.steps) + " local steps, its task planned at most " +
+           std::to_string(p.max_steps);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> RoundEngine::badSummary(const Participant& p, wire::Summary& s,
+                                                   double now) const {
+  const double max_loss = options_.max_loss;
+  auto inRange = [](double v, double hi) { return std::isfinite(v) && v >= 0 && v <= hi; };
+  if (!inRange(s.mean_loss, max_loss)) {
+    return "summary's mean loss " + std::to_string(s.mean_loss) + " is not in [0, " +
+           std::to_string(max_loss) + "]";
+  }
+  // Each per-sample loss is in [0, max_loss], and the task saw at most max(n, steps x batch)
+  // samples, so their squares sum to at most that many max_loss^2.
+  const double seen = std::max(static_cast<double>(s.n_samples),
+                               static_cast<double>(s.steps) * std::max(p.planned.batch_size, 1u));
+  const double sq_bound = seen * max_loss * max_loss;
+  if (!inRange(s.sum_sq_loss, sq_bound)) {
+    return "summary's sum of squared losses " + std::to_string(s.sum_sq_loss) + " is not in [0, " +
+           std::to_string(sq_bound) + "]";
+  }
+  if (s.served_samples > 0 &&
+      (!inRange(s.served_loss, max_loss) || !inRange(s.served_accuracy, 1.0))) {
+    return "summary's served-model loss " + std::to_string(s.served_loss) + " or accuracy " +
+           std::to_string(s.served_accuracy) + " is out of range";
+  }
+  // Timings: each within [0, the time since the task was sent] (NaN counts as 0).
+  const double elapsed = std::max(0.0, now - p.sent_at);
+  for (double* t : {&s.compute_seconds, &s.upload_seconds, &s.encode_seconds}) {
+    *t = std::isnan(*t) ? 0.0 : std::clamp(*t, 0.0, elapsed);
+  }
+  return std::nullopt;
 }
 
 void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes,
@@ -687,6 +762,7 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   }
   if (chunk.n_samples == 0) return rejectUpdate(*p, token, "chunk reports 0 samples", now);
   if (!p->weight_set) {
+    if (auto why = badClaims(*p, chunk)) return rejectUpdate(*p, token, *why, now);
     p->weight = static_cast<double>(chunk.n_samples);
     p->steps = chunk.steps;
     p->fold_weight = p->weight;
@@ -695,8 +771,8 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
         return rejectUpdate(*p, token, "FedNova needs the update's local steps (chunk says 0)",
                             now);
       }
-      p->fold_weight = fednova_.foldWeight(
-          p->weight, fedNovaNormaliser(chunk.steps, options_.hparams.momentum));
+      p->fold_weight =
+          fednova_.foldWeight(p->weight, fedNovaNormaliser(chunk.steps, options_.hparams.momentum));
     } else if (options_.aggregator == "scaffold") {
       p->fold_weight = 1;  // SCAFFOLD averages without weights
     }
@@ -734,14 +810,8 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
     p->codec = compress::codecKindName(header->kind);
     p->codec_elements = n;
   }
-  if (foldsOnArrival()) {
-    // Synchronous linear aggregators fold now. Asynchronous: the weight depends on the
-    // staleness at completion, so the update is folded from the PartialLog when its summary
-    // arrives; median and trimmed mean need the whole update.
-    kernels::weightedAccumulate(sum_.data() + chunk.offset, scratch_.data(),
-                                static_cast<float>(p->fold_weight), n);
-    p->folded = true;
-  }
+  // Nothing is folded yet: the weight and scale of an update are known only when the round
+  // settles (synchronous), or when it completes (asynchronous, robust aggregators).
   p->next_offset += n;
   p->last_chunk = chunk.last;
 }
@@ -770,82 +840,189 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
                             std::to_string(p->steps),
                         now);
   }
-  if (!std::isfinite(summary.mean_loss) || !std::isfinite(summary.sum_sq_loss)) {
-    return rejectUpdate(*p, token, "summary has a non-finite loss", now);
-  }
-  p->summary = summary;
+  wire::Summary checked = summary;
+  if (auto why = badSummary(*p, checked, now)) return rejectUpdate(*p, token, *why, now);
+  p->summary = checked;
   auto& client = clients_.at(id);
-  takeServedReport(client, *p, summary, now);
-  if (!options_.async) {
-    Status counted = countUpdate(*p, token);
+  takeServedReport(client, *p, checked, now);
+  if (!options_.async && robust()) {
+    Status counted = bufferRobust(*p, token);
     if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);
   }
   p->finished_at = now;
   finished_tokens_.insert(token);
   client.task_token = 0;
-  if (summary.upload_seconds > 0) {
-    client.uplink_bytes_per_s = static_cast<double>(p->bytes_up) / summary.upload_seconds;
+  if (checked.upload_seconds > 0) {
+    client.uplink_bytes_per_s = static_cast<double>(p->bytes_up) / checked.upload_seconds;
   }
   learnFromCompletion(client, *p, now);
   refreshIdle(id, client);
   if (options_.async) return completeAsync(*p, token, now);
-  sum_weight_ += p->weight;
-  partial_.erase(token);
-  p->folded = false;  // it counts now: nothing to take back
+  p->agg_weight = p->weight;
+  if (robust()) {
+    sum_weight_ += p->weight;
+    partial_.erase(token);  // in the robust aggregator's buffer now
+  }
+  // Linear aggregators keep the payloads in the PartialLog until the round settles.
   p->state = UpdateState::kCompleted;
   maybeFinishEarly(now);
 }
 
-Status RoundEngine::countUpdate(Participant& p, uint64_t token) {
+Status RoundEngine::bufferRobust(Participant& p, uint64_t token) {
   const double clip =
       options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
-  if (robust()) {
-    std::vector<float> full(params_.size());
-    FEDFLEET_RETURN_IF_ERROR(partial_.forEach(
-        token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
-          return compress::decodePayload(payload, elements, full.data() + offset);
-        }));
-    if (clip < 1) {
-      for (float& v : full) v = static_cast<float>(v * clip);
-    }
-    return robust_->add(full.data(), full.size());
-  }
+  std::vector<float> full(params_.size());
+  FEDFLEET_RETURN_IF_ERROR(partial_.forEach(
+      token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
+        return compress::decodePayload(payload, elements, full.data() + offset);
+      }));
   if (clip < 1) {
-    // Folded in full as it arrived: fold (clip - 1) x the update again to scale it down.
-    Status st = foldFromLog(token, static_cast<float>((clip - 1) * p.fold_weight));
-    if (!st.isOk()) {
-      sum_tainted_ = true;  // partly corrected: the round's sum cannot be trusted
-      return st;
+    for (float& v : full) v = static_cast<float>(v * clip);
+  }
+  return robust_->add(full.data(), full.size());
+}
+
+std::optional<double> RoundEngine::normBoundScale(double norm, double median,
+                                                  bool clippable) const {
+  if (!(options_.norm_bound > 0) || !(median > 0)) return 1.0;
+  const double bound = options_.norm_bound * median;
+  if (!(norm > bound)) return 1.0;
+  if (options_.norm_bound_action == NormBoundAction::kReject || !clippable) return std::nullopt;
+  return bound / norm;
+}
+
+void RoundEngine::rejectAtSettlement(Participant& p, uint64_t token, const std::string& why,
+                                     double now) {
+  p.state = UpdateState::kRejected;
+  p.agg_weight = 0;
+  partial_.erase(token);
+  event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
+}
+
+void RoundEngine::settleRound(double now) {
+  const std::string round = "round " + std::to_string(round_) + ": ";
+  std::vector<double> norms;
+  for (const auto& [token, p] : participants_) {
+    if (p.state == UpdateState::kCompleted) norms.push_back(std::sqrt(p.sq_norm));
+  }
+  // The norm bound against the lower median of the completed updates' delta norms. SCAFFOLD's
+  // update is delta and control delta: scaling one with the other's norm is not defined, so an
+  // update beyond the bound is rejected there.
+  const double median_norm = lowerMedian(norms);
+  std::vector<double> scale;  // per completed update that stays, in dispatch order
+  std::vector<double> samples;
+  for (auto& [token, p] : participants_) {
+    if (p.state != UpdateState::kCompleted) continue;
+    const double norm = std::sqrt(p.sq_norm);
+    const std::optional<double> bounded =
+        normBoundScale(norm, median_norm, options_.aggregator != "scaffold");
+    if (!bounded) {
+      rejectAtSettlement(p, token,
+                         "update norm " + std::to_string(norm) +
+                             " exceeds aggregation.norm_bound " +
+                             std::to_string(options_.norm_bound) + " x the median norm " +
+                             std::to_string(median_norm),
+                         now);
+      continue;
     }
+    if (*bounded < 1) {
+      event("update_clipped", p.client,
+            round + "norm " + std::to_string(norm) + " clipped to " +
+                std::to_string(options_.norm_bound * median_norm) + " (aggregation.norm_bound " +
+                std::to_string(options_.norm_bound) + " x the median norm " +
+                std::to_string(median_norm) + ")",
+            now);
+    }
+    const double clip = options_.clip_norm > 0 ? clipScale(norm, options_.clip_norm) : 1.0;
+    scale.push_back(std::min(*bounded, clip));
+    samples.push_back(p.weight);
   }
-  if (options_.aggregator == "fednova") {
-    fednova_.add(p.weight, fedNovaNormaliser(p.steps, options_.hparams.momentum));
+  // The weight cap against the lower median of the sample counts that stay.
+  const double cap = options_.weight_cap > 0 ? options_.weight_cap * lowerMedian(samples) : 0;
+  size_t i = 0;
+  for (auto& [token, p] : participants_) {
+    if (p.state != UpdateState::kCompleted) continue;
+    p.agg_weight = p.weight;
+    if (cap > 0 && p.weight > cap) {
+      p.agg_weight = cap;
+      event("weight_capped", p.client,
+            round + std::to_string(static_cast<uint64_t>(p.weight)) + " samples weighed as " +
+                std::to_string(cap) + " (aggregation.weight_cap " +
+                std::to_string(options_.weight_cap) + " x the median " +
+                std::to_string(cap / options_.weight_cap) + ")",
+            now);
+    }
+    double fold = p.agg_weight;
+    if (options_.aggregator == "fednova") {
+      const double a = fedNovaNormaliser(p.steps, options_.hparams.momentum);
+      fold = fednova_.foldWeight(p.agg_weight, a);
+      fednova_.add(p.agg_weight, a);
+    } else if (options_.aggregator == "scaffold") {
+      fold = 1;  // SCAFFOLD averages without weights
+    }
+    // Folded in dispatch order with its final weight: the sum does not depend on the order
+    // in which uploads arrived, and a clipped update enters it already scaled.
+    Status st = foldFromLog(token, static_cast<float>(fold * scale[i++]));
+    if (!st.isOk()) {
+      sum_tainted_ = true;
+      event("aggregation_error", p.client, round + "folding a kept update: " + st.message(), now);
+    }
+    sum_weight_ += p.agg_weight;
+    partial_.erase(token);
   }
-  return Status::ok();
 }
 
 bool RoundEngine::applyServerStep(uint32_t completed) {
   const size_t n = params_.size();
+  step_failure_.clear();
   // The pseudo-gradient G, computed in place in the first n values of sum_.
+  std::vector<float> next_c;
   if (robust()) {
-    if (!robust_->aggregate(sum_.data()).isOk()) return false;
+    if (Status st = robust_->aggregate(sum_.data()); !st.isOk()) {
+      step_failure_ = "the robust aggregate failed: " + st.message();
+      return false;
+    }
   } else if (options_.aggregator == "fednova") {
     kernels::scale(sum_.data(), static_cast<float>(fednova_.finalScale()), n);
   } else if (options_.aggregator == "scaffold") {
     // x += eta_g mean_k D_k; c += (|S| / N) mean_k Dc_k = sum_k Dc_k / N.
     const float total = static_cast<float>(std::max<size_t>(clients_.size(), 1));
-    std::vector<float> next_c(control_);
+    next_c = control_;
     kernels::weightedAccumulate(next_c.data(), sum_.data() + n, 1.0f / total, n);
-    if (!kernels::allFinite(next_c.data(), n)) return false;
-    control_ = std::move(next_c);
-    std::memcpy(control_bytes_.data(), control_.data(), n * sizeof(float));
+    if (!kernels::allFinite(next_c.data(), n)) {
+      step_failure_ = "the control variate would not be finite";
+      return false;
+    }
     kernels::scale(sum_.data(), 1.0f / static_cast<float>(completed), n);
   } else {
     kernels::scale(sum_.data(), static_cast<float>(1.0 / sum_weight_), n);
   }
-  if (!kernels::allFinite(sum_.data(), n)) return false;
-  optimizer_->apply(params_.data(), sum_.data(), n);
+  if (!kernels::allFinite(sum_.data(), n)) {
+    step_failure_ = "the aggregate is not finite";
+    return false;
+  }
+  if (!stepModel(sum_.data())) return false;
+  if (!next_c.empty()) {
+    control_ = std::move(next_c);
+    std::memcpy(control_bytes_.data(), control_.data(), n * sizeof(float));
+  }
   return true;
+}
+
+bool RoundEngine::stepModel(const float* g) {
+  // The step itself may overflow (an adaptive optimiser's state, a large server_lr): it is
+  // tried on the model and refused, with model and optimiser state restored, if the result is
+  // not finite.
+  const size_t n = params_.size();
+  std::vector<float> before = params_;
+  const std::string optimizer_before = optimizer_->saveState();
+  optimizer_->apply(params_.data(), g, n);
+  if (kernels::allFinite(params_.data(), n)) return true;
+  params_ = std::move(before);
+  Status st = optimizer_->loadState(optimizer_before);
+  FEDFLEET_CHECK(st.isOk());  // its own state of a moment ago
+  step_failure_ = "the server step would make the model non-finite";
+  return false;
 }
 
 void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, double now) {
@@ -1054,7 +1231,7 @@ Status RoundEngine::foldFromLog(uint64_t token, float w) {
       });
 }
 
-void RoundEngine::finishRound(double now) {
+void RoundEngine::finishRound(double now, const std::string* abort_reason) {
   FEDFLEET_CHECK(phase_ == Phase::kRunning);
   CommitRound c;
   auto& r = c.round;
@@ -1064,13 +1241,20 @@ void RoundEngine::finishRound(double now) {
   r.end_time = now;
   r.selected = static_cast<uint32_t>(participants_.size());
 
+  for (auto& [token, p] : participants_) {
+    if (p.state == UpdateState::kPending) {
+      expire(p, token, abort_reason ? *abort_reason : "deadline passed", now);
+    } else if (abort_reason && p.state == UpdateState::kCompleted) {
+      rejectAtSettlement(p, token, *abort_reason, now);
+    }
+  }
+  if (!robust() && !abort_reason) settleRound(now);
   double loss_sum = 0;
   for (auto& [token, p] : participants_) {
-    if (p.state == UpdateState::kPending) expire(p, token, "deadline passed", now);
     switch (p.state) {
       case UpdateState::kCompleted:
         ++r.completed;
-        loss_sum += p.weight * p.summary.mean_loss;
+        loss_sum += p.agg_weight * p.summary.mean_loss;
         break;
       case UpdateState::kLate:
         ++r.late;
@@ -1086,21 +1270,22 @@ void RoundEngine::finishRound(double now) {
     }
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
-    c.updates.push_back(updateRecord(p, p.weight / std::max(sum_weight_, 1.0), now));
+    c.updates.push_back(updateRecord(p, p.agg_weight / std::max(sum_weight_, 1.0), now));
     feedback(p, now);
   }
 
-  bool ok = r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
+  bool ok = !abort_reason && r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
   if (ok && (sum_tainted_ || !kernels::allFinite(sum_.data(), sum_.size()))) {
     ok = false;  // recorded as failed below; the model is unchanged
     event("aggregation_error", "",
           "round " + std::to_string(round_) + ": the running sum is not usable", now);
   }
+  ModelSnapshot before = snapshotModel();
   if (ok && !applyRoundStep(r.completed)) {
     ok = false;
-    event("aggregation_error", "",
-          "round " + std::to_string(round_) + ": the aggregate (" + options_.aggregator +
-              ") is not usable; the model is unchanged",
+    event("step_refused", "",
+          "round " + std::to_string(round_) + ": " + step_failure_ + " (" + options_.aggregator +
+              ", " + options_.server_optimizer + "); the model is unchanged",
           now);
   }
   if (ok) {
@@ -1109,8 +1294,10 @@ void RoundEngine::finishRound(double now) {
     r.train_loss = loss_sum / sum_weight_;
   } else {
     event("round_failed", "",
-          "round " + std::to_string(round_) + ": " + std::to_string(r.completed) +
-              " updates, quorum " + std::to_string(options_.quorum),
+          "round " + std::to_string(round_) + ": " +
+              (abort_reason ? *abort_reason
+                            : std::to_string(r.completed) + " updates, quorum " +
+                                  std::to_string(options_.quorum)),
           now);
   }
   sum_.clear();
@@ -1120,12 +1307,26 @@ void RoundEngine::finishRound(double now) {
   if (robust_) robust_->clear();
   partial_.clear();
   participants_.clear();
+  flushLeftOutEvents(now);
   if (blocksOn()) endBlockRound(round_ >= options_.rounds, now);
   ++served_epoch_;  // x, a chain or z_m may have changed
-  endServerStep(std::move(c), ok, round_ >= options_.rounds, now);
+  endServerStep(std::move(c), ok, round_ >= options_.rounds, std::move(before), now);
 }
 
-void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
+RoundEngine::ModelSnapshot RoundEngine::snapshotModel() const {
+  return ModelSnapshot{params_, optimizer_->saveState(), control_, control_bytes_};
+}
+
+void RoundEngine::restoreModel(const ModelSnapshot& snapshot) {
+  params_ = snapshot.params;
+  Status st = optimizer_->loadState(snapshot.optimizer_state);
+  FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
+  control_ = snapshot.control;
+  control_bytes_ = snapshot.control_bytes;
+}
+
+void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, ModelSnapshot before,
+                                double now) {
   auto& r = c.round;
   r.status = ok ? "ok" : "failed";
   r.model_version = version_;
@@ -1153,8 +1354,10 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, double now) {
     wait_since_ = now;
     tryStartRound(now);
   }
-  const bool evaluate = ok && (options_.eval_every <= 1 || round % options_.eval_every == 0 || last);
+  const bool evaluate =
+      ok && (options_.eval_every <= 1 || round % options_.eval_every == 0 || last);
   if (evaluate) {
+    snapshots_[round] = std::move(before);  // until the evaluation says the model is usable
     awaiting_eval_.emplace(round, std::move(c));
     emit(Evaluate{round, std::make_shared<const std::vector<float>>(params_)});
   } else {
@@ -1188,19 +1391,23 @@ void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
           "round " + std::to_string(round_) + ": " + std::to_string(s) +
               " versions behind (max_staleness " + std::to_string(options_.max_staleness) + ")",
           now);
+  } else if (std::optional<double> bounded = asyncNormBound(p, now); !bounded) {
+    p.state = UpdateState::kRejected;
+    partial_.erase(token);
   } else {
     // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
     weight = stalenessWeight(s);
-    const double clip =
-        options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
-    Status st = foldFromLog(token, static_cast<float>(weight * clip));
+    const double norm = std::sqrt(p.sq_norm);
+    const double clip = options_.clip_norm > 0 ? clipScale(norm, options_.clip_norm) : 1.0;
+    Status st = foldFromLog(token, static_cast<float>(weight * std::min(clip, *bounded)));
     partial_.erase(token);
     if (!st.isOk()) {
       // A partly folded update cannot be taken out again reliably: this step is tainted.
       sum_tainted_ = true;
       p.state = UpdateState::kRejected;
       event("aggregation_error", p.client,
-            "round " + std::to_string(round_) + ": folding a buffered update: " + st.message(), now);
+            "round " + std::to_string(round_) + ": folding a buffered update: " + st.message(),
+            now);
     } else {
       p.state = UpdateState::kCompleted;
       ++buffered_;
@@ -1216,6 +1423,26 @@ void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
   } else {
     refillAsync(now);
   }
+}
+
+std::optional<double> RoundEngine::asyncNormBound(const Participant& p, double now) {
+  // Updates complete one at a time here, so the median is over the last completed updates
+  // (2 x async_buffer of them, this one included) instead of the round's.
+  const double norm = std::sqrt(p.sq_norm);
+  recent_norms_.push_back(norm);
+  while (recent_norms_.size() > 2 * size_t{options_.async_buffer}) recent_norms_.pop_front();
+  const double median = lowerMedian({recent_norms_.begin(), recent_norms_.end()});
+  const std::optional<double> scale = normBoundScale(norm, median, true);
+  const std::string what = "round " + std::to_string(round_) + ": update norm " +
+                           std::to_string(norm) + " exceeds aggregation.norm_bound " +
+                           std::to_string(options_.norm_bound) + " x the median norm " +
+                           std::to_string(median) + " of the last updates";
+  if (!scale) {
+    event("update_rejected", p.client, what, now);
+  } else if (*scale < 1) {
+    event("update_clipped", p.client, what + ": clipped", now);
+  }
+  return scale;
 }
 
 void RoundEngine::flushAsync(double now) {
@@ -1248,25 +1475,32 @@ void RoundEngine::flushAsync(double now) {
   c.updates = std::move(window_);
   window_.clear();
   bool ok = buffered_ > 0 && !sum_tainted_ && kernels::allFinite(sum_.data(), sum_.size());
+  ModelSnapshot before = snapshotModel();
   if (ok) {
     // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
     kernels::scale(sum_.data(), 1.0f / static_cast<float>(options_.async_buffer), sum_.size());
-    optimizer_->apply(params_.data(), sum_.data(), params_.size());
+    if (!stepModel(sum_.data())) {
+      ok = false;
+      event("step_refused", "",
+            "round " + std::to_string(round_) + ": " + step_failure_ + "; the model is unchanged",
+            now);
+    }
   }
   if (ok) {
     ++version_;
     refreshModelBytes();
     r.train_loss = window_loss_ / sum_weight_;
   } else {
-    event("round_failed", "", "round " + std::to_string(round_) + ": the buffered sum is not usable",
-          now);
+    event("round_failed", "",
+          "round " + std::to_string(round_) + ": the buffered sum is not usable", now);
   }
   std::fill(sum_.begin(), sum_.end(), 0.0f);
   sum_weight_ = 0;
   sum_tainted_ = false;
   buffered_ = 0;
   window_loss_ = 0;
-  endServerStep(std::move(c), ok, last, now);
+  flushLeftOutEvents(now);
+  endServerStep(std::move(c), ok, last, std::move(before), now);
   if (!last) refillAsync(now);
 }
 
@@ -1274,6 +1508,13 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
   SettleCreditsOnExit settle(this, now);
   auto it = awaiting_eval_.find(round);
   if (it == awaiting_eval_.end()) return;
+  if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy))) {
+    return rollBack(round,
+                    "its evaluation is not finite (loss " + std::to_string(outcome->loss) +
+                        ", accuracy " + std::to_string(outcome->accuracy) + ")",
+                    now);
+  }
+  snapshots_.erase(round);  // the model is usable: no way back to before it is needed
   CommitRound c = std::move(it->second);
   awaiting_eval_.erase(it);
   if (outcome) {
@@ -1281,8 +1522,7 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
     c.round.test_accuracy = outcome->accuracy;
   }
   const bool reached = options_.target_accuracy > 0 && outcome && round > 0 &&
-                       outcome->accuracy >= options_.target_accuracy &&
-                       phase_ != Phase::kFinished;
+                       outcome->accuracy >= options_.target_accuracy && phase_ != Phase::kFinished;
   commit(std::move(c), now);
   if (!reached || phase_ == Phase::kFinished) return;
   // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
@@ -1305,6 +1545,65 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
             "target accuracy " + std::to_string(options_.target_accuracy) + " reached in round " +
                 std::to_string(round),
             now);
+}
+
+void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
+  const std::string refused = "round " + std::to_string(round) + ": " + why;
+  // Round 0 (the initial model) has no step to undo; its row is recorded failed all the same.
+  if (auto snap = snapshots_.find(round); snap != snapshots_.end()) {
+    restoreModel(snap->second);
+    ++version_;  // a new version holding the old parameters: caches keyed by version refresh
+    refreshModelBytes();
+    ++served_epoch_;
+  }
+  snapshots_.clear();  // later ones are of models built on the refused one
+  event("evaluation_refused", "",
+        refused + "; the model is rolled back to the one before that round (now version " +
+            std::to_string(version_) + ")",
+        now);
+  // The refused round and every later one awaiting its evaluation are recorded failed (they
+  // hold the refused model or models built on it), in round order.
+  std::vector<CommitRound> failed;
+  for (auto it = awaiting_eval_.find(round); it != awaiting_eval_.end();) {
+    CommitRound c = std::move(it->second);
+    c.round.status = "failed";
+    c.round.model_version = version_;
+    c.checkpoint.reset();
+    event("round_failed", "",
+          c.round.round == round ? refused
+                                 : "round " + std::to_string(c.round.round) + ": built on round " +
+                                       std::to_string(round) + "'s refused model",
+          now);
+    failed.push_back(std::move(c));
+    it = awaiting_eval_.erase(it);
+  }
+  // The round in flight trained from the refused model: it is aborted (pending tasks
+  // cancelled, completed updates refused) and recorded failed; the next one starts from the
+  // restored model. Asynchronous mode: the step being buffered is emptied likewise.
+  const std::string abort_reason =
+      "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
+  for (CommitRound& c : failed) commit(std::move(c), now);
+  if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
+  if (phase_ == Phase::kRunning && !options_.async) {
+    finishRound(now, &abort_reason);
+  } else if (phase_ == Phase::kRunning && options_.async) {
+    for (auto& [token, p] : participants_) {
+      if (p.state != UpdateState::kPending) continue;
+      expire(p, token, abort_reason, now);
+      window_.push_back(updateRecord(p, 0, now));
+      feedback(p, now);
+    }
+    participants_.clear();
+    for (auto& u : window_) {
+      if (u.status == "completed") u.status = "rejected";
+      u.weight = 0;
+    }
+    std::fill(sum_.begin(), sum_.end(), 0.0f);
+    sum_weight_ = 0;
+    buffered_ = 0;
+    window_loss_ = 0;
+    refillAsync(now);
+  }
 }
 
 void RoundEngine::commit(CommitRound c, double now) {

@@ -19,7 +19,10 @@
 //     otherwise each client trains the partition it was assigned when it joined.
 //  3. Dispatch. Each sampled client gets a Task: the current flat model (fp32) and its SHA-256,
 //     hyper-parameters with a per-(round, partition) seed, the data spec, a deadline and a fresh
-//     random task token. The round deadline is now + deadline_s.
+//     task token from OpenSSL's CSPRNG (common/crypto/random.h), which no peer can guess. The
+//     round deadline is now + deadline_s. Nothing deterministic depends on a token: the
+//     participants are kept in dispatch order (ParticipantTable), and rows, the fold order,
+//     events and selector feedback all follow that order.
 //  4. Upload credits. A client whose update is ready sends an UploadRequest and waits for an
 //     UploadGrant before its first chunk. At most max_concurrent_uploads tasks hold a grant at
 //     once (0: unbounded, every request is granted at once); the others wait in the order they
@@ -30,34 +33,71 @@
 //     task without a grant rejects the update.
 //  5. Upload. The client streams its delta as Chunks carrying the token, in order (element
 //     offsets must be contiguous), each a self-describing payload of the task's codec (or fp16
-//     for a small tensor of a topk task with dense_below; common/compress/payload.h) with the update's weight inputs (n_samples, steps), then a
-//     Summary. Streaming aggregation: each chunk is decoded and folded into the round's running
-//     sum (weight n_k) the moment it arrives, so memory is O(model) however many clients upload
-//     at once; its payload is kept aside (PartialLog: in memory up to a bound, then spilled to
-//     a temporary file) until the update completes. Chunks with an unknown or finished token are
+//     for a small tensor of a topk task with dense_below; common/compress/payload.h) with the
+//     update's weight inputs (n_samples, steps), then a Summary. Each chunk is decoded the moment
+//     it arrives, checked, and its squares added to the update's L2 norm; its payload is kept
+//     (PartialLog: in memory up to partial_buffer_bytes, then spilled to a temporary file) until
+//     the round settles (step 8a): nothing is folded into the running sum before its weight and
+//     scale are final. Chunks with an unknown or finished token are
 //     answered with an Error (once per token) and recorded as an event; they never touch the
 //     model. A chunk out of order or past the model's size, a payload that does not decode (bad
 //     header, wrong length, a non-finite value), values so large the sum could overflow, a
 //     weight that changes between chunks or disagrees with the summary, or a summary before the
 //     last chunk rejects that client's update (recorded, not aggregated).
-//  6. Completion. When the summary of a complete delta arrives the update counts: its weight
-//     joins the total and its kept payloads are dropped. An update that does not complete
-//     (rejected, cancelled at the deadline, client lost) has its folded chunks subtracted
-//     again, so nothing partial is aggregated. (Floating point: (s + w x) - w x may differ from
-//     s by one rounding; the residue is at most one unit in the last place of the running sum
-//     per element and taken-back chunk.)
+// 5a. Claims. A client holding a valid key may still lie, so what an update says of itself is
+//     bounded by what the coordinator knows, and a violation rejects it with the reason
+//     (docs/ERRORS.md): n_samples in [1, the size of the partition its task named]
+//     (partition_sizes; unknown: max_samples_per_update); steps in [1, what the task planned]
+//     (its max_steps, else epochs x ceil(partition size / batch), the claimed samples standing
+//     in for an unknown size); the summary's losses finite and in [0, max_loss] (the sum of
+//     squares in [0, max(n, steps x batch) max_loss^2]; a served-model accuracy in [0, 1]); chunk
+//     offsets contiguous and inside the update. Timings (compute, upload, encode seconds) are
+//     clamped to [0, time since the task was sent]. Per client and round at most
+//     events_per_client_round event rows are recorded; the rest are counted and one
+//     "events_left_out" row at the round's end says how many.
+//  6. Completion. When the summary of a complete delta arrives the update counts; its payloads
+//     stay kept until the round settles (median and trimmed mean: it goes to the robust
+//     aggregator's buffer now). An update that does not complete (rejected, cancelled at the
+//     deadline, client lost) has its kept payloads dropped: nothing of it was ever folded, so
+//     nothing partial is aggregated and nothing needs taking back.
 //  7. Round end: when every participant is completed, rejected or dropped, or at the deadline.
 //     At the deadline, participants still working are cancelled and recorded `late`; those whose
 //     connection was lost (no message for liveness_s, or Bye) are `dropped`.
+// 8a. Settlement (synchronous fedavg, fednova, scaffold), once every norm and weight is known:
+//     the norm bound: an update whose delta norm exceeds norm_bound x the lower median of the
+//     completed updates' norms is clipped to exactly that norm (norm_bound_action clip; SCAFFOLD,
+//     whose 2P-long update has no single norm to scale by, and action reject: rejected);
+//     clip_norm scales to at most clip_norm; the weight cap: an n_k above weight_cap x the lower
+//     median n of the updates that stay is counted as that cap (event "weight_capped"). Then
+//     every completed update is decoded once more from the PartialLog and folded into the sum
+//     with its final weight x scale, in dispatch order: a clip is exact, and the sum does not
+//     depend on the order in which uploads arrived. (bench/fold_strategy.sh measures this
+//     against folding on arrival.) FedBuff bounds each completing update against the lower
+//     median of the last 2 x async_buffer completed norms (it folds at completion already);
+//     median and trimmed mean take no norm bound: each coordinate's aggregate is already
+//     bounded by the honest majority's values, and clip_norm applies at completion.
 //  8. Aggregation. With at least `quorum` completed updates:
 //     x <- x + server_lr * sum_k n_k D_k / sum_k n_k, version + 1. Otherwise the round is
-//     recorded as failed and the model is unchanged.
+//     recorded as failed and the model is unchanged. A step whose result would not be finite
+//     (aggregate, model or control variate) is refused: the round is recorded failed with an
+//     event "step_refused", model, server-optimiser state and control variate as before.
 //  9. Next round first. The next round is selected and dispatched at once (step 1), and only
 //     then is the new model evaluated: an Evaluate action asks the driver to evaluate it and
 //     report back with onEvaluated(). Clients train while the server evaluates, instead of
 //     waiting for it.
 //     With eval_every = n > 1 only every n-th round (and the last) is evaluated; the others
 //     are committed at once without test metrics.
+// 10a. Refused evaluation. The model before each evaluated step is kept until its evaluation
+//     is reported. An evaluation with a non-finite loss or accuracy is refused: the model,
+//     server-optimiser state and control variate go back to that snapshot (as a new model
+//     version, so that caches keyed by version refresh); the round and every later round still
+//     awaiting its evaluation are committed failed without checkpoint (event
+//     "evaluation_refused"); the round in flight, dispatched with the refused model (step 9),
+//     is aborted: its pending tasks are cancelled (recorded late), its completed updates
+//     refused, and it is committed failed; the next round starts from the restored model.
+//     (FedBuff: the step being buffered is emptied likewise.) The dispatch is not held back
+//     for the evaluation, so rounds keep overlapping it. Not rolled back: rounds already
+//     committed without evaluation (eval_every > 1) and block models (z_m, y_m).
 // 10. Commit. When the evaluation is reported (at once for a failed round), one CommitRound
 //     action carries the round row with its test metrics, one update row per participant and
 //     (every checkpoint_every rounds, and after the last) a checkpoint. After the last round's
@@ -114,6 +154,7 @@
 #include "common/wire/messages.h"
 #include "coordinator/block_models.h"
 #include "coordinator/partial_log.h"
+#include "coordinator/participant_table.h"
 #include "coordinator/robust_aggregator.h"
 #include "coordinator/selector.h"
 #include "coordinator/server_optimizer.h"
@@ -122,6 +163,11 @@
 namespace fedfleet::coordinator {
 
 using ClientId = std::string;
+
+// What the norm bound does to an update beyond it (EngineOptions::norm_bound).
+enum class NormBoundAction { kClip, kReject };
+// "clip" / "reject"; anything else is kInvalidArgument.
+Result<NormBoundAction> parseNormBoundAction(const std::string& name);
 
 struct EngineOptions {
   int64_t run_id = 0;
@@ -143,19 +189,31 @@ struct EngineOptions {
   wire::HyperParams hparams;  // seed is derived per task
   wire::DataSpec data;        // index is set per task
   uint32_t chunk_bytes = 1 << 20;
-  std::string codec = "none";     // codec spec every task asks for (common/compress/codec_spec.h)
-  std::string slow_link_codec;    // when set: the codec for clients whose last measured uplink
-  double slow_link_mbps = 0;      // was below slow_link_mbps
-  uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of partial uploads kept in memory;
-                                                // beyond this they spill to a temporary file
+  std::string codec = "none";   // codec spec every task asks for (common/compress/codec_spec.h)
+  std::string slow_link_codec;  // when set: the codec for clients whose last measured uplink
+  double slow_link_mbps = 0;    // was below slow_link_mbps
+  uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of the round's updates kept in
+                                                // memory until it settles; beyond this they
+                                                // spill to a temporary file
   // Upload credits (protocol step 4): tasks whose client may send chunks at once (0: unbounded).
-  // Only granted tasks send chunks, so the PartialLog holds at most this many updates.
+  // Only granted tasks send chunks, so at most this many uploads are received at once.
   uint32_t max_concurrent_uploads = 0;
   bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
-  uint32_t eval_every = 1;    // evaluate after every this many rounds (and after the last)
-  double target_accuracy = 0;  // > 0: the run ends at the first evaluation reaching it
-  bool bye_on_finish = true;  // say Bye to every connected client when the run ends (the
-                              // simulator's virtual clients need no goodbye)
+  uint32_t eval_every = 1;       // evaluate after every this many rounds (and after the last)
+  double target_accuracy = 0;    // > 0: the run ends at the first evaluation reaching it
+  bool bye_on_finish = true;     // say Bye to every connected client when the run ends (the
+                                 // simulator's virtual clients need no goodbye)
+
+  // ---- Claims (protocol step 5a): what an update may say about itself ----
+  // partition_sizes[p]: the samples partition p holds, as clients cut it (run_setup.h
+  // partitionSizes); an update of partition p may claim at most that many. Empty (or too short
+  // for p): unknown, and max_samples_per_update bounds the claim instead (0: no bound, allowed
+  // only with sizes known: checkEngineOptions).
+  std::vector<uint64_t> partition_sizes;
+  uint64_t max_samples_per_update = 1000000;
+  double max_loss = 1e6;                  // a summary's losses must lie in [0, max_loss]
+  uint32_t events_per_client_round = 20;  // event rows per client and round (then one
+                                          // "events_left_out" row)
 
   // ---- Aggregation (ALGORITHMS.md "Aggregation") ----
   // fedavg: weights n_k; fednova: d_k = D_k / a_k(tau_k, momentum), scaled by tau_eff;
@@ -165,6 +223,13 @@ struct EngineOptions {
   std::string aggregator = "fedavg";
   double trim_fraction = 0.1;
   double clip_norm = 0;  // > 0: each update is scaled to at most this L2 norm before averaging
+  // Norm bound (protocol step 8a): an update whose delta norm exceeds norm_bound x the median
+  // delta norm of the round's completed updates is clipped to that norm, or rejected (0: off).
+  double norm_bound = 5;
+  NormBoundAction norm_bound_action = NormBoundAction::kClip;
+  // Weight cap (step 8a): no update weighs more than weight_cap x the median sample count of
+  // the round's completed updates; a larger claim is capped to it (0: off).
+  double weight_cap = 10;
   // Server optimiser on the pseudo-gradient G (coordinator/server_optimizer.h); its learning
   // rate is server_lr.
   std::string server_optimizer = "fedavg";
@@ -297,9 +362,9 @@ struct BlockEvalOutcome {
 struct RecordBlockMetrics {
   std::vector<history::BlockMetricRecord> rows;
 };
-using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
-                            Evaluate, CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics,
-                            SendGrant>;
+using Action =
+    std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent, Evaluate,
+                 CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics, SendGrant>;
 
 // The server optimiser and robust aggregator `options` ask for (run_setup.h checks that they
 // can be built before an engine is).
@@ -405,10 +470,10 @@ class RoundEngine {
     int32_t partition = -1;
     double last_seen = 0;
     bool connected = false;
-    uint64_t task_token = 0;  // 0: idle
+    uint64_t task_token = 0;        // 0: idle
     double uplink_bytes_per_s = 0;  // measured from its last completed upload (0: unknown)
-    double steps_per_s = 0;   // local steps per compute second, last completed task (0: unknown)
-    double overhead_s = -1;   // its task duration less compute (download, upload; -1: unknown)
+    double steps_per_s = 0;  // local steps per compute second, last completed task (0: unknown)
+    double overhead_s = -1;  // its task duration less compute (download, upload; -1: unknown)
     std::optional<wire::Sha256> served_sha;  // blocks: the served model it was last sent
   };
 
@@ -416,11 +481,10 @@ class RoundEngine {
     ClientId client;
     uint32_t partition = 0;
     UpdateState state = UpdateState::kPending;
-    uint64_t next_offset = 0;   // next element offset expected
-    bool folded = false;        // some chunk is in the running sum (take it back if not completed)
-    bool weight_set = false;    // the first chunk declared n_samples and steps
+    uint64_t next_offset = 0;  // next element offset expected
+    bool weight_set = false;   // the first chunk declared n_samples and steps
     uint64_t steps = 0;
-    std::string codec;          // codec of the payload of the most elements so far
+    std::string codec;            // codec of the payload of the most elements so far
     uint64_t codec_elements = 0;  // elements of that payload
     bool last_chunk = false;
     uint64_t bytes_up = 0;
@@ -429,15 +493,18 @@ class RoundEngine {
     double last_chunk_at = -1;
     double finished_at = -1;  // summary, rejection, cancellation or loss
     wire::Summary summary;
-    double weight = 0;        // n_k, as the chunks declare it
-    double fold_weight = 0;   // what its chunks are folded into the running sum with
+    double weight = 0;           // n_k, as the chunks declare it
+    double agg_weight = 0;       // n_k as aggregated: capped at settlement (step 8a)
+    uint64_t max_steps = 0;      // the most local steps its task planned (0: not known yet)
+    wire::HyperParams planned;   // the hyper-parameters its task carried
+    double fold_weight = 0;      // what its chunks are folded into the running sum with
     uint64_t start_version = 0;  // model version the task carried
     double sent_at = 0;
-    double deadline = 0;         // this task's deadline (the round's, or its own when async)
-    uint32_t staleness = 0;      // async: versions behind when it completed
-    double sq_norm = 0;          // squared L2 norm of the delta part received so far
-    wire::ServedModel served;    // blocks: what the task named (no bytes)
-    uint64_t served_bytes = 0;   // served-model bytes the task carried
+    double deadline = 0;          // this task's deadline (the round's, or its own when async)
+    uint32_t staleness = 0;       // async: versions behind when it completed
+    double sq_norm = 0;           // squared L2 norm of the delta part received so far
+    wire::ServedModel served;     // blocks: what the task named (no bytes)
+    uint64_t served_bytes = 0;    // served-model bytes the task carried
     double upload_asked_at = -1;  // UploadRequest received (-1: not yet)
     double granted_at = -1;       // UploadGrant sent (-1: not yet)
   };
@@ -464,7 +531,9 @@ class RoundEngine {
              double now);
   void tryStartRound(double now);
   void startRound(double now);
-  void finishRound(double now);
+  // Ends the round in flight; with `abort_reason` every update (completed ones too) is refused
+  // with that reason and the round fails.
+  void finishRound(double now, const std::string* abort_reason = nullptr);
   void commit(CommitRound commit, double now);
   void finishRun(bool ok, const std::string& message, double now);
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
@@ -484,24 +553,67 @@ class RoundEngine {
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
   // Folds a complete update kept in the PartialLog into the running sum with weight `w`.
   Status foldFromLog(uint64_t token, float w);
+  // Claims of a first chunk (step 5a): samples within the partition's size (or the bound),
+  // steps within what the task planned. Returns why not, or nothing when they hold.
+  std::optional<std::string> badClaims(Participant& p, const wire::Chunk& chunk) const;
+  // A summary's losses and timings (step 5a): why it is refused, or nothing; timings are
+  // clamped to [0, time since the task was sent].
+  std::optional<std::string> badSummary(const Participant& p, wire::Summary& s, double now) const;
+  // Synchronous linear aggregators, at the round's end (step 8a): norm bound, clip_norm and
+  // weight cap over the completed updates, then every kept update folded into sum_ in
+  // dispatch order with its final weight. An update the norm bound rejects is rejected here.
+  void settleRound(double now);
+  // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
+  // the scale to apply (1: within the bound), or nullopt when it must be rejected.
+  std::optional<double> normBoundScale(double norm, double median, bool clippable) const;
+  // A rejection at settlement: like rejectUpdate, but the round is being settled already.
+  void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);
+  // Events: the rows of one client past events_per_client_round are left out and counted;
+  // at the end of a round (or server step) one "events_left_out" row per such client.
+  void flushLeftOutEvents(double now);
+  // Model, server-optimiser state and control variate before a server step, kept until the
+  // step's model is evaluated (step 10a).
+  struct ModelSnapshot {
+    std::vector<float> params;
+    std::string optimizer_state;
+    std::vector<float> control;
+    std::string control_bytes;
+  };
+  ModelSnapshot snapshotModel() const;
+  void restoreModel(const ModelSnapshot& snapshot);
+  // A refused evaluation of `round` (step 10a): the model goes back to its snapshot, the
+  // rounds awaiting their evaluation after it are recorded failed, and the round in flight
+  // (trained from the refused model) is aborted.
+  void rollBack(uint32_t round, const std::string& why, double now);
   // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
-  uint64_t updateSize() const { return options_.aggregator == "scaffold" ? 2 * params_.size() : params_.size(); }
+  uint64_t updateSize() const {
+    return options_.aggregator == "scaffold" ? 2 * params_.size() : params_.size();
+  }
   bool robust() const { return robust_ != nullptr; }
-  // Whether chunks are folded into the running sum as they arrive (else at completion).
-  bool foldsOnArrival() const { return !options_.async && !robust(); }
-  // A completed update counts: clipping, FedNova bookkeeping, robust buffering. An error
-  // (a spill that failed, a log that cannot be read back) is returned for rejection.
-  Status countUpdate(Participant& p, uint64_t token);
-  // x <- server optimiser step on this round's pseudo-gradient; false when it is not usable.
+  // Median and trimmed mean: a completed update goes to the aggregator's buffer (clip_norm
+  // applied). An error (a spill that failed, a log that cannot be read back) is returned for
+  // rejection.
+  Status bufferRobust(Participant& p, uint64_t token);
+  // x <- server optimiser step on this round's pseudo-gradient; false when it is not usable
+  // (step_failure_ says why): an aggregate that is not finite, or a step that would make the
+  // model (or SCAFFOLD's control variate) non-finite. Refused, it changes nothing: model,
+  // optimiser state and control variate are as before.
   bool applyServerStep(uint32_t completed);
+  // x <- optimiser step on the pseudo-gradient g (P values), unless the result is not finite:
+  // then model and optimiser state are restored, step_failure_ says so, and false.
+  bool stepModel(const float* g);
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
   // Asynchronous mode: keep async_concurrency tasks in flight; one server step per buffer.
   void refillAsync(double now);
   void completeAsync(Participant& p, uint64_t token, double now);
+  // The norm bound on a completing asynchronous update: its scale, or nullopt to reject it
+  // (recorded either way).
+  std::optional<double> asyncNormBound(const Participant& p, double now);
   void flushAsync(double now);
   // After a server step: evaluate (every eval_every) or commit, and finish after the last.
-  void endServerStep(CommitRound c, bool ok, bool last, double now);
+  // `before` is the model before the step, kept until its evaluation is reported.
+  void endServerStep(CommitRound c, bool ok, bool last, ModelSnapshot before, double now);
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
   std::vector<ClientId> sampleIdle(size_t k, double now);
   void refreshIdle(const ClientId& id, const ClientState& c);
@@ -531,8 +643,7 @@ class RoundEngine {
 
   EngineOptions options_;
   std::vector<float> params_;
-  std::mt19937_64 rng_;        // selection
-  std::mt19937_64 token_rng_;  // task tokens (kept apart so selection does not depend on them)
+  std::mt19937_64 rng_;  // selection (task tokens come from crypto::randomToken)
 
   Phase phase_ = Phase::kIdle;
   uint32_t round_ = 0;
@@ -543,37 +654,41 @@ class RoundEngine {
 
   std::map<ClientId, ClientState> clients_;
   // Connected clients without a task, ordered by id, with rank lookup (find_by_order).
-  using IdleSet = __gnu_pbds::tree<ClientId, __gnu_pbds::null_type, std::less<ClientId>,
-                                   __gnu_pbds::rb_tree_tag,
-                                   __gnu_pbds::tree_order_statistics_node_update>;
+  using IdleSet =
+      __gnu_pbds::tree<ClientId, __gnu_pbds::null_type, std::less<ClientId>,
+                       __gnu_pbds::rb_tree_tag, __gnu_pbds::tree_order_statistics_node_update>;
   IdleSet idle_;
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
   std::unique_ptr<ServerOptimizer> optimizer_;
   std::unique_ptr<RobustAggregator> robust_;  // median, trimmed_mean
   FedNovaAccumulator fednova_;
-  std::vector<float> control_;                // SCAFFOLD server control variate c
-  std::string control_bytes_;                 // c as sent in tasks
-  std::map<uint64_t, Participant> participants_;  // by task token, current round only
-  std::set<uint64_t> finished_tokens_;            // tokens of ended tasks (stale)
-  std::set<uint64_t> answered_stale_;             // stale tokens already answered once
-  std::vector<float> sum_;                        // running sum of n_k * D_k
+  std::vector<float> control_;                  // SCAFFOLD server control variate c
+  std::string control_bytes_;                   // c as sent in tasks
+  ParticipantTable<Participant> participants_;  // by task token, in dispatch order
+  std::set<uint64_t> finished_tokens_;          // tokens of ended tasks (stale)
+  std::set<uint64_t> answered_stale_;           // stale tokens already answered once
+  std::vector<float> sum_;                      // running sum of n_k * D_k
   double sum_weight_ = 0;
-  PartialLog partial_;             // payloads of updates folded in but not yet complete
-  std::vector<float> scratch_;     // one decoded chunk
-  bool sum_tainted_ = false;       // a take-back failed: this round's sum cannot be trusted
-  std::set<uint64_t> granted_;        // tasks holding an upload credit
+  PartialLog partial_;                 // payloads of updates folded in but not yet complete
+  std::vector<float> scratch_;         // one decoded chunk
+  bool sum_tainted_ = false;           // a take-back failed: this round's sum cannot be trusted
+  std::set<uint64_t> granted_;         // tasks holding an upload credit
   std::deque<uint64_t> upload_queue_;  // tasks waiting for one, in the order they asked
   size_t peak_granted_ = 0;
 
   std::deque<std::vector<double>> recent_durations_;  // completed task durations per round
   // Asynchronous mode: the server step being built.
-  uint32_t buffered_ = 0;                           // updates folded into sum_
-  std::vector<history::UpdateRecord> window_;       // updates that ended during this step
+  uint32_t buffered_ = 0;                      // updates folded into sum_
+  std::vector<history::UpdateRecord> window_;  // updates that ended during this step
   double window_start_ = 0;
-  double window_loss_ = 0;                          // sum of w(s) x mean loss of the buffered
+  double window_loss_ = 0;  // sum of w(s) x mean loss of the buffered
 
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
+  std::map<uint32_t, ModelSnapshot> snapshots_;    // ... and the model before their step
+  std::map<ClientId, uint32_t> client_events_;     // event rows per client, this round
+  std::deque<double> recent_norms_;                // async: norms of the last completed updates
+  std::string step_failure_;                       // why the last server step was refused
   bool last_round_done_ = false;                   // finish the run after its commit
 
   // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
@@ -585,11 +700,11 @@ class RoundEngine {
   // Block-cyclic training.
   std::unique_ptr<BlockSchedule> block_schedule_;  // null: no blocks
   std::unique_ptr<BlockModels> block_models_;
-  uint32_t block_ = UINT32_MAX;     // block of the current visit (UINT32_MAX: none yet)
-  uint32_t block_first_round_ = 0;  // first round of the current visit
+  uint32_t block_ = UINT32_MAX;      // block of the current visit (UINT32_MAX: none yet)
+  uint32_t block_first_round_ = 0;   // first round of the current visit
   int64_t block_visit_ = INT64_MIN;  // BlockSchedule::visitAt of the current visit (INT64_MIN:
                                      // unknown, after a restore on a clock schedule)
-  int32_t round_chain_ = -1;        // multichain: the block chain this round trains (-1: x)
+  int32_t round_chain_ = -1;         // multichain: the block chain this round trains (-1: x)
   std::shared_ptr<const std::string> chain_bytes_;  // that chain as sent in tasks (shared)
   wire::Sha256 chain_sha_{};
   std::set<uint32_t> awaiting_blocks_;  // rounds whose EvaluateBlocks has no report yet

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <string>
 
+#include "common/data/dataset.h"
+#include "common/data/split.h"
+
 namespace fedfleet::coordinator {
 
 EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id) {
@@ -56,6 +59,14 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.beta2 = a.beta2;
   eo.tau = a.tau;
   eo.robust_buffer_bytes = uint64_t{a.buffer_mib} << 20;
+  eo.norm_bound = a.norm_bound;
+  if (auto action = parseNormBoundAction(a.norm_bound_action); action.isOk()) {
+    eo.norm_bound_action = *action;
+  }
+  eo.weight_cap = a.weight_cap;
+  eo.max_samples_per_update = cc.max_samples_per_update;
+  eo.max_loss = config.limits.max_loss;
+  eo.events_per_client_round = config.limits.events_per_client_round;
   const auto& p = config.policy;
   eo.async = p.mode == "async";
   eo.deadline_mode = p.deadline;
@@ -100,7 +111,35 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   return eo;
 }
 
+Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
+                                             const data::Dataset& train) {
+  wire::DataSpec spec = options.data;
+  spec.num_partitions = options.num_partitions;
+  FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(train.labels, train.num_classes, spec));
+  std::vector<uint64_t> sizes;
+  sizes.reserve(parts.size());
+  for (const auto& p : parts) sizes.push_back(p.size());
+  return sizes;
+}
+
+Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
+                                             const EngineOptions& options) {
+  if (options.data.dataset != "fashion-mnist") return std::vector<uint64_t>{};  // unknown
+  const std::string dir =
+      config.data.dir.empty() ? data::defaultFashionMnistDir() : config.data.dir;
+  auto train = data::loadFashionMnist(dir, /*train=*/true, options.data.subset);
+  if (!train.isOk()) {
+    return train.status().withContext("partition sizes: the training split");
+  }
+  return partitionSizes(options, *train);
+}
+
 Status checkEngineOptions(const EngineOptions& options) {
+  if (options.max_samples_per_update == 0 && options.partition_sizes.empty()) {
+    return invalidArgument(
+        "config [coordinator]: max_samples_per_update = 0 (no bound on the samples an update "
+        "claims) needs the partition sizes, which are not known");
+  }
   Status st = validateSelectorOptions(options.selector);
   if (!st.isOk()) return st.withContext("config [selection]");
   auto opt = ServerOptimizer::create(serverOptimizerOptions(options));

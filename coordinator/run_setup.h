@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/config/config.h"
+#include "common/data/dataset.h"
 #include "common/history/history.h"
 #include "common/status.h"
 #include "coordinator/round_engine.h"
@@ -16,6 +18,27 @@ namespace fedfleet::coordinator {
 // The engine options a validated config asks for (run_id and, when resuming, first_round and
 // model_version are the caller's to set).
 EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id);
+
+// The size of every partition of the training split, cut as clients cut it for their tasks
+// (common/data/split.h with options.data and options.num_partitions): what the engine bounds an
+// update's sample claim with (EngineOptions::partition_sizes). `train` is the training split
+// with options.data.subset applied, as clients load it. Errors: the partitioner's.
+Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
+                                             const data::Dataset& train);
+// The same, loading the training split from config.data.dir (or the default directory) as a
+// client does. A data set clients do not train from files (not "fashion-mnist") gives an empty
+// vector: sizes unknown, coordinator.max_samples_per_update bounds the claims. Errors: the
+// data set cannot be read, or the partitioner's.
+//
+// A driver calls it once it has the options it will run with (after engineOptionsFromConfig and
+// its own changes to them, num_partitions and data in particular) and before
+// checkEngineOptions:
+//   FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config, eo));
+// (or, to run on where the training data cannot be read, log the error and leave the sizes
+// empty: checkEngineOptions then refuses max_samples_per_update = 0). The simulator sets them
+// from its own shards instead.
+Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
+                                             const EngineOptions& options);
 
 // What the engine's constructor would otherwise abort on: selector and server optimiser
 // options it cannot build (kInvalidArgument naming the config key).

@@ -1,5 +1,6 @@
 #include "coordinator/update_weights.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
@@ -28,6 +29,19 @@ double clipScale(double norm, double clip) {
 }
 
 double l2Norm(const float* x, size_t n) { return std::sqrt(kernels::squaredNorm(x, n)); }
+
+double lowerMedian(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t m = (values.size() - 1) / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(m), values.end());
+  return values[m];
+}
+
+uint64_t plannedSteps(uint32_t epochs, uint32_t max_steps, uint32_t batch_size, uint64_t samples) {
+  if (max_steps > 0) return max_steps;
+  const uint64_t b = std::max<uint32_t>(batch_size, 1);
+  return uint64_t{epochs} * ((samples + b - 1) / b);
+}
 
 double FedNovaAccumulator::foldWeight(double n_k, double a_k) const {
   FEDFLEET_CHECK_MSG(n_k >= 0.0 && a_k > 0.0 && std::isfinite(n_k) && std::isfinite(a_k),

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace fedfleet::coordinator {
 
@@ -44,6 +45,17 @@ double clipScale(double norm, double clip);
 // with weight w * clipScale(norm, S), so the client reports it (or the coordinator buffers the
 // update); for chunk c of an update, the squares add: norm^2 = sum_c l2Norm(c)^2.
 double l2Norm(const float* x, size_t n);
+
+// The lower median of `values`: the element of rank floor((n - 1) / 2) in ascending order (of
+// two values, the smaller), 0 when empty. The robust bounds use it as "the round's typical
+// update": with one honest and one hostile update it is the honest one, where the midpoint of
+// the two would be half the hostile one.
+double lowerMedian(std::vector<double> values);
+
+// The most local steps a task can run (the bound on the steps an update may claim): max_steps
+// when it is set, else epochs full passes over `samples` in batches of `batch_size`
+// (epochs x ceil(samples / batch_size)); batch_size 0 counts as 1.
+uint64_t plannedSteps(uint32_t epochs, uint32_t max_steps, uint32_t batch_size, uint64_t samples);
 
 // FedNova's running totals for one round (see the top of this file). Plain value type.
 class FedNovaAccumulator {

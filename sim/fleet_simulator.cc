@@ -316,6 +316,9 @@ Status Simulator::init(const config::Config& config) {
   // Upload credits bound a real coordinator's receive buffers; virtual uploads hold no memory
   // there and their timing comes from the network profiles, so every upload goes at once.
   eo.max_concurrent_uploads = 0;
+  // Client k trains partition k: its shard's size bounds the samples its updates may claim.
+  eo.partition_sizes.resize(sc.clients);
+  for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
   FEDFLEET_RETURN_IF_ERROR(coordinator::checkEngineOptions(eo));
   hparams_ = eo.hparams;
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));

@@ -47,6 +47,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.eval_every", c.coordinator.eval_every);
   f("coordinator.max_concurrent_uploads", c.coordinator.max_concurrent_uploads);
   f("coordinator.max_message_mib", c.coordinator.max_message_mib);
+  f("coordinator.max_samples_per_update", c.coordinator.max_samples_per_update);
   f("policy.mode", c.policy.mode);
   f("policy.deadline", c.policy.deadline);
   f("policy.deadline_percentile", c.policy.deadline_percentile);
@@ -69,6 +70,9 @@ void forEachField(C& c, F&& f) {
   f("aggregation.beta2", c.aggregation.beta2);
   f("aggregation.tau", c.aggregation.tau);
   f("aggregation.buffer_mib", c.aggregation.buffer_mib);
+  f("aggregation.norm_bound", c.aggregation.norm_bound);
+  f("aggregation.norm_bound_action", c.aggregation.norm_bound_action);
+  f("aggregation.weight_cap", c.aggregation.weight_cap);
   f("selection.selector", c.selection.selector);
   f("selection.explore_initial", c.selection.explore_initial);
   f("selection.explore_decay", c.selection.explore_decay);
@@ -145,6 +149,8 @@ void forEachField(C& c, F&& f) {
   f("blocks.validation_samples", c.blocks.validation_samples);
   f("blocks.test_samples", c.blocks.test_samples);
   f("blocks.synthetic_shift", c.blocks.synthetic_shift);
+  f("limits.events_per_client_round", c.limits.events_per_client_round);
+  f("limits.max_loss", c.limits.max_loss);
 }
 
 template <typename T>
@@ -355,6 +361,12 @@ Status Config::validate() const {
     return invalidArgument("'" + key + "' " + why);
   };
   if (run.rounds == 0) return bad("run.rounds", "must be at least 1");
+  if (limits.events_per_client_round == 0) {
+    return bad("limits.events_per_client_round", "must be at least 1");
+  }
+  if (!(limits.max_loss > 0 && std::isfinite(limits.max_loss))) {
+    return bad("limits.max_loss", "must be finite and > 0");
+  }
   if (run.target_accuracy < 0 || run.target_accuracy > 1) {
     return bad("run.target_accuracy", "must be in [0, 1] (a fraction; 0: off)");
   }
@@ -570,6 +582,16 @@ Status Config::validateAggregation() const {
   if (!(a.beta2 >= 0 && a.beta2 < 1)) return bad("aggregation.beta2", "must be in [0, 1)");
   if (!(a.tau > 0)) return bad("aggregation.tau", "must be > 0");
   if (a.buffer_mib == 0) return bad("aggregation.buffer_mib", "must be at least 1");
+  FEDFLEET_RETURN_IF_ERROR(
+      oneOf("aggregation.norm_bound_action", a.norm_bound_action, {"clip", "reject"}));
+  if (!(a.norm_bound == 0 || (a.norm_bound >= 1 && std::isfinite(a.norm_bound)))) {
+    return bad("aggregation.norm_bound",
+               "must be 0 (off) or a finite multiple >= 1 of the median norm");
+  }
+  if (!(a.weight_cap == 0 || (a.weight_cap >= 1 && std::isfinite(a.weight_cap)))) {
+    return bad("aggregation.weight_cap",
+               "must be 0 (off) or a finite multiple >= 1 of the median weight");
+  }
   if (a.method == "scaffold") {
     for (const auto& [key, spec_text] : {std::pair<const char*, const std::string&>{
                                              "coordinator.codec", coordinator.codec},

@@ -47,12 +47,15 @@ struct CoordinatorSection {
   std::string codec = "none";           // codec every task asks for (common/compress/codec_spec.h)
   std::string slow_link_codec;          // codec for clients whose measured uplink is below
   double slow_link_mbps = 0;            // slow_link_mbps (empty: the same codec for all)
-  uint32_t partial_buffer_mib = 64;     // partial uploads kept in memory; beyond: a temp file
+  uint32_t partial_buffer_mib = 64;     // round's kept uploads in memory; beyond: a temp file
   uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
   uint32_t max_concurrent_uploads = 0;  // upload credits: clients sending chunks at once (FIFO
                                         // grants; 0: unbounded)
   uint32_t max_message_mib = 512;       // largest frame a client may send; a bigger one closes
                                         // its connection (logged and counted)
+  uint64_t max_samples_per_update = 1000000;  // the most samples an update may claim when its
+                                              // partition's size is unknown (0: no bound, only
+                                              // with partition sizes known)
 };
 
 // How rounds treat slow clients (docs/ALGORITHMS in shared/ALGORITHMS.md; coordinator/round_engine.h).
@@ -86,6 +89,18 @@ struct AggregationSection {
   double tau = 1e-3;
   uint32_t buffer_mib = 256;      // median, trimmed_mean: updates kept in memory; beyond: a
                                   // temporary file
+  double norm_bound = 5;          // an update's L2 norm above this x the round's median norm is
+                                  // clipped or rejected (0: off)
+  std::string norm_bound_action = "clip";  // clip, reject
+  double weight_cap = 10;                  // no update weighs more than this x the round's median
+                                           // sample count (0: off)
+};
+
+// Bounds on what one client can make the coordinator record.
+struct LimitsSection {
+  uint32_t events_per_client_round = 20;  // event rows per client and round; then one row
+                                          // "events_left_out" with the count
+  double max_loss = 1e6;                  // a summary's losses must lie in [0, max_loss]
 };
 
 // Which clients a round samples (coordinator/selector.h).
@@ -222,6 +237,7 @@ struct Config {
   HistorySection history;
   MetricsSection metrics;
   BlocksSection blocks;
+  LimitsSection limits;
 
   // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors
   // return kInvalidArgument naming the file, line and key; the Config may then be partly set.

@@ -63,5 +63,38 @@ TEST(PartialLog, AnErrorFromTheCallbackStopsTheWalk) {
   EXPECT_EQ(calls, 1);
 }
 
+TEST(PartialLog, FreedBuffersAreReusedWithinTheBound) {
+  PartialLog log(64);
+  const std::string big(40, 'a');
+  ASSERT_TRUE(log.append(1, 0, 10, big).isOk());
+  const char* first = nullptr;
+  ASSERT_TRUE(log.forEach(1,
+                          [&](uint64_t, uint64_t, std::string_view p) {
+                            first = p.data();
+                            return Status::ok();
+                          })
+                  .isOk());
+  log.erase(1);
+  EXPECT_EQ(log.memoryBytes(), 0u);
+  // The next payload lands in the freed buffer, with its own bytes; the bound still counts live
+  // payloads only.
+  ASSERT_TRUE(log.append(2, 0, 8, std::string(32, 'b')).isOk());
+  auto two = collect(log, 2);
+  ASSERT_EQ(two.size(), 1u);
+  EXPECT_EQ(two[0].payload, std::string(32, 'b'));
+  ASSERT_TRUE(log.forEach(2,
+                          [&](uint64_t, uint64_t, std::string_view p) {
+                            EXPECT_EQ(p.data(), first);
+                            return Status::ok();
+                          })
+                  .isOk());
+  EXPECT_EQ(log.memoryBytes(), 32u);
+  log.clear();
+  EXPECT_EQ(log.memoryBytes(), 0u);
+  ASSERT_TRUE(log.append(3, 0, 16, std::string(64, 'c')).isOk());
+  EXPECT_EQ(log.memoryBytes(), 64u);
+  EXPECT_EQ(log.spilledBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace fedfleet::coordinator

@@ -1,5 +1,4 @@
 #include "coordinator/round_engine.h"
-#include "coordinator/run_setup.h"
 
 #include <gtest/gtest.h>
 
@@ -10,123 +9,13 @@
 
 #include "common/compress/codec.h"
 #include "common/crypto/sha256.h"
+#include "coordinator/run_setup.h"
+#include "tests/coordinator/round_engine_fixture.h"
 
 namespace fedfleet::coordinator {
 namespace {
 
-template <typename T>
-std::vector<T> actionsOf(const std::vector<Action>& actions) {
-  std::vector<T> out;
-  for (const auto& a : actions) {
-    if (auto* p = std::get_if<T>(&a)) out.push_back(*p);
-  }
-  return out;
-}
-
-// How many RecordEvent actions of `kind` are in `actions`.
-int eventsOf(const std::vector<Action>& actions, const std::string& kind) {
-  int n = 0;
-  for (const auto& e : actionsOf<RecordEvent>(actions)) n += e.event.kind == kind;
-  return n;
-}
-
-wire::Hello hello(const std::string& id, int32_t partition = -1) {
-  wire::Hello h;
-  h.client_id = id;
-  h.requested_partition = partition;
-  return h;
-}
-
-// A codec "none" payload (header + fp32) holding `v`.
-std::string floats(const std::vector<float>& v) {
-  static const auto codec = std::move(compress::makeCodec(compress::CodecSpec()).value());
-  std::string out;
-  codec->encode(v.data(), v.size(), 0, &out);
-  return out;
-}
-
-// A chunk of `v` at `offset`, declaring the update's weight inputs (n samples, 3 steps).
-wire::Chunk chunkOf(uint64_t token, uint64_t offset, const std::vector<float>& v, bool last,
-                    uint64_t n = 10, uint64_t steps = 3) {
-  wire::Chunk c;
-  c.task_token = token;
-  c.offset = offset;
-  c.payload = floats(v);
-  c.elements = v.size();
-  c.last = last;
-  c.n_samples = n;
-  c.steps = steps;
-  return c;
-}
-
-struct Fixture {
-  EngineOptions options;
-  std::unique_ptr<RoundEngine> engine;
-  std::vector<Action> log;
-
-  explicit Fixture(EngineOptions o, std::vector<float> params = {0, 0, 0}) : options(o) {
-    engine = std::make_unique<RoundEngine>(o, std::move(params));
-  }
-  // Takes the actions, answering every Evaluate at once (as the real driver does) with
-  // loss = sum of the parameters and accuracy 0.5.
-  std::vector<Action> take() {
-    std::vector<Action> all;
-    while (true) {
-      auto a = engine->takeActions();
-      if (a.empty()) break;
-      for (const auto& action : a) {
-        if (auto* e = std::get_if<Evaluate>(&action)) {
-          double sum = 0;
-          for (float v : *e->params) sum += v;
-          engine->onEvaluated(e->round, EvalOutcome{sum, 0.5}, 0);
-        }
-      }
-      all.insert(all.end(), a.begin(), a.end());
-    }
-    log.insert(log.end(), all.begin(), all.end());
-    return all;
-  }
-  // Sends `delta` in chunks of `per_chunk` values, then a summary.
-  void upload(const std::string& id, uint64_t token, const std::vector<float>& delta, uint64_t n,
-              double now, size_t per_chunk = 2, uint64_t steps = 3, double compute_s = 0) {
-    for (size_t off = 0; off < delta.size(); off += per_chunk) {
-      size_t len = std::min(per_chunk, delta.size() - off);
-      wire::Chunk c = chunkOf(token, off,
-                              std::vector<float>(delta.begin() + off, delta.begin() + off + len),
-                              off + len == delta.size(), n, steps);
-      engine->onChunk(id, c, 100, now);
-    }
-    wire::Summary s;
-    s.task_token = token;
-    s.n_samples = n;
-    s.steps = steps;
-    s.compute_seconds = compute_s;
-    s.mean_loss = 1.5;
-    if (served_echo) {  // the client holds this served model: 20 held-out samples, 65%
-      s.served_sha256 = *served_echo;
-      s.served_samples = 20;
-      s.served_loss = 0.7;
-      s.served_accuracy = 0.65;
-    }
-    engine->onSummary(id, s, 50, now);
-  }
-  std::optional<wire::Sha256> served_echo;  // what summaries say the client serves (none: unset)
-};
-
-EngineOptions baseOptions(uint32_t k, uint32_t min_clients, uint32_t quorum) {
-  EngineOptions o;
-  o.run_id = 7;
-  o.rounds = 3;
-  o.clients_per_round = k;
-  o.min_clients = min_clients;
-  o.quorum = quorum;
-  o.deadline_s = 10;
-  o.liveness_s = 3;
-  o.wait_clients_s = 100;
-  o.num_partitions = 4;
-  o.seed = 42;
-  return o;
-}
+using namespace engine_test;
 
 TEST(RoundEngine, Round0IsTheInitialEvaluation) {
   EngineOptions o = baseOptions(1, 1, 1);
@@ -817,12 +706,6 @@ TEST(RoundEngine, EvalEveryEvaluatesOnlyEveryNthRoundAndTheLast) {
 
 // ---- Straggler policies ----
 
-std::map<std::string, uint64_t> tokensOf(const std::vector<SendTask>& tasks) {
-  std::map<std::string, uint64_t> t;
-  for (const auto& st : tasks) t[st.client] = st.task.task_token;
-  return t;
-}
-
 TEST(RoundEnginePolicies, OverSelectionAggregatesTheFirstKAndCancelsTheRest) {
   EngineOptions o = baseOptions(2, 3, 2);
   o.over_selection = 0.5;  // ceil(2 x 1.5) = 3 selected
@@ -918,9 +801,9 @@ TEST(RoundEnginePolicies, AdaptiveStepsSizeWorkToTheMeasuredSpeed) {
   for (const auto& t : tasks) EXPECT_EQ(t.task.hparams.max_steps, 0u);  // not measured yet
   auto token = tokensOf(tasks);
   // a: 10 steps in 5 s of compute, done at 6 (1 s overhead): 2 steps/s.
-  f.upload("a", token["a"], {1, 1, 1}, 1, 6, 2, 10, 5.0);
+  f.upload("a", token["a"], {1, 1, 1}, 100, 6, 2, 10, 5.0);
   // b: 10 steps in 20 s... would be late at 10; it reports at 9 with compute 8 s: 1.25 steps/s.
-  f.upload("b", token["b"], {1, 1, 1}, 1, 9, 2, 10, 8.0);
+  f.upload("b", token["b"], {1, 1, 1}, 100, 9, 2, 10, 8.0);
   tasks = actionsOf<SendTask>(f.take());
   ASSERT_EQ(tasks.size(), 2u);
   std::map<std::string, uint32_t> steps;
@@ -1316,27 +1199,6 @@ TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterAResta
   // A corrupt state is refused and changes nothing.
   EXPECT_FALSE(second.engine->loadState(state.substr(0, state.size() - 3)).isOk());
   EXPECT_FALSE(second.engine->loadState("nonsense").isOk());
-}
-
-
-// One round with clients a, b (and more registered) uploading the given deltas; returns the
-// commit.
-struct Upload {
-  std::string client;
-  std::vector<float> delta;
-  uint64_t n = 1;
-  uint64_t steps = 3;
-};
-CommitRound oneRound(Fixture& f, const std::vector<std::string>& ids,
-                     const std::vector<Upload>& uploads) {
-  f.engine->start(0);
-  for (const auto& id : ids) f.engine->onHello(id, hello(id), 0);
-  auto token = tokensOf(actionsOf<SendTask>(f.take()));
-  double t = 1;
-  for (const auto& u : uploads) f.upload(u.client, token.at(u.client), u.delta, u.n, t++, 2, u.steps);
-  auto commits = actionsOf<CommitRound>(f.take());
-  EXPECT_EQ(commits.size(), 1u);
-  return commits.empty() ? CommitRound{} : commits[0];
 }
 
 TEST(RoundEngineAggregation, FedNovaNormalisesByLocalSteps) {

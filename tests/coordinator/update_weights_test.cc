@@ -155,5 +155,22 @@ TEST(FedNovaDeathTest, AnUpdateWithoutStepsAborts) {
   EXPECT_DEATH(acc.add(10, 0), "normaliser");
 }
 
+TEST(LowerMedian, IsTheLowerMiddleValue) {
+  EXPECT_EQ(lowerMedian({}), 0);
+  EXPECT_EQ(lowerMedian({7}), 7);
+  // Of two, the smaller: one honest and one hostile update give the honest one.
+  EXPECT_EQ(lowerMedian({1e20, 2}), 2);
+  EXPECT_EQ(lowerMedian({3, 1, 2}), 2);
+  EXPECT_EQ(lowerMedian({4, 1, 3, 2}), 2);
+}
+
+TEST(PlannedSteps, MaxStepsOrEpochsTimesBatches) {
+  EXPECT_EQ(plannedSteps(2, 0, 32, 100), 8u);  // 2 x ceil(100 / 32)
+  EXPECT_EQ(plannedSteps(1, 0, 10, 100), 10u);
+  EXPECT_EQ(plannedSteps(3, 5, 32, 100), 5u);  // max_steps wins
+  EXPECT_EQ(plannedSteps(1, 0, 0, 4), 4u);     // batch 0 counts as 1
+  EXPECT_EQ(plannedSteps(1, 0, 32, 0), 0u);
+}
+
 }  // namespace
 }  // namespace fedfleet::coordinator

@@ -242,5 +242,52 @@ prox_mu = 0.5
   EXPECT_NE(scaffold_topk.validate().message().find("coordinator.codec"), std::string::npos);
 }
 
+TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
+  Config c;
+  EXPECT_EQ(c.coordinator.max_samples_per_update, 1000000u);
+  EXPECT_DOUBLE_EQ(c.aggregation.norm_bound, 5);
+  EXPECT_EQ(c.aggregation.norm_bound_action, "clip");
+  EXPECT_DOUBLE_EQ(c.aggregation.weight_cap, 10);
+  EXPECT_EQ(c.limits.events_per_client_round, 20u);
+  EXPECT_DOUBLE_EQ(c.limits.max_loss, 1e6);
+  const nlohmann::json j = c.toJson();
+  EXPECT_EQ(j["aggregation"]["norm_bound_action"], "clip");
+  EXPECT_EQ(j["limits"]["events_per_client_round"], 20);
+  EXPECT_EQ(j["coordinator"]["max_samples_per_update"], 1000000);
+
+  ASSERT_TRUE(c.loadString("[aggregation]\nnorm_bound = 3.5\nnorm_bound_action = \"reject\"\n"
+                           "weight_cap = 0\n[limits]\nevents_per_client_round = 4\n"
+                           "max_loss = 50.0\n[coordinator]\nmax_samples_per_update = 0\n",
+                           "test")
+                  .isOk());
+  EXPECT_TRUE(c.validate().isOk());  // 0 samples bound: checked against partition sizes later
+  EXPECT_DOUBLE_EQ(c.aggregation.norm_bound, 3.5);
+  EXPECT_EQ(c.aggregation.norm_bound_action, "reject");
+  EXPECT_DOUBLE_EQ(c.aggregation.weight_cap, 0);
+  EXPECT_EQ(c.limits.events_per_client_round, 4u);
+  EXPECT_DOUBLE_EQ(c.limits.max_loss, 50);
+  EXPECT_EQ(c.coordinator.max_samples_per_update, 0u);
+
+  struct Bad {
+    const char* set;
+    const char* key;
+  };
+  for (const Bad& b :
+       {Bad{"aggregation.norm_bound=0.5", "aggregation.norm_bound"},
+        Bad{"aggregation.norm_bound=-1", "aggregation.norm_bound"},
+        Bad{"aggregation.norm_bound_action=\"scale\"", "aggregation.norm_bound_action"},
+        Bad{"aggregation.weight_cap=0.9", "aggregation.weight_cap"},
+        Bad{"limits.events_per_client_round=0", "limits.events_per_client_round"},
+        Bad{"limits.max_loss=0", "limits.max_loss"}}) {
+    Config d;
+    ASSERT_TRUE(d.set(b.set).isOk()) << b.set;
+    Status st = d.validate();
+    ASSERT_FALSE(st.isOk()) << b.set;
+    EXPECT_NE(st.message().find(b.key), std::string::npos) << st.message();
+  }
+  Config unknown;
+  EXPECT_FALSE(unknown.set("limits.events_per_round=3").isOk());
+}
+
 }  // namespace
 }  // namespace fedfleet::config

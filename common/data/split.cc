@@ -1,0 +1,28 @@
+#include "common/data/split.h"
+
+#include "common/data/block_cyclic.h"
+#include "common/data/partition.h"
+
+namespace fedfleet::data {
+
+Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<uint8_t>& labels,
+                                                       uint32_t num_classes,
+                                                       const wire::DataSpec& spec) {
+  if (spec.scheme == "block-cyclic") {
+    BlockCyclicSpec bs;
+    bs.blocks = spec.blocks;
+    bs.skew = spec.skew;
+    bs.num_partitions = spec.num_partitions;
+    bs.seed = spec.seed;
+    return partitionBlockCyclic(labels, num_classes, bs);
+  }
+  PartitionSpec ps;
+  ps.scheme = spec.scheme;
+  ps.alpha = spec.alpha;
+  ps.labels_per_client = spec.labels_per_client;
+  ps.num_partitions = spec.num_partitions;
+  ps.seed = spec.seed;
+  return partitionIndices(labels, num_classes, ps);
+}
+
+}  // namespace fedfleet::data

@@ -1,0 +1,24 @@
+// The split a task's data spec names: which partitioner, with which parameters. Clients cut
+// their training data with it and the coordinator sizes the partitions with it (each
+// partition's size bounds the sample count an update may claim), so both sides agree sample
+// for sample.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "common/wire/messages.h"
+
+namespace fedfleet::data {
+
+// The partitions of a data set with labels `labels` that `spec` describes (its scheme, seed and
+// partition count; "block-cyclic" is common/data/block_cyclic.h's partitionBlockCyclic with
+// spec.blocks and spec.skew, as the simulator splits; every other scheme is partitionIndices).
+// spec.index and spec.subset are not read: the caller loads the subset. Errors as the
+// partitioners'.
+Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<uint8_t>& labels,
+                                                       uint32_t num_classes,
+                                                       const wire::DataSpec& spec);
+
+}  // namespace fedfleet::data
