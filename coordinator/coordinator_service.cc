@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "common/crypto/random.h"
 #include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
 #include "common/history/history.h"
@@ -123,6 +124,9 @@ class ZmqCoordinator final : public CoordinatorService {
   std::map<ClientId, EventBudget> event_budget_;
   double budgets_flushed_at_ = 0;
   std::atomic<bool> reload_{false};
+  // This process's session id, in every task: a client that sees a new one drops the old
+  // session's work at once (its uploads would only be refused as stale).
+  const uint64_t session_ = crypto::randomToken();
   // Decode time per update: the engine reads no clock, so the driver times its onChunk calls.
   std::map<uint64_t, uint32_t> round_of_token_;
   std::map<std::pair<uint32_t, ClientId>, double> decode_seconds_;
@@ -274,6 +278,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
     eo.model_version = model_version;
     eo.evaluate_initial = evaluate_initial;
   }
+  // What each partition holds bounds what an update may claim (the clients cut the same split).
+  FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config_, eo));
   FEDFLEET_RETURN_IF_ERROR(checkEngineOptions(eo));
   engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
   if (!engine_state.empty()) {
@@ -586,6 +592,7 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
         using T = std::decay_t<decltype(a)>;
         if constexpr (std::is_same_v<T, SendTask>) {
           round_of_token_[a.task.task_token] = a.task.round;
+          a.task.coordinator_session = session_;
           sendTask(a);
         } else if constexpr (std::is_same_v<T, SendCancel>) {
           sendTo(a.client, a.cancel, now);
