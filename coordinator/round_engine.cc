@@ -12,6 +12,7 @@
 #include "common/compress/payload.h"
 #include "common/crypto/random.h"
 #include "common/crypto/sha256.h"
+#include "common/format.h"
 #include "kernels/accumulate.h"
 
 namespace fedfleet::coordinator {
@@ -1128,6 +1129,26 @@ void RoundEngine::onTick(double now) {
   } else if (phase_ == Phase::kRunning && now >= round_deadline_) {
     finishRound(now);
   }
+  if (creditsBounded() && options_.upload_idle_s > 0) {
+    // A stalled upload must not hold a credit others wait for.
+    std::vector<uint64_t> idle;
+    for (uint64_t token : granted_) {
+      auto it = participants_.find(token);
+      if (it == participants_.end() || it->second.state != UpdateState::kPending) continue;
+      if (now - lastUploadActivity(it->second) >= options_.upload_idle_s) idle.push_back(token);
+    }
+    for (uint64_t token : idle) {
+      auto it = participants_.find(token);
+      if (it == participants_.end() || it->second.state != UpdateState::kPending) continue;
+      rejectUpdate(it->second, token,
+                   "upload sent nothing for " +
+                       formatDuration(now - lastUploadActivity(it->second)) +
+                       " holding an upload credit (coordinator.upload_idle_s = " +
+                       formatDuration(options_.upload_idle_s) + ")",
+                   now);
+      maybeFinishEarly(now);
+    }
+  }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
     if (phase_ == Phase::kWaiting && now - wait_since_ > options_.wait_clients_s) {
@@ -1156,6 +1177,14 @@ std::optional<double> RoundEngine::nextWakeup() const {
     consider(round_deadline_);
   }
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
+  if (creditsBounded() && options_.upload_idle_s > 0) {
+    for (uint64_t token : granted_) {
+      auto it = participants_.find(token);
+      if (it != participants_.end() && it->second.state == UpdateState::kPending) {
+        consider(lastUploadActivity(it->second) + options_.upload_idle_s);
+      }
+    }
+  }
   if (phase_ == Phase::kWaiting && block_schedule_) {
     // A clock schedule may bring the next block's clients: look again at the boundary.
     if (block_wakeup_) consider(*block_wakeup_);

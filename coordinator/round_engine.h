@@ -30,7 +30,9 @@
 //     rejected, cancelled or late, its client lost, the round or run over): after every event
 //     the engine drops the grants and queued requests of tasks that are no longer pending and
 //     grants the next in line, so no path can keep a credit. With credits bounded, a chunk of a
-//     task without a grant rejects the update.
+//     task without a grant rejects the update, and a granted upload that sends nothing for
+//     upload_idle_s (since its grant or its last chunk) is rejected, so a stalled client cannot
+//     keep the credit from the next in line.
 //  5. Upload. The client streams its delta as Chunks carrying the token, in order (element
 //     offsets must be contiguous), each a self-describing payload of the task's codec (or fp16
 //     for a small tensor of a topk task with dense_below; common/compress/payload.h) with the
@@ -198,6 +200,9 @@ struct EngineOptions {
   // Upload credits (protocol step 4): tasks whose client may send chunks at once (0: unbounded).
   // Only granted tasks send chunks, so at most this many uploads are received at once.
   uint32_t max_concurrent_uploads = 0;
+  // With credits bounded: a granted upload that sends nothing for this long (since its grant or
+  // its last chunk) is rejected, and its credit goes to the next in line (0: never).
+  double upload_idle_s = 30;
   bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
   uint32_t eval_every = 1;       // evaluate after every this many rounds (and after the last)
   double target_accuracy = 0;    // > 0: the run ends at the first evaluation reaching it
@@ -527,6 +532,10 @@ class RoundEngine {
   // queued requests in order while credits are free.
   void settleCredits(double now);
   bool creditsBounded() const { return options_.max_concurrent_uploads > 0; }
+  // The last sign of an upload in progress: its grant or its last chunk.
+  static double lastUploadActivity(const Participant& p) {
+    return std::max(p.granted_at, p.last_chunk_at);
+  }
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
              double now);
   void tryStartRound(double now);

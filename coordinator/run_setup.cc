@@ -47,6 +47,7 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.slow_link_mbps = cc.slow_link_mbps;
   eo.partial_buffer_bytes = uint64_t{cc.partial_buffer_mib} << 20;
   eo.max_concurrent_uploads = cc.max_concurrent_uploads;
+  eo.upload_idle_s = cc.upload_idle_s;
   eo.hparams.prox_mu = static_cast<float>(config.train.prox_mu);
   const auto& a = config.aggregation;
   eo.aggregator = a.method;

@@ -47,6 +47,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.eval_every", c.coordinator.eval_every);
   f("coordinator.max_concurrent_uploads", c.coordinator.max_concurrent_uploads);
   f("coordinator.max_message_mib", c.coordinator.max_message_mib);
+  f("coordinator.upload_idle_s", c.coordinator.upload_idle_s);
   f("coordinator.max_samples_per_update", c.coordinator.max_samples_per_update);
   f("policy.mode", c.policy.mode);
   f("policy.deadline", c.policy.deadline);
@@ -418,6 +419,9 @@ Status Config::validate() const {
   if (client.upload_mbps < 0) return bad("client.upload_mbps", "must be >= 0 (0: unthrottled)");
   if (client.upload_burst_kib == 0 || client.upload_burst_kib > 1048576) {
     return bad("client.upload_burst_kib", "must be between 1 and 1048576");
+  }
+  if (!(coordinator.upload_idle_s >= 0) || !std::isfinite(coordinator.upload_idle_s)) {
+    return bad("coordinator.upload_idle_s", "must be >= 0 seconds (0: never)");
   }
   if (coordinator.max_message_mib == 0 || coordinator.max_message_mib > 4096) {
     return bad("coordinator.max_message_mib", "must be between 1 and 4096");

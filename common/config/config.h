@@ -51,6 +51,8 @@ struct CoordinatorSection {
   uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
   uint32_t max_concurrent_uploads = 0;  // upload credits: clients sending chunks at once (FIFO
                                         // grants; 0: unbounded)
+  double upload_idle_s = 30;            // with upload credits: a granted upload silent this
+                                        // long loses its credit (rejected; 0: never)
   uint32_t max_message_mib = 512;       // largest frame a client may send; a bigger one closes
                                         // its connection (logged and counted)
   uint64_t max_samples_per_update = 1000000;  // the most samples an update may claim when its

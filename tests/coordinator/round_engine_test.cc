@@ -981,6 +981,59 @@ TEST(RoundEngineCredits, AtMostTwoUploadsInFlightGrantedInTheOrderAsked) {
             (std::map<std::string, double>{{"a", 0}, {"b", 3}, {"c", 3}, {"d", 0}, {"e", 0}}));
 }
 
+// A granted upload that sends nothing for upload_idle_s is rejected and its credit goes to the
+// next in line; one that keeps sending chunks keeps it.
+TEST(RoundEngineCredits, AStalledGrantIsRejectedAndItsCreditGoesToTheNextInLine) {
+  EngineOptions o = creditOptions(3, 1);
+  o.upload_idle_s = 2;
+  o.deadline_s = 100;
+  Fixture f(o, {0, 0, 0, 0});
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto token = tokensOf(actionsOf<SendTask>(f.take()));
+  ASSERT_EQ(token.size(), 3u);
+  f.engine->onUploadRequest("a", token["a"], 1);  // a takes the credit and stalls
+  f.engine->onUploadRequest("b", token["b"], 1.5);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["a"]}));
+  ASSERT_TRUE(f.engine->nextWakeup().has_value());
+  EXPECT_DOUBLE_EQ(*f.engine->nextWakeup(), 3.0);  // a's grant at 1 + 2 s
+  f.engine->onTick(2.9);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log).size(), 1u);
+  f.engine->onTick(3.0);
+  auto actions = f.take();
+  ASSERT_EQ(actionsOf<SendError>(actions).size(), 1u);
+  EXPECT_EQ(actionsOf<SendError>(actions)[0].client, "a");
+  EXPECT_EQ(eventsOf(actions, "update_rejected"), 1);
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["a"], token["b"]}));
+  // b sends a chunk every 1.5 s: never idle for 2 s, so it keeps the credit to the end.
+  const std::vector<float> delta = {4, 4, 4, 4};
+  for (int i = 0; i < 3; ++i) {
+    const double t = 3.0 + 1.5 * (i + 1);
+    f.engine->onTick(t - 0.01);
+    wire::Chunk c = chunkOf(token["b"], i, {delta[i]}, false, 10, 3);
+    f.engine->onChunk("b", c, 100, t);
+  }
+  f.engine->onTick(9.4);
+  f.engine->onChunk("b", chunkOf(token["b"], 3, {delta[3]}, true, 10, 3), 100, 9.4);
+  wire::Summary s;
+  s.task_token = token["b"];
+  s.n_samples = 10;
+  s.steps = 3;
+  s.mean_loss = 1;
+  f.engine->onSummary("b", s, 50, 9.5);
+  f.engine->onUploadRequest("c", token["c"], 9.6);
+  f.take();
+  EXPECT_EQ(grantsIn(f.log), (std::vector<uint64_t>{token["a"], token["b"], token["c"]}));
+  f.upload("c", token["c"], {0, 0, 0, 0}, 10, 10);
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.completed, 2u);
+  EXPECT_EQ(commits[0].round.rejected, 1u);
+  EXPECT_EQ(f.engine->params(), (std::vector<float>{2, 2, 2, 2}));  // (4 + 0) / 2
+}
+
 // A credit comes back whichever way its upload ends: the client lost mid-upload, the update
 // rejected, cancelled by over-selection, or the round's deadline.
 TEST(RoundEngineCredits, CreditsComeBackWhenTheHolderIsLostRejectedCancelledOrLate) {
