@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -397,6 +398,50 @@ TEST_F(HistoryCommand, EventsInEachFormatMatchTheDatabase) {
   EXPECT_NE(table.find("update_rejected"), std::string::npos) << table;
   EXPECT_NE(table.find("line\\nbreak"), std::string::npos) << table;  // escaped on one line
   EXPECT_EQ(table.find("client_dropped"), std::string::npos) << table;
+}
+
+// The file names in `dir`.
+std::vector<std::string> filesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string fileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A copy of the history in a directory made read-only: every view and the report read it, and
+// neither the directory nor the file changes. Tests run as root, which the permission bits do
+// not stop, so the assertions are on what is left behind: no -wal, no -shm, the same bytes.
+TEST_F(HistoryCommand, ViewsAndReportReadAHistoryInAReadOnlyDirectory) {
+  const std::string ro = dir_ + "/ro";
+  std::filesystem::create_directories(ro);
+  const std::string copy = ro + "/h.db";
+  std::filesystem::copy_file(db_, copy);
+  const std::string before = fileBytes(copy);
+  std::filesystem::permissions(ro, std::filesystem::perms(0555));
+  for (const char* view : {"runs", "rounds", "clients", "updates", "events", "blocks", "served"}) {
+    for (const char* format : {"table", "json"}) {
+      auto [rc, out] = run({view, "--db", copy, "--format", format});
+      EXPECT_EQ(rc, 0) << view << " " << format << ": " << out;
+      EXPECT_EQ(out.find("readonly"), std::string::npos) << out;
+    }
+  }
+  auto [rc, rounds] = run({"rounds", "--db", copy, "--format", "csv"});
+  ASSERT_EQ(rc, 0) << rounds;
+  EXPECT_EQ(csvObjects(rounds).size(), 3u);
+  const std::string report = dir_ + "/r.html";
+  testing::Process p({kBinary, "report", "--db", copy, "-o", report}, dir_ + "/report.txt");
+  EXPECT_EQ(p.waitFor(30).value_or(-1), 0) << p.log();
+  EXPECT_TRUE(std::filesystem::exists(report));
+  EXPECT_EQ(filesIn(ro), std::vector<std::string>{"h.db"});
+  EXPECT_EQ(fileBytes(copy), before);
+  std::filesystem::permissions(ro, std::filesystem::perms(0755));
 }
 
 TEST_F(HistoryCommand, BadViewsAndFilesAreClearErrors) {
