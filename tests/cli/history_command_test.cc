@@ -400,6 +400,51 @@ TEST_F(HistoryCommand, EventsInEachFormatMatchTheDatabase) {
   EXPECT_EQ(table.find("client_dropped"), std::string::npos) << table;
 }
 
+TEST_F(HistoryCommand, RoundsShowRejectedUpdatesInEachFormat) {
+  {
+    auto store = history::openSqliteHistory(db_);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    auto id = (*store)->beginRun(history::RunRecord{});
+    ASSERT_TRUE(id.isOk());
+    history::RoundRecord row;
+    row.run_id = *id;
+    row.round = 1;
+    row.selected = 5;
+    row.completed = 2;
+    row.rejected = 3;
+    std::vector<history::UpdateRecord> updates;
+    for (int c = 1; c <= 5; ++c) {
+      updates.push_back(
+          update(*id, 1, "client-" + std::to_string(c), c <= 3 ? "rejected" : "completed", 0.5));
+    }
+    ASSERT_TRUE((*store)->commitRound(row, updates, std::nullopt).isOk());
+  }
+  auto [rc, table] = run({"--db", db_});
+  ASSERT_EQ(rc, 0) << table;
+  // The header's "rejected" column holds 3 in the round's line.
+  std::istringstream lines(table);
+  std::string header, line;
+  std::getline(lines, header);
+  std::getline(lines, line);
+  std::vector<std::string> names, values;
+  for (std::istringstream in(header); in >> header;) names.push_back(header);
+  for (std::istringstream in(line); in >> line;) values.push_back(line);
+  const auto at = std::find(names.begin(), names.end(), "rejected") - names.begin();
+  ASSERT_LT(at, static_cast<long>(names.size())) << table;
+  ASSERT_EQ(values.size(), names.size()) << table;
+  EXPECT_EQ(values[at], "3") << table;
+  EXPECT_EQ(values[std::find(names.begin(), names.end(), "completed") - names.begin()], "2");
+
+  auto [rc2, csv] = run({"--db", db_, "--format", "csv"});
+  ASSERT_EQ(rc2, 0) << csv;
+  auto rows = csvObjects(csv);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["rejected"], "3");
+  auto [rc3, json] = run({"--db", db_, "--format", "json"});
+  ASSERT_EQ(rc3, 0) << json;
+  EXPECT_EQ(nlohmann::json::parse(json)[0]["rejected"], 3);
+}
+
 // The file names in `dir`.
 std::vector<std::string> filesIn(const std::string& dir) {
   std::vector<std::string> names;
