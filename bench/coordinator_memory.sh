@@ -28,7 +28,7 @@ run() {  # clients -> peak RSS of the coordinator in KiB
   local n=$1 dir="$WORK/run-$1"
   mkdir -p "$dir"
   /usr/bin/time -f "%M" -o "$dir/rss" "$FEDFLEET" coordinator --keys "$WORK/keys" \
-    --bind tcp://127.0.0.1:0 --endpoint-file "$dir/endpoint" --db "$dir/h.db" --model cnn \
+    --bind 'tcp://127.0.0.1:*' --endpoint-file "$dir/endpoint" --db "$dir/h.db" --model cnn \
     --rounds "$ROUNDS" --clients-per-round "$n" --min-clients "$n" --deadline 600 \
     --set coordinator.quorum="$n" --set train.steps=1 --set data.test_subset=2000 \
     --set coordinator.wait_clients_s=600 \

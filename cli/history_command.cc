@@ -1,9 +1,14 @@
 #include "cli/history_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "cli/report.h"
@@ -13,8 +18,9 @@
 namespace fedfleet::cli {
 namespace {
 
-// Opens an existing history for reading. Prints the problem and returns the exit status in
-// `exit_code` on failure: 2 for a missing file, 1 for one that is not a fedfleet history.
+// Opens an existing history read-only (nothing is written, and no -wal or -shm file is left
+// beside it). Prints the problem and returns the exit status in `exit_code` on failure: 2 for a
+// missing file, 1 for one that is not a fedfleet history.
 std::unique_ptr<history::HistoryStore> openExisting(const std::string& db, const char* command,
                                                     int* exit_code) {
   std::error_code ec;
@@ -23,20 +29,28 @@ std::unique_ptr<history::HistoryStore> openExisting(const std::string& db, const
     *exit_code = 2;
     return nullptr;
   }
-  // SQLite would turn an empty file into a new, empty history; a reader must not write.
-  if (std::filesystem::file_size(db, ec) == 0) {
-    std::cerr << "fedfleet " << command << ": " << db
-              << ": empty file, not a fedfleet history database\n";
-    *exit_code = 1;
-    return nullptr;
-  }
-  auto store = history::openSqliteHistory(db);
+  auto store = history::openSqliteHistoryReadOnly(db);
   if (!store.isOk()) {
     std::cerr << "fedfleet " << command << ": " << store.status().toString() << "\n";
     *exit_code = 1;
     return nullptr;
   }
   return std::move(store).value();
+}
+
+// Why a file cannot be written at `path`: its directory does not exist, is not a directory or
+// may not be written by this user; std::nullopt when it looks writable.
+std::optional<std::string> unwritableReason(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  const auto status = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(status)) return "directory " + dir.string() + " does not exist";
+  if (!std::filesystem::is_directory(status)) return dir.string() + " is not a directory";
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return "directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")";
+  }
+  return std::nullopt;
 }
 
 // Checks `run` is in `runs`; prints the problem otherwise.
@@ -151,6 +165,10 @@ int runReportCommand(const ReportArgs& args) {
   for (int64_t run : args.runs) {
     if (!knownRun(*runs, run, args.db, kCommand)) return 2;
   }
+  if (auto reason = unwritableReason(args.output)) {
+    std::cerr << "fedfleet report: cannot write " << args.output << ": " << *reason << "\n";
+    return 1;
+  }
   ReportOptions options;
   options.title = "fedfleet report: " + std::filesystem::path(args.db).filename().string();
   options.runs = args.runs;
@@ -160,11 +178,13 @@ int runReportCommand(const ReportArgs& args) {
   // Written next to the target and renamed, so a reader never sees half a report.
   const std::string tmp = args.output + ".tmp";
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << *html;
     out.close();
     if (!out) {
-      std::cerr << "fedfleet report: cannot write " << tmp << "\n";
+      std::cerr << "fedfleet report: cannot write " << tmp << ": "
+                << (errno != 0 ? std::strerror(errno) : "write failed") << "\n";
       std::error_code ec;
       std::filesystem::remove(tmp, ec);
       return 1;

@@ -1,79 +1,18 @@
 #include "coordinator/metrics_server.h"
 
 #include <httplib.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 namespace fedfleet::coordinator {
-namespace {
-
-// Go's ParseFloat reads what Prometheus scrapes: shortest round-trip text, NaN, +Inf, -Inf.
-std::string number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  return ec == std::errc() ? std::string(buf, end) : "NaN";
-}
-
-// A label value with backslash, double quote and newline escaped, as the format requires.
-std::string labelValue(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '\\' || c == '"') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-void header(std::string& out, const char* name, const char* type, const char* help) {
-  out += "# HELP ";
-  out += name;
-  out += ' ';
-  out += help;
-  out += "\n# TYPE ";
-  out += name;
-  out += ' ';
-  out += type;
-  out += '\n';
-}
-
-void sample(std::string& out, const std::string& name, const std::string& value) {
-  out += name;
-  out += ' ';
-  out += value;
-  out += '\n';
-}
-
-void gauge(std::string& out, const char* name, const char* help, const std::string& value) {
-  header(out, name, "gauge", help);
-  sample(out, name, value);
-}
-
-void counter(std::string& out, const char* name, const char* help, uint64_t value) {
-  header(out, name, "counter", help);
-  sample(out, name, std::to_string(value));
-}
-
-void labelledCounter(std::string& out, const char* name, const char* help, const char* label,
-                     const std::map<std::string, uint64_t>& values) {
-  header(out, name, "counter", help);
-  for (const auto& [key, value] : values) {
-    sample(out, std::string(name) + "{" + label + "=\"" + labelValue(key) + "\"}",
-           std::to_string(value));
-  }
-}
-
-}  // namespace
 
 void DurationHistogram::observe(double seconds) {
   size_t i = 0;
@@ -92,47 +31,68 @@ uint64_t DurationHistogram::cumulativeCount(size_t i) const {
 }
 
 std::string formatPrometheus(const MetricsSnapshot& s) {
-  std::string out;
-  gauge(out, "fedfleet_run_id", "Id of the run in the history database.", std::to_string(s.run_id));
-  gauge(out, "fedfleet_round", "The round in progress (the last one dispatched).",
-        std::to_string(s.round));
-  gauge(out, "fedfleet_rounds_target", "Rounds this run is configured to train (run.rounds).",
-        std::to_string(s.rounds_target));
-  gauge(out, "fedfleet_model_version", "Version of the global model (aggregations so far).",
-        std::to_string(s.model_version));
-  gauge(out, "fedfleet_connected_clients", "Clients connected and alive.",
-        std::to_string(s.connected_clients));
+  // A registry of its own for each rendering: the snapshot is the state (the loop's, copied),
+  // prometheus-cpp's families and TextSerializer are the format.
+  prometheus::Registry registry;
+  auto gauge = [&registry](const std::string& name, const std::string& help, double value) {
+    prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({}).Set(value);
+  };
+  auto counter = [&registry](const std::string& name, const std::string& help, uint64_t value) {
+    prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({}).Increment(
+        static_cast<double>(value));
+  };
+  auto labelledCounter = [&registry](const std::string& name, const std::string& help,
+                                     const std::string& label,
+                                     const std::map<std::string, uint64_t>& values) {
+    auto& family = prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+    for (const auto& [key, value] : values) {
+      family.Add({{label, key}}).Increment(static_cast<double>(value));
+    }
+  };
+
+  gauge("fedfleet_run_id", "Id of the run in the history database.", static_cast<double>(s.run_id));
+  gauge("fedfleet_round", "The round in progress (the last one dispatched).", s.round);
+  gauge("fedfleet_rounds_target", "Rounds this run is configured to train (run.rounds).",
+        s.rounds_target);
+  gauge("fedfleet_model_version", "Version of the global model (aggregations so far).",
+        static_cast<double>(s.model_version));
+  gauge("fedfleet_connected_clients", "Clients connected and alive.",
+        static_cast<double>(s.connected_clients));
   if (s.test_accuracy) {
-    gauge(out, "fedfleet_test_accuracy", "Test accuracy (fraction) of the last evaluated round.",
-          number(*s.test_accuracy));
+    gauge("fedfleet_test_accuracy", "Test accuracy (fraction) of the last evaluated round.",
+          *s.test_accuracy);
   }
   if (s.test_loss) {
-    gauge(out, "fedfleet_test_loss", "Test loss of the last evaluated round.",
-          number(*s.test_loss));
+    gauge("fedfleet_test_loss", "Test loss of the last evaluated round.", *s.test_loss);
   }
-  counter(out, "fedfleet_rounds_committed_total",
+  counter("fedfleet_rounds_committed_total",
           "Rounds written to the history by this process (round 0 included).", s.rounds_committed);
-  counter(out, "fedfleet_bytes_up_total", "Bytes received from clients in committed rounds.",
+  counter("fedfleet_bytes_up_total", "Bytes received from clients in committed rounds.",
           s.bytes_up);
-  counter(out, "fedfleet_bytes_down_total", "Bytes sent to clients in committed rounds.",
-          s.bytes_down);
-  labelledCounter(out, "fedfleet_updates_total", "Client updates of committed rounds by outcome.",
+  counter("fedfleet_bytes_down_total", "Bytes sent to clients in committed rounds.", s.bytes_down);
+  labelledCounter("fedfleet_updates_total", "Client updates of committed rounds by outcome.",
                   "status", s.updates_by_status);
-  labelledCounter(out, "fedfleet_events_total",
+  labelledCounter("fedfleet_events_total",
                   "Events recorded (rejections, refusals, drops, ...) by kind.", "kind",
                   s.events_by_kind);
 
-  const char* h = "fedfleet_round_duration_seconds";
-  header(out, h, "histogram", "Duration of committed training rounds, dispatch to end.");
+  // The snapshot's counts per bucket, the last one +Inf's (beyond every bound).
   const auto& hist = s.round_duration;
-  for (size_t i = 0; i < DurationHistogram::kBounds.size(); ++i) {
-    sample(out, std::string(h) + "_bucket{le=\"" + number(DurationHistogram::kBounds[i]) + "\"}",
-           std::to_string(hist.cumulativeCount(i)));
+  constexpr size_t kBuckets = DurationHistogram::kBounds.size();
+  std::vector<double> in_bucket(kBuckets + 1);
+  for (size_t i = 0; i < kBuckets; ++i) {
+    in_bucket[i] =
+        static_cast<double>(hist.cumulativeCount(i) - (i > 0 ? hist.cumulativeCount(i - 1) : 0));
   }
-  sample(out, std::string(h) + "_bucket{le=\"+Inf\"}", std::to_string(hist.count()));
-  sample(out, std::string(h) + "_sum", number(hist.sum()));
-  sample(out, std::string(h) + "_count", std::to_string(hist.count()));
-  return out;
+  in_bucket[kBuckets] = static_cast<double>(hist.count() - hist.cumulativeCount(kBuckets - 1));
+  prometheus::BuildHistogram()
+      .Name("fedfleet_round_duration_seconds")
+      .Help("Duration of committed training rounds, dispatch to end.")
+      .Register(registry)
+      .Add({}, prometheus::Histogram::BucketBoundaries(DurationHistogram::kBounds.begin(),
+                                                       DurationHistogram::kBounds.end()))
+      .ObserveMultiple(in_bucket, hist.sum());
+  return prometheus::TextSerializer().Serialize(registry.Collect());
 }
 
 std::string formatStatusJson(const MetricsSnapshot& s) {

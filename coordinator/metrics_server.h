@@ -5,7 +5,8 @@
 // copy to MetricsServer::publish(); the server's own threads (cpp-httplib's listener and a small
 // worker pool) only read the last published copy, under the server's mutex. The loop therefore
 // never waits on a scrape beyond that copy, and a slow scraper never sees a half-updated round.
-// Only coordinator/metrics_server.cc includes httplib.h.
+// The text is prometheus-cpp's (a Registry of Gauge, Counter and Histogram families rendered by
+// its TextSerializer); only coordinator/metrics_server.cc includes httplib.h and prometheus/.
 #pragma once
 
 #include <array>
@@ -68,7 +69,8 @@ struct MetricsSnapshot {
   DurationHistogram round_duration;  // end - start of committed training rounds (not round 0)
 };
 
-// The Prometheus text of `snapshot`: HELP and TYPE lines, then samples. Metric names:
+// The Prometheus text of `snapshot`, rendered by prometheus-cpp's TextSerializer: per metric
+// family its HELP and TYPE lines, then its samples. Metric names:
 //   fedfleet_run_id, fedfleet_round, fedfleet_rounds_target, fedfleet_model_version,
 //   fedfleet_connected_clients, fedfleet_test_accuracy, fedfleet_test_loss (gauges; the last two
 //   only once a round was evaluated), fedfleet_rounds_committed_total, fedfleet_bytes_up_total,

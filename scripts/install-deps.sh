@@ -12,7 +12,7 @@ PACKAGES=(
   libssl-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
-  libcpp-httplib-dev zlib1g-dev libcsv-dev
+  libcpp-httplib-dev prometheus-cpp-dev zlib1g-dev libcsv-dev
   dataset-fashion-mnist
   python3-torch python3-numpy
   procps time bsdutils

@@ -2,15 +2,16 @@
 
 #include <toml++/toml.h>
 
-#include "common/compress/codec_spec.h"
-#include "common/compress/error_feedback.h"
-
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <string_view>
 #include <type_traits>
+
+#include "common/compress/codec_spec.h"
+#include "common/compress/error_feedback.h"
 
 namespace fedfleet::config {
 namespace {
@@ -278,6 +279,42 @@ Status applyTable(Config& config, const toml::table& root, const std::string& or
 }
 
 // "must be one of a, b, c; got "x"" when `value` is not in `names`.
+// A ZeroMQ endpoint a socket can bind: tcp://HOST:PORT, where HOST is a name, an IPv4 address,
+// a bracketed IPv6 address or * (every interface) and PORT is 1-65535 or * (the system picks
+// one), or ipc://PATH. Anything else is kInvalidArgument naming `key`.
+Status checkBindEndpoint(const std::string& key, const std::string& endpoint) {
+  const std::string expected = "'" + key +
+                               "' must be a ZeroMQ endpoint tcp://HOST:PORT (PORT 1-65535 or *) "
+                               "or ipc://PATH; got \"" +
+                               endpoint + "\"";
+  const std::string_view e = endpoint;
+  if (e.substr(0, 6) == "ipc://") {
+    if (e.size() == 6) return invalidArgument(expected + " (no path)");
+    return Status::ok();
+  }
+  if (e.substr(0, 6) != "tcp://") return invalidArgument(expected);
+  const std::string_view address = e.substr(6);
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return invalidArgument(expected + " (no port)");
+  const std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  if (host.empty() || (!bracketed && host.find_first_of(":[] \t") != std::string_view::npos)) {
+    return invalidArgument(expected + " (bad host)");
+  }
+  if (port == "*") return Status::ok();
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string_view::npos) {
+    return invalidArgument(expected + " (the port is a number from 1 to 65535, or *)");
+  }
+  const int number = std::stoi(std::string(port));
+  if (number < 1 || number > 65535) {
+    return invalidArgument(expected + " (port " + std::string(port) +
+                           " is outside the range 1-65535)");
+  }
+  return Status::ok();
+}
+
 Status oneOf(const std::string& key, const std::string& value,
              std::initializer_list<const char*> names) {
   std::string list;
@@ -287,7 +324,6 @@ Status oneOf(const std::string& key, const std::string& value,
   }
   return invalidArgument("'" + key + "' must be one of " + list + "; got \"" + value + "\"");
 }
-
 
 }  // namespace
 
@@ -394,6 +430,7 @@ Status Config::validate() const {
   }
   if (!(coordinator.server_lr > 0)) return bad("coordinator.server_lr", "must be > 0");
   if (coordinator.threads == 0) return bad("coordinator.threads", "must be at least 1");
+  FEDFLEET_RETURN_IF_ERROR(checkBindEndpoint("coordinator.bind", coordinator.bind));
   if (auto spec = compress::parseCodecSpec(coordinator.codec); !spec.isOk()) {
     return bad("coordinator.codec", spec.status().message());
   }
@@ -470,7 +507,8 @@ Status Config::validate() const {
     return bad("sim.dropout", "must be in [0, 1), or -1 for each tier's own");
   }
   if (!(sim.rejoin_s >= 0)) return bad("sim.rejoin_s", "must be >= 0");
-  if (!(sim.stragglers >= 0 && sim.stragglers <= 1)) return bad("sim.stragglers", "must be in [0, 1]");
+  if (!(sim.stragglers >= 0 && sim.stragglers <= 1))
+    return bad("sim.stragglers", "must be in [0, 1]");
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.straggler_mode", sim.straggler_mode, {"partial", "drop"}));
   if (!(sim.reference_gflops > 0)) return bad("sim.reference_gflops", "must be > 0");
   if (sim.progress != "auto" && sim.progress != "on" && sim.progress != "off") {
@@ -495,6 +533,14 @@ Status Config::validate() const {
   if (history.db.empty()) return bad("history.db", "must not be empty");
   if (metrics.port > 65535) return bad("metrics.port", "must be a TCP port (1-65535) or 0 (off)");
   if (metrics.bind.empty()) return bad("metrics.bind", "must not be empty");
+  // A scheme has a '/', and NAME:PORT one ':' (an IPv6 address has at least two).
+  if (metrics.bind.find_first_of("/ \t") != std::string::npos ||
+      std::count(metrics.bind.begin(), metrics.bind.end(), ':') == 1) {
+    return bad("metrics.bind",
+               "must be a host address such as 127.0.0.1 or ::1, without a scheme "
+               "or port (the port is metrics.port); got \"" +
+                   metrics.bind + "\"");
+  }
   if (train.prox_mu < 0) return bad("train.prox_mu", "must be >= 0");
   FEDFLEET_RETURN_IF_ERROR(validatePolicy());
   // Ranges of the selector's own parameters are checked where it is built
@@ -597,20 +643,21 @@ Status Config::validateAggregation() const {
                "must be 0 (off) or a finite multiple >= 1 of the median weight");
   }
   if (a.method == "scaffold") {
-    for (const auto& [key, spec_text] : {std::pair<const char*, const std::string&>{
-                                             "coordinator.codec", coordinator.codec},
-                                         {"coordinator.slow_link_codec",
-                                          coordinator.slow_link_codec}}) {
+    for (const auto& [key, spec_text] :
+         {std::pair<const char*, const std::string&>{"coordinator.codec", coordinator.codec},
+          {"coordinator.slow_link_codec", coordinator.slow_link_codec}}) {
       auto spec = compress::parseCodecSpec(spec_text.empty() ? "none" : spec_text);
       if (spec.isOk() && compress::usesErrorFeedback(*spec)) {
-        return bad(key, "uses error feedback, which SCAFFOLD's updates (delta and control "
-                        "delta) do not support; use none, fp16, bf16, qsgd8 or qsgd4");
+        return bad(key,
+                   "uses error feedback, which SCAFFOLD's updates (delta and control "
+                   "delta) do not support; use none, fp16, bf16, qsgd8 or qsgd4");
       }
     }
   }
   if (a.method == "scaffold" && a.clip_norm > 0) {
-    return bad("aggregation.clip_norm", "is not supported with SCAFFOLD (it would scale the "
-                                        "control variates too); set it to 0");
+    return bad("aggregation.clip_norm",
+               "is not supported with SCAFFOLD (it would scale the "
+               "control variates too); set it to 0");
   }
   if (policy.mode == "async" && a.method != "fedavg") {
     return bad("aggregation.method",

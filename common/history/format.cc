@@ -274,6 +274,7 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
       {"completed", true, [](const R& r) { return str(r.completed); }},
       {"late", true, [](const R& r) { return str(r.late); }},
       {"dropped", true, [](const R& r) { return str(r.dropped); }},
+      {"rejected", true, [](const R& r) { return str(r.rejected); }},
       {"train_loss", true, [](const R& r) { return fixed(r.train_loss, 4); }},
       {"test_loss", true, [](const R& r) { return optionalFixed(r.test_loss, 4); }},
       {"test_acc", true,

@@ -31,8 +31,9 @@ enum class Format { kTable, kCsv, kJson };
 // valid values.
 Result<Format> parseFormat(std::string_view name);
 
-// Table columns: round, status, selected, completed, late, dropped, train_loss, test_loss,
-// test_acc, bytes_up, bytes_down, seconds (end_time - start_time).
+// Table columns: round, status, selected, completed, late, dropped, rejected, train_loss,
+// test_loss, test_acc, bytes_up, bytes_down, seconds (end_time - start_time), wall_s. CSV and
+// JSON: every field.
 std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format);
 // Table columns: run_id, name, started_at, seed.
 std::string formatRuns(const std::vector<RunRecord>& runs, Format format);

@@ -99,12 +99,12 @@ struct UpdateRecord {
   // Block-cyclic runs: the model the task told the client to serve (wire::ServedModel) and how
   // it did on the client's held-out data. served_block < 0: nothing served (no blocks).
   int32_t served_block = -1;
-  std::string served_model;        // "shared", "pluralistic", "chain"
-  uint64_t served_version = 0;     // the coordinator's model version when it was first sent
-  std::string served_sha256_hex;   // SHA-256 of the served model's bytes
-  uint64_t served_bytes = 0;       // served-model bytes sent with this task (0: the client had
-                                   // it, or it was the task's own model); part of bytes_down
-  uint64_t served_samples = 0;     // held-out samples it was evaluated on (0: not evaluated)
+  std::string served_model;       // "shared", "pluralistic", "chain"
+  uint64_t served_version = 0;    // the coordinator's model version when it was first sent
+  std::string served_sha256_hex;  // SHA-256 of the served model's bytes
+  uint64_t served_bytes = 0;      // served-model bytes sent with this task (0: the client had
+                                  // it, or it was the task's own model); part of bytes_down
+  uint64_t served_samples = 0;    // held-out samples it was evaluated on (0: not evaluated)
   std::optional<double> served_loss;
   std::optional<double> served_accuracy;
 };
@@ -126,7 +126,7 @@ struct CheckpointRecord {
   uint32_t round = 0;
   uint64_t model_version = 0;
   std::string sha256_hex;
-  std::string blob;  // flat fp32 parameters
+  std::string blob;          // flat fp32 parameters
   std::string engine_state;  // the round engine's learned state (RoundEngine::saveState)
 };
 
@@ -218,6 +218,16 @@ class HistoryStore {
 // version other than this build's or a database that is not a fedfleet history.
 // common/history/sqlite_history.h has an overload taking options.
 Result<std::unique_ptr<HistoryStore>> openSqliteHistory(const std::string& path);
+
+// Opens an existing SQLite history at `path` for reading only (`fedfleet history`, `fedfleet
+// report`): the database file is never written, no table is created, the journal mode is left
+// as it is, and a file no writer has open is read without creating -wal or -shm files beside it
+// (so a history in a read-only directory, or on read-only media, can be read). Every write
+// method of the returned store fails with kIoError. Fails with kIoError when the file does not
+// exist or cannot be opened, kCorrupt when it is not a SQLite database, kFailedPrecondition for
+// an empty database, one that is not a fedfleet history, or a schema version other than this
+// build's (an older file is not upgraded: a read-only open never changes it).
+Result<std::unique_ptr<HistoryStore>> openSqliteHistoryReadOnly(const std::string& path);
 
 // An in-memory store with the same behaviour, for tests.
 std::unique_ptr<HistoryStore> createMemoryHistory();

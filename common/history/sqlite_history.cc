@@ -8,8 +8,11 @@
 #include "common/history/sqlite_history.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string_view>
 #include <utility>
@@ -355,6 +358,8 @@ class SqliteHistory final : public HistoryStore {
  public:
   static Result<std::unique_ptr<HistoryStore>> open(const std::string& path,
                                                     const SqliteHistoryOptions& options);
+  static Result<std::unique_ptr<HistoryStore>> openReadOnly(const std::string& path,
+                                                            const SqliteHistoryOptions& options);
 
   Result<int64_t> beginRun(const RunRecord& run) override;
   Status upsertClient(const ClientRecord& client) override;
@@ -406,46 +411,63 @@ class SqliteHistory final : public HistoryStore {
   StatementPtr insert_block_metric_;
 };
 
-// Creates the schema in an empty database or checks the version of an existing one. Runs in
-// one IMMEDIATE transaction so two processes opening a new file cannot both create it.
+// The schema version of the database, std::nullopt for an empty one (no tables). A database
+// with tables but no schema_version table is another program's: kFailedPrecondition, as is an
+// empty or multi-row schema_version table. Reads only.
+Result<std::optional<int64_t>> readSchemaVersion(sqlite3* db, const std::string& ctx) {
+  // The first read of the file: one that is not a database fails here.
+  auto listed = prepare(db,
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                        "'sqlite_%'");
+  if (!listed.isOk()) return listed.status().withContext(ctx);
+  StatementPtr tables = std::move(listed).value();
+  bool has_version_table = false;
+  int table_count = 0;
+  {
+    Query q(db, tables.get(), ctx + ": list tables");
+    while (true) {
+      FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
+      if (!row) break;
+      ++table_count;
+      if (q.columnText(0) == "schema_version") has_version_table = true;
+    }
+  }
+  if (!has_version_table) {
+    if (table_count > 0) {
+      return failedPrecondition(ctx + ": the file is a SQLite database but not a fedfleet " +
+                                "history (it has tables but no schema_version table)");
+    }
+    return std::optional<int64_t>();
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(StatementPtr version_stmt,
+                            prepare(db, "SELECT version FROM schema_version"));
+  Query q(db, version_stmt.get(), ctx + ": read schema_version");
+  FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
+  if (!row) return failedPrecondition(ctx + ": the schema_version table is empty");
+  const int64_t version = q.columnInt(0);
+  FEDFLEET_ASSIGN_OR_RETURN(bool extra, q.step());
+  if (extra) return failedPrecondition(ctx + ": the schema_version table has several rows");
+  return std::optional<int64_t>(version);
+}
+
+// The refusal of a schema version this build neither reads nor upgrades.
+Status unsupportedVersion(int64_t version, const std::string& ctx) {
+  return failedPrecondition(
+      ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
+      "reads and writes version " + std::to_string(kSqliteSchemaVersion) +
+      (version > kSqliteSchemaVersion ? " (the file was written by a newer fedfleet)" : ""));
+}
+
+// Creates the schema in an empty database or checks the version of an existing one, upgrading
+// an older one. Runs in one IMMEDIATE transaction so two processes opening a new file cannot
+// both create it.
 Status prepareSchema(sqlite3* db, const std::string& path) {
   const std::string ctx = "open history '" + path + "'";
   FEDFLEET_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", ctx));
   auto check = [&]() -> Status {
-    FEDFLEET_ASSIGN_OR_RETURN(StatementPtr tables,
-                              prepare(db,
-                                      "SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                                      "name NOT LIKE 'sqlite_%'"));
-    bool has_version_table = false;
-    int table_count = 0;
-    {
-      Query q(db, tables.get(), ctx + ": list tables");
-      while (true) {
-        FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-        if (!row) break;
-        ++table_count;
-        if (q.columnText(0) == "schema_version") has_version_table = true;
-      }
-    }
-    if (!has_version_table) {
-      if (table_count > 0) {
-        return failedPrecondition(ctx + ": the file is a SQLite database but not a fedfleet " +
-                                  "history (it has tables but no schema_version table)");
-      }
-      return execSql(db, kSchemaSql, ctx + ": create schema");
-    }
-    FEDFLEET_ASSIGN_OR_RETURN(StatementPtr version_stmt,
-                              prepare(db, "SELECT version FROM schema_version"));
-    int64_t version = 0;
-    {
-      Query q(db, version_stmt.get(), ctx + ": read schema_version");
-      FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
-      if (!row) return failedPrecondition(ctx + ": the schema_version table is empty");
-      version = q.columnInt(0);
-      FEDFLEET_ASSIGN_OR_RETURN(bool extra, q.step());
-      if (extra) return failedPrecondition(ctx + ": the schema_version table has several rows");
-    }
-    version_stmt.reset();
+    FEDFLEET_ASSIGN_OR_RETURN(std::optional<int64_t> found, readSchemaVersion(db, ctx));
+    if (!found) return execSql(db, kSchemaSql, ctx + ": create schema");
+    int64_t version = *found;
     if (version == 1) {
       FEDFLEET_RETURN_IF_ERROR(execSql(db, kMigrate1To2Sql, ctx + ": upgrade schema 1 -> 2"));
       version = 2;
@@ -459,12 +481,7 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
       version = 4;
     }
     if (version == 4) return execSql(db, kMigrate4To5Sql, ctx + ": upgrade schema 4 -> 5");
-    if (version != kSqliteSchemaVersion) {
-      return failedPrecondition(
-          ctx + ": schema version " + std::to_string(version) + " is not supported; this build " +
-          "reads and writes version " + std::to_string(kSqliteSchemaVersion) +
-          (version > kSqliteSchemaVersion ? " (the file was written by a newer fedfleet)" : ""));
-    }
+    if (version != kSqliteSchemaVersion) return unsupportedVersion(version, ctx);
     return Status::ok();
   };
   Status st = check();
@@ -473,19 +490,42 @@ Status prepareSchema(sqlite3* db, const std::string& path) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<HistoryStore>> SqliteHistory::open(const std::string& path,
-                                                          const SqliteHistoryOptions& options) {
-  const std::string ctx = "open history '" + path + "'";
+// Opens a connection to `filename` (a path, or a file: URI with SQLITE_OPEN_URI in `flags`) with
+// extended result codes and the busy timeout of `options`.
+Result<DbPtr> openConnection(const std::string& filename, int flags,
+                             const SqliteHistoryOptions& options, const std::string& ctx) {
   sqlite3* raw = nullptr;
-  int rc =
-      sqlite3_open_v2(path.c_str(), &raw,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(filename.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   DbPtr db(raw);  // sqlite3_open_v2 allocates a handle even on most failures
   if (rc != SQLITE_OK) return sqliteStatus(db.get(), rc, ctx);
   sqlite3_extended_result_codes(db.get(), 1);
   rc = sqlite3_busy_timeout(db.get(), options.busy_timeout_ms);
   if (rc != SQLITE_OK) return sqliteStatus(db.get(), rc, ctx + ": busy_timeout");
+  return db;
+}
 
+// A file: URI naming `path` with `query`: the absolute path, every byte but unreserved ones and
+// '/' percent-encoded, so '?', '#' and '%' in a file name stay part of the name.
+std::string fileUri(const std::string& path, const std::string& query) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string uri = "file://";
+  for (unsigned char c : std::filesystem::absolute(path).string()) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      uri += '%';
+      uri += kHex[c >> 4];
+      uri += kHex[c & 15];
+    }
+  }
+  return uri + "?" + query;
+}
+
+Result<std::unique_ptr<HistoryStore>> SqliteHistory::open(const std::string& path,
+                                                          const SqliteHistoryOptions& options) {
+  const std::string ctx = "open history '" + path + "'";
+  FEDFLEET_ASSIGN_OR_RETURN(
+      DbPtr db, openConnection(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, options, ctx));
   FEDFLEET_RETURN_IF_ERROR(execSql(db.get(), "PRAGMA foreign_keys = ON", ctx));
   // The first statement that reads the file: a file that is not a database fails here.
   {
@@ -507,6 +547,48 @@ Result<std::unique_ptr<HistoryStore>> SqliteHistory::open(const std::string& pat
   }
   FEDFLEET_RETURN_IF_ERROR(prepareSchema(db.get(), path));
 
+  std::unique_ptr<SqliteHistory> store(new SqliteHistory(std::move(db)));
+  FEDFLEET_RETURN_IF_ERROR(store->prepareStatements().withContext(ctx));
+  return std::unique_ptr<HistoryStore>(std::move(store));
+}
+
+// Read-only: SQLITE_OPEN_READONLY and mode=ro, so SQLite never writes the database. Whether the
+// connection may also touch the WAL index (-shm) depends on what is beside the file:
+//  - no -wal file: no writer has the file open (a WAL connection keeps its -wal while open) and
+//    every commit is in the database file, so it is opened immutable=1: no locks, no -shm or
+//    -wal created, which holds for root too (root ignores the directory's permission bits);
+//  - a -wal file in a directory this user may not write, with no -shm to share: SQLite could not
+//    create the WAL index, so again immutable=1; what only the WAL holds (rounds a crashed
+//    writer never checkpointed) is then not seen;
+//  - otherwise a writer is running, or left its WAL: opened mode=ro, which reads the WAL through
+//    the writer's -shm (SQLite may create the -shm when the writer left none).
+Result<std::unique_ptr<HistoryStore>> SqliteHistory::openReadOnly(
+    const std::string& path, const SqliteHistoryOptions& options) {
+  const std::string ctx = "open history '" + path + "' read-only";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return ioError(ctx + ": no such file" + (ec ? " (" + ec.message() + ")" : std::string()));
+  }
+  const bool has_wal = std::filesystem::exists(path + "-wal", ec);
+  const bool has_shm = std::filesystem::exists(path + "-shm", ec);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const bool dir_writable = ::access(dir.c_str(), W_OK) == 0;
+  const bool immutable = !has_wal || (!dir_writable && !has_shm);
+  FEDFLEET_ASSIGN_OR_RETURN(
+      DbPtr db, openConnection(fileUri(path, immutable ? "mode=ro&immutable=1" : "mode=ro"),
+                               SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, options, ctx));
+  FEDFLEET_ASSIGN_OR_RETURN(std::optional<int64_t> version, readSchemaVersion(db.get(), ctx));
+  if (!version) {
+    return failedPrecondition(ctx + ": the database is empty, not a fedfleet history");
+  }
+  if (*version != kSqliteSchemaVersion) {
+    Status refused = unsupportedVersion(*version, ctx);
+    if (*version > kSqliteSchemaVersion) return refused;
+    return failedPrecondition(refused.message() +
+                              " (an older file; a read-only open never upgrades it, opening it "
+                              "for writing, as the coordinator does, upgrades it)");
+  }
   std::unique_ptr<SqliteHistory> store(new SqliteHistory(std::move(db)));
   FEDFLEET_RETURN_IF_ERROR(store->prepareStatements().withContext(ctx));
   return std::unique_ptr<HistoryStore>(std::move(store));
@@ -943,6 +1025,15 @@ Result<std::unique_ptr<HistoryStore>> openSqliteHistory(const std::string& path,
 
 Result<std::unique_ptr<HistoryStore>> openSqliteHistory(const std::string& path) {
   return openSqliteHistory(path, SqliteHistoryOptions{});
+}
+
+Result<std::unique_ptr<HistoryStore>> openSqliteHistoryReadOnly(
+    const std::string& path, const SqliteHistoryOptions& options) {
+  return SqliteHistory::openReadOnly(path, options);
+}
+
+Result<std::unique_ptr<HistoryStore>> openSqliteHistoryReadOnly(const std::string& path) {
+  return openSqliteHistoryReadOnly(path, SqliteHistoryOptions{});
 }
 
 }  // namespace fedfleet::history

@@ -32,4 +32,9 @@ struct SqliteHistoryOptions {
 Result<std::unique_ptr<HistoryStore>> openSqliteHistory(const std::string& path,
                                                         const SqliteHistoryOptions& options);
 
+// Opens an existing SQLite history at `path` for reading only; see openSqliteHistoryReadOnly(path)
+// in history.h for what it promises and its errors (max_page_count is not used).
+Result<std::unique_ptr<HistoryStore>> openSqliteHistoryReadOnly(
+    const std::string& path, const SqliteHistoryOptions& options);
+
 }  // namespace fedfleet::history

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -397,6 +398,95 @@ TEST_F(HistoryCommand, EventsInEachFormatMatchTheDatabase) {
   EXPECT_NE(table.find("update_rejected"), std::string::npos) << table;
   EXPECT_NE(table.find("line\\nbreak"), std::string::npos) << table;  // escaped on one line
   EXPECT_EQ(table.find("client_dropped"), std::string::npos) << table;
+}
+
+TEST_F(HistoryCommand, RoundsShowRejectedUpdatesInEachFormat) {
+  {
+    auto store = history::openSqliteHistory(db_);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    auto id = (*store)->beginRun(history::RunRecord{});
+    ASSERT_TRUE(id.isOk());
+    history::RoundRecord row;
+    row.run_id = *id;
+    row.round = 1;
+    row.selected = 5;
+    row.completed = 2;
+    row.rejected = 3;
+    std::vector<history::UpdateRecord> updates;
+    for (int c = 1; c <= 5; ++c) {
+      updates.push_back(
+          update(*id, 1, "client-" + std::to_string(c), c <= 3 ? "rejected" : "completed", 0.5));
+    }
+    ASSERT_TRUE((*store)->commitRound(row, updates, std::nullopt).isOk());
+  }
+  auto [rc, table] = run({"--db", db_});
+  ASSERT_EQ(rc, 0) << table;
+  // The header's "rejected" column holds 3 in the round's line.
+  std::istringstream lines(table);
+  std::string header, line;
+  std::getline(lines, header);
+  std::getline(lines, line);
+  std::vector<std::string> names, values;
+  for (std::istringstream in(header); in >> header;) names.push_back(header);
+  for (std::istringstream in(line); in >> line;) values.push_back(line);
+  const auto at = std::find(names.begin(), names.end(), "rejected") - names.begin();
+  ASSERT_LT(at, static_cast<long>(names.size())) << table;
+  ASSERT_EQ(values.size(), names.size()) << table;
+  EXPECT_EQ(values[at], "3") << table;
+  EXPECT_EQ(values[std::find(names.begin(), names.end(), "completed") - names.begin()], "2");
+
+  auto [rc2, csv] = run({"--db", db_, "--format", "csv"});
+  ASSERT_EQ(rc2, 0) << csv;
+  auto rows = csvObjects(csv);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["rejected"], "3");
+  auto [rc3, json] = run({"--db", db_, "--format", "json"});
+  ASSERT_EQ(rc3, 0) << json;
+  EXPECT_EQ(nlohmann::json::parse(json)[0]["rejected"], 3);
+}
+
+// The file names in `dir`.
+std::vector<std::string> filesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string fileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A copy of the history in a directory made read-only: every view and the report read it, and
+// neither the directory nor the file changes. Tests run as root, which the permission bits do
+// not stop, so the assertions are on what is left behind: no -wal, no -shm, the same bytes.
+TEST_F(HistoryCommand, ViewsAndReportReadAHistoryInAReadOnlyDirectory) {
+  const std::string ro = dir_ + "/ro";
+  std::filesystem::create_directories(ro);
+  const std::string copy = ro + "/h.db";
+  std::filesystem::copy_file(db_, copy);
+  const std::string before = fileBytes(copy);
+  std::filesystem::permissions(ro, std::filesystem::perms(0555));
+  for (const char* view : {"runs", "rounds", "clients", "updates", "events", "blocks", "served"}) {
+    for (const char* format : {"table", "json"}) {
+      auto [rc, out] = run({view, "--db", copy, "--format", format});
+      EXPECT_EQ(rc, 0) << view << " " << format << ": " << out;
+      EXPECT_EQ(out.find("readonly"), std::string::npos) << out;
+    }
+  }
+  auto [rc, rounds] = run({"rounds", "--db", copy, "--format", "csv"});
+  ASSERT_EQ(rc, 0) << rounds;
+  EXPECT_EQ(csvObjects(rounds).size(), 3u);
+  const std::string report = dir_ + "/r.html";
+  testing::Process p({kBinary, "report", "--db", copy, "-o", report}, dir_ + "/report.txt");
+  EXPECT_EQ(p.waitFor(30).value_or(-1), 0) << p.log();
+  EXPECT_TRUE(std::filesystem::exists(report));
+  EXPECT_EQ(filesIn(ro), std::vector<std::string>{"h.db"});
+  EXPECT_EQ(fileBytes(copy), before);
+  std::filesystem::permissions(ro, std::filesystem::perms(0755));
 }
 
 TEST_F(HistoryCommand, BadViewsAndFilesAreClearErrors) {

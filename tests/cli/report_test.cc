@@ -5,6 +5,7 @@
 #include "cli/report.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -345,6 +346,37 @@ TEST_F(Report, CommandWritesTheFileAndRejectsBadInput) {
   auto [rc4, log4] = runReport({"--db", db_, "-o", dir_ + "/no/such/dir/r.html"});
   EXPECT_EQ(rc4, 1);
   EXPECT_NE(log4.find("cannot write"), std::string::npos) << log4;
+}
+
+TEST_F(Report, UnwritableOutputSaysWhyAndLeavesNothing) {
+  store_.reset();
+  const std::string nodir = dir_ + "/nodir";
+  auto [rc, log] = runReport({"--db", db_, "-o", nodir + "/r.html"});
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_NE(log.find("cannot write " + nodir + "/r.html: directory " + nodir + " does not exist"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(std::filesystem::exists(nodir));
+  // A file where the directory should be.
+  const std::string file = dir_ + "/plain";
+  std::ofstream(file) << "x";
+  auto [rc2, log2] = runReport({"--db", db_, "-o", file + "/r.html"});
+  EXPECT_EQ(rc2, 1) << log2;
+  EXPECT_NE(log2.find(file + " is not a directory"), std::string::npos) << log2;
+  // A directory this user may not write (root may: then the report is written there).
+  const std::string ro = dir_ + "/ro";
+  std::filesystem::create_directories(ro);
+  std::filesystem::permissions(ro, std::filesystem::perms(0555));
+  auto [rc3, log3] = runReport({"--db", db_, "-o", ro + "/r.html"});
+  if (::geteuid() != 0) {
+    EXPECT_EQ(rc3, 1) << log3;
+    EXPECT_NE(log3.find("directory " + ro + " is not writable"), std::string::npos) << log3;
+    EXPECT_TRUE(std::filesystem::is_empty(ro));
+  } else {
+    EXPECT_EQ(rc3, 0) << log3;
+  }
+  EXPECT_FALSE(std::filesystem::exists(ro + "/r.html.tmp"));
+  std::filesystem::permissions(ro, std::filesystem::perms(0755));
 }
 
 }  // namespace

@@ -157,6 +157,44 @@ TEST(Config, SetOverridesAcceptTomlAndBareWords) {
   EXPECT_FALSE(c.set("run.rounds=many").isOk());  // a string where a number belongs
 }
 
+TEST(Config, BindAddressesAreZeroMqEndpointsWithAPortInRange) {
+  for (const char* good :
+       {"tcp://127.0.0.1:7700", "tcp://0.0.0.0:1", "tcp://*:65535", "tcp://127.0.0.1:*",
+        "tcp://coordinator:7700", "tcp://[::1]:7700", "ipc:///tmp/fedfleet.sock"}) {
+    Config c;
+    c.coordinator.bind = good;
+    EXPECT_TRUE(c.validate().isOk()) << good << ": " << c.validate().toString();
+  }
+  Config c;
+  c.coordinator.bind = "tcp://127.0.0.1:99999";
+  Status st = c.validate();
+  ASSERT_FALSE(st.isOk());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("coordinator.bind"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("1-65535"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("99999"), std::string::npos) << st.message();
+  for (const char* bad : {"tcp://127.0.0.1:0", "tcp://127.0.0.1:", "tcp://127.0.0.1", "tcp://:7700",
+                          "tcp://127.0.0.1:77x", "tcp://::1:7700", "udp://127.0.0.1:7700",
+                          "127.0.0.1:7700", "ipc://", ""}) {
+    c.coordinator.bind = bad;
+    st = c.validate();
+    EXPECT_FALSE(st.isOk()) << bad;
+    EXPECT_NE(st.message().find("coordinator.bind"), std::string::npos)
+        << bad << ": " << st.message();
+  }
+  c.coordinator.bind = "tcp://127.0.0.1:7700";
+  for (const char* good : {"127.0.0.1", "0.0.0.0", "::1", "localhost"}) {
+    c.metrics.bind = good;
+    EXPECT_TRUE(c.validate().isOk()) << good << ": " << c.validate().toString();
+  }
+  for (const char* bad : {"127.0.0.1:9100", "http://127.0.0.1", "tcp://0.0.0.0:9100"}) {
+    c.metrics.bind = bad;
+    st = c.validate();
+    EXPECT_FALSE(st.isOk()) << bad;
+    EXPECT_NE(st.message().find("metrics.bind"), std::string::npos) << bad << ": " << st.message();
+  }
+}
+
 TEST(Config, FileThenOverride) {
   std::string path = std::string(FEDFLEET_TEST_TMP) + "/config_test.toml";
   std::ofstream(path) << "[run]\nrounds = 7\n[train]\nlr = 0.3\n";
@@ -178,7 +216,6 @@ TEST(Config, JsonHoldsEveryKey) {
   }
   EXPECT_EQ(j["train"]["batch"], 32);
 }
-
 
 // Issue 5: policies, aggregators and selectors by name; bad names and values fail at start-up
 // with the key in the message.
@@ -213,18 +250,18 @@ prox_mu = 0.5
     const char* set;
     const char* key;
   };
-  for (const Bad& b : {Bad{"policy.mode=\"sometimes\"", "policy.mode"},
-                       Bad{"policy.deadline=\"soon\"", "policy.deadline"},
-                       Bad{"policy.deadline_percentile=1.5", "policy.deadline_percentile"},
-                       Bad{"policy.async_buffer=0", "policy.async_buffer"},
-                       Bad{"aggregation.method=\"fedsomething\"", "aggregation.method"},
-                       Bad{"aggregation.server_optimizer=\"sgd\"", "aggregation.server_optimizer"},
-                       Bad{"aggregation.trim_fraction=0.5", "aggregation.trim_fraction"},
-                       Bad{"selection.selector=\"random\"", "selection.selector"},
-                       Bad{"train.prox_mu=-1", "train.prox_mu"},
-                       Bad{"sim.stragglers=1.5", "sim.stragglers"},
-                       Bad{"sim.straggler_mode=\"late\"", "sim.straggler_mode"},
-                       Bad{"run.target_accuracy=80", "run.target_accuracy"}}) {
+  for (const Bad& b :
+       {Bad{"policy.mode=\"sometimes\"", "policy.mode"},
+        Bad{"policy.deadline=\"soon\"", "policy.deadline"},
+        Bad{"policy.deadline_percentile=1.5", "policy.deadline_percentile"},
+        Bad{"policy.async_buffer=0", "policy.async_buffer"},
+        Bad{"aggregation.method=\"fedsomething\"", "aggregation.method"},
+        Bad{"aggregation.server_optimizer=\"sgd\"", "aggregation.server_optimizer"},
+        Bad{"aggregation.trim_fraction=0.5", "aggregation.trim_fraction"},
+        Bad{"selection.selector=\"random\"", "selection.selector"},
+        Bad{"train.prox_mu=-1", "train.prox_mu"}, Bad{"sim.stragglers=1.5", "sim.stragglers"},
+        Bad{"sim.straggler_mode=\"late\"", "sim.straggler_mode"},
+        Bad{"run.target_accuracy=80", "run.target_accuracy"}}) {
     Config d;
     ASSERT_TRUE(d.set(b.set).isOk()) << b.set;
     Status st = d.validate();

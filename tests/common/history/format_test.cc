@@ -64,12 +64,12 @@ TEST(Format, ParseFormat) {
 
 TEST(Format, RoundsTable) {
   const std::string want =
-      "round  status  selected  completed  late  dropped  train_loss  test_loss  test_acc  "
-      "bytes_up  bytes_down  seconds  wall_s\n"
-      "    0  ok            10          8     1        1      0.6931     0.5123    87.65%  "
-      " 1048576     4194304    12.50   12.50\n"
-      "    1  failed        10          5     3        2      1.2500          -         -  "
-      "  524288     4194304     7.75    7.50\n";
+      "round  status  selected  completed  late  dropped  rejected  train_loss  test_loss  "
+      "test_acc  bytes_up  bytes_down  seconds  wall_s\n"
+      "    0  ok            10          8     1        1         0      0.6931     0.5123  "
+      "  87.65%   1048576     4194304    12.50   12.50\n"
+      "    1  failed        10          5     3        2         1      1.2500          -  "
+      "       -    524288     4194304     7.75    7.50\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kTable), want);
 }
 

@@ -6,11 +6,11 @@
 // this executable's link line because fedfleet_history is a static library that links it.
 #include "common/history/sqlite_history.h"
 
-#include <cmath>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -210,6 +210,108 @@ TEST_F(SqliteHistoryTest, GarbageFileIsCorruptAndUntouched) {
   EXPECT_EQ(readFile(path_), garbage);
 }
 
+// Whether `dir` holds `file` and nothing else.
+bool holdsOnly(const std::string& dir, const std::string& file) {
+  auto it = std::filesystem::directory_iterator(dir);
+  return it != std::filesystem::directory_iterator() && it->path().filename() == file &&
+         ++it == std::filesystem::directory_iterator();
+}
+
+TEST_F(SqliteHistoryTest, ReadOnlyOpenInAReadOnlyDirectoryWritesNothing) {
+  {
+    auto store = open();
+    ASSERT_TRUE(store);
+    auto run = store->beginRun({0, "r", "{}", 1.0, 7});
+    ASSERT_TRUE(run.isOk());
+    for (uint32_t r = 0; r < 3; ++r) {
+      ASSERT_TRUE(store->commitRound(someRound(*run, r), {}, std::nullopt).isOk());
+    }
+  }  // the last connection closes: SQLite checkpoints and removes -wal and -shm
+  const std::string dir = path_ + ".ro";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string copy = dir + "/h.db";
+  std::filesystem::copy_file(path_, copy);
+  const std::string before = readFile(copy);
+  std::filesystem::permissions(dir, std::filesystem::perms(0555));
+  {
+    auto store = openSqliteHistoryReadOnly(copy);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    auto runs = (*store)->runs();
+    ASSERT_TRUE(runs.isOk()) << runs.status().toString();
+    ASSERT_EQ(runs->size(), 1u);
+    auto rounds = (*store)->rounds(runs->front().run_id);
+    ASSERT_TRUE(rounds.isOk()) << rounds.status().toString();
+    EXPECT_EQ(rounds->size(), 3u);
+    // Writes fail, and fail as I/O errors (root included: the connection itself is read-only).
+    Result<int64_t> write = (*store)->beginRun({0, "w", "{}", 1.0, 1});
+    EXPECT_EQ(write.status().code(), StatusCode::kIoError) << write.status().toString();
+    EXPECT_TRUE(holdsOnly(dir, "h.db")) << "while open";
+  }
+  EXPECT_TRUE(holdsOnly(dir, "h.db"));
+  EXPECT_EQ(readFile(copy), before);
+  std::filesystem::permissions(dir, std::filesystem::perms(0755));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(SqliteHistoryTest, ReadOnlyOpenFollowsARunningWriter) {
+  auto writer = open();
+  ASSERT_TRUE(writer);
+  auto run = writer->beginRun({0, "r", "{}", 1.0, 7});
+  ASSERT_TRUE(run.isOk());
+  ASSERT_TRUE(writer->commitRound(someRound(*run, 0), {}, std::nullopt).isOk());
+  auto reader = openSqliteHistoryReadOnly(path_);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  for (uint32_t r = 1; r < 3; ++r) {
+    ASSERT_TRUE(writer->commitRound(someRound(*run, r), {}, std::nullopt).isOk());
+    auto seen = (*reader)->rounds(*run);
+    ASSERT_TRUE(seen.isOk()) << seen.status().toString();
+    EXPECT_EQ(seen->size(), r + 1);  // rounds still only in the WAL are read too
+  }
+}
+
+TEST_F(SqliteHistoryTest, ReadOnlyOpenRefusesWhatItCannotReadAndChangesNothing) {
+  // A file that does not exist is not created.
+  auto missing = openSqliteHistoryReadOnly(path_);
+  EXPECT_EQ(missing.status().code(), StatusCode::kIoError) << missing.status().toString();
+  EXPECT_FALSE(std::filesystem::exists(path_));
+  // An empty file stays empty: no schema is created in it.
+  std::ofstream(path_).flush();
+  auto empty = openSqliteHistoryReadOnly(path_);
+  EXPECT_EQ(empty.status().code(), StatusCode::kFailedPrecondition) << empty.status().toString();
+  EXPECT_NE(empty.status().message().find("not a fedfleet history"), std::string::npos);
+  EXPECT_EQ(std::filesystem::file_size(path_), 0u);
+  removeFiles();
+  // Another program's database.
+  EXPECT_EQ(rawQuery("CREATE TABLE inventory (item TEXT)"), "");
+  auto foreign = openSqliteHistoryReadOnly(path_);
+  EXPECT_EQ(foreign.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(foreign.status().message().find("not a fedfleet history"), std::string::npos)
+      << foreign.status().message();
+  EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE name = 'runs'"), "0");
+  removeFiles();
+  // Other schema versions: a newer one, and an older one, which is not upgraded.
+  { ASSERT_TRUE(open()); }
+  for (int version : {99, 4}) {
+    EXPECT_EQ(rawQuery("UPDATE schema_version SET version = " + std::to_string(version)), "");
+    const std::string before = readFile(path_);
+    auto store = openSqliteHistoryReadOnly(path_);
+    ASSERT_FALSE(store.isOk());
+    EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(store.status().message().find("schema version " + std::to_string(version)),
+              std::string::npos)
+        << store.status().message();
+    EXPECT_EQ(readFile(path_), before);
+    EXPECT_FALSE(std::filesystem::exists(path_ + "-wal"));
+  }
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
+  // Not a database at all.
+  removeFiles();
+  std::ofstream(path_, std::ios::binary) << std::string(4096, 'x');
+  auto garbage = openSqliteHistoryReadOnly(path_);
+  EXPECT_EQ(garbage.status().code(), StatusCode::kCorrupt) << garbage.status().toString();
+}
+
 TEST_F(SqliteHistoryTest, FullDiskIsIoErrorAndRollsBack) {
   SqliteHistoryOptions options;
   options.max_page_count = 64;  // 256 KiB at the default 4 KiB page size
@@ -332,9 +434,9 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
     ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
     char* err = nullptr;
     std::string sql;
-    for (const char* c : {"served_block", "served_model", "served_version", "served_sha256",
-                          "served_bytes", "served_samples", "served_loss", "served_accuracy",
-                          "grant_wait_s"}) {
+    for (const char* c :
+         {"served_block", "served_model", "served_version", "served_sha256", "served_bytes",
+          "served_samples", "served_loss", "served_accuracy", "grant_wait_s"}) {
       sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
     }
     sql += "UPDATE schema_version SET version = 4";
