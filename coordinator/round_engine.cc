@@ -1309,7 +1309,8 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
     event("aggregation_error", "",
           "round " + std::to_string(round_) + ": the running sum is not usable", now);
   }
-  ModelSnapshot before = snapshotModel();
+  std::optional<ModelSnapshot> before;  // kept only for a step whose evaluation is awaited
+  if (ok && evaluates(round_, round_ >= options_.rounds)) before = snapshotModel();
   if (ok && !applyRoundStep(r.completed)) {
     ok = false;
     event("step_refused", "",
@@ -1354,8 +1355,12 @@ void RoundEngine::restoreModel(const ModelSnapshot& snapshot) {
   control_bytes_ = snapshot.control_bytes;
 }
 
-void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, ModelSnapshot before,
-                                double now) {
+bool RoundEngine::evaluates(uint32_t round, bool last) const {
+  return options_.eval_every <= 1 || round % options_.eval_every == 0 || last;
+}
+
+void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
+                                std::optional<ModelSnapshot> before, double now) {
   auto& r = c.round;
   r.status = ok ? "ok" : "failed";
   r.model_version = version_;
@@ -1383,10 +1388,9 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last, ModelSnapshot
     wait_since_ = now;
     tryStartRound(now);
   }
-  const bool evaluate =
-      ok && (options_.eval_every <= 1 || round % options_.eval_every == 0 || last);
-  if (evaluate) {
-    snapshots_[round] = std::move(before);  // until the evaluation says the model is usable
+  if (ok && evaluates(round, last)) {
+    // The model before the step, until the evaluation says the new one is usable.
+    if (before) snapshots_[round] = std::move(*before);
     awaiting_eval_.emplace(round, std::move(c));
     emit(Evaluate{round, std::make_shared<const std::vector<float>>(params_)});
   } else {
@@ -1504,7 +1508,8 @@ void RoundEngine::flushAsync(double now) {
   c.updates = std::move(window_);
   window_.clear();
   bool ok = buffered_ > 0 && !sum_tainted_ && kernels::allFinite(sum_.data(), sum_.size());
-  ModelSnapshot before = snapshotModel();
+  std::optional<ModelSnapshot> before;
+  if (ok && evaluates(round_, last)) before = snapshotModel();
   if (ok) {
     // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
     kernels::scale(sum_.data(), 1.0f / static_cast<float>(options_.async_buffer), sum_.size());

@@ -546,7 +546,7 @@ class RoundEngine {
   void commit(CommitRound commit, double now);
   void finishRun(bool ok, const std::string& message, double now);
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
-  // Subtracts the folded chunks of an update that will not complete and forgets them.
+  // Drops the kept payloads of an update that will not count (nothing of it was folded).
   void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
   void maybeFinishEarly(double now);
@@ -622,7 +622,10 @@ class RoundEngine {
   void flushAsync(double now);
   // After a server step: evaluate (every eval_every) or commit, and finish after the last.
   // `before` is the model before the step, kept until its evaluation is reported.
-  void endServerStep(CommitRound c, bool ok, bool last, ModelSnapshot before, double now);
+  void endServerStep(CommitRound c, bool ok, bool last, std::optional<ModelSnapshot> before,
+                     double now);
+  // Whether the model after server step `round` is evaluated (every eval_every, and the last).
+  bool evaluates(uint32_t round, bool last) const;
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
   std::vector<ClientId> sampleIdle(size_t k, double now);
   void refreshIdle(const ClientId& id, const ClientState& c);
@@ -679,9 +682,9 @@ class RoundEngine {
   std::set<uint64_t> answered_stale_;           // stale tokens already answered once
   std::vector<float> sum_;                      // running sum of n_k * D_k
   double sum_weight_ = 0;
-  PartialLog partial_;                 // payloads of updates folded in but not yet complete
+  PartialLog partial_;                 // kept payloads of the round's updates, until settled
   std::vector<float> scratch_;         // one decoded chunk
-  bool sum_tainted_ = false;           // a take-back failed: this round's sum cannot be trusted
+  bool sum_tainted_ = false;           // a kept update failed to fold: the sum is not usable
   std::set<uint64_t> granted_;         // tasks holding an upload credit
   std::deque<uint64_t> upload_queue_;  // tasks waiting for one, in the order they asked
   size_t peak_granted_ = 0;

@@ -133,6 +133,18 @@ inline EngineOptions baseOptions(uint32_t k, uint32_t min_clients, uint32_t quor
   return o;
 }
 
+// FedBuff: C = 3 clients training at once (and needed to start), K = 2 updates a step, at most
+// 5 versions stale, 2 steps.
+inline EngineOptions asyncOptions() {
+  EngineOptions o = baseOptions(1, 3, 1);
+  o.async = true;
+  o.async_concurrency = 3;
+  o.async_buffer = 2;
+  o.max_staleness = 5;
+  o.rounds = 2;
+  return o;
+}
+
 // Starts `engine`, reports round 0's evaluation at once and lets client "a" join; returns the
 // tasks it is sent.
 inline std::vector<SendTask> startWithClientA(RoundEngine& engine) {

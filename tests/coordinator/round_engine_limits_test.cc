@@ -300,9 +300,7 @@ TEST(RoundEngineRobust, ScaffoldRejectsRatherThanClips) {
 }
 
 TEST(RoundEngineRobust, FedBuffBoundsNormsAgainstTheLastUpdates) {
-  EngineOptions o = baseOptions(1, 3, 1);
-  o.async = true;
-  o.async_concurrency = 3;
+  EngineOptions o = asyncOptions();
   o.async_buffer = 3;
   o.rounds = 1;
   Fixture f(o, {0, 0, 0});
@@ -438,8 +436,8 @@ TEST(RoundEngineRefusal, AnInfiniteAccuracyIsRefusedToo) {
 }
 
 TEST(RoundEngineRefusal, FedBuffRollsBackAndRestartsTheTasksInFlight) {
-  EngineOptions o = baseOptions(1, 2, 1);
-  o.async = true;
+  EngineOptions o = asyncOptions();
+  o.min_clients = 2;
   o.async_concurrency = 2;
   o.async_buffer = 1;
   o.rounds = 3;

@@ -815,16 +815,6 @@ TEST(RoundEnginePolicies, AdaptiveStepsSizeWorkToTheMeasuredSpeed) {
 
 // ---- FedBuff ----
 
-EngineOptions asyncOptions() {
-  EngineOptions o = baseOptions(1, 3, 1);
-  o.async = true;
-  o.async_concurrency = 3;
-  o.async_buffer = 2;
-  o.max_staleness = 5;
-  o.rounds = 2;
-  return o;
-}
-
 TEST(RoundEngineAsync, BuffersKUpdatesWithStalenessWeights) {
   Fixture f(asyncOptions(), {0, 0, 0});
   f.engine->start(0);
