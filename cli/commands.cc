@@ -389,14 +389,13 @@ int main(int argc, char** argv) {
   addOverride<int64_t>(simc, sim_overrides, "--rounds", "run.rounds", "Rounds");
   addOverride<int64_t>(simc, sim_overrides, "--seed", "run.seed", "Seed");
   addOverride<int64_t>(simc, sim_overrides, "--clients", "sim.clients", "Registered clients");
-  addOverride<int64_t>(simc, sim_overrides, "--clients-per-round",
-                       "coordinator.clients_per_round", "K");
+  addOverride<int64_t>(simc, sim_overrides, "--clients-per-round", "coordinator.clients_per_round",
+                       "K");
   addOverride<std::string>(simc, sim_overrides, "--fleet", "sim.fleet",
                            "uniform, mobile-mix or a CSV file");
   addOverride<int64_t>(simc, sim_overrides, "--workers", "sim.workers",
                        "Training threads (0: one per core)");
-  addOverride<std::string>(simc, sim_overrides, "--progress", "sim.progress",
-                           "auto, on or off");
+  addOverride<std::string>(simc, sim_overrides, "--progress", "sim.progress", "auto, on or off");
 
   // keygen
   std::string key_dir = "keys";

@@ -387,9 +387,10 @@ void ZmqClient::startJob(wire::Task task, double now) {
   if (task.coordinator_session != 0) {
     if (coordinator_session_ != 0 && task.coordinator_session != coordinator_session_) {
       // The coordinator restarted: nothing of the old session will be taken any more.
-      spdlog::info("client {}: the coordinator restarted (new session); dropping the old "
-                   "session's work",
-                   options_.client_id);
+      spdlog::info(
+          "client {}: the coordinator restarted (new session); dropping the old "
+          "session's work",
+          options_.client_id);
       abandonJob("the coordinator restarted");
       abandonAllUploads("the coordinator restarted");
     }
@@ -785,8 +786,7 @@ Status ZmqClient::run() {
       // A task in flight goes on: if the coordinator restarted, its upload is answered as stale.
       const std::string why = transport_->diagnosis();
       spdlog::info("client {}: coordinator silent for {}, saying Hello again{}{}",
-                   options_.client_id, formatDuration(now - last_rx), why.empty() ? "" : ": ",
-                   why);
+                   options_.client_id, formatDuration(now - last_rx), why.empty() ? "" : ": ", why);
       sayHello(now);
     }
     if (options_.exit_idle_s > 0 && now - last_rx > options_.exit_idle_s) {

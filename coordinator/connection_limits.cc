@@ -1,8 +1,8 @@
 #include "coordinator/connection_limits.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace fedfleet::coordinator {
 
@@ -32,9 +32,9 @@ std::string ConnectionLimits::refusedSummary() const {
   auto formatNumber = [](double x) { return fmt::format("{:g}", x); };
   return std::to_string(refused_[kBadFrame]) + " bad frames, " + std::to_string(refused_[kHello]) +
          " Hellos, " + std::to_string(refused_[kHeartbeat]) +
-         " heartbeats refused (limits a connection: bad frames " + formatNumber(o.bad_frames_per_s) +
-         "/s burst " + formatNumber(o.bad_frames_burst) + ", Hellos " +
-         formatNumber(o.hellos_per_s) + "/s burst " + formatNumber(o.hellos_burst) +
+         " heartbeats refused (limits a connection: bad frames " +
+         formatNumber(o.bad_frames_per_s) + "/s burst " + formatNumber(o.bad_frames_burst) +
+         ", Hellos " + formatNumber(o.hellos_per_s) + "/s burst " + formatNumber(o.hellos_burst) +
          ", heartbeats " + formatNumber(o.heartbeats_per_s) + "/s burst " +
          formatNumber(o.heartbeats_burst) + ")";
 }

@@ -15,8 +15,8 @@
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
-#include "common/wire/messages.h"
 #include "common/wire/limits.h"
+#include "common/wire/messages.h"
 #include "coordinator/background_evaluator.h"
 #include "coordinator/connection_limits.h"
 #include "coordinator/metrics_server.h"
@@ -109,7 +109,7 @@ class ZmqCoordinator final : public CoordinatorService {
   // the client id its authenticated key has in the allow-list (CURVE), or what its Hello
   // claimed (--insecure).
   struct Peer {
-    ClientId client;          // CURVE: from the key; insecure: from its Hello (empty before)
+    ClientId client;  // CURVE: from the key; insecure: from its Hello (empty before)
     bool warned_unknown = false;
     double unknown_reply_at = -1;
     ConnectionLimits limits;
@@ -286,8 +286,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
     // Selection continues where it stopped (generator and selector state).
     Status st = engine_->loadState(engine_state);
     if (!st.isOk()) return st.withContext("--resume: checkpoint of run " + std::to_string(run_id_));
-    spdlog::info("restored the engine state (selector {}, server optimiser {})",
-                 eo.selector.name, eo.server_optimizer);
+    spdlog::info("restored the engine state (selector {}, server optimiser {})", eo.selector.name,
+                 eo.server_optimizer);
   }
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
   metrics_snapshot_.run_id = run_id_;
@@ -386,9 +386,9 @@ bool ZmqCoordinator::admit(const transport::Envelope& env, ConnectionLimits::Kin
     peer.limit_recorded = true;
     const std::string who = peer.client.empty() ? env.client_id : peer.client;
     server_
-        ->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kRejected,
-                                                  "rate limit exceeded; closing the connection",
-                                                  0}))
+        ->send(env.peer,
+               wire::encode(wire::Error{wire::ErrorCode::kRejected,
+                                        "rate limit exceeded; closing the connection", 0}))
         .isOk();
     recordClientEvent("rate_limited", who,
                       "peer " + printablePeer(env.peer) + ": " + peer.limits.refusedSummary() +
@@ -446,7 +446,8 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
                       "peer " + printablePeer(env.peer) + ", " +
                           std::to_string(env.payload.size()) + " bytes: " + bad.message(),
                       now);
-    server_->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed, bad.message(), 0}))
+    server_
+        ->send(env.peer, wire::encode(wire::Error{wire::ErrorCode::kMalformed, bad.message(), 0}))
         .isOk();
     if (!who.empty() && peer_of_client_.count(who) && peer_of_client_[who] == env.peer) {
       engine_->onHeartbeat(who, now);
@@ -507,9 +508,8 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
   if (!transport::isValidClientId(hello.client_id)) {
     problem = "client id must be 1-128 characters of [A-Za-z0-9._@-]";
   } else if (secure && hello.client_id != env.client_id) {
-    problem = "this connection's key is client '" + env.client_id +
-              "' (its allow-list file is " + env.client_id + ".key), not '" + hello.client_id +
-              "'";
+    problem = "this connection's key is client '" + env.client_id + "' (its allow-list file is " +
+              env.client_id + ".key), not '" + hello.client_id + "'";
   } else if (secure && hello.public_key != env.user_id) {
     problem = "Hello names a public key other than the one the connection authenticated with";
   } else if (auto k = key_of_client_.find(id);
@@ -523,7 +523,8 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
         .isOk();
     return;
   }
-  if (auto old = peer_of_client_.find(id); old != peer_of_client_.end() && old->second != env.peer) {
+  if (auto old = peer_of_client_.find(id);
+      old != peer_of_client_.end() && old->second != env.peer) {
     const std::string old_peer = old->second;
     recordClientEvent("connection_replaced", id,
                       "peer " + printablePeer(env.peer) + " replaces " + printablePeer(old_peer),
@@ -623,8 +624,7 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           }
           std::erase_if(round_of_token_,
                         [&](const auto& kv) { return kv.second <= a.round.round; });
-          Status st =
-              commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
+          Status st = commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
           if (!st.isOk() && fatal_.isOk()) fatal_ = st;
           if (st.isOk()) countCommit(a);
         } else if constexpr (std::is_same_v<T, Evaluate>) {

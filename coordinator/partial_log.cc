@@ -41,8 +41,8 @@ Status PartialLog::append(uint64_t token, uint64_t offset, uint64_t elements,
   return Status::ok();
 }
 
-Status PartialLog::forEach(
-    uint64_t token, const std::function<Status(uint64_t, uint64_t, std::string_view)>& fn) {
+Status PartialLog::forEach(uint64_t token,
+                           const std::function<Status(uint64_t, uint64_t, std::string_view)>& fn) {
   auto it = records_.find(token);
   if (it == records_.end()) return Status::ok();
   std::string buffer;

@@ -44,8 +44,8 @@ class PartialLog {
  private:
   struct Record {
     uint64_t offset = 0, elements = 0;
-    std::string payload;      // when in memory
-    int64_t file_pos = -1;    // when spilled
+    std::string payload;    // when in memory
+    int64_t file_pos = -1;  // when spilled
     uint64_t file_bytes = 0;
   };
   // Forgets the in-memory payloads of `records`, keeping their buffers as spares.

@@ -40,8 +40,7 @@ using coordinator::ClientId;
 using coordinator::RoundEngine;
 
 double unixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Samples a Trainer processes: every epoch is a full pass; with max_steps, passes repeat and the
@@ -118,9 +117,7 @@ struct Event {
   uint64_t token = 0;
   uint64_t client = 0;
   uint32_t chunk = 0;
-  bool operator>(const Event& o) const {
-    return time != o.time ? time > o.time : seq > o.seq;
-  }
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
 struct InFlight {
@@ -161,9 +158,8 @@ Result<model::Model*> workerModel(const ModelRecipe& recipe) {
   thread_local std::string key;
   const std::string want = recipe.name + "|" + recipe.path;
   if (!model || key != want) {
-    FEDFLEET_ASSIGN_OR_RETURN(model,
-                              model::createModel(recipe.name, recipe.seed, recipe.path,
-                                                 recipe.shape));
+    FEDFLEET_ASSIGN_OR_RETURN(
+        model, model::createModel(recipe.name, recipe.seed, recipe.path, recipe.shape));
     key = want;
   }
   return model.get();
@@ -280,15 +276,15 @@ Status Simulator::init(const config::Config& config) {
   avail.mode = sc.availability;
   avail.online_hours = sc.online_hours;
   avail.dropout = sc.dropout;
-  FEDFLEET_ASSIGN_OR_RETURN(Fleet fleet, Fleet::create(sc.fleet, sc.clients, config_.run.seed,
-                                                       avail));
+  FEDFLEET_ASSIGN_OR_RETURN(Fleet fleet,
+                            Fleet::create(sc.fleet, sc.clients, config_.run.seed, avail));
   fleet_.emplace(std::move(fleet));
   FEDFLEET_ASSIGN_OR_RETURN(data_, FleetData::create(config_, sc.clients));
 
   // The initial model (the same seed gives the same weights as a real coordinator's).
-  FEDFLEET_ASSIGN_OR_RETURN(auto model, model::createModel(config_.model.name, config_.run.seed,
-                                                           config_.model.path,
-                                                           data_->inputShape()));
+  FEDFLEET_ASSIGN_OR_RETURN(
+      auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path,
+                                     data_->inputShape()));
   std::vector<float> params = model->flatParameters();
   num_params_ = params.size();
   ref_samples_per_s_ =
@@ -333,8 +329,7 @@ Status Simulator::init(const config::Config& config) {
         const uint64_t k = indexOf(id);
         const ClientProfile p = fleet_->profile(k);
         const double bytes = static_cast<double>(num_params_ * sizeof(float));
-        const double samples = static_cast<double>(
-            plannedSamples(data_->shardSize(k), hparams_));
+        const double samples = static_cast<double>(plannedSamples(data_->shardSize(k), hparams_));
         return 2 * p.latency_s + bytes / p.down_bytes_per_s + bytes / p.up_bytes_per_s +
                samples / (p.speed * ref_samples_per_s_);
       },
@@ -493,51 +488,52 @@ void Simulator::dispatch(const coordinator::SendTask& st) {
     }
     ck = &it->second;
   }
-  f.result = pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, codec_spec, residual,
-                            chunk_bytes, task_seed, server_c, ck, served]() -> Result<TrainOutcome> {
-    FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
-    const auto t0 = std::chrono::steady_clock::now();
-    FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
-    client::Trainer trainer(c10::kCPU);
-    client::TrainOptions opts = o;
-    std::vector<float> ck_values;
-    if (ck) {
-      ck_values = ck->values();
-      opts.scaffold = {server_c.get(), &ck_values};
-    }
-    FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r,
-                              trainer.train(*model, *start, *shard.data, shard.indices, opts,
-                                            stop.get()));
-    TrainOutcome out;
-    out.control_delta = r.control_delta;
-    out.result = std::move(r);
-    const auto t1 = std::chrono::steady_clock::now();
-    out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
-    // Compress as a client does: the same chunks and per-chunk seeds (client/upload_pipeline.h);
-    // the bytes decide the upload time.
-    const std::vector<float> delta = client::takeUpload(out.result);
-    const auto plan =
-        client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr, codec_spec);
-    for (size_t j = 0; j < plan.size(); ++j) {
-      EncodedChunk c;
-      c.offset = plan[j].offset;
-      c.elements = plan[j].elements;
-      const uint64_t seed = client::chunkSeed(task_seed, j);
-      FEDFLEET_RETURN_IF_ERROR(client::encodeUploadChunk(*codec, plan[j], delta.data() + c.offset,
-                                                         residual, seed, &c.payload));
-      out.chunks.push_back(std::move(c));
-    }
-    out.encode_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    if (served) {
-      out.served = [&]() -> Result<model::EvalResult> {
-        FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
-        FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*served));
-        return model::evaluateIndices(*model, *held.data, held.indices);
-      }();
-    }
-    return out;  // the delta is gone: only the payloads travel on
-  });
+  f.result =
+      pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, codec_spec, residual,
+                     chunk_bytes, task_seed, server_c, ck, served]() -> Result<TrainOutcome> {
+        FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
+        const auto t0 = std::chrono::steady_clock::now();
+        FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
+        client::Trainer trainer(c10::kCPU);
+        client::TrainOptions opts = o;
+        std::vector<float> ck_values;
+        if (ck) {
+          ck_values = ck->values();
+          opts.scaffold = {server_c.get(), &ck_values};
+        }
+        FEDFLEET_ASSIGN_OR_RETURN(
+            client::TrainResult r,
+            trainer.train(*model, *start, *shard.data, shard.indices, opts, stop.get()));
+        TrainOutcome out;
+        out.control_delta = r.control_delta;
+        out.result = std::move(r);
+        const auto t1 = std::chrono::steady_clock::now();
+        out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
+        // Compress as a client does: the same chunks and per-chunk seeds
+        // (client/upload_pipeline.h); the bytes decide the upload time.
+        const std::vector<float> delta = client::takeUpload(out.result);
+        const auto plan =
+            client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr, codec_spec);
+        for (size_t j = 0; j < plan.size(); ++j) {
+          EncodedChunk c;
+          c.offset = plan[j].offset;
+          c.elements = plan[j].elements;
+          const uint64_t seed = client::chunkSeed(task_seed, j);
+          FEDFLEET_RETURN_IF_ERROR(client::encodeUploadChunk(
+              *codec, plan[j], delta.data() + c.offset, residual, seed, &c.payload));
+          out.chunks.push_back(std::move(c));
+        }
+        out.encode_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        if (served) {
+          out.served = [&]() -> Result<model::EvalResult> {
+            FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
+            FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*served));
+            return model::evaluateIndices(*model, *held.data, held.indices);
+          }();
+        }
+        return out;  // the delta is gone: only the payloads travel on
+      });
   push(done_at, EventKind::kTrainDone, token, k);
   in_flight_.emplace(token, std::move(f));
 }
@@ -547,10 +543,10 @@ void Simulator::onTrainDone(uint64_t token, InFlight& f) {
   if (!got.isOk()) {
     spdlog::warn("sim: client {} round {}: training failed: {}", f.id, f.round,
                  got.status().toString());
-    engine_->onClientError(
-        f.id, wire::Error{wire::ErrorCode::kInternal, "training failed: " + got.status().message(),
-                          token},
-        now_);
+    engine_->onClientError(f.id,
+                           wire::Error{wire::ErrorCode::kInternal,
+                                       "training failed: " + got.status().message(), token},
+                           now_);
     in_flight_.erase(token);
     return;
   }
@@ -835,8 +831,8 @@ Status Simulator::carryOut(Action& action) {
               decode_wall_.erase(dw);
             }
           }
-          Status s = coordinator::commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints,
-                                                       "s virtual");
+          Status s = coordinator::commitRoundToHistory(
+              *history_, a, config_.coordinator.keep_checkpoints, "s virtual");
           if (!s.isOk() && fatal_.isOk()) fatal_ = s;
           if (r.round > 0) {
             ++summary_.rounds;

@@ -60,19 +60,20 @@ struct CoordinatorSection {
                                               // with partition sizes known)
 };
 
-// How rounds treat slow clients (docs/ALGORITHMS in shared/ALGORITHMS.md; coordinator/round_engine.h).
+// How rounds treat slow clients (docs/ALGORITHMS in shared/ALGORITHMS.md;
+// coordinator/round_engine.h).
 struct PolicySection {
   std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff)
   std::string deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
                                    // task durations, at most coordinator.deadline_s)
   double deadline_percentile = 0.9;
-  uint32_t deadline_window = 5;    // rounds of durations the percentile looks at
-  double deadline_slack = 1.2;     // the percentile times this
-  double over_selection = 0;       // select ceil(K (1 + b)), aggregate the first K
-  bool partial_work = false;       // clients stop before the deadline and send what they did
-  bool adaptive_steps = false;     // size each client's local steps to its measured speed
-  double adaptive_target = 0.8;    // ... to finish at this fraction of the deadline
-  double adaptive_max_factor = 1;  // ... doing at most this many times the configured work
+  uint32_t deadline_window = 5;     // rounds of durations the percentile looks at
+  double deadline_slack = 1.2;      // the percentile times this
+  double over_selection = 0;        // select ceil(K (1 + b)), aggregate the first K
+  bool partial_work = false;        // clients stop before the deadline and send what they did
+  bool adaptive_steps = false;      // size each client's local steps to its measured speed
+  double adaptive_target = 0.8;     // ... to finish at this fraction of the deadline
+  double adaptive_max_factor = 1;   // ... doing at most this many times the configured work
   uint32_t async_concurrency = 10;  // async: clients training at once (C)
   uint32_t async_buffer = 5;        // async: updates per server step (K)
   uint32_t max_staleness = 10;      // async: staler updates are rejected
@@ -85,14 +86,14 @@ struct AggregationSection {
   double clip_norm = 0;           // clip each update's L2 norm to this before averaging (0: off)
   std::string server_optimizer = "fedavg";  // fedavg, fedavgm, fedadagrad, fedadam, fedyogi
                                             // (learning rate: coordinator.server_lr)
-  double server_momentum = 0.9;   // fedavgm
-  double beta1 = 0.9;             // adaptive optimisers
+  double server_momentum = 0.9;             // fedavgm
+  double beta1 = 0.9;                       // adaptive optimisers
   double beta2 = 0.99;
   double tau = 1e-3;
-  uint32_t buffer_mib = 256;      // median, trimmed_mean: updates kept in memory; beyond: a
-                                  // temporary file
-  double norm_bound = 5;          // an update's L2 norm above this x the round's median norm is
-                                  // clipped or rejected (0: off)
+  uint32_t buffer_mib = 256;  // median, trimmed_mean: updates kept in memory; beyond: a
+                              // temporary file
+  double norm_bound = 5;      // an update's L2 norm above this x the round's median norm is
+                              // clipped or rejected (0: off)
   std::string norm_bound_action = "clip";  // clip, reject
   double weight_cap = 10;                  // no update weighs more than this x the round's median
                                            // sample count (0: off)
@@ -107,17 +108,17 @@ struct LimitsSection {
 
 // Which clients a round samples (coordinator/selector.h).
 struct SelectionSection {
-  std::string selector = "uniform";  // uniform, oort, availability
-  double explore_initial = 0.9;      // oort: exploration fraction eps at first
-  double explore_decay = 0.98;       // oort: eps multiplied by this every round
-  double explore_min = 0.2;          // oort: floor of eps
-  double alpha = 2;                  // oort: duration penalty exponent
-  double preferred_duration_s = 0;   // oort: preferred round duration T (0: median seen)
-  double cutoff = 0.95;              // oort: exploit among utilities >= cutoff x the cut-off
-  uint32_t pacer_window = 20;        // oort: rounds per pacer window
-  double pacer_step_s = 0;           // oort: pacer raises T by this (0: 10%)
-  double expected_round_s = 0;       // availability: a client should stay online this long
-                                     // (0: estimated from completed tasks)
+  std::string selector = "uniform";    // uniform, oort, availability
+  double explore_initial = 0.9;        // oort: exploration fraction eps at first
+  double explore_decay = 0.98;         // oort: eps multiplied by this every round
+  double explore_min = 0.2;            // oort: floor of eps
+  double alpha = 2;                    // oort: duration penalty exponent
+  double preferred_duration_s = 0;     // oort: preferred round duration T (0: median seen)
+  double cutoff = 0.95;                // oort: exploit among utilities >= cutoff x the cut-off
+  uint32_t pacer_window = 20;          // oort: rounds per pacer window
+  double pacer_step_s = 0;             // oort: pacer raises T by this (0: 10%)
+  double expected_round_s = 0;         // availability: a client should stay online this long
+                                       // (0: estimated from completed tasks)
   uint32_t recent_failure_rounds = 5;  // availability: recent failures are taken last
 };
 
@@ -129,21 +130,21 @@ struct ModelSection {
 struct DataSection {
   std::string dataset = "fashion-mnist";  // fashion-mnist, or synthetic (FedProx's
                                           // Synthetic(alpha, beta); simulator only)
-  std::string dir;  // IDX files; default: the dataset-fashion-mnist package
-  std::string partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
-  double alpha = 0.5;                   // Dirichlet concentration (dirichlet, quantity)
-  uint32_t labels_per_client = 2;       // for partition = "labels"
-  uint32_t shards_per_client = 2;       // for partition = "shards" (FedAvg: 2 of 300 samples)
-  double synthetic_alpha = 1;           // synthetic: spread of the per-device models
-  double synthetic_beta = 1;            // synthetic: spread of the per-device inputs
-  bool synthetic_iid = false;           // synthetic: FedProx's IID variant
-  uint32_t synthetic_dim = 60;          // synthetic: input dimension
-  uint64_t max_samples = 0;             // synthetic: cap on a device's samples (0: none)
-  uint32_t eval_devices = 1000;         // synthetic: the server evaluates on the test splits
-                                        // of this many devices (the first ones)
-  uint32_t partitions = 0;              // number of partitions; 0: min_clients
-  uint32_t train_subset = 0;            // use the first N training samples (0: all)
-  uint32_t test_subset = 0;             // evaluate on the first N test samples (0: all 10k)
+  std::string dir;                        // IDX files; default: the dataset-fashion-mnist package
+  std::string partition = "dirichlet";    // iid, dirichlet, labels, shards, quantity
+  double alpha = 0.5;                     // Dirichlet concentration (dirichlet, quantity)
+  uint32_t labels_per_client = 2;         // for partition = "labels"
+  uint32_t shards_per_client = 2;         // for partition = "shards" (FedAvg: 2 of 300 samples)
+  double synthetic_alpha = 1;             // synthetic: spread of the per-device models
+  double synthetic_beta = 1;              // synthetic: spread of the per-device inputs
+  bool synthetic_iid = false;             // synthetic: FedProx's IID variant
+  uint32_t synthetic_dim = 60;            // synthetic: input dimension
+  uint64_t max_samples = 0;               // synthetic: cap on a device's samples (0: none)
+  uint32_t eval_devices = 1000;           // synthetic: the server evaluates on the test splits
+                                          // of this many devices (the first ones)
+  uint32_t partitions = 0;                // number of partitions; 0: min_clients
+  uint32_t train_subset = 0;              // use the first N training samples (0: all)
+  uint32_t test_subset = 0;               // evaluate on the first N test samples (0: all 10k)
 };
 
 struct TrainSection {
@@ -159,13 +160,13 @@ struct TrainSection {
 struct ClientSection {
   std::string coordinator = "tcp://127.0.0.1:7700";  // coordinator address
   std::string id;                                    // client id; default: the key name or host-pid
-  std::string keys_dir = "keys";  // holds <id>.key / <id>.key_secret and coordinator.key
-  std::string device = "auto";    // auto, cpu, cuda
-  uint32_t threads = 1;           // LibTorch intra-op threads
-  int64_t partition = -1;         // ask for this partition (-1: coordinator assigns)
-  double heartbeat_s = 1;         // heartbeat period
-  double exit_idle_s = 0;         // exit when the coordinator is silent this long (0: never)
-  double upload_mbps = 0;         // emulate an uplink of this many Mbit/s (0: unthrottled)
+  std::string keys_dir = "keys";   // holds <id>.key / <id>.key_secret and coordinator.key
+  std::string device = "auto";     // auto, cpu, cuda
+  uint32_t threads = 1;            // LibTorch intra-op threads
+  int64_t partition = -1;          // ask for this partition (-1: coordinator assigns)
+  double heartbeat_s = 1;          // heartbeat period
+  double exit_idle_s = 0;          // exit when the coordinator is silent this long (0: never)
+  double upload_mbps = 0;          // emulate an uplink of this many Mbit/s (0: unthrottled)
   uint32_t upload_burst_kib = 64;  // token-bucket depth of that emulated uplink
   bool upload_pipelined = true;    // encode chunk i+1 while chunk i is sent (false: encode all,
                                    // then send; the benchmark's baseline)
@@ -173,22 +174,22 @@ struct ClientSection {
   std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
   std::string scaffold_state;             // SCAFFOLD: file keeping c_k across restarts ("": none)
   std::string scaffold_storage = "fp32";  // SCAFFOLD: c_k held as fp32, bf16 or fp16
-  std::string served_model_path;  // blocks: publish the served model here (and <path>.json;
-                                  // written atomically; "": memory only)
+  std::string served_model_path;          // blocks: publish the served model here (and <path>.json;
+                                          // written atomically; "": memory only)
 };
 
 // The fleet simulator (`fedfleet sim`). The run, coordinator, model, data and train sections
 // mean the same as for a real coordinator; these keys describe the simulated fleet.
 struct SimSection {
-  uint64_t clients = 1000;         // registered virtual clients (each its own data and profile)
-  std::string fleet = "uniform";   // uniform, mobile-mix, or a CSV file of tiers (docs/SIM.md)
-  std::string availability = "always";  // always, diurnal
-  double online_hours = 0;         // diurnal: hours online a day (0: each tier's own)
-  double dropout = -1;             // per-task dropout probability (-1: each tier's own)
-  double rejoin_s = 600;           // a client that dropped out is back after this long
-  double reference_gflops = 2;     // training FLOP/s (x 1e9) of a speed-1 device
-  uint32_t workers = 0;            // training threads (0: one per core)
-  std::string progress = "auto";   // auto (a bar on a terminal), on, off
+  uint64_t clients = 1000;        // registered virtual clients (each its own data and profile)
+  std::string fleet = "uniform";  // uniform, mobile-mix, or a CSV file of tiers (docs/SIM.md)
+  std::string availability = "always";    // always, diurnal
+  double online_hours = 0;                // diurnal: hours online a day (0: each tier's own)
+  double dropout = -1;                    // per-task dropout probability (-1: each tier's own)
+  double rejoin_s = 600;                  // a client that dropped out is back after this long
+  double reference_gflops = 2;            // training FLOP/s (x 1e9) of a speed-1 device
+  uint32_t workers = 0;                   // training threads (0: one per core)
+  std::string progress = "auto";          // auto (a bar on a terminal), on, off
   std::string residual_storage = "bf16";  // error-feedback residual of each virtual client
   // Systems heterogeneity as in FedProx's experiments: this fraction of the tasks (drawn per
   // client and round) are stragglers that manage only a random 1..E-1 of the E local epochs.

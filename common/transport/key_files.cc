@@ -177,8 +177,7 @@ Status checkMode(const std::string& path, const char* what, mode_t forbidden, co
   if ((st.st_mode & forbidden) == 0) return Status::ok();
   char mode[8];
   std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
-  return permissionDenied(std::string(what) + " " + path + " has mode " + mode +
-                          ": others could " +
+  return permissionDenied(std::string(what) + " " + path + " has mode " + mode + ": others could " +
                           ((forbidden & 044) != 0 ? "read or replace it" : "add keys to it") +
                           "; fix with `chmod " + fix + " " + path + "`");
 }

@@ -11,11 +11,10 @@
 #include "common/transport/zap_authenticator.h"
 
 #include <spdlog/spdlog.h>
-#include <zmq.h>
-
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <cerrno>
 #include <cstring>
@@ -189,8 +188,7 @@ std::vector<AuthEvent> ZapAuthenticator::takeEvents() {
 
 void ZapAuthenticator::recordEvent(AuthEvent event) {
   if (event.kind == AuthEvent::kRevoked) {
-    spdlog::warn("revoked client {} (key {}): {}", event.client_id, event.public_key,
-                 event.reason);
+    spdlog::warn("revoked client {} (key {}): {}", event.client_id, event.public_key, event.reason);
   } else {
     spdlog::warn("refused connection from {} (key {}): {}", event.peer_address,
                  event.public_key.empty() ? "-" : event.public_key, event.reason);
@@ -210,7 +208,8 @@ void ZapAuthenticator::answer(const std::vector<zmq::message_t>& request,
   const std::string address = frameText(request[3]);
   const std::string mechanism = frameText(request[5]);
   if (mechanism != "CURVE" || request.size() != 7 || request[6].size() != 32) {
-    recordEvent({AuthEvent::kRefused, address, "", "", "mechanism " + mechanism + " is not allowed"});
+    recordEvent(
+        {AuthEvent::kRefused, address, "", "", "mechanism " + mechanism + " is not allowed"});
     reply = {"400", "CURVE required", "", ""};
     return;
   }
@@ -234,7 +233,8 @@ void ZapAuthenticator::answer(const std::vector<zmq::message_t>& request,
     }
   }
   if (found == allowed_.end()) {
-    recordEvent({AuthEvent::kRefused, address, key, "", "public key not in allow-list " + allow_dir_});
+    recordEvent(
+        {AuthEvent::kRefused, address, key, "", "public key not in allow-list " + allow_dir_});
     reply = {"400", "key not allowed", "", ""};
     return;
   }

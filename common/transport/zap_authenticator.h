@@ -97,10 +97,10 @@ class ZapAuthenticator {
   zmq::socket_t socket_;  // handler thread only, once started
   AllowList allowed_;     // handler thread only: key -> client id
   std::chrono::steady_clock::time_point last_read_{};
-  std::filesystem::file_time_type allow_dir_mtime_{};  // at the last read
+  std::filesystem::file_time_type allow_dir_mtime_{};   // at the last read
   std::chrono::steady_clock::time_point changed_at_{};  // last inotify event not yet read
   bool change_pending_ = false;
-  int inotify_fd_ = -1;  // -1: no watch (the periodic re-read still runs)
+  int inotify_fd_ = -1;                 // -1: no watch (the periodic re-read still runs)
   std::set<std::string> warned_files_;  // handler thread only: bad key files already logged
 
   std::atomic<bool> stop_{false};

@@ -14,14 +14,15 @@
 // so that a disconnect can be told apart: the server closed it, the peer did, or ZeroMQ dropped
 // it with input still unread in the kernel (what a frame over the size limit does: libzmq reads
 // the frame header, refuses it and closes). The duplicate stays open up to kSettle after
-// ZeroMQ's report, so that the rest of a refused frame has time to arrive and show. Messages carry their connection's descriptor
-// (ZMQ_SRCFD), which ties a routing id to its connection.
+// ZeroMQ's report, so that the rest of a refused frame has time to arrive and show. Messages carry
+// their connection's descriptor (ZMQ_SRCFD), which ties a routing id to its connection.
 //
 // A message with an attachment leaves the server as [routing id][payload][piece]..[piece]: the
 // attachment cut into frames of at most kAttachmentPieceBytes (one empty frame for an empty
-// attachment); several attachments go one after the other. Each piece is a zero-copy frame (zmq_msg_init_data) over the caller's buffer
-// whose free function drops one reference to it; libzmq calls it, from an I/O thread, once the
-// frame is encrypted (CURVE) or written (plain text). The client joins the pieces again.
+// attachment); several attachments go one after the other. Each piece is a zero-copy frame
+// (zmq_msg_init_data) over the caller's buffer whose free function drops one reference to it;
+// libzmq calls it, from an I/O thread, once the frame is encrypted (CURVE) or written (plain text).
+// The client joins the pieces again.
 //
 // Sizes: ZMQ_MAXMSGSIZE applies to the frames on the wire, which under CURVE carry
 // kCurveOverheadBytes more than the payload. The socket limit therefore gets that slack, and
@@ -44,10 +45,10 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -332,8 +333,7 @@ class ZmqServerTransport final : public ServerTransport {
     FEDFLEET_RETURN_IF_ERROR(
         sendFrame(socket_, payload.data(), payload.size(), ZMQ_SNDMORE, "payload"));
     for (size_t i = 0; i < attachments.size(); ++i) {
-      FEDFLEET_RETURN_IF_ERROR(
-          sendAttachment(socket_, attachments[i], i + 1 < attachments.size()));
+      FEDFLEET_RETURN_IF_ERROR(sendAttachment(socket_, attachments[i], i + 1 < attachments.size()));
     }
     return Status::ok();
   }
@@ -374,7 +374,7 @@ class ZmqServerTransport final : public ServerTransport {
   struct Connection {
     int dup_fd = -1;
     std::string address;
-    std::string peer;  // routing id, once a message came
+    std::string peer;      // routing id, once a message came
     bool closing = false;  // disconnect() asked for it
     bool shut = false;     // our duplicate is shut down
     bool gone = false;     // ZeroMQ reported it disconnected
@@ -561,12 +561,11 @@ class ZmqClientTransport final : public ClientTransport {
       // One monitor endpoint per socket generation; inproc names are per context.
       const std::string monitor_endpoint =
           "inproc://fedfleet-client-monitor-" + std::to_string(++generation_);
-      if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
-                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED |
-                                 ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) !=
-          0) {
+      if (zmq_socket_monitor(
+              socket_.handle(), monitor_endpoint.c_str(),
+              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_CONNECTED |
+                  ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) != 0) {
         return internalError("socket monitor: " + zmqText(zmq_errno()));
       }
       monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
@@ -696,15 +695,26 @@ class ZmqClientTransport final : public ClientTransport {
 
   void noteEvent(uint16_t id, uint32_t value) {
     switch (id) {
-      case ZMQ_EVENT_CONNECTED: ++connects_; break;
-      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: handshake_ok_ = true; break;
-      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: auth_refused_ = true; break;
-      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) mechanism_mismatch_ = true;
-        else protocol_error_ = true;
+      case ZMQ_EVENT_CONNECTED:
+        ++connects_;
         break;
-      case ZMQ_EVENT_DISCONNECTED: ++disconnects_; break;
-      default: break;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        handshake_ok_ = true;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        auth_refused_ = true;
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+          mechanism_mismatch_ = true;
+        else
+          protocol_error_ = true;
+        break;
+      case ZMQ_EVENT_DISCONNECTED:
+        ++disconnects_;
+        break;
+      default:
+        break;
     }
   }
 
@@ -732,8 +742,7 @@ class ZmqClientTransport final : public ClientTransport {
              " connections closed by the coordinator): most likely a wrong coordinator public "
              "key (the client's coordinator.key must be the coordinator's)";
     }
-    return "connected " + std::to_string(connects_) +
-           " times but no handshake completed yet";
+    return "connected " + std::to_string(connects_) + " times but no handshake completed yet";
   }
 
  private:

@@ -326,8 +326,7 @@ TEST_F(ClientRuntimeTest, ErrorFeedbackResidualIsCarriedAcrossTasksAndDroppedOnA
   auto codec = compress::makeCodec(*spec);
   ASSERT_TRUE(codec.isOk());
   compress::ErrorFeedback replay(kLogregParams);
-  const std::vector<std::string> codecs = {"topk:0.08", "topk:0.02", "qsgd8",
-                                           "topk:0.02"};
+  const std::vector<std::string> codecs = {"topk:0.08", "topk:0.02", "qsgd8", "topk:0.02"};
   for (uint64_t token = 1; token <= codecs.size(); ++token) {
     SCOPED_TRACE("task " + std::to_string(token) + " " + codecs[token - 1]);
     const wire::Task t = task(token, codecs[token - 1], 8 << 10);
@@ -371,8 +370,8 @@ TEST_F(ClientRuntimeTest, ErrorFeedbackResidualIsCarriedAcrossTasksAndDroppedOnA
 }
 
 TEST_F(ClientRuntimeTest, AServedModelIsPublishedEvaluatedOnTheHeldOutDataAndReported) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("fedfleet-served-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("fedfleet-served-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   ClientRuntimeOptions o;
@@ -419,8 +418,7 @@ TEST_F(ClientRuntimeTest, AServedModelIsPublishedEvaluatedOnTheHeldOutDataAndRep
 
   // Published: the exact bytes, a description naming them, no temporary file left behind.
   std::ifstream in(dir / "served.bin", std::ios::binary);
-  const std::string on_disk((std::istreambuf_iterator<char>(in)),
-                            std::istreambuf_iterator<char>());
+  const std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(on_disk, served_bytes);
   std::ifstream js(dir / "served.bin.json");
   const std::string json((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());

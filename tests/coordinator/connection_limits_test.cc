@@ -59,7 +59,7 @@ TEST(EventBudget, CountsWhatIsLeftOut) {
   for (int i = 0; i < 10; ++i) written += budget.take(0);
   EXPECT_EQ(written, 3);
   EXPECT_EQ(budget.leftOut(), 7u);
-  EXPECT_FALSE(budget.take(5));   // half a row back
+  EXPECT_FALSE(budget.take(5));    // half a row back
   EXPECT_TRUE(budget.take(10.5));  // one row per 10 s
   EXPECT_EQ(budget.takeLeftOut(), 8u);
   EXPECT_EQ(budget.leftOut(), 0u);

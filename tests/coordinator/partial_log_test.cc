@@ -14,18 +14,20 @@ struct Seen {
 
 std::vector<Seen> collect(PartialLog& log, uint64_t token) {
   std::vector<Seen> out;
-  EXPECT_TRUE(log.forEach(token, [&](uint64_t o, uint64_t n, std::string_view p) {
-                   out.push_back({o, n, std::string(p)});
-                   return Status::ok();
-                 }).isOk());
+  EXPECT_TRUE(log.forEach(token,
+                          [&](uint64_t o, uint64_t n, std::string_view p) {
+                            out.push_back({o, n, std::string(p)});
+                            return Status::ok();
+                          })
+                  .isOk());
   return out;
 }
 
 TEST(PartialLog, KeepsChunksInMemoryUpToTheBoundThenSpills) {
-  PartialLog log(10);  // ten bytes in memory
-  ASSERT_TRUE(log.append(1, 0, 2, "abcdef").isOk());   // 6: memory
-  ASSERT_TRUE(log.append(2, 0, 3, "ghij").isOk());     // 10: memory
-  ASSERT_TRUE(log.append(1, 2, 4, "klmnop").isOk());   // spills
+  PartialLog log(10);                                               // ten bytes in memory
+  ASSERT_TRUE(log.append(1, 0, 2, "abcdef").isOk());                // 6: memory
+  ASSERT_TRUE(log.append(2, 0, 3, "ghij").isOk());                  // 10: memory
+  ASSERT_TRUE(log.append(1, 2, 4, "klmnop").isOk());                // spills
   ASSERT_TRUE(log.append(2, 3, 1, std::string(1000, 'z')).isOk());  // spills
   EXPECT_EQ(log.memoryBytes(), 10u);
   EXPECT_EQ(log.spilledBytes(), 1006u);
@@ -40,7 +42,7 @@ TEST(PartialLog, KeepsChunksInMemoryUpToTheBoundThenSpills) {
   EXPECT_EQ(two[1].payload, std::string(1000, 'z'));
   log.erase(1);
   EXPECT_TRUE(collect(log, 1).empty());
-  EXPECT_EQ(log.memoryBytes(), 4u);  // token 1's in-memory bytes returned
+  EXPECT_EQ(log.memoryBytes(), 4u);               // token 1's in-memory bytes returned
   ASSERT_TRUE(log.append(3, 0, 1, "qr").isOk());  // fits again
   EXPECT_EQ(log.memoryBytes(), 6u);
   log.clear();

@@ -408,9 +408,8 @@ TEST(RoundEngine, FewEligibleClientsStillFillTheRoundWhenPossible) {
     f.engine->registerClient(id, hello(id, i), 0);
   }
   // 7 of 1000 eligible: rank sampling mostly misses, the engine falls back to listing them.
-  f.engine->setEligibility([](const std::string& id, double) {
-    return std::stoi(id.substr(1)) % 150 == 0;
-  });
+  f.engine->setEligibility(
+      [](const std::string& id, double) { return std::stoi(id.substr(1)) % 150 == 0; });
   f.engine->start(0);
   const auto tasks = actionsOf<SendTask>(f.take());
   ASSERT_EQ(tasks.size(), 5u);
@@ -466,7 +465,6 @@ TEST(RoundEngine, RunsAllRoundsThenSaysBye) {
   EXPECT_EQ(f.engine->params(), (std::vector<float>{2, 2, 2}));
   EXPECT_EQ(f.engine->modelVersion(), 2u);
 }
-
 
 std::string encodeWith(const std::string& spec, const std::vector<float>& v, uint64_t seed) {
   auto codec = compress::makeCodec(compress::parseCodecSpec(spec).value()).value();
@@ -675,7 +673,6 @@ TEST(RoundEngine, TopkTasksFollowTheWarmupSchedule) {
   }
 }
 
-
 TEST(RoundEngine, EvalEveryEvaluatesOnlyEveryNthRoundAndTheLast) {
   EngineOptions o = baseOptions(1, 1, 1);
   o.rounds = 5;
@@ -702,7 +699,6 @@ TEST(RoundEngine, EvalEveryEvaluatesOnlyEveryNthRoundAndTheLast) {
   EXPECT_EQ(evaluated, (std::vector<uint32_t>{0, 2, 4, 5}));
   EXPECT_EQ(committed, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
 }
-
 
 // ---- Straggler policies ----
 
@@ -759,7 +755,7 @@ TEST(RoundEnginePolicies, PercentileDeadlineFollowsRecentDurationsWithLateOnesCe
   EXPECT_DOUBLE_EQ(tasks[0].task.deadline_s, 4);
   token = tokensOf(tasks);
   f.upload("a", token["a"], {1, 1, 1}, 1, 7);  // 1 s
-  f.engine->onTick(10);                          // b is late: censored at 4 s
+  f.engine->onTick(10);                        // b is late: censored at 4 s
   tasks = actionsOf<SendTask>(f.take());
   ASSERT_EQ(tasks.size(), 2u);
   // Durations {2, 6} and {1, 4}: the median of {1, 2, 4, 6} is 3.
@@ -899,7 +895,6 @@ TEST(RoundEngineAsync, EachTaskHasItsOwnDeadline) {
   auto again = actionsOf<SendTask>(actions);
   EXPECT_EQ(again.size(), 2u);  // the freed slots are refilled at once
 }
-
 
 // ---- Upload credits (protocol step 4) ----
 
@@ -1202,7 +1197,6 @@ TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
   EXPECT_TRUE(done[0].ok);
 }
 
-
 // Oort through the engine: a restarted engine given the checkpoint's engine state selects the
 // same clients as the one that kept running.
 TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterARestart) {
@@ -1266,7 +1260,8 @@ TEST(RoundEngineAggregation, FedNovaWithEqualStepsIsFedAvg) {
   const std::vector<Upload> ups = {{"a", {2, -2, 2}, 1, 5}, {"b", {4, 0, 8}, 3, 5}};
   oneRound(avg, {"a", "b"}, ups);
   oneRound(nova, {"a", "b"}, ups);
-  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(nova.engine->params()[i], avg.engine->params()[i], 1e-5);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(nova.engine->params()[i], avg.engine->params()[i], 1e-5);
 }
 
 TEST(RoundEngineAggregation, CoordinateWiseMedianIgnoresAnOutlier) {
@@ -1282,7 +1277,7 @@ TEST(RoundEngineAggregation, CoordinateWiseMedianIgnoresAnOutlier) {
 TEST(RoundEngineAggregation, TrimmedMeanDropsTheEnds) {
   EngineOptions o = baseOptions(4, 4, 4);
   o.aggregator = "trimmed_mean";
-  o.trim_fraction = 0.25;  // floor(0.25 x 4) = 1 dropped at each end
+  o.trim_fraction = 0.25;      // floor(0.25 x 4) = 1 dropped at each end
   o.robust_buffer_bytes = 16;  // forces the later updates to spill to a file
   Fixture f(o, {0, 0, 0});
   oneRound(f, {"a", "b", "c", "d"},
@@ -1705,7 +1700,7 @@ TEST(RoundEngineBlocks, ARestartedClientIsSentItsServedModelAgain) {
   ASSERT_EQ(run.tasks.size(), 2u);
   const SendTask& r6 = run.tasks[1];
   EXPECT_EQ(r6.task.round, 6u);
-  EXPECT_EQ(r6.task.served.sha256, r4[0].task.served.sha256);  // z_0 unchanged...
+  EXPECT_EQ(r6.task.served.sha256, r4[0].task.served.sha256);       // z_0 unchanged...
   EXPECT_EQ(r6.task.served.source, wire::ServedSource::kAttached);  // ...but sent again
   ASSERT_NE(r6.served_bytes, nullptr);
   EXPECT_EQ(floatsOf(*r6.served_bytes), run.f.engine->servedModel(0));

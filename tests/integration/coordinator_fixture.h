@@ -40,8 +40,8 @@ lr = 0.05
 }
 
 // The [coordinator] section of a test job; `more` adds lines to it.
-inline std::string coordinatorSection(int clients_per_round, int min_clients, int quorum, int deadline_s,
-                               const std::string& more = "") {
+inline std::string coordinatorSection(int clients_per_round, int min_clients, int quorum,
+                                      int deadline_s, const std::string& more = "") {
   return "[coordinator]\nclients_per_round = " + std::to_string(clients_per_round) +
          "\nmin_clients = " + std::to_string(min_clients) + "\nquorum = " + std::to_string(quorum) +
          "\ndeadline_s = " + std::to_string(deadline_s) + "\n" + more + "\n";
@@ -57,8 +57,8 @@ inline int keygen(const std::string& dir, const std::vector<std::string>& extra)
 }
 
 inline std::unique_ptr<Process> startCoordinator(const std::string& dir, const std::string& config,
-                                          const std::vector<std::string>& extra,
-                                          std::string* endpoint) {
+                                                 const std::vector<std::string>& extra,
+                                                 std::string* endpoint) {
   std::vector<std::string> args = {
       kBinary,  "coordinator",       "--config",        config,
       "--bind", "tcp://127.0.0.1:*", "--keys",          dir + "/keys",
@@ -70,8 +70,8 @@ inline std::unique_ptr<Process> startCoordinator(const std::string& dir, const s
 }
 
 inline std::unique_ptr<Process> startClient(const std::string& dir, const std::string& config,
-                                     const std::string& endpoint, const std::string& id,
-                                     const std::vector<std::string>& extra = {}) {
+                                            const std::string& endpoint, const std::string& id,
+                                            const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {kBinary,         "client",      "--config",    config,
                                    "--coordinator", endpoint,      "--id",        id,
                                    "--keys",        dir + "/keys", "--exit-idle", "60"};
@@ -86,7 +86,7 @@ inline std::unique_ptr<history::HistoryStore> openHistory(const std::string& dir
 }
 
 inline bool hasEvent(const std::vector<history::EventRecord>& events, const std::string& kind,
-              const std::string& needle = "") {
+                     const std::string& needle = "") {
   return std::any_of(events.begin(), events.end(), [&](const history::EventRecord& e) {
     return e.kind == kind && (needle.empty() || e.detail.find(needle) != std::string::npos);
   });

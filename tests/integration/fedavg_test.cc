@@ -279,9 +279,10 @@ TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
   const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 90));
   std::string endpoint;
   // A learning selector and a stateful server optimiser: their state rides in the checkpoint.
-  std::vector<std::string> extra = {"--rounds", "3", "--set", "train.epochs=3",
-                                    "--set", "selection.selector=\"oort\"",
-                                    "--set", "aggregation.server_optimizer=\"fedavgm\""};
+  std::vector<std::string> extra = {"--rounds", "3",
+                                    "--set",    "train.epochs=3",
+                                    "--set",    "selection.selector=\"oort\"",
+                                    "--set",    "aggregation.server_optimizer=\"fedavgm\""};
   auto first = startCoordinator(dir, config, extra, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << first->log();
   std::vector<std::unique_ptr<Process>> clients;
@@ -334,10 +335,10 @@ TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
 TEST(Integration, FedBuffRunsAsynchronouslyOverCurve) {
   const std::string dir = testing::freshDir("fedbuff");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
-  const std::string config = writeConfig(
-      dir, coordinatorSection(3, 3, 1, 120) +
-               "\n[policy]\nmode = \"async\"\nasync_concurrency = 2\nasync_buffer = 2\n"
-               "max_staleness = 3\n");
+  const std::string config =
+      writeConfig(dir, coordinatorSection(3, 3, 1, 120) +
+                           "\n[policy]\nmode = \"async\"\nasync_concurrency = 2\nasync_buffer = 2\n"
+                           "max_staleness = 3\n");
   ASSERT_TRUE(runJob(dir, config, 3, {"--rounds", "4"}));
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
@@ -371,10 +372,10 @@ TEST(Integration, FedBuffRunsAsynchronouslyOverCurve) {
 TEST(Integration, BlockCyclicRoundsSampleTheCurrentBlockAndRecordBlockMetrics) {
   const std::string dir = testing::freshDir("blocks");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
-  const std::string config = writeConfig(
-      dir, coordinatorSection(1, 2, 1, 120) +
-               "\n[blocks]\ncount = 2\nrounds_per_block = 1\nmode = \"pluralistic\"\n"
-               "test_samples = 300\nvalidation_samples = 100\n");
+  const std::string config =
+      writeConfig(dir, coordinatorSection(1, 2, 1, 120) +
+                           "\n[blocks]\ncount = 2\nrounds_per_block = 1\nmode = \"pluralistic\"\n"
+                           "test_samples = 300\nvalidation_samples = 100\n");
   ASSERT_TRUE(runJob(dir, config, 2, {"--rounds", "4"}, [&dir](int i) {
     return std::vector<std::string>{
         "--partition", std::to_string(i - 1), "--set",

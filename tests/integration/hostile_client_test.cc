@@ -11,9 +11,9 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <set>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,16 +89,14 @@ class Rogue {
     return std::nullopt;
   }
   std::optional<wire::Error> nextError(double seconds) {
-    auto m = next(seconds, [](const wire::Message& m) {
-      return std::holds_alternative<wire::Error>(m);
-    });
+    auto m = next(seconds,
+                  [](const wire::Message& m) { return std::holds_alternative<wire::Error>(m); });
     if (!m) return std::nullopt;
     return std::get<wire::Error>(*m);
   }
   std::optional<wire::Task> nextTask(double seconds) {
-    auto m = next(seconds, [](const wire::Message& m) {
-      return std::holds_alternative<wire::Task>(m);
-    });
+    auto m =
+        next(seconds, [](const wire::Message& m) { return std::holds_alternative<wire::Task>(m); });
     if (!m) return std::nullopt;
     return std::get<wire::Task>(*m);
   }
@@ -366,8 +364,7 @@ TEST(HostileClient, AFrameOverTheSizeLimitIsLoggedAndCounted) {
 TEST(HostileClient, AKeyRemovedFromTheAllowListIsDisconnectedAtOnce) {
   const std::string dir = testing::freshDir("hostile-revoke");
   makeKeys(dir, 2);
-  const std::string config =
-      writeConfig(dir, coordinatorSection(2, 1, 1, 60, "liveness_s = 3"));
+  const std::string config = writeConfig(dir, coordinatorSection(2, 1, 1, 60, "liveness_s = 3"));
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "1000"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
@@ -382,9 +379,8 @@ TEST(HostileClient, AKeyRemovedFromTheAllowListIsDisconnectedAtOnce) {
   fs::remove(dir + "/keys/clients/client-2.key");
   const auto removed_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(coord->waitForLog("revoked client client-2", 5)) << coord->log();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                       removed_at)
-                             .count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - removed_at).count();
   EXPECT_LT(seconds, 3.0);
   // client-2 is told and leaves; its reconnects would be refused by the handshake.
   auto c2rc = c2->waitFor(30);
@@ -454,7 +450,6 @@ TEST(HostileClient, KeyFilesOthersCanWriteStopTheCoordinatorWithTheFix) {
   refusedWith("chmod 600 " + dir + "/keys/coordinator.key_secret");
 }
 
-
 TEST(HostileClient, AGrantedUploadThatSendsNothingLosesItsGrant) {
   const std::string dir = testing::freshDir("hostile-stall");
   makeKeys(dir, 1);
@@ -472,9 +467,8 @@ TEST(HostileClient, AGrantedUploadThatSendsNothingLosesItsGrant) {
   auto task = rogue.nextTask(60);
   ASSERT_TRUE(task.has_value()) << coord->log();
   ASSERT_TRUE(rogue.send(wire::UploadRequest{task->task_token}));
-  auto grant = rogue.next(10, [](const wire::Message& m) {
-    return std::holds_alternative<wire::UploadGrant>(m);
-  });
+  auto grant = rogue.next(
+      10, [](const wire::Message& m) { return std::holds_alternative<wire::UploadGrant>(m); });
   ASSERT_TRUE(grant.has_value()) << "mallory asked first and gets the credit";
   const auto granted_at = std::chrono::steady_clock::now();
   // ... and stalls, heartbeating so that it is not lost.
@@ -514,10 +508,10 @@ double finalAccuracy(const std::string& dir,
   const int k = attack ? 4 : 3;
   const std::string config = writeConfig(dir, coordinatorSection(k, k, 3, 90));
   std::string endpoint;
-  auto coord = startCoordinator(dir, config,
-                                {"--rounds", "3", "--set", "data.partition=\"iid\"", "--set",
-                                 "data.partitions=4"},
-                                &endpoint);
+  auto coord = startCoordinator(
+      dir, config,
+      {"--rounds", "3", "--set", "data.partition=\"iid\"", "--set", "data.partitions=4"},
+      &endpoint);
   EXPECT_FALSE(endpoint.empty()) << coord->log();
   if (endpoint.empty()) return -1;
   std::vector<std::unique_ptr<Process>> honest;
@@ -551,7 +545,8 @@ double finalAccuracy(const std::string& dir,
   auto rounds = store->rounds(runs->front().run_id);
   EXPECT_EQ(rounds->size(), 4u);
   for (const auto& r : *rounds) {
-    EXPECT_TRUE(r.status == "ok" || r.status == "initial") << "round " << r.round << " " << r.status;
+    EXPECT_TRUE(r.status == "ok" || r.status == "initial")
+        << "round " << r.round << " " << r.status;
   }
   return rounds->back().test_accuracy.value_or(-1);
 }

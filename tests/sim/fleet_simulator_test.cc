@@ -9,8 +9,8 @@
 #include <set>
 #include <string>
 
-#include "common/history/history.h"
 #include "common/data/synthetic.h"
+#include "common/history/history.h"
 #include "sim/fleet.h"
 #include "sim/model_cost.h"
 
@@ -79,7 +79,7 @@ TEST(FleetSimulator, SameSeedSameHistoryAtOneAndTwoWorkers) {
     c.sim.fleet = "mobile-mix";
     c.sim.dropout = 0.1;
     c.sim.rejoin_s = 1;
-    c.coordinator.deadline_s = 5;  // the embedded boards (0.1x, 0.5/2 Mbit/s) miss it
+    c.coordinator.deadline_s = 5;   // the embedded boards (0.1x, 0.5/2 Mbit/s) miss it
     c.coordinator.codec = "qsgd8";  // stochastic rounding, seeded per task and chunk
     c.sim.workers = workers;
     auto summary = runJob(c);
@@ -362,11 +362,10 @@ TEST(FleetSimulator, BadConfigsAreClearErrors) {
   EXPECT_NE(sim.status().message().find("sim.availability"), std::string::npos);
 }
 
-
-// Straggler policies, aggregators and selectors through the simulator: the same seed gives the same history at 1 and 2
-// workers, and training makes progress, for an asynchronous run with Oort selection, SCAFFOLD
-// with FedProx's proximal term, and FedNova with over-selection, a percentile deadline and
-// partial work on a heterogeneous fleet.
+// Straggler policies, aggregators and selectors through the simulator: the same seed gives the same
+// history at 1 and 2 workers, and training makes progress, for an asynchronous run with Oort
+// selection, SCAFFOLD with FedProx's proximal term, and FedNova with over-selection, a percentile
+// deadline and partial work on a heterogeneous fleet.
 struct MethodCase {
   const char* name;
   void (*apply)(config::Config&);
@@ -411,31 +410,29 @@ TEST_P(SimMethods, SameSeedSameHistoryAndProgress) {
   EXPECT_GT(*a.rounds.back().test_accuracy, *a.rounds.front().test_accuracy + 0.15);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Methods, SimMethods,
-    ::testing::Values(
-        MethodCase{"fedbuff_oort",
-                   [](config::Config& c) {
-                     c.policy.mode = "async";
-                     c.policy.async_concurrency = 8;
-                     c.policy.async_buffer = 4;
-                     c.selection.selector = "oort";
-                   }},
-        MethodCase{"scaffold_prox",
-                   [](config::Config& c) {
-                     c.aggregation.method = "scaffold";
-                     c.train.prox_mu = 0.01;
-                   }},
-        MethodCase{"fednova_oversel_partial",
-                   [](config::Config& c) {
-                     c.aggregation.method = "fednova";
-                     c.policy.over_selection = 0.5;
-                     c.policy.deadline = "percentile";
-                     c.policy.partial_work = true;
-                     c.train.epochs = 2;
-                     c.coordinator.deadline_s = 20;
-                   }}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Methods, SimMethods,
+                         ::testing::Values(MethodCase{"fedbuff_oort",
+                                                      [](config::Config& c) {
+                                                        c.policy.mode = "async";
+                                                        c.policy.async_concurrency = 8;
+                                                        c.policy.async_buffer = 4;
+                                                        c.selection.selector = "oort";
+                                                      }},
+                                           MethodCase{"scaffold_prox",
+                                                      [](config::Config& c) {
+                                                        c.aggregation.method = "scaffold";
+                                                        c.train.prox_mu = 0.01;
+                                                      }},
+                                           MethodCase{"fednova_oversel_partial",
+                                                      [](config::Config& c) {
+                                                        c.aggregation.method = "fednova";
+                                                        c.policy.over_selection = 0.5;
+                                                        c.policy.deadline = "percentile";
+                                                        c.policy.partial_work = true;
+                                                        c.train.epochs = 2;
+                                                        c.coordinator.deadline_s = 20;
+                                                      }}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // FedProx's systems heterogeneity: stragglers in "drop" mode never report (late at the
 // deadline); in "partial" mode they send fewer epochs' steps than the others.

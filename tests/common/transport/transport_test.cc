@@ -5,8 +5,6 @@
 
 #include "common/transport/transport.h"
 
-#include "common/transport/zap_authenticator.h"
-
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/transport/zap_authenticator.h"
 
 namespace fedfleet::transport {
 namespace {
@@ -752,7 +752,6 @@ TEST(InsecureTransportTest, OversizeMessageDropsAndServerKeepsServing) {
   EXPECT_EQ(env->payload.size(), 1000u);
 }
 
-
 // ----- identity, revocation and connections -------------------------------------------------
 
 // Waits up to `seconds` for `fn` to return true.
@@ -804,8 +803,8 @@ TEST_F(CurveTransportTest, ARoutingIdInUseIsNotHandedOver) {
 TEST_F(CurveTransportTest, DuplicateKeysBadNamesAndWritableFilesAreLeftOut) {
   const KeyPair shared = newKeys();
   for (const char* name : {"one", "two"}) {
-    std::ofstream(allow_dir_ + "/" + name + ".key") << "public-key = \"" << shared.public_key
-                                                    << "\"\n";
+    std::ofstream(allow_dir_ + "/" + name + ".key")
+        << "public-key = \"" << shared.public_key << "\"\n";
   }
   const KeyPair badly_named = newKeys();
   std::ofstream(allow_dir_ + "/.hidden.key") << badly_named.public_key << "\n";
@@ -904,7 +903,6 @@ TEST_F(CurveTransportTest, AFrameOverTheLimitDropsTheConnectionAndIsCounted) {
   }));
 }
 
-
 // What a client whose coordinator stays silent can tell the operator.
 TEST_F(CurveTransportTest, ASilentCoordinatorIsDiagnosedFromTheHandshake) {
   auto server = startServer();
@@ -950,8 +948,7 @@ TEST_F(CurveTransportTest, ASilentCoordinatorIsDiagnosedFromTheHandshake) {
   }
   {
     auto stranger = connect(newKeys());
-    EXPECT_NE(diagnose(*stranger).find("allow-list"), std::string::npos)
-        << stranger->diagnosis();
+    EXPECT_NE(diagnose(*stranger).find("allow-list"), std::string::npos) << stranger->diagnosis();
   }
   {
     ClientOptions o;
