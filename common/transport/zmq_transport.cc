@@ -726,7 +726,11 @@ class ZmqClientTransport final : public ClientTransport {
       return "no TCP connection to " + options_.endpoint +
              " was ever made: is the coordinator running, and are the address and port right?";
     }
-    if (mechanism_mismatch_) {
+    // A plain-text client's handshake with a plain-text server cannot fail: connections closed
+    // before it completed mean the coordinator speaks CURVE (libzmq does not always report the
+    // mismatch as such).
+    if (mechanism_mismatch_ ||
+        (options_.insecure && (disconnects_ > 0 || protocol_error_ || connects_ > 1))) {
       return options_.insecure
                  ? "the coordinator speaks CURVE and this client plain text (--insecure): drop "
                    "--insecure and give the client its keys"

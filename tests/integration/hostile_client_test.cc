@@ -55,7 +55,9 @@ class Rogue {
     o.routing_id = routing_id;
     o.client_keys = *keys;
     o.server_public_key = *server_key;
-    o.send_timeout_ms = 1000;
+    // Long enough for the CURVE handshake on a loaded machine: a send before it completes
+    // waits for it instead of being dropped.
+    o.send_timeout_ms = 15000;
     auto t = transport::createClient(o);
     if (t.isOk()) transport_ = std::move(t).value();
   }
