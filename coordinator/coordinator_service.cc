@@ -36,20 +36,6 @@ double unixNow() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string printablePeer(const std::string& peer) {
-  std::string out;
-  for (unsigned char ch : peer) {
-    if (std::isprint(ch)) {
-      out.push_back(static_cast<char>(ch));
-    } else {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-      out += buf;
-    }
-  }
-  return out;
-}
-
 class ZmqCoordinator final : public CoordinatorService {
  public:
   Status init(const config::Config& config);
@@ -375,7 +361,8 @@ void ZmqCoordinator::retire(const std::string& peer, double now) {
     peers_.erase(p);
   }
   Status st = server_->disconnect(peer);
-  if (!st.isOk()) spdlog::debug("disconnect {}: {}", printablePeer(peer), st.toString());
+  if (!st.isOk())
+    spdlog::debug("disconnect {}: {}", transport::printableRoutingId(peer), st.toString());
 }
 
 bool ZmqCoordinator::admit(const transport::Envelope& env, ConnectionLimits::Kind kind,
@@ -391,8 +378,8 @@ bool ZmqCoordinator::admit(const transport::Envelope& env, ConnectionLimits::Kin
                                         "rate limit exceeded; closing the connection", 0}))
         .isOk();
     recordClientEvent("rate_limited", who,
-                      "peer " + printablePeer(env.peer) + ": " + peer.limits.refusedSummary() +
-                          "; connection closed",
+                      "peer " + transport::printableRoutingId(env.peer) + ": " +
+                          peer.limits.refusedSummary() + "; connection closed",
                       now);
     retire(env.peer, now);
   }
@@ -443,7 +430,7 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
   if (!bad.isOk()) {
     if (!admit(env, ConnectionLimits::kBadFrame, now)) return;
     recordClientEvent("malformed_frame", who,
-                      "peer " + printablePeer(env.peer) + ", " +
+                      "peer " + transport::printableRoutingId(env.peer) + ", " +
                           std::to_string(env.payload.size()) + " bytes: " + bad.message(),
                       now);
     server_
@@ -472,7 +459,9 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
     // the new connection carries on and the old one is closed.
     const std::string old = current->second;
     recordClientEvent("connection_replaced", who,
-                      "peer " + printablePeer(env.peer) + " replaces " + printablePeer(old), now);
+                      "peer " + transport::printableRoutingId(env.peer) + " replaces " +
+                          transport::printableRoutingId(old),
+                      now);
     retire(old, now);
     peer_of_client_[who] = env.peer;
     current = peer_of_client_.find(who);
@@ -484,7 +473,7 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
       p.warned_unknown = true;
       recordClientEvent("unknown_client", who,
                         std::string(wire::messageName(msg)) + " from peer " +
-                            printablePeer(env.peer) + " before Hello",
+                            transport::printableRoutingId(env.peer) + " before Hello",
                         now);
     }
     // One reply a second per connection is enough for the client to say Hello again.
@@ -527,7 +516,8 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
       old != peer_of_client_.end() && old->second != env.peer) {
     const std::string old_peer = old->second;
     recordClientEvent("connection_replaced", id,
-                      "peer " + printablePeer(env.peer) + " replaces " + printablePeer(old_peer),
+                      "peer " + transport::printableRoutingId(env.peer) + " replaces " +
+                          transport::printableRoutingId(old_peer),
                       now);
     if (secure) {
       retire(old_peer, now);

@@ -55,6 +55,10 @@ Result<std::string> readPublicKeyFile(const std::string& path);
 // names, Hello messages and the history use the same rule.
 bool isValidClientId(std::string_view id);
 
+// A routing id (or any bytes a peer chose) as log text: printable bytes as they are, others as
+// \xNN.
+std::string printableRoutingId(const std::string& id);
+
 // Start-up checks of the files that decide who may connect. kPermissionDenied, naming the path
 // and the chmod that fixes it, when a secret key file may be read or written by group or
 // others, or when the allow-list directory may be written by them (anyone who can add a file

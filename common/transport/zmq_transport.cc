@@ -79,21 +79,6 @@ constexpr uint64_t kCurveOverheadBytes = 64;
 
 std::string zmqText(int err) { return zmq_strerror(err); }
 
-// A routing id as log text: printable bytes as they are, others as \xNN.
-std::string printableRoutingId(const std::string& id) {
-  std::string out;
-  for (unsigned char ch : id) {
-    if (std::isprint(ch)) {
-      out.push_back(static_cast<char>(ch));
-    } else {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-      out += buf;
-    }
-  }
-  return out;
-}
-
 // Status for a failed bind/connect of `endpoint`.
 Status endpointError(const char* what, const std::string& endpoint, int err) {
   std::string message = std::string(what) + " " + endpoint + ": " + zmqText(err);
@@ -775,6 +760,20 @@ Status checkCommon(const std::string& endpoint, int io_threads, uint64_t max_mes
 }
 
 }  // namespace
+
+std::string printableRoutingId(const std::string& id) {
+  std::string out;
+  for (unsigned char ch : id) {
+    if (std::isprint(ch)) {
+      out.push_back(static_cast<char>(ch));
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
 
 Result<std::unique_ptr<ServerTransport>> createServer(const ServerOptions& options) {
   FEDFLEET_RETURN_IF_ERROR(
