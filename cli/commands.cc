@@ -150,7 +150,7 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
     std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
     return service.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  if (!endpoint_file.empty()) {
+  if (!endpoint_file.empty() && !(*service)->boundEndpoint().empty()) {
     // Written after binding, so a script that waits for this file can connect at once.
     std::string tmp = endpoint_file + ".tmp";
     std::ofstream(tmp) << (*service)->boundEndpoint() << "\n";
@@ -348,6 +348,9 @@ int main(int argc, char** argv) {
                     "Write the bound endpoint (with the port actually chosen) to this file");
   addFlagOverride(coord, coord_overrides, "--resume", "coordinator.resume",
                   "Resume the latest run of this name");
+  addFlagOverride(coord, coord_overrides, "--resume-changes", "coordinator.resume_changes",
+                  "With --resume: accept a config that changes the run (more rounds, another K, "
+                  "...); the changes are recorded as a resume_changes event");
   addOverride<int64_t>(coord, coord_overrides, "--metrics-port", "metrics.port",
                        "Serve /metrics and /status on this port (0: off)");
 

@@ -3,14 +3,18 @@
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/crypto/random.h"
 #include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
+#include "common/format.h"
 #include "common/history/history.h"
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
@@ -20,6 +24,7 @@
 #include "coordinator/background_evaluator.h"
 #include "coordinator/connection_limits.h"
 #include "coordinator/metrics_server.h"
+#include "coordinator/resume.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/run_setup.h"
 
@@ -42,7 +47,9 @@ class ZmqCoordinator final : public CoordinatorService {
   Status run() override;
   void stop() override { stop_.store(true); }
   void reloadAllowList() override { reload_.store(true); }
-  std::string boundEndpoint() const override { return server_->boundEndpoint(); }
+  std::string boundEndpoint() const override {
+    return server_ ? server_->boundEndpoint() : std::string();
+  }
   int64_t runId() const override { return run_id_; }
 
  private:
@@ -79,6 +86,12 @@ class ZmqCoordinator final : public CoordinatorService {
   // Block-cyclic runs: evaluates the block models on their blocks' sets, on the event loop (a
   // few thousand samples a model, at the end of each block), and reports to the engine.
   void evaluateBlocks(const EvaluateBlocks& ev, double now);
+  // While the engine waits for clients: one line every few seconds saying who is there.
+  void reportWaiting(double now);
+  // stop(): lets a round whose evaluation is running commit, abandons the round in flight
+  // (nothing of it is written; its clients drop it when they see the next session) and
+  // records where the run stopped.
+  Status stopCleanly();
 
   config::Config config_;
   std::unique_ptr<transport::ServerTransport> server_;
@@ -120,6 +133,8 @@ class ZmqCoordinator final : public CoordinatorService {
   bool finished_ = false;
   bool run_ok_ = false;
   std::string finish_message_;
+  std::string already_finished_;  // --resume of a finished run: what to say instead of running
+  double waiting_reported_at_ = 0;
   std::unique_ptr<MetricsServer> metrics_;  // null when metrics.port = 0
   MetricsSnapshot metrics_snapshot_;        // the loop's copy; the server gets copies
   double metrics_published_at_ = 0;
@@ -169,6 +184,40 @@ Status ZmqCoordinator::init(const config::Config& config) {
       return notFound("--resume: no run named '" + config_.run.name + "' in " + config_.history.db);
     }
     run_id_ = found->run_id;
+    const std::string run_name = "run " + std::to_string(run_id_) + " '" + found->name + "'";
+
+    // The same run? Its stored config (with changes accepted before) against this one.
+    FEDFLEET_ASSIGN_OR_RETURN(auto events, history_->events(run_id_));
+    auto stored = effectiveRunConfig(*found, events);
+    if (!stored.isOk()) return stored.status().withContext("--resume");
+    const std::vector<ConfigChange> changes = configChanges(*stored, config_.toJson());
+    if (!changes.empty() && !cc.resume_changes) {
+      return failedPrecondition(
+          "--resume: this config changes " + run_name + ": " + describeChanges(changes) +
+          ". Resume with the run's own config, or add --resume-changes to continue it with "
+          "these changes (they are recorded in the history as a resume_changes event)");
+    }
+
+    // A finished run has nothing to resume (unless the changes give it more rounds).
+    FEDFLEET_ASSIGN_OR_RETURN(auto done, history_->rounds(run_id_));
+    uint32_t last_round = 0;
+    for (const auto& r : done) last_round = std::max(last_round, r.round);
+    const bool finished_event = std::any_of(events.begin(), events.end(),
+                                            [](const auto& e) { return e.kind == "run_finished"; });
+    if (last_round >= config_.run.rounds || (finished_event && changes.empty())) {
+      already_finished_ =
+          run_name + " already finished: its last round is " + std::to_string(last_round) +
+          " of run.rounds = " + std::to_string(config_.run.rounds) + " in " + config_.history.db +
+          "; nothing to resume. To train it further, raise run.rounds and add "
+          "--resume-changes; to start over, give the run another run.name";
+      return Status::ok();
+    }
+    if (!changes.empty()) {
+      recordEvent("resume_changes", "", changesDetail(changes), unixNow());
+      FEDFLEET_RETURN_IF_ERROR(fatal_);
+      spdlog::warn("--resume-changes: {} continues with {}", run_name, describeChanges(changes));
+    }
+
     auto cp = history_->latestCheckpoint(run_id_);
     if (cp.isOk()) {
       if (cp->blob.size() != params.size() * sizeof(float)) {
@@ -178,18 +227,28 @@ Status ZmqCoordinator::init(const config::Config& config) {
                                std::to_string(params.size()));
       }
       std::memcpy(params.data(), cp->blob.data(), cp->blob.size());
-      eo.first_round = cp->round + 1;
       eo.model_version = cp->model_version;
       engine_state = cp->engine_state;
-      spdlog::info("resuming run {} after round {} (model version {})", run_id_, cp->round,
-                   cp->model_version);
+      // Rounds recorded after the checkpoint (failed ones, which left the model as it was, or
+      // ok ones between checkpoints) are never run again: numbering continues after the last.
+      eo.first_round = last_round + 1;
+      uint32_t unsaved = 0;
+      for (const auto& r : done) unsaved += r.round > cp->round && r.status == "ok";
+      if (unsaved > 0) {
+        spdlog::warn(
+            "--resume: {} round(s) after round {} changed the model but have no checkpoint "
+            "(coordinator.checkpoint_every = {}); their training is lost, the run continues "
+            "from round {}'s model",
+            unsaved, cp->round, cc.checkpoint_every, cp->round);
+      }
+      spdlog::info("resuming run {} after round {} (model version {} of round {})", run_id_,
+                   last_round, cp->model_version, cp->round);
     } else if (cp.status().code() != StatusCode::kNotFound) {
       return cp.status();
     } else {
       // No checkpoint: no round changed the model yet (only round 0 and failed rounds are
       // recorded), so it is still the initial one, which the same seed builds again. Continue
       // after the last recorded round; do not record round 0 twice.
-      FEDFLEET_ASSIGN_OR_RETURN(auto done, history_->rounds(run_id_));
       for (const auto& r : done) {
         if (r.status == "ok") {
           return failedPrecondition("--resume: run " + std::to_string(run_id_) + " has round " +
@@ -686,20 +745,62 @@ void ZmqCoordinator::publishMetrics(double now, bool force) {
   metrics_published_at_ = now;
 }
 
+void ZmqCoordinator::reportWaiting(double now) {
+  const RoundEngine::WaitingStatus w = engine_->waitingStatus();
+  // Between rounds the wait is short: say nothing unless it lasts.
+  if (!w.waiting || w.idle >= w.needed || now - w.since < 3.0) return;
+  if (now - waiting_reported_at_ < 5.0) return;
+  waiting_reported_at_ = now;
+  constexpr size_t kNamed = 10;
+  std::string names;
+  for (size_t i = 0; i < w.connected.size() && i < kNamed; ++i) {
+    names += (i ? ", " : "") + w.connected[i];
+  }
+  if (w.connected.size() > kNamed) {
+    names += " and " + std::to_string(w.connected.size() - kNamed) + " more";
+  }
+  spdlog::info("waiting for clients: {} of {} connected ({}); {} of {} waited", w.connected.size(),
+               w.needed, names.empty() ? "none yet" : names, formatDuration(now - w.since),
+               formatDuration(config_.coordinator.wait_clients_s));
+}
+
+Status ZmqCoordinator::stopCleanly() {
+  // A round whose evaluation is running is complete: let it commit (bounded; an evaluation
+  // takes seconds).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    auto results = evaluator_->takeResults();
+    for (auto& result : results) engine_->onEvaluated(result.round, result.outcome, unixNow());
+    FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
+    if (!evaluator_->busy() && results.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double now = unixNow();
+  // No Bye: clients keep waiting and rejoin when the coordinator comes back (--resume).
+  const uint32_t round = engine_->currentRound();
+  const std::string detail = finished_ ? "stopped after the run finished"
+                             : engine_->waitingStatus().waiting
+                                 ? "stopped between rounds, after round " + std::to_string(round)
+                                 : "stopped during round " + std::to_string(round) +
+                                       " (not committed: it runs again after --resume)";
+  recordEvent("run_interrupted", "", detail, now);
+  FEDFLEET_RETURN_IF_ERROR(fatal_);
+  metrics_snapshot_.state = "interrupted";
+  publishMetrics(now, true);
+  spdlog::info("coordinator: {}; the history is consistent, continue with --resume", detail);
+  return Status::ok();
+}
+
 Status ZmqCoordinator::run() {
+  if (!already_finished_.empty()) {
+    spdlog::info("{}", already_finished_);
+    return Status::ok();
+  }
   engine_->start(unixNow());
   metrics_snapshot_.state = "running";
   FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
   while (!finished_) {
-    if (stop_.load()) {
-      // No Bye: clients keep waiting and rejoin when the coordinator comes back (--resume).
-      const double now = unixNow();
-      recordEvent("run_interrupted", "",
-                  "stopped at round " + std::to_string(engine_->currentRound()), now);
-      metrics_snapshot_.state = "interrupted";
-      publishMetrics(now, true);
-      return unavailable("interrupted during round " + std::to_string(engine_->currentRound()));
-    }
+    if (stop_.load()) return stopCleanly();
     double now = unixNow();
     // Poll briefly while an evaluation runs, so its result is committed promptly.
     const double max_wait_ms = evaluator_->busy() ? 5.0 : 200.0;
@@ -734,6 +835,7 @@ Status ZmqCoordinator::run() {
     engine_->onTick(now);
     FEDFLEET_RETURN_IF_ERROR(carryOut(now));
     publishMetrics(now, false);
+    reportWaiting(now);
   }
   metrics_snapshot_.state = run_ok_ ? "finished" : "failed";
   publishMetrics(unixNow(), true);

@@ -39,7 +39,10 @@ class CoordinatorService {
 
   // Runs until the last round is committed (OK), the run fails (clients never came: kTimeout),
   // the history cannot be written (kIoError; the round in memory is reported, not silently
-  // dropped) or stop() is called (kUnavailable "interrupted").
+  // dropped) or stop() is called (OK: a round whose evaluation is running is committed first,
+  // the round in flight is abandoned, a run_interrupted event says where the run stopped, and
+  // --resume continues it). With --resume of a run that already finished it only logs so and
+  // returns OK.
   virtual Status run() = 0;
 
   // Asks run() to return soon. Safe from any thread and from a signal handler.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <unordered_set>
 
@@ -143,8 +144,65 @@ std::string RoundEngine::saveState() const {
     std::memcpy(b.data() + 4, &block_first_round_, 4);
     putSection(&out, b + block_models_->save());
   }
+  // Partition section: which partition the coordinator assigned each client (u64 count, then
+  // per client a u32 id length, the id, and the i32 partition), so that a restart keeps every
+  // client on its data.
+  std::string parts(8, '\0');
+  uint64_t n = 0;
+  auto put = [&](const ClientId& id, int32_t partition) {
+    const uint32_t len = static_cast<uint32_t>(id.size());
+    parts.append(reinterpret_cast<const char*>(&len), 4);
+    parts.append(id);
+    parts.append(reinterpret_cast<const char*>(&partition), 4);
+    ++n;
+  };
+  // A client that asked for its partition asks again; only assigned ones need keeping.
+  for (const auto& [id, c] : clients_) {
+    if (c.partition >= 0 && c.hello.requested_partition != c.partition) put(id, c.partition);
+  }
+  for (const auto& [id, partition] : reserved_partitions_) {
+    if (!clients_.count(id)) put(id, partition);
+  }
+  std::memcpy(parts.data(), &n, 8);
+  putSection(&out, parts);
   return out;
 }
+
+namespace {
+
+// The partition section of an engine state (saveState), checked against the run's partitions.
+Result<std::map<ClientId, int32_t>> parsePartitions(std::string_view s, uint32_t num_partitions) {
+  std::map<ClientId, int32_t> out;
+  uint64_t n = 0;
+  if (s.size() < 8) return corrupt("engine state: truncated partitions");
+  std::memcpy(&n, s.data(), 8);
+  s.remove_prefix(8);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t len = 0;
+    int32_t partition = 0;
+    if (s.size() < 4) return corrupt("engine state: truncated partitions");
+    std::memcpy(&len, s.data(), 4);
+    s.remove_prefix(4);
+    if (len == 0 || len > 128 || s.size() < uint64_t{len} + 4) {
+      return corrupt("engine state: bad client id in partitions");
+    }
+    ClientId id(s.substr(0, len));
+    s.remove_prefix(len);
+    std::memcpy(&partition, s.data(), 4);
+    s.remove_prefix(4);
+    if (partition < 0 || static_cast<uint32_t>(partition) >= num_partitions) {
+      return corrupt("engine state: client " + id + " holds partition " +
+                     std::to_string(partition) + " of a run with " +
+                     std::to_string(num_partitions) +
+                     " (data.partitions changed since the checkpoint?)");
+    }
+    out[id] = partition;
+  }
+  if (!s.empty()) return corrupt("engine state: trailing bytes after partitions");
+  return out;
+}
+
+}  // namespace
 
 Status RoundEngine::loadState(std::string_view blob) {
   if (blob.substr(0, kStateMagic.size()) != kStateMagic) {
@@ -165,6 +223,14 @@ Status RoundEngine::loadState(std::string_view blob) {
     std::memcpy(&block_first_round, block_blob.data() + 4, 4);
     blocks.emplace(options_.block_mode, options_.blocks.count);
     FEDFLEET_RETURN_IF_ERROR(blocks->load(block_blob.substr(8), params_.size()));
+  }
+  // The partition section (absent in states saved before assignments were kept).
+  std::map<ClientId, int32_t> partitions;
+  if (!blob.empty()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view part_blob, takeSection(&blob, "partitions"));
+    if (!options_.sample_partitions) {
+      FEDFLEET_ASSIGN_OR_RETURN(partitions, parsePartitions(part_blob, options_.num_partitions));
+    }
   }
   std::mt19937_64 rng;
   std::istringstream in{std::string(rng_text)};
@@ -201,6 +267,9 @@ Status RoundEngine::loadState(std::string_view blob) {
         block_schedule_->byRounds() ? block_schedule_->visitAt(block_first_round, 0) : INT64_MIN;
     ++served_epoch_;
   }
+  for (auto& [id, partition] : partitions) {
+    if (!clients_.count(id)) reserved_partitions_[id] = partition;
+  }
   return Status::ok();
 }
 
@@ -225,6 +294,23 @@ size_t RoundEngine::connectedClients() const {
   size_t n = 0;
   for (const auto& [id, c] : clients_) n += c.connected;
   return n;
+}
+
+RoundEngine::WaitingStatus RoundEngine::waitingStatus() const {
+  WaitingStatus w;
+  w.waiting = phase_ == Phase::kWaiting;
+  w.idle = idle_.size();
+  w.needed = options_.min_clients;
+  w.since = wait_since_;
+  for (const auto& [id, c] : clients_) {
+    if (c.connected) w.connected.push_back(id);
+  }
+  return w;
+}
+
+int32_t RoundEngine::partitionOf(const ClientId& id) const {
+  auto it = clients_.find(id);
+  return it == clients_.end() ? -1 : it->second.partition;
 }
 
 void RoundEngine::refreshModelBytes() {
@@ -301,14 +387,19 @@ void RoundEngine::start(double now) {
   tryStartRound(now);
 }
 
-int32_t RoundEngine::assignPartition(const wire::Hello& hello) {
+int32_t RoundEngine::assignPartition(const ClientId& id, const wire::Hello& hello) const {
   const uint32_t n = options_.num_partitions;
   if (hello.requested_partition >= 0 && static_cast<uint32_t>(hello.requested_partition) < n) {
     return hello.requested_partition;
   }
+  // A client of a restored state keeps the partition it had before the restart.
+  if (auto r = reserved_partitions_.find(id); r != reserved_partitions_.end()) return r->second;
   std::vector<bool> taken(n, false);
-  for (const auto& [id, c] : clients_) {
+  for (const auto& [other, c] : clients_) {
     if (c.partition >= 0 && static_cast<uint32_t>(c.partition) < n) taken[c.partition] = true;
+  }
+  for (const auto& [other, partition] : reserved_partitions_) {
+    if (static_cast<uint32_t>(partition) < n) taken[partition] = true;
   }
   for (uint32_t i = 0; i < n; ++i) {
     if (!taken[i]) return static_cast<int32_t>(i);
@@ -320,7 +411,8 @@ RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire:
                                                  double now) {
   ClientState state;
   state.hello = hello;
-  state.partition = options_.sample_partitions ? -1 : assignPartition(hello);
+  state.partition = options_.sample_partitions ? -1 : assignPartition(id, hello);
+  reserved_partitions_.erase(id);
   state.connected = true;
   state.last_seen = now;
   auto& c = clients_.emplace(id, std::move(state)).first->second;
@@ -381,16 +473,8 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
               (state.partition >= 0 ? ", partition " + std::to_string(state.partition) : ""),
           now);
   }
-  history::ClientRecord rec;
-  rec.client_id = id;
-  rec.public_key = hello.public_key;
-  rec.device_kind = wire::deviceKindName(hello.device_kind);
-  rec.device_name = hello.device_name;
-  rec.cores = hello.cores;
-  rec.memory_bytes = hello.memory_bytes;
-  rec.data_size = hello.data_size;
+  history::ClientRecord rec = clientRecord(id, clients_.at(id), now);
   rec.first_seen = now;
-  rec.last_seen = now;
   emit(UpsertClient{rec});
   if (phase_ == Phase::kWaiting) tryStartRound(now);
   if (phase_ == Phase::kRunning && options_.async) refillAsync(now);
@@ -1110,7 +1194,7 @@ void RoundEngine::onTick(double now) {
   }
   for (const auto& id : lost) {
     if (phase_ == Phase::kFinished) return;
-    loseClient(id, "silent for more than " + std::to_string(options_.liveness_s) + " s", now);
+    loseClient(id, "silent for more than " + formatDuration(options_.liveness_s), now);
   }
   if (phase_ == Phase::kRunning && options_.async) {
     std::vector<uint64_t> due;
@@ -1155,7 +1239,9 @@ void RoundEngine::onTick(double now) {
       finishRun(false,
                 "only " + std::to_string(idle_.size()) + " of " +
                     std::to_string(options_.min_clients) + " clients available after " +
-                    std::to_string(options_.wait_clients_s) + " s",
+                    formatDuration(options_.wait_clients_s) +
+                    " (coordinator.wait_clients_s); start more clients, or lower "
+                    "coordinator.min_clients",
                 now);
     }
   }
@@ -1640,8 +1726,42 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
   }
 }
 
+history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,
+                                                double now) const {
+  history::ClientRecord rec;
+  rec.client_id = id;
+  rec.public_key = c.hello.public_key;
+  rec.device_kind = wire::deviceKindName(c.hello.device_kind);
+  rec.device_name = c.hello.device_name;
+  rec.cores = c.hello.cores;
+  rec.memory_bytes = c.hello.memory_bytes;
+  // What it trains on: its partition's size where the coordinator knows it, else its claim.
+  rec.data_size = c.hello.data_size;
+  if (c.partition >= 0 && static_cast<size_t>(c.partition) < options_.partition_sizes.size()) {
+    rec.data_size = options_.partition_sizes[c.partition];
+  }
+  rec.first_seen = now;  // the store keeps the first one
+  rec.last_seen = now;
+  return rec;
+}
+
 void RoundEngine::commit(CommitRound c, double now) {
   const bool was_last = last_round_done_ && c.round.round == round_;
+  // The round's participants were seen up to now: their client rows say so.
+  // (A completed or rejected update ended with something it sent; a late or dropped one says
+  // nothing of when its client was last heard from.)
+  std::map<ClientId, double> seen;
+  for (const auto& u : c.updates) {
+    auto it = clients_.find(u.client_id);
+    if (it == clients_.end()) continue;
+    const bool sent = u.status == "completed" || u.status == "rejected";
+    const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
+    double& last = seen[u.client_id];
+    last = std::max(last, at);
+  }
+  for (const auto& [id, at] : seen) {
+    if (at > 0) emit(UpsertClient{clientRecord(id, clients_.at(id), at)});
+  }
   emit(std::move(c));
   if (was_last && awaiting_eval_.empty() && !blocksPending()) {
     finishRun(true, "all rounds done", now);

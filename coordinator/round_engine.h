@@ -420,11 +420,14 @@ class RoundEngine {
   // Hints for the selector (coordinator/selector.h); ignored by uniform selection.
   void setSelectorHints(SpeedHint speed, AvailabilityHint availability);
 
-  // State that must survive a restart besides the model: the selection generator and the
-  // selector's learned state (saved with every checkpoint, as CheckpointRecord::engine_state).
+  // State that must survive a restart besides the model: the selection generator, the
+  // selector's learned state and which partition each client was assigned (saved with every
+  // checkpoint, as CheckpointRecord::engine_state).
   std::string saveState() const;
   // Restores saveState()'s blob (when resuming). A corrupt blob or one of another selector is
-  // an error and changes nothing.
+  // an error and changes nothing. The partition assignments it holds are kept for the clients'
+  // return: a client that says Hello again trains the partition it had, and no newcomer is
+  // given a partition another client holds.
   Status loadState(std::string_view blob);
 
   // Block-cyclic runs: the outcomes an EvaluateBlocks action asked for. Multichain chooses each
@@ -453,6 +456,19 @@ class RoundEngine {
   uint64_t modelVersion() const { return version_; }
   const std::vector<float>& params() const { return params_; }
   size_t connectedClients() const;
+  // Waiting for clients (between rounds, before the first): how many idle connected clients
+  // there are of the `needed` a round starts with, and who is connected. `waiting` is false
+  // while a round runs or after the run ended.
+  struct WaitingStatus {
+    bool waiting = false;
+    size_t idle = 0;
+    size_t needed = 0;
+    double since = 0;                 // when the wait began
+    std::vector<ClientId> connected;  // ordered by id
+  };
+  WaitingStatus waitingStatus() const;
+  // The partition `id` trains (-1: unknown client, or partitions are sampled per task).
+  int32_t partitionOf(const ClientId& id) const;
   // Upload credits: tasks holding a grant now, requests waiting for one, and the most grants
   // ever held at once in this run.
   size_t uploadsInFlight() const { return granted_.size(); }
@@ -544,6 +560,8 @@ class RoundEngine {
   // with that reason and the round fails.
   void finishRound(double now, const std::string* abort_reason = nullptr);
   void commit(CommitRound commit, double now);
+  // The client row of `id` as the history keeps it, seen last at `now`.
+  history::ClientRecord clientRecord(const ClientId& id, const ClientState& c, double now) const;
   void finishRun(bool ok, const std::string& message, double now);
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
   // Drops the kept payloads of an update that will not count (nothing of it was folded).
@@ -630,7 +648,7 @@ class RoundEngine {
   std::vector<ClientId> sampleIdle(size_t k, double now);
   void refreshIdle(const ClientId& id, const ClientState& c);
   ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
-  int32_t assignPartition(const wire::Hello& hello);
+  int32_t assignPartition(const ClientId& id, const wire::Hello& hello) const;
   void refreshModelBytes();
   uint64_t newToken();
 
@@ -665,6 +683,8 @@ class RoundEngine {
   double round_deadline_ = 0;
 
   std::map<ClientId, ClientState> clients_;
+  // Partitions held by clients of a restored state that have not said Hello since.
+  std::map<ClientId, int32_t> reserved_partitions_;
   // Connected clients without a task, ordered by id, with rank lookup (find_by_order).
   using IdleSet =
       __gnu_pbds::tree<ClientId, __gnu_pbds::null_type, std::less<ClientId>,

@@ -179,13 +179,13 @@ Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& com
   // Logged once it is in the database, so a log line always means a durable round.
   if (r.test_accuracy) {
     spdlog::info(
-        "round {:>3} {:<7} {}/{} done, {} late, {} dropped  test acc {:.2f}%  loss {:.4f}  "
-        "{:.2f} {}",
-        r.round, r.status, r.completed, r.selected, r.late, r.dropped, 100 * *r.test_accuracy,
-        r.test_loss.value_or(NAN), r.end_time - r.start_time, clock_unit);
+        "round {:>3} {:<7} {}/{} done, {} late, {} dropped, {} rejected  test acc {:.2f}%  "
+        "loss {:.4f}  {:.2f} {}",
+        r.round, r.status, r.completed, r.selected, r.late, r.dropped, r.rejected,
+        100 * *r.test_accuracy, r.test_loss.value_or(NAN), r.end_time - r.start_time, clock_unit);
   } else {
-    spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped", r.round, r.status,
-                 r.completed, r.selected, r.late, r.dropped);
+    spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped, {} rejected", r.round,
+                 r.status, r.completed, r.selected, r.late, r.dropped, r.rejected);
   }
   if (commit.checkpoint && keep_checkpoints > 0) {
     Status pr = store.pruneCheckpoints(r.run_id, keep_checkpoints);

@@ -40,6 +40,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.keep_checkpoints", c.coordinator.keep_checkpoints);
   f("coordinator.chunk_kib", c.coordinator.chunk_kib);
   f("coordinator.resume", c.coordinator.resume);
+  f("coordinator.resume_changes", c.coordinator.resume_changes);
   f("coordinator.threads", c.coordinator.threads);
   f("coordinator.codec", c.coordinator.codec);
   f("coordinator.slow_link_codec", c.coordinator.slow_link_codec);

@@ -42,6 +42,8 @@ struct CoordinatorSection {
   uint32_t keep_checkpoints = 3;        // checkpoints kept per run
   uint32_t chunk_kib = 1024;            // upload chunk size asked of clients
   bool resume = false;                  // continue the latest run of this name from its checkpoint
+  bool resume_changes = false;          // resume: accept a config that changes the run's meaning
+                                        // (recorded as a resume_changes event with the diff)
   uint32_t threads = 1;                 // LibTorch threads for server-side evaluation (it overlaps
                                         // the clients' training, so one thread avoids contention)
   std::string codec = "none";           // codec every task asks for (common/compress/codec_spec.h)

@@ -92,6 +92,22 @@ class ClientRuntimeTest : public ::testing::Test {
     ASSERT_TRUE(hello && std::holds_alternative<wire::Hello>(hello->message));
   }
 
+  // Waits (up to `timeout_s`: training on a loaded machine takes a while) until `n` upload
+  // requests have come; fails if any other message than a heartbeat comes first.
+  ::testing::AssertionResult awaitRequests(size_t n, double timeout_s = 30) {
+    const double until = steadyNow() + timeout_s;
+    while (requests_.size() < n && steadyNow() < until) {
+      if (next(0.1)) {
+        return ::testing::AssertionFailure() << "a message other than a Heartbeat before the grant";
+      }
+    }
+    if (requests_.size() < n) {
+      return ::testing::AssertionFailure()
+             << requests_.size() << " upload requests of " << n << " after " << timeout_s << " s";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   // The next message from the client other than a Heartbeat (answered and counted) or an
   // UploadRequest (recorded and, while grant_uploads_, granted at once as an unbounded
   // coordinator does), waiting up to timeout_s.
@@ -532,7 +548,8 @@ TEST_F(ClientRuntimeTest, ChunksWaitForTheGrantWhileHeartbeatsFlow) {
   startClient(o);
   grant_uploads_ = false;
   send(task(1, "none", 4 << 10));
-  EXPECT_FALSE(next(1.5)) << "a message other than a Heartbeat before the grant";
+  ASSERT_TRUE(awaitRequests(1));
+  EXPECT_FALSE(next(0.3)) << "a message other than a Heartbeat before the grant";
   ASSERT_EQ(requests_.size(), 1u);
   EXPECT_EQ(requests_[0].first, 1u);
   heartbeats_ = 0;
@@ -559,7 +576,7 @@ TEST_F(ClientRuntimeTest, ATaskOfANewCoordinatorSessionDropsTheOldSessionsUpload
   old_task.coordinator_session = 111;
   old_task.deadline_s = 600;
   send(old_task);
-  EXPECT_FALSE(next(1.0));
+  ASSERT_TRUE(awaitRequests(1));
   ASSERT_EQ(requests_.size(), 1u);  // waiting for a grant the dead coordinator never sends
   grant_uploads_ = true;
   wire::Task fresh = task(2, "none", 1 << 20);
@@ -580,7 +597,7 @@ TEST_F(ClientRuntimeTest, CancelWhileWaitingForTheGrantDropsTheUpload) {
   startClient({});
   grant_uploads_ = false;
   send(task(1, "none", 4 << 10));
-  EXPECT_FALSE(next(1.0));
+  ASSERT_TRUE(awaitRequests(1));
   ASSERT_EQ(requests_.size(), 1u);
   send(wire::Cancel{1, "round closed"});
   send(wire::UploadGrant{1});  // a grant that crossed the Cancel: nothing to send

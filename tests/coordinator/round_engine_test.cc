@@ -1603,7 +1603,7 @@ TEST(RoundEngineBlocks, BlockModelsSurviveARestart) {
   EXPECT_EQ(again.servedModel(0), (std::vector<float>{2, 3}));
   EXPECT_EQ(again.blockModels()->visits(0), 1u);
   EXPECT_EQ(again.currentBlock(), 1u);
-  // A state whose block section is damaged is refused and changes nothing.
+  // A damaged state (cut short in its last section) is refused and changes nothing.
   RoundEngine other(resumed, {2, 4});
   EXPECT_FALSE(other.loadState(state.substr(0, state.size() - 4)).isOk());
   EXPECT_TRUE(other.blockModels()->average(0).empty());

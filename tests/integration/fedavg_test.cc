@@ -4,11 +4,14 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "common/crypto/sha256.h"
 #include "common/history/history.h"
@@ -273,35 +276,66 @@ TEST(Integration, MalformedFramesAreRecordedAndTheCoordinatorKeepsServing) {
   EXPECT_EQ((*rounds)[2].completed, 1u);
 }
 
+// Polls the history until `pred` holds for its events (run `run`), up to `seconds`.
+bool waitForEvents(const std::string& db,
+                   const std::function<bool(const std::vector<history::EventRecord>&)>& pred,
+                   double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    auto store = history::openSqliteHistoryReadOnly(db);
+    if (store.isOk()) {
+      auto events = (*store)->events(std::nullopt);
+      if (events.isOk() && pred(*events)) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+int joins(const std::vector<history::EventRecord>& events, const std::string& client) {
+  int n = 0;
+  for (const auto& e : events) n += e.kind == "client_joined" && e.client_id == client;
+  return n;
+}
+
 TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
   const std::string dir = testing::freshDir("restart");
+  const std::string db = dir + "/history.db";
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
   const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 90));
   std::string endpoint;
   // A learning selector and a stateful server optimiser: their state rides in the checkpoint.
-  std::vector<std::string> extra = {"--rounds", "3",
+  std::vector<std::string> extra = {"--rounds", "4",
                                     "--set",    "train.epochs=3",
                                     "--set",    "selection.selector=\"oort\"",
                                     "--set",    "aggregation.server_optimizer=\"fedavgm\""};
   auto first = startCoordinator(dir, config, extra, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << first->log();
+  // client-1 joins first and is assigned partition 0, client-2 partition 1.
   std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 1; i <= 2; ++i) {
-    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
-  }
+  clients.push_back(startClient(dir, config, endpoint, "client-1"));
+  ASSERT_TRUE(waitForEvents(
+      db, [](const auto& e) { return joins(e, "client-1") == 1; }, 60))
+      << first->log();
+  clients.push_back(startClient(dir, config, endpoint, "client-2"));
   ASSERT_TRUE(first->waitForLog("round   1 ok", 120)) << first->log();
-  first->kill(SIGKILL);  // a crash: no goodbye, the round in flight is lost
+  // client-1 is held back while the coordinator restarts, so client-2 says Hello first: the
+  // arrival order that would have handed it partition 0 before assignments were kept.
+  clients[0]->kill(SIGSTOP);
+  first->kill(SIGKILL);  // a crash: no goodbye, round 2 in flight is lost
   ASSERT_TRUE(first->waitFor(10).has_value());
 
   // Same address, same database, --resume: continue after the last checkpoint.
-  std::filesystem::remove(dir + "/endpoint");
   std::vector<std::string> again = extra;
   again.push_back("--resume");
-  std::vector<std::string> args = {kBinary,  "coordinator",      "--config", config,
-                                   "--bind", endpoint,           "--keys",   dir + "/keys",
-                                   "--db",   dir + "/history.db"};
+  std::vector<std::string> args = {kBinary,  "coordinator", "--config",    config, "--bind",
+                                   endpoint, "--keys",      dir + "/keys", "--db", db};
   args.insert(args.end(), again.begin(), again.end());
   Process second(args, dir + "/coordinator2.log");
+  const bool client2_back = waitForEvents(
+      db, [](const auto& e) { return joins(e, "client-2") == 2; }, 60);
+  clients[0]->kill(SIGCONT);
+  ASSERT_TRUE(client2_back) << second.log();
   auto rc = second.waitFor(180);
   ASSERT_TRUE(rc.has_value()) << second.log();
   ASSERT_EQ(*rc, 0) << second.log();
@@ -318,16 +352,45 @@ TEST(Integration, ClientsRejoinARestartedCoordinatorThatResumesTheRun) {
   auto runs = store->runs();
   ASSERT_TRUE(runs.isOk());
   ASSERT_EQ(runs->size(), 1u);  // one run, continued
-  auto rounds = store->rounds(runs->front().run_id);
+  const int64_t run = runs->front().run_id;
+  auto rounds = store->rounds(run);
   ASSERT_TRUE(rounds.isOk());
-  ASSERT_EQ(rounds->size(), 4u);
-  for (uint32_t r = 1; r <= 3; ++r) {
+  ASSERT_EQ(rounds->size(), 5u);
+  for (uint32_t r = 1; r <= 4; ++r) {
     EXPECT_EQ((*rounds)[r].round, r);
     EXPECT_EQ((*rounds)[r].status, "ok");
     EXPECT_EQ((*rounds)[r].model_version, r);  // versions continue from the checkpoint
     EXPECT_EQ((*rounds)[r].completed, 2u);
   }
-  EXPECT_GT(*(*rounds)[3].test_accuracy, *(*rounds)[1].test_accuracy);
+  EXPECT_GT(*(*rounds)[4].test_accuracy, *(*rounds)[1].test_accuracy);
+
+  // Each client trained the same partition before and after the restart.
+  for (uint32_t r = 1; r <= 4; ++r) {
+    auto updates = store->updates(run, r);
+    ASSERT_TRUE(updates.isOk());
+    for (const auto& u : *updates) {
+      EXPECT_EQ(u.partition, u.client_id == "client-1" ? 0 : 1)
+          << "round " << r << " " << u.client_id;
+    }
+  }
+  // The first round after the restart costs about a normal round, not a deadline: the
+  // clients dropped the dead coordinator's round 2 when they saw the new session.
+  const auto seconds = [&](uint32_t r) { return (*rounds)[r].end_time - (*rounds)[r].start_time; };
+  const double resumed = seconds(2);
+  const double normal = std::max(seconds(3), seconds(4));
+  EXPECT_LT(resumed, std::max(3 * normal, normal + 10)) << second.log();
+  EXPECT_LT(resumed, 45) << second.log();
+  // data_size is the partition's size; last_seen moves past first_seen.
+  auto rows = store->clients();
+  ASSERT_TRUE(rows.isOk());
+  ASSERT_EQ(rows->size(), 2u);
+  uint64_t samples = 0;
+  for (const auto& c : *rows) {
+    EXPECT_GT(c.data_size, 0u) << c.client_id;
+    EXPECT_GT(c.last_seen, c.first_seen) << c.client_id;
+    samples += c.data_size;
+  }
+  EXPECT_EQ(samples, 6000u);  // the two partitions of the 6000 training samples
 }
 
 // FedBuff with real processes: three clients, two training at once, a server step every two
