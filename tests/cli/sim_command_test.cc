@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/history/history.h"
+#include "sim/fleet.h"
 #include "tests/integration/process.h"
 
 namespace fedfleet {
@@ -13,10 +17,12 @@ namespace {
 const std::string kBinary = FEDFLEET_BINARY;
 
 std::vector<std::string> simArgs(const std::string& db) {
-  return {kBinary,        "sim",     "--clients", "20",      "--clients-per-round",
-          "4",            "--rounds", "3",        "--model", "logreg",
-          "--set",        "data.train_subset=2000", "--set", "data.test_subset=500",
-          "--fleet",      "mobile-mix", "--db",   db};
+  // clang-format off
+  return {kBinary, "sim",
+          "--clients", "20", "--clients-per-round", "4", "--rounds", "3", "--model", "logreg",
+          "--set", "data.train_subset=2000", "--set", "data.test_subset=500",
+          "--fleet", "mobile-mix", "--db", db};
+  // clang-format on
 }
 
 TEST(SimCommand, WithoutATerminalPrintsLogLinesAndASummaryButNoBar) {
@@ -54,8 +60,7 @@ TEST(SimCommand, OnATerminalDrawsTheProgressBar) {
   std::string command;
   for (const auto& a : simArgs(dir + "/sim.db")) command += "'" + a + "' ";
   // script(1) runs the command on a pseudo-terminal and copies what it writes to our file.
-  testing::Process p({"/usr/bin/script", "-q", "-e", "-c", command, "/dev/null"},
-                     dir + "/out.txt");
+  testing::Process p({"/usr/bin/script", "-q", "-e", "-c", command, "/dev/null"}, dir + "/out.txt");
   const auto rc = p.waitFor(120);
   const std::string out = p.log();
   ASSERT_EQ(rc.value_or(-1), 0) << out;
@@ -63,8 +68,91 @@ TEST(SimCommand, OnATerminalDrawsTheProgressBar) {
   EXPECT_NE(out.find("round 3/3"), std::string::npos) << out;
   EXPECT_NE(out.find("ETA"), std::string::npos) << out;
   EXPECT_NE(out.find("virtual"), std::string::npos) << out;
-  EXPECT_EQ(out.find("round   2 ok"), std::string::npos) << out;  // the bar replaces log lines
+  EXPECT_EQ(out.find("round   2 ok"), std::string::npos) << out;   // the bar replaces log lines
   EXPECT_NE(out.find("test accuracy"), std::string::npos) << out;  // and the summary follows
+}
+
+// Runs `fedfleet` with `args` (after the binary); returns (exit code, output).
+std::pair<int, std::string> runFedfleet(std::vector<std::string> args, const std::string& log,
+                                        double seconds = 120) {
+  args.insert(args.begin(), kBinary);
+  testing::Process p(args, log);
+  const auto rc = p.waitFor(seconds);
+  return {rc.value_or(-1), p.log()};
+}
+
+// `history tiers` of a simulated run on the mobile-mix fleet, with dropouts and a deadline the
+// slow tiers miss: the counts per tier match a count of the run's update rows by the tier each
+// client's row names; and the history's times show on the virtual clock, never as 1970 dates.
+TEST(SimCommand, HistoryTiersCountsEachFleetTiersUpdates) {
+  const std::string dir = testing::freshDir("sim-cli-tiers");
+  const std::string db = dir + "/sim.db";
+  std::vector<std::string> args = simArgs(db);
+  args.erase(args.begin());
+  for (const char* extra :
+       {"sim.dropout=0.2", "sim.rejoin_s=1", "coordinator.deadline_s=1", "coordinator.quorum=1"}) {
+    args.push_back("--set");
+    args.push_back(extra);
+  }
+  auto [rc, out] = runFedfleet(args, dir + "/sim.txt");
+  ASSERT_EQ(rc, 0) << out;
+
+  // The independent count: every update row of the run, by its client's device_name.
+  auto store = history::openSqliteHistory(db);
+  ASSERT_TRUE(store.isOk());
+  const int64_t run = (*store)->runs()->back().run_id;
+  auto clients_table = (*store)->clients();
+  ASSERT_TRUE(clients_table.isOk());
+  std::map<std::string, std::string> tier_of;
+  for (const auto& c : *clients_table) tier_of[c.client_id] = c.device_name;
+  std::map<std::string, std::map<std::string, uint64_t>> want;  // tier -> status -> count
+  std::map<std::string, std::set<std::string>> clients_of;
+  uint64_t late = 0, dropped = 0;
+  auto updates = (*store)->updates(run, std::nullopt);
+  ASSERT_TRUE(updates.isOk());
+  for (const auto& u : *updates) {
+    ASSERT_TRUE(tier_of.count(u.client_id)) << u.client_id;
+    ++want[tier_of[u.client_id]][u.status];
+    ++want[tier_of[u.client_id]]["updates"];
+    clients_of[tier_of[u.client_id]].insert(u.client_id);
+    late += u.status == "late";
+    dropped += u.status == "dropped";
+  }
+  // The run had what the view is for: updates that straggled and updates that dropped out.
+  EXPECT_GT(late, 0u);
+  EXPECT_GT(dropped, 0u);
+
+  auto [rc2, json] =
+      runFedfleet({"history", "tiers", "--db", db, "--format", "json"}, dir + "/tiers.txt");
+  ASSERT_EQ(rc2, 0) << json;
+  auto got = nlohmann::json::parse(json);
+  ASSERT_EQ(got.size(), want.size()) << json;
+  std::set<std::string> mobile_mix;
+  for (const auto& t : sim::mobileMixTiers()) mobile_mix.insert(t.name);
+  for (const auto& row : got) {
+    const std::string tier = row["tier"];
+    SCOPED_TRACE(tier);
+    EXPECT_TRUE(mobile_mix.count(tier)) << json;
+    ASSERT_TRUE(want.count(tier)) << json;
+    EXPECT_EQ(row["run_id"], run);
+    EXPECT_EQ(row["clients"], clients_of[tier].size());
+    for (const char* field : {"updates", "completed", "late", "dropped", "rejected"}) {
+      EXPECT_EQ(row[field].get<uint64_t>(), want[tier][field]) << field;
+    }
+  }
+
+  // The table says the same, and the run's times are virtual seconds, not dates.
+  auto [rc3, table] = runFedfleet({"history", "tiers", "--db", db}, dir + "/table.txt");
+  ASSERT_EQ(rc3, 0) << table;
+  EXPECT_NE(table.find(sim::mobileMixTiers().back().name), std::string::npos) << table;
+  auto [rc4, events] = runFedfleet({"history", "events", "--db", db}, dir + "/events.txt");
+  ASSERT_EQ(rc4, 0) << events;
+  EXPECT_NE(events.find("t="), std::string::npos) << events;
+  EXPECT_EQ(events.find("1970"), std::string::npos) << events;
+  auto [rc5, clients] = runFedfleet({"history", "clients", "--db", db}, dir + "/clients.txt");
+  ASSERT_EQ(rc5, 0) << clients;
+  EXPECT_NE(clients.find("t="), std::string::npos) << clients;
+  EXPECT_EQ(clients.find("1970"), std::string::npos) << clients;
 }
 
 }  // namespace
