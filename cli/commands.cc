@@ -383,6 +383,8 @@ int main(int argc, char** argv) {
   addOverride<std::string>(simc, sim_overrides, "--db", "history.db",
                            "SQLite history file (:memory: for none)");
   addModelFlag(simc, sim_overrides);
+  addOverride<std::string>(simc, sim_overrides, "--model-path", "model.path",
+                           "TorchScript file (with --model torchscript)");
   addOverride<std::string>(simc, sim_overrides, "--data-dir", "data.dir",
                            "Fashion-MNIST directory");
   addOverride<std::string>(simc, sim_overrides, "--name", "run.name", "Run name");

@@ -2,6 +2,7 @@
 // appears on a terminal and stays out of logs.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -153,6 +154,49 @@ TEST(SimCommand, HistoryTiersCountsEachFleetTiersUpdates) {
   ASSERT_EQ(rc5, 0) << clients;
   EXPECT_NE(clients.find("t="), std::string::npos) << clients;
   EXPECT_EQ(clients.find("1970"), std::string::npos) << clients;
+}
+
+// `sim --model-path` sets model.path: a missing file is reported by its path, and (where
+// Python's torch can export one) a TorchScript module trains for two rounds, as
+// examples/models/export_torchscript.py documents, with the path in the recorded config.
+TEST(SimCommand, ModelPathFlagReachesTheModelConfig) {
+  const std::string dir = testing::freshDir("sim-cli-torchscript");
+  const std::string missing = dir + "/no_such_module.pt";
+  auto [rc, out] = runFedfleet({"sim", "--model", "torchscript", "--model-path", missing,
+                                "--clients", "10", "--rounds", "1", "--db", ":memory:"},
+                               dir + "/missing.txt");
+  EXPECT_EQ(rc, 1) << out;  // not 2: the flag parsed, the file is what is missing
+  EXPECT_NE(out.find("not found: " + missing), std::string::npos) << out;
+
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch: no TorchScript module to train";
+  }
+  const std::string module = dir + "/tiny_cnn.pt";
+  const std::string export_cmd = "/usr/bin/python3 " + std::string(FEDFLEET_SOURCE_DIR) +
+                                 "/examples/models/export_torchscript.py " + module +
+                                 " --seed 1 > " + dir + "/export.txt 2>&1";
+  ASSERT_EQ(std::system(export_cmd.c_str()), 0) << "see " << dir << "/export.txt";
+  const std::string db = dir + "/ts.db";
+  auto [rc2, out2] =
+      runFedfleet({"sim", "--model", "torchscript", "--model-path", module, "--rounds", "2",
+                   "--clients", "20", "--clients-per-round", "4", "--set", "data.train_subset=2000",
+                   "--set", "data.test_subset=500", "--db", db},
+                  dir + "/sim.txt", 300);
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("2 rounds (0 failed)"), std::string::npos) << out2;
+  auto store = history::openSqliteHistory(db);
+  ASSERT_TRUE(store.isOk());
+  auto runs = (*store)->runs();
+  ASSERT_TRUE(runs.isOk());
+  ASSERT_EQ(runs->size(), 1u);
+  const auto config = nlohmann::json::parse((*runs)[0].config_json);
+  EXPECT_EQ(config["model"]["name"], "torchscript");
+  EXPECT_EQ(config["model"]["path"], module);
+  auto rounds = (*store)->rounds((*runs)[0].run_id);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 3u);
+  EXPECT_EQ(rounds->back().status, "ok");
+  EXPECT_TRUE(rounds->back().test_accuracy.has_value());
 }
 
 }  // namespace
