@@ -386,6 +386,8 @@ int main(int argc, char** argv) {
   addOverride<std::string>(simc, sim_overrides, "--db", "history.db",
                            "SQLite history file (:memory: for none)");
   addModelFlag(simc, sim_overrides);
+  addOverride<std::string>(simc, sim_overrides, "--model-path", "model.path",
+                           "TorchScript file (with --model torchscript)");
   addOverride<std::string>(simc, sim_overrides, "--data-dir", "data.dir",
                            "Fashion-MNIST directory");
   addOverride<std::string>(simc, sim_overrides, "--name", "run.name", "Run name");
@@ -414,25 +416,34 @@ int main(int argc, char** argv) {
   kg->add_option("--prefix", key_prefix, "Client name prefix for --clients");
   kg->add_flag("--force", key_force, "Overwrite existing key files");
 
-  // history: `fedfleet history [runs|rounds|clients|updates|events|blocks|served]`; rounds
-  // without a subcommand. The options may come before or after the subcommand.
+  // history: `fedfleet history [runs|rounds|clients|updates|tiers|events|blocks|served]`;
+  // rounds without a subcommand. The options may come before or after the subcommand.
   HistoryArgs hist_args;
   std::string hist_level = "warn";
-  auto* hist = app.add_subcommand("history",
-                                  "Print the history: runs, rounds (default), clients, "
-                                  "updates, events, blocks, served");
+  auto* hist = app.add_subcommand(
+      "history",
+      "Print the history: runs, rounds (default), clients, updates, tiers, events, blocks, "
+      "served. Tables show a simulated (virtual-clock) run's times as seconds from its start "
+      "(t=64.00 s), a real run's as UTC dates; CSV and JSON give the stored numbers");
   hist->add_option("--db", hist_args.db, "SQLite history file");
   hist->add_option("--format", hist_args.format, "table, csv or json");
   hist->add_option("--run", hist_args.run,
-                   "Run id (rounds, updates, blocks, served: default the latest; runs, "
+                   "Run id (rounds, updates, tiers, blocks, served: default the latest; runs, "
                    "clients, events: all)");
   hist->require_subcommand(0, 1);
   const std::pair<const char*, const char*> kHistoryViews[] = {
       {"runs", "The runs: id, name, start, seed, clock (CSV/JSON: with the configuration)"},
       {"rounds", "The rounds of a run"},
-      {"clients", "The clients (with --run: those that took part in the run)"},
+      {"clients",
+       "The clients (with --run: those that took part in the run). The table is shared by all "
+       "runs: a first/last_seen before 2001 is a simulated run's time, shown as t=SECONDS"},
       {"updates", "The client updates of a run (--round N: of one round)"},
-      {"events", "Recorded events (rejections, refusals, drops, ...)"},
+      {"tiers",
+       "Completed, late, dropped and rejected updates of a run per fleet tier (a simulated "
+       "run's tier is the client's device name; a real run groups by the reported device)"},
+      {"events",
+       "Recorded events (rejections, refusals, drops, ...), each time on its run's clock (no "
+       "run: wall clock)"},
       {"blocks",
        "Per-block accuracy of a block-cyclic run (model: shared, pluralistic, chain, "
        "served)"},

@@ -14,6 +14,7 @@
 #include "cli/report.h"
 #include "common/history/format.h"
 #include "common/history/history.h"
+#include "common/history/tier_summary.h"
 
 namespace fedfleet::cli {
 namespace {
@@ -122,16 +123,28 @@ int runHistoryCommand(const HistoryArgs& args) {
   if (args.what == "events") {
     auto events = store->events(run_filter);
     if (failed(events, kCommand)) return 1;
-    std::cout << history::formatEvents(*events, *fmt);
+    std::set<int64_t> virtual_clock;
+    for (const auto& r : *runs) {
+      if (r.clock == "virtual") virtual_clock.insert(r.run_id);
+    }
+    std::cout << history::formatEvents(*events, *fmt, virtual_clock);
     return 0;
   }
 
-  // rounds, updates and blocks: one run, the latest by default.
+  // rounds, updates, tiers, blocks and served: one run, the latest by default.
   if (runs->empty()) {
     std::cerr << "fedfleet history: " << args.db << " holds no runs\n";
     return 1;
   }
   const int64_t run = run_filter.value_or(runs->back().run_id);
+  if (args.what == "tiers") {
+    auto updates = store->updates(run, std::nullopt);
+    if (failed(updates, kCommand)) return 1;
+    auto clients = store->clients();
+    if (failed(clients, kCommand)) return 1;
+    std::cout << history::formatTiers(run, history::summarizeTiers(*updates, *clients), *fmt);
+    return 0;
+  }
   if (args.what == "blocks") {
     auto rows = store->blockMetrics(run);
     if (failed(rows, kCommand)) return 1;

@@ -1,8 +1,9 @@
 // Update weights: the per-update factors the coordinator applies while folding updates into the
 // round's running sum (FedNova normalisers, FedBuff staleness weights, norm clipping), and the
-// FedNova bookkeeping that lets it stream. Formulas: docs ALGORITHMS.md "Aggregation".
+// FedNova bookkeeping that lets it stream. FedNova: Wang et al., "Tackling the Objective
+// Inconsistency Problem in Heterogeneous Federated Optimization", NeurIPS 2020.
 //
-// FedNova, streamed. ALGORITHMS.md writes, with p_k = n_k / N and N = sum_k n_k,
+// FedNova, streamed. With p_k = n_k / N and N = sum_k n_k, the server step is
 //   x <- x + eta_g * tau_eff * sum_k p_k D_k / a_k,   tau_eff = sum_k p_k a_k.
 // Both sums factor into per-update terms, so nothing needs all updates at once:
 //   1. Each chunk of update k is folded into the running sum S with weight

@@ -131,10 +131,9 @@ case "$role" in
       fi
       # The lock stays held by the open descriptor, which fedfleet inherits through exec.
     fi
-    # One cache directory per identity: the image cache names its temporary file after the
-    # pid, and every container's fedfleet has the same small pid, so replicas sharing one
-    # directory can truncate each other's file while it is being mapped (a SIGBUS at start-up).
-    # The claim guarantees one live process per identity, hence per directory.
+    # One cache directory per identity (the claim guarantees one live process per identity,
+    # hence per directory). The image cache writes under a unique temporary name and renames,
+    # so one shared directory would also be safe (docs/DEPLOY.md, "Known limits").
     export FEDFLEET_CACHE_DIR="${FEDFLEET_CACHE_DIR:-/var/cache/fedfleet}/$id"
     mkdir -p "$FEDFLEET_CACHE_DIR"
     log "client $id -> tcp://$host:$port"

@@ -846,6 +846,9 @@ Status Simulator::carryOut(Action& action) {
             round_virtual_s_.push_back(r.end_time - r.start_time);
             round_wall_s_.push_back(r.wall_end - r.wall_start);
           }
+          // The run's virtual time ends where its last recorded round ends (events after it,
+          // such as a dropped client's rejoin, are not part of the run).
+          summary_.virtual_seconds = std::max(summary_.virtual_seconds, r.end_time);
           if (r.test_accuracy) {
             summary_.final_accuracy = r.test_accuracy;
             summary_.best_accuracy = std::max(summary_.best_accuracy.value_or(0), *r.test_accuracy);
@@ -893,6 +896,14 @@ Result<SimSummary> Simulator::run() {
     collectEvaluations(/*block=*/false);
     FEDFLEET_RETURN_IF_ERROR(carryOut());
     if (finished_) break;
+    if (in_flight_.empty() && !evals_.empty()) {
+      // No task is in flight, so what the engine does next waits on these evaluations, which
+      // take no virtual time: finish them before the clock moves on. After the last round this
+      // ends the run at that round's end, not at a dropped client's rejoin long after it.
+      collectEvaluations(/*block=*/true);
+      FEDFLEET_RETURN_IF_ERROR(carryOut());
+      continue;
+    }
     const double t_event = events_.empty() ? INFINITY : events_.top().time;
     const auto wake = engine_->nextWakeup();
     const double t_wake = wake ? *wake : INFINITY;
@@ -918,7 +929,6 @@ Result<SimSummary> Simulator::run() {
   progress_->finish();
   spdlog::set_level(spdlog::level::info);
   summary_.run_id = run_id_;
-  summary_.virtual_seconds = now_;
   summary_.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   summary_.median_round_virtual_s = median(round_virtual_s_);

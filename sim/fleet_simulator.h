@@ -37,7 +37,7 @@ struct SimSummary {
   uint32_t failed_rounds = 0;
   std::optional<double> final_accuracy;
   std::optional<double> best_accuracy;
-  double virtual_seconds = 0;
+  double virtual_seconds = 0;  // the last recorded round's end_time (virtual seconds)
   double wall_seconds = 0;
   double median_round_virtual_s = 0;
   double median_round_wall_s = 0;

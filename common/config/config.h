@@ -62,8 +62,7 @@ struct CoordinatorSection {
                                               // with partition sizes known)
 };
 
-// How rounds treat slow clients (docs/ALGORITHMS in shared/ALGORITHMS.md;
-// coordinator/round_engine.h).
+// How rounds treat slow clients (coordinator/round_engine.h).
 struct PolicySection {
   std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff)
   std::string deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
@@ -211,9 +210,9 @@ struct MetricsSection {
   std::string bind = "127.0.0.1";  // address to listen on (loopback: only this host may read)
 };
 
-// Block-cyclic data (shared/ALGORITHMS.md "Block-cyclic data"; coordinator/block_models.h): a
-// cycle of `count` blocks; in block m only the clients of block m train (data partition p lives
-// in block p mod count) and their data favour block m's group of classes.
+// Block-cyclic data (coordinator/block_models.h; docs/ARCHITECTURE.md): a cycle of `count`
+// blocks; in block m only the clients of block m train (data partition p lives in block
+// p mod count) and their data favour block m's group of classes.
 struct BlocksSection {
   uint32_t count = 0;                 // M blocks in a cycle (0: off)
   uint32_t rounds_per_block = 0;      // block length in rounds (set this or block_s)

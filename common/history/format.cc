@@ -123,6 +123,19 @@ std::string utcTime(double unix_seconds) {
   return buf;
 }
 
+// A time in a table cell on its clock: a wall-clock time as its UTC date, a virtual-clock one
+// as seconds from the run's start.
+std::string clockTime(double seconds, bool virtual_clock) {
+  if (!virtual_clock) return utcTime(seconds);
+  if (!std::isfinite(seconds)) return "-";
+  return "t=" + fixed(seconds, 2) + " s";
+}
+
+// A clients-table time: its value says its clock (format.h).
+std::string seenTime(double seconds) {
+  return clockTime(seconds, std::isfinite(seconds) && seconds < kEarliestWallClockTime);
+}
+
 // Text for one table cell: control characters escaped so a row stays on one line.
 std::string tableText(const std::string& text) {
   std::string out;
@@ -416,34 +429,101 @@ std::string formatClients(const std::vector<ClientRecord>& clients, Format forma
       {"cores", true, [](const R& r) { return str(r.cores); }},
       {"memory_bytes", true, [](const R& r) { return str(r.memory_bytes); }},
       {"data_size", true, [](const R& r) { return str(r.data_size); }},
-      {"first_seen", false, [](const R& r) { return utcTime(r.first_seen); }},
-      {"last_seen", false, [](const R& r) { return utcTime(r.last_seen); }},
+      {"first_seen", false, [](const R& r) { return seenTime(r.first_seen); }},
+      {"last_seen", false, [](const R& r) { return seenTime(r.last_seen); }},
   };
   return render(clients, format, kFields, kColumns);
 }
 
-std::string formatEvents(const std::vector<EventRecord>& events, Format format) {
-  using R = EventRecord;
+std::string formatEvents(const std::vector<EventRecord>& events, Format format,
+                         const std::set<int64_t>& virtual_clock_runs) {
+  // The record and the clock its time is on.
+  struct Row {
+    const EventRecord* event;
+    bool virtual_clock;
+  };
+  std::vector<Row> rows;
+  rows.reserve(events.size());
+  for (const auto& e : events) {
+    rows.push_back({&e, e.run_id != 0 && virtual_clock_runs.count(e.run_id) > 0});
+  }
+  using R = Row;
   static const std::vector<Field<R>> kFields = {
       {"run_id",
        [](const R& r) -> Value {
-         if (r.run_id == 0) return std::monostate{};
-         return r.run_id;
+         if (r.event->run_id == 0) return std::monostate{};
+         return r.event->run_id;
        }},
-      {"time", [](const R& r) -> Value { return r.time; }},
-      {"kind", [](const R& r) -> Value { return r.kind; }},
-      {"client_id", [](const R& r) -> Value { return r.client_id; }},
-      {"detail", [](const R& r) -> Value { return r.detail; }},
+      {"time", [](const R& r) -> Value { return r.event->time; }},
+      {"kind", [](const R& r) -> Value { return r.event->kind; }},
+      {"client_id", [](const R& r) -> Value { return r.event->client_id; }},
+      {"detail", [](const R& r) -> Value { return r.event->detail; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"run_id", true,
-       [](const R& r) { return r.run_id == 0 ? std::string("-") : std::to_string(r.run_id); }},
-      {"time", false, [](const R& r) { return utcTime(r.time); }},
-      {"kind", false, [](const R& r) { return r.kind; }},
-      {"client_id", false, [](const R& r) { return r.client_id; }},
-      {"detail", false, [](const R& r) { return r.detail; }},
+       [](const R& r) {
+         return r.event->run_id == 0 ? std::string("-") : std::to_string(r.event->run_id);
+       }},
+      {"time", false, [](const R& r) { return clockTime(r.event->time, r.virtual_clock); }},
+      {"kind", false, [](const R& r) { return r.event->kind; }},
+      {"client_id", false, [](const R& r) { return r.event->client_id; }},
+      {"detail", false, [](const R& r) { return r.event->detail; }},
   };
-  return render(events, format, kFields, kColumns);
+  return render(rows, format, kFields, kColumns);
+}
+
+namespace {
+
+// The share of a tier's updates that were late or dropped; nullopt without updates.
+std::optional<double> lateOrDropped(const TierSummary& t) {
+  if (t.updates == 0) return std::nullopt;
+  return static_cast<double>(t.late + t.dropped) / static_cast<double>(t.updates);
+}
+
+}  // namespace
+
+std::string formatTiers(int64_t run_id, const std::vector<TierSummary>& tiers, Format format) {
+  struct Row {
+    int64_t run_id;
+    const TierSummary* tier;
+  };
+  std::vector<Row> rows;
+  rows.reserve(tiers.size());
+  for (const auto& t : tiers) rows.push_back({run_id, &t});
+  using R = Row;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"tier", [](const R& r) -> Value { return r.tier->tier; }},
+      {"device_kind", [](const R& r) -> Value { return r.tier->device_kind; }},
+      {"clients", [](const R& r) -> Value { return r.tier->clients; }},
+      {"updates", [](const R& r) -> Value { return r.tier->updates; }},
+      {"completed", [](const R& r) -> Value { return r.tier->completed; }},
+      {"late", [](const R& r) -> Value { return r.tier->late; }},
+      {"dropped", [](const R& r) -> Value { return r.tier->dropped; }},
+      {"rejected", [](const R& r) -> Value { return r.tier->rejected; }},
+      {"late_or_dropped",
+       [](const R& r) -> Value { return optionalValue(lateOrDropped(*r.tier)); }},
+      {"mean_completed_s", [](const R& r) -> Value { return r.tier->mean_completed_s; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"tier", false, [](const R& r) { return r.tier->tier; }},
+      {"device_kind", false,
+       [](const R& r) {
+         return r.tier->device_kind.empty() ? std::string("-") : r.tier->device_kind;
+       }},
+      {"clients", true, [](const R& r) { return str(r.tier->clients); }},
+      {"updates", true, [](const R& r) { return str(r.tier->updates); }},
+      {"completed", true, [](const R& r) { return str(r.tier->completed); }},
+      {"late", true, [](const R& r) { return str(r.tier->late); }},
+      {"dropped", true, [](const R& r) { return str(r.tier->dropped); }},
+      {"rejected", true, [](const R& r) { return str(r.tier->rejected); }},
+      {"late_or_dropped", true, [](const R& r) { return percent(lateOrDropped(*r.tier)); }},
+      {"mean_completed_s", true,
+       [](const R& r) {
+         return r.tier->completed == 0 ? std::string("-") : fixed(r.tier->mean_completed_s, 2);
+       }},
+  };
+  return render(rows, format, kFields, kColumns);
 }
 
 std::string formatBlockMetrics(const std::vector<BlockMetricRecord>& rows, Format format) {

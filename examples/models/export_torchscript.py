@@ -3,10 +3,15 @@
 
 fedfleet trains any TorchScript module that maps float images [N, 1, 28, 28] to logits [N, 10]
 and whose trainable state is its parameters (no buffers such as BatchNorm running statistics:
-only parameters travel in the flat buffer). Use the saved file with model name "torchscript":
+only parameters travel in the flat buffer). Use the saved file with model name "torchscript"
+and its path in model.path (`--model-path`; `--model FILE.pt` sets both):
 
     /usr/bin/python3 examples/models/export_torchscript.py /tmp/tiny_cnn.pt --seed 1
-    fedfleet sim --model torchscript --torchscript-path /tmp/tiny_cnn.pt ...
+    fedfleet sim --model torchscript --model-path /tmp/tiny_cnn.pt --rounds 2 \
+        --clients 20 --clients-per-round 4 --db :memory:
+
+A coordinator and its clients need the same file (`--model-path` on both). The simulator
+counts a TorchScript module's cost as one multiply-add per parameter (sim/model_cost.h).
 """
 import argparse
 

@@ -400,6 +400,60 @@ TEST_F(HistoryCommand, EventsInEachFormatMatchTheDatabase) {
   EXPECT_EQ(table.find("client_dropped"), std::string::npos) << table;
 }
 
+// The line of `table` that contains `needle` ("" when none).
+std::string lineWith(const std::string& table, const std::string& needle) {
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(needle) != std::string::npos) return line;
+  }
+  return "";
+}
+
+// Run 1 is on the virtual clock: its event's time is seconds from its start, not a 1970 date.
+// The wall-clock run's events and the one tied to no run are dates; CSV keeps the numbers.
+TEST_F(HistoryCommand, EventsTableShowsEachTimeOnItsRunsClock) {
+  auto [rc, table] = run({"events", "--db", db_});
+  ASSERT_EQ(rc, 0) << table;
+  const std::string simulated = lineWith(table, "client_dropped");
+  EXPECT_NE(simulated.find("t=50.00 s"), std::string::npos) << table;
+  EXPECT_EQ(simulated.find("1970"), std::string::npos) << table;
+  EXPECT_NE(lineWith(table, "auth_rejected").find("1970-01-01 00:16:41"), std::string::npos)
+      << table;
+  EXPECT_NE(lineWith(table, "unknown_client").find("1970-01-01 00:16:39"), std::string::npos)
+      << table;
+  auto [rc2, csv] = run({"events", "--db", db_, "--format", "csv", "--run", "1"});
+  ASSERT_EQ(rc2, 0) << csv;
+  auto rows = csvObjects(csv);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["time"], "50");
+}
+
+// `history tiers` of a real coordinator's run: no fleet tiers, so the clients group by the
+// device name they reported, with the counts of their update rows.
+TEST_F(HistoryCommand, TiersOfARealRunGroupByDeviceName) {
+  auto [rc, out] = run({"tiers", "--db", db_, "--format", "json"});
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out);
+  ASSERT_EQ(j.size(), 3u) << out;
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(j[i]["run_id"], run_);
+    EXPECT_EQ(j[i]["tier"], "dev, \"" + std::to_string(i + 1) + "\"");
+    EXPECT_EQ(j[i]["device_kind"], i == 1 ? "cuda" : "cpu");
+    EXPECT_EQ(j[i]["clients"], 1);
+    EXPECT_EQ(j[i]["updates"], 2);
+    EXPECT_EQ(j[i]["completed"], i == 2 ? 1 : 2);  // client-3 dropped out of round 2
+    EXPECT_EQ(j[i]["dropped"], i == 2 ? 1 : 0);
+    EXPECT_EQ(j[i]["late"], 0);
+    EXPECT_EQ(j[i]["mean_completed_s"], 3.0);  // every update took 3 s
+  }
+  auto [rc2, table] = run({"tiers", "--db", db_, "--run", "1"});
+  ASSERT_EQ(rc2, 0) << table;
+  EXPECT_NE(lineWith(table, "dev, \"9\"").find("cpu"), std::string::npos) << table;
+  auto [rc3, bad] = run({"tiers", "--db", db_, "--run", "42"});
+  EXPECT_EQ(rc3, 2) << bad;
+}
+
 TEST_F(HistoryCommand, RoundsShowRejectedUpdatesInEachFormat) {
   {
     auto store = history::openSqliteHistory(db_);

@@ -13,6 +13,7 @@
 #include "common/history/history.h"
 #include "sim/fleet.h"
 #include "sim/model_cost.h"
+#include "sim/progress.h"
 
 namespace fedfleet::sim {
 namespace {
@@ -68,7 +69,7 @@ Result<SimSummary> runJob(const config::Config& c) {
   return sim->run();
 }
 
-// The determinism requirement: the same config and seed give the same history, bit for
+// Determinism (docs/SIM.md): the same config and seed give the same history, bit for
 // bit, at 1 and at 2 worker threads - with a heterogeneous fleet, dropouts and a deadline that
 // cuts off stragglers, so every path of the scheduler is in play.
 TEST(FleetSimulator, SameSeedSameHistoryAtOneAndTwoWorkers) {
@@ -161,6 +162,34 @@ TEST(FleetSimulator, VirtualTimeFollowsTheProfiles) {
     EXPECT_GT(h.rounds[r].wall_start, 1.7e9);  // unix seconds
   }
   EXPECT_DOUBLE_EQ(h.rounds[2].start_time, h.rounds[1].end_time);  // back to back
+}
+
+// The summary's virtual time ends with the last round, even when a client that dropped out in
+// that round rejoins (sim.rejoin_s) long after it: the rejoin is not part of the run.
+TEST(FleetSimulator, SummaryVirtualTimeEndsWithTheLastRound) {
+  const std::string db = tmpPath("sim_summary_time.db");
+  config::Config c = smallJob(db);
+  c.run.rounds = 2;
+  c.sim.dropout = 0.3;
+  c.sim.rejoin_s = 600;  // far beyond the run's end (a round takes a few seconds here)
+  c.sim.workers = 2;
+  auto summary = runJob(c);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  const History h = readHistory(db, summary->run_id);
+  ASSERT_EQ(h.rounds.size(), 3u);
+  const history::RoundRecord& last = h.rounds.back();
+  // The case that matters: a client dropped out of the last round, so its rejoin was pending.
+  ASSERT_GT(last.dropped, 0u);
+  ASSERT_LT(last.end_time, 600.0);
+  EXPECT_DOUBLE_EQ(summary->virtual_seconds, last.end_time);
+  // Nothing the history holds happened after the run's end either.
+  for (const auto& e : h.events) {
+    EXPECT_LE(e.time, last.end_time) << e.kind << " " << e.client_id << " " << e.detail;
+  }
+  EXPECT_NE(formatSummary(*summary).find("time: " + ProgressDisplay::duration(last.end_time) +
+                                         " virtual"),
+            std::string::npos)
+      << formatSummary(*summary);
 }
 
 // Deadlines fire in virtual time: a tier too slow for the deadline is always late, the round

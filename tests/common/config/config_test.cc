@@ -217,7 +217,7 @@ TEST(Config, JsonHoldsEveryKey) {
   EXPECT_EQ(j["train"]["batch"], 32);
 }
 
-// Issue 5: policies, aggregators and selectors by name; bad names and values fail at start-up
+// Policies, aggregators and selectors by name; bad names and values fail at start-up
 // with the key in the message.
 TEST(Config, PolicyAggregationAndSelectionAreChosenByName) {
   Config c;

@@ -174,6 +174,82 @@ TEST(Format, EventsTableEscapesControlCharacters) {
   EXPECT_EQ(formatEvents(events, Format::kTable), want);
 }
 
+// A simulated run's event times are seconds of its virtual clock: the table shows them so, not
+// as dates in 1970; the wall-clock run's and the run-less event's stay dates. CSV keeps the
+// stored numbers.
+TEST(Format, EventsTableShowsEachTimeOnItsRunsClock) {
+  const std::vector<EventRecord> events = {
+      {2, 64.0, "run_finished", "", "all rounds done"},
+      {3, 1700000000.0, "stale_update", "c1", "v2"},
+      {0, 12.5, "unknown_client", "", "no run"},
+  };
+  const std::string want =
+      "run_id  time                 kind            client_id  detail\n"
+      "     2  t=64.00 s            run_finished               all rounds done\n"
+      "     3  2023-11-14 22:13:20  stale_update    c1         v2\n"
+      "     -  1970-01-01 00:00:12  unknown_client             no run\n";
+  EXPECT_EQ(formatEvents(events, Format::kTable, {2}), want);
+  // Without the set every run is on the wall clock.
+  EXPECT_NE(formatEvents(events, Format::kTable).find("1970-01-01 00:01:04"), std::string::npos);
+  EXPECT_EQ(formatEvents(events, Format::kCsv, {2}),
+            "run_id,time,kind,client_id,detail\r\n"
+            "2,64,run_finished,,all rounds done\r\n"
+            "3,1700000000,stale_update,c1,v2\r\n"
+            ",12.5,unknown_client,,no run\r\n");
+}
+
+// The clients table is shared by all runs: a time before kEarliestWallClockTime is a simulated
+// run's, one after it a date.
+TEST(Format, ClientsTableJudgesEachTimeByItsValue) {
+  ClientRecord sim;
+  sim.client_id = "v07";
+  sim.first_seen = 3.25;
+  sim.last_seen = 1234.5;
+  ClientRecord real;
+  real.client_id = "edge-1";
+  real.first_seen = 1700000000.0;
+  real.last_seen = kEarliestWallClockTime;
+  const std::string table = formatClients({sim, real}, Format::kTable);
+  EXPECT_NE(table.find("t=3.25 s"), std::string::npos) << table;
+  EXPECT_NE(table.find("t=1234.50 s"), std::string::npos) << table;
+  EXPECT_NE(table.find("2023-11-14 22:13:20"), std::string::npos) << table;
+  EXPECT_NE(table.find("2001-09-09 01:46:40"), std::string::npos) << table;
+  EXPECT_EQ(table.find("1970"), std::string::npos) << table;
+  auto json = nlohmann::json::parse(formatClients({sim}, Format::kJson));
+  EXPECT_EQ(json[0]["first_seen"], 3.25);  // the stored number
+}
+
+TEST(Format, TiersInEachFormat) {
+  TierSummary slow;
+  slow.tier = "embedded-board";
+  slow.device_kind = "cpu";
+  slow.clients = 3;
+  slow.updates = 4;
+  slow.completed = 1;
+  slow.late = 2;
+  slow.dropped = 1;
+  slow.mean_completed_s = 12.345;
+  TierSummary none;
+  none.tier = "-";
+  EXPECT_EQ(formatTiers(5, {slow, none}, Format::kTable),
+            "tier            device_kind  clients  updates  completed  late  dropped  rejected  "
+            "late_or_dropped  mean_completed_s\n"
+            "embedded-board  cpu                3        4          1     2        1         0  "
+            "         75.00%             12.35\n"
+            "-               -                  0        0          0     0        0         0  "
+            "              -                 -\n");
+  auto json = nlohmann::json::parse(formatTiers(5, {slow, none}, Format::kJson));
+  ASSERT_EQ(json.size(), 2u);
+  EXPECT_EQ(json[0]["run_id"], 5);
+  EXPECT_EQ(json[0]["tier"], "embedded-board");
+  EXPECT_EQ(json[0]["late"], 2);
+  EXPECT_EQ(json[0]["late_or_dropped"], 0.75);
+  EXPECT_TRUE(json[1]["late_or_dropped"].is_null());
+  EXPECT_EQ(formatTiers(5, {}, Format::kCsv),
+            "run_id,tier,device_kind,clients,updates,completed,late,dropped,rejected,"
+            "late_or_dropped,mean_completed_s\r\n");
+}
+
 TEST(Format, JsonOfOtherRecordsParsesBack) {
   RunRecord run{7, "demo \xc3\xa9", R"({"lr": 0.1})", 1700000000.25, 18446744073709551615ull};
   auto runs = nlohmann::json::parse(formatRuns({run}, Format::kJson));
