@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Crash and resume: a real run (a coordinator and CLIENTS clients over CURVE on 127.0.0.1)
-# whose coordinator is SIGKILLed KILLS times at seeded random points and restarted with
-# --resume each time; now and then (seeded) a client is SIGKILLed too while the coordinator is
-# down and restarted under the same id. After the last kill a coordinator resumes the run to its
+# whose coordinator is SIGKILLed KILLS times at seeded random points (see the plan below) and
+# restarted with --resume each time; now and then (seeded) a client is SIGKILLed too while the
+# coordinator is down and restarted under the same id. After the last kill a coordinator resumes the run to its
 # end. Checks on the final history: every round 1..ROUNDS exactly once (lost_rounds,
 # duplicate_rounds), `PRAGMA integrity_check` ok (integrity_ok = 1), and resume_cost_s: the
 # median, over restarts, of (duration of the first round a restarted coordinator commits) minus
@@ -10,16 +10,13 @@
 # resume_cost_s < 2 (a restart costs about nothing, not a deadline: deadline_s is 60 here).
 # Also printed: restart_to_round_s, the median time from a restart to its first committed round
 # (process start, LibTorch, history, clients reconnecting, the round itself).
-# Environment: BUILD_DIR (build), KILLS (20), CLIENTS (4), ROUNDS (80), SEED (1),
-# MIN_UP_S / MAX_UP_S (1 / 8: how long a coordinator lives before its kill).
+# Environment: BUILD_DIR (build), KILLS (20), CLIENTS (4), ROUNDS (150), SEED (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KILLS=${KILLS:-20}
 CLIENTS=${CLIENTS:-4}
-ROUNDS=${ROUNDS:-80}
+ROUNDS=${ROUNDS:-150}
 SEED=${SEED:-1}
-MIN_UP_S=${MIN_UP_S:-1}
-MAX_UP_S=${MAX_UP_S:-8}
 source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/crash_resume.XXXXXX)
 cleanup() {
@@ -32,11 +29,15 @@ DB="$WORK/h.db"
 PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 ENDPOINT="tcp://127.0.0.1:$PORT"
 
-# The seeded random sequence: one line per kill, "<seconds up> <client to kill or 0>".
-awk -v seed="$SEED" -v n="$KILLS" -v lo="$MIN_UP_S" -v hi="$MAX_UP_S" -v c="$CLIENTS" \
+# The seeded random points, one line per kill: "<rounds> <seconds> <client to kill or 0>". One
+# kill in five comes <seconds> (0-3 s) after the start, whatever the coordinator is doing
+# (loading, waiting for clients, the first round); the others come <seconds> (0-0.3 s: in a
+# round, its evaluation or its commit) after <rounds> (1-6) more rounds are in the history.
+awk -v seed="$SEED" -v n="$KILLS" -v c="$CLIENTS" \
   'BEGIN { srand(seed); for (i = 0; i < n; i++) {
-             up = lo + rand() * (hi - lo); k = rand() < 0.3 ? 1 + int(rand() * c) : 0;
-             printf "%.2f %d\n", up, k } }' > "$WORK/plan"
+             if (rand() < 0.2) { r = 0; t = 3 * rand() } else { r = 1 + int(6 * rand()); t = 0.3 * rand() }
+             k = rand() < 0.3 ? 1 + int(rand() * c) : 0;
+             printf "%d %.2f %d\n", r, t, k } }' > "$WORK/plan"
 
 coordinator() {  # $1: log file; $2: --resume or empty
   "$FEDFLEET" coordinator --keys "$WORK/keys" --bind "$ENDPOINT" --db "$DB" --model mlp \
@@ -53,20 +54,31 @@ client() {  # $1: index
     --model mlp --exit-idle 180 >> "$WORK/client-$1.log" 2>&1 &
   CLIENT_PID[$1]=$!
 }
-q() { sqlite3 "$DB" "$1" < /dev/null 2>/dev/null || echo ""; }
-# Highest round recorded, as the restarted coordinator will see it ("" before the run exists).
-last_round() { q "SELECT COALESCE(MAX(round), 0) FROM rounds"; }
+q() { sqlite3 -cmd ".timeout 5000" "$DB" "$1" < /dev/null 2>/dev/null || echo ""; }
+# Highest round recorded, as the restarted coordinator will see it (0 before the run exists).
+last_round() {
+  local r
+  r=$(q "SELECT COALESCE(MAX(round), 0) FROM rounds")
+  echo "${r:-0}"
+}
 
 coordinator "$WORK/coordinator-0.log" ""
 pid=$PID
 for i in $(seq 1 "$CLIENTS"); do client "$i"; done
 kills=0
 client_kills=0
-finished=0
 : > "$WORK/restarts"  # "<first round after the restart> <restart unix time>"
-while read -r up victim; do
-  sleep "$up"
-  if ! alive "$pid"; then finished=1; break; fi  # the run ended by itself
+while read -r advance delay victim; do
+  if [ "$advance" -gt 0 ]; then
+    target=$(($(last_round) + advance))
+    for _ in $(seq 1 1200); do  # 120 s at most
+      [ "$(last_round)" -ge "$target" ] && break
+      alive "$pid" || break
+      sleep 0.1
+    done
+  fi
+  sleep "$delay"
+  if ! alive "$pid"; then break; fi  # the run ended (or failed) by itself
   kill -KILL "$pid"
   wait "$pid" 2>/dev/null || true
   kills=$((kills + 1))

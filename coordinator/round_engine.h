@@ -220,7 +220,7 @@ struct EngineOptions {
   uint32_t events_per_client_round = 20;  // event rows per client and round (then one
                                           // "events_left_out" row)
 
-  // ---- Aggregation (ALGORITHMS.md "Aggregation") ----
+  // ---- Aggregation (the methods and their papers: docs/ARCHITECTURE.md) ----
   // fedavg: weights n_k; fednova: d_k = D_k / a_k(tau_k, momentum), scaled by tau_eff;
   // scaffold: unweighted mean of D_k, and c += |S|/N mean Dc_k (updates are 2P values long);
   // median, trimmed_mean: coordinate-wise over complete updates, unweighted (buffered within

@@ -137,11 +137,17 @@ dump_logs() {
 step "waiting for $(docker inspect -f '{{.Name}}' "$victim") to receive a task of round 2 or 3"
 victim_id="" kill_round=""
 for _ in $(seq 1 600); do
-  line=$(docker logs "$victim" 2>&1 | grep -m 1 -E 'client-[0-9]+: round [23] task' || true)
+  # The newest task of round 2 or 3 it has not uploaded yet (on a loaded machine this loop may
+  # first look after the round-2 upload: then it waits for round 3).
+  logs=$(docker logs "$victim" 2>&1)
+  line=$(grep -E 'client-[0-9]+: round [23] task' <<<"$logs" | tail -n 1 || true)
   if [ -n "$line" ]; then
-    victim_id=$(sed -E 's/.*client (client-[0-9]+): round [23] task.*/\1/' <<<"$line")
-    kill_round=$(sed -E 's/.*: round ([23]) task.*/\1/' <<<"$line")
-    break
+    id=$(sed -E 's/.*client (client-[0-9]+): round [23] task.*/\1/' <<<"$line")
+    r=$(sed -E 's/.*: round ([23]) task.*/\1/' <<<"$line")
+    if ! grep -q "$id: round $r uploaded" <<<"$logs"; then
+      victim_id=$id kill_round=$r
+      break
+    fi
   fi
   [ "$(docker inspect -f '{{.State.Running}}' "$victim")" = true ] || break
   sleep 0.2
