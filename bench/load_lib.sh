@@ -13,7 +13,8 @@
 #   load_stop_client           SIGTERM the load client and wait; its exit status in LOAD_RC
 #   load_wait_coordinator S    wait up to S seconds for the coordinator (then SIGTERM it); its
 #                              exit status in COORD_RC
-#   load_wait_round LOG N S    wait up to S seconds until LOG says round N was committed
+#   load_wait_round DB N S     wait up to S seconds until the history DB holds round N (the
+#                              coordinator's log lags: it is not flushed line by line)
 #   load_vm_kib PID FIELD      VmRSS / VmHWM of PID in KiB (0 when gone)
 #   load_median                median of the numbers on stdin
 # The EXIT trap (load_cleanup) stops what is still running, by pid, and removes WORK unless
@@ -99,11 +100,12 @@ load_wait_coordinator() {
 }
 
 load_wait_round() {
-  local log=$1 round=$2 until=$((SECONDS + $3))
+  local db=$1 round=$2 until=$((SECONDS + $3)) last
   while [ "$SECONDS" -lt "$until" ]; do
-    grep -qE " round +$round (ok|failed) " "$log" && return 0
+    last=$(sqlite3 -cmd ".timeout 1000" "$db" "SELECT MAX(round) FROM rounds" 2> /dev/null || true)
+    [ -n "$last" ] && [ "$last" -ge "$round" ] && return 0
     kill -0 "$COORD_PID" 2> /dev/null || return 1
-    sleep 0.05
+    sleep 0.02
   done
   return 1
 }
