@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <unordered_set>
 
@@ -483,7 +484,15 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
   if (block_schedule_) block_wakeup_ = block_schedule_->nextBoundary(now);
+  if (evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
+}
+
+bool RoundEngine::evaluationsBehind() const {
+  if (options_.max_evaluations_behind == 0) return false;
+  // The last round ended (round_) is not counted: its evaluation overlaps the next round.
+  const auto behind = std::distance(awaiting_eval_.begin(), awaiting_eval_.lower_bound(round_));
+  return static_cast<uint64_t>(behind) >= options_.max_evaluations_behind;
 }
 
 void RoundEngine::startRound(double now) {
@@ -1151,7 +1160,8 @@ void RoundEngine::onTick(double now) {
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
-    if (phase_ == Phase::kWaiting && now - wait_since_ > options_.wait_clients_s) {
+    if (phase_ == Phase::kWaiting && !evaluationsBehind() &&
+        now - wait_since_ > options_.wait_clients_s) {
       finishRun(false,
                 "only " + std::to_string(idle_.size()) + " of " +
                     std::to_string(options_.min_clients) + " clients available after " +
@@ -1558,7 +1568,10 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
   const bool reached = options_.target_accuracy > 0 && outcome && round > 0 &&
                        outcome->accuracy >= options_.target_accuracy && phase_ != Phase::kFinished;
   commit(std::move(c), now);
-  if (!reached || phase_ == Phase::kFinished) return;
+  if (!reached || phase_ == Phase::kFinished) {
+    tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
+    return;
+  }
   // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
   // in flight are cancelled (their round is never recorded), and the run ends.
   for (auto& [r, pending] : awaiting_eval_) emit(std::move(pending));
@@ -1617,6 +1630,7 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
   const std::string abort_reason =
       "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
   for (CommitRound& c : failed) commit(std::move(c), now);
+  tryStartRound(now);      // one held back by the evaluations behind (step 9)
   if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
   if (phase_ == Phase::kRunning && !options_.async) {
     finishRound(now, &abort_reason);
