@@ -651,7 +651,7 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   }
   // Unknown, finished, or someone else's token: answer once per token and record it.
   const bool stale = finished_tokens_.count(token) > 0 || it != participants_.end();
-  if (answered_stale_.insert(token).second) {
+  if (answered_stale_.insert(token)) {
     std::string what = stale ? "update for a finished or cancelled task" : "unknown task token";
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};
     emit(SendError{id, err});
@@ -1371,6 +1371,8 @@ bool RoundEngine::evaluates(uint32_t round, bool last) const {
 
 void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
                                 std::optional<ModelSnapshot> before, double now) {
+  finished_tokens_.advance(round_);
+  answered_stale_.advance(round_);
   auto& r = c.round;
   r.status = ok ? "ok" : "failed";
   r.model_version = version_;

@@ -161,6 +161,7 @@
 #include "coordinator/block_models.h"
 #include "coordinator/partial_log.h"
 #include "coordinator/participant_table.h"
+#include "coordinator/recent_tokens.h"
 #include "coordinator/robust_aggregator.h"
 #include "coordinator/selector.h"
 #include "coordinator/server_optimizer.h"
@@ -687,9 +688,12 @@ class RoundEngine {
   std::vector<float> control_;                  // SCAFFOLD server control variate c
   std::string control_bytes_;                   // c as sent in tasks
   ParticipantTable<Participant> participants_;  // by task token, in dispatch order
-  std::set<uint64_t> finished_tokens_;          // tokens of ended tasks (stale)
-  std::set<uint64_t> answered_stale_;           // stale tokens already answered once
-  std::vector<float> sum_;                      // running sum of n_k * D_k
+  // Tokens of ended tasks (stale), and stale tokens already answered once: of the last
+  // kStaleTokenRounds rounds only (coordinator/recent_tokens.h).
+  static constexpr uint32_t kStaleTokenRounds = 32;
+  RecentTokens finished_tokens_{kStaleTokenRounds};
+  RecentTokens answered_stale_{kStaleTokenRounds};
+  std::vector<float> sum_;  // running sum of n_k * D_k
   double sum_weight_ = 0;
   PartialLog partial_;                 // kept payloads of the round's updates, until settled
   std::vector<float> scratch_;         // one decoded chunk
