@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <unordered_set>
@@ -567,7 +568,15 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
   if (block_schedule_) block_wakeup_ = block_schedule_->nextBoundary(now);
+  if (evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
+}
+
+bool RoundEngine::evaluationsBehind() const {
+  if (options_.max_evaluations_behind == 0) return false;
+  // The last round ended (round_) is not counted: its evaluation overlaps the next round.
+  const auto behind = std::distance(awaiting_eval_.begin(), awaiting_eval_.lower_bound(round_));
+  return static_cast<uint64_t>(behind) >= options_.max_evaluations_behind;
 }
 
 void RoundEngine::startRound(double now) {
@@ -726,7 +735,7 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   }
   // Unknown, finished, or someone else's token: answer once per token and record it.
   const bool stale = finished_tokens_.count(token) > 0 || it != participants_.end();
-  if (answered_stale_.insert(token).second) {
+  if (answered_stale_.insert(token)) {
     std::string what = stale ? "update for a finished or cancelled task" : "unknown task token";
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};
     emit(SendError{id, err});
@@ -1235,7 +1244,8 @@ void RoundEngine::onTick(double now) {
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
-    if (phase_ == Phase::kWaiting && now - wait_since_ > options_.wait_clients_s) {
+    if (phase_ == Phase::kWaiting && !evaluationsBehind() &&
+        now - wait_since_ > options_.wait_clients_s) {
       finishRun(false,
                 "only " + std::to_string(idle_.size()) + " of " +
                     std::to_string(options_.min_clients) + " clients available after " +
@@ -1447,6 +1457,8 @@ bool RoundEngine::evaluates(uint32_t round, bool last) const {
 
 void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
                                 std::optional<ModelSnapshot> before, double now) {
+  finished_tokens_.advance(round_);
+  answered_stale_.advance(round_);
   auto& r = c.round;
   r.status = ok ? "ok" : "failed";
   r.model_version = version_;
@@ -1644,7 +1656,10 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
   const bool reached = options_.target_accuracy > 0 && outcome && round > 0 &&
                        outcome->accuracy >= options_.target_accuracy && phase_ != Phase::kFinished;
   commit(std::move(c), now);
-  if (!reached || phase_ == Phase::kFinished) return;
+  if (!reached || phase_ == Phase::kFinished) {
+    tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
+    return;
+  }
   // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
   // in flight are cancelled (their round is never recorded), and the run ends.
   for (auto& [r, pending] : awaiting_eval_) emit(std::move(pending));
@@ -1703,6 +1718,7 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
   const std::string abort_reason =
       "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
   for (CommitRound& c : failed) commit(std::move(c), now);
+  tryStartRound(now);      // one held back by the evaluations behind (step 9)
   if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
   if (phase_ == Phase::kRunning && !options_.async) {
     finishRound(now, &abort_reason);

@@ -86,7 +86,11 @@
 //  9. Next round first. The next round is selected and dispatched at once (step 1), and only
 //     then is the new model evaluated: an Evaluate action asks the driver to evaluate it and
 //     report back with onEvaluated(). Clients train while the server evaluates, instead of
-//     waiting for it.
+//     waiting for it. With max_evaluations_behind = B > 0, the next round starts only while
+//     fewer than B rounds before the one just ended still await their evaluation; otherwise it
+//     waits for the report that brings them below B. Rounds faster than evaluation would
+//     otherwise pile up without bound, each holding its commit, checkpoint and model snapshot
+//     (bench/memory_soak.sh).
 //     With eval_every = n > 1 only every n-th round (and the last) is evaluated; the others
 //     are committed at once without test metrics.
 // 10a. Refused evaluation. The model before each evaluated step is kept until its evaluation
@@ -157,6 +161,7 @@
 #include "coordinator/block_models.h"
 #include "coordinator/partial_log.h"
 #include "coordinator/participant_table.h"
+#include "coordinator/recent_tokens.h"
 #include "coordinator/robust_aggregator.h"
 #include "coordinator/selector.h"
 #include "coordinator/server_optimizer.h"
@@ -208,6 +213,9 @@ struct EngineOptions {
   double target_accuracy = 0;    // > 0: the run ends at the first evaluation reaching it
   bool bye_on_finish = true;     // say Bye to every connected client when the run ends (the
                                  // simulator's virtual clients need no goodbye)
+  // Rounds before the last one awaiting evaluation at which no new synchronous round starts
+  // (protocol step 9; 0: no bound, for the simulator, which reports evaluations in virtual time).
+  uint32_t max_evaluations_behind = 0;
 
   // ---- Claims (protocol step 5a): what an update may say about itself ----
   // partition_sizes[p]: the samples partition p holds, as clients cut it (run_setup.h
@@ -555,6 +563,8 @@ class RoundEngine {
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
              double now);
   void tryStartRound(double now);
+  // max_evaluations_behind rounds await their evaluation: no round may start (step 9).
+  bool evaluationsBehind() const;
   void startRound(double now);
   // Ends the round in flight; with `abort_reason` every update (completed ones too) is refused
   // with that reason and the round fails.
@@ -698,9 +708,12 @@ class RoundEngine {
   std::vector<float> control_;                  // SCAFFOLD server control variate c
   std::string control_bytes_;                   // c as sent in tasks
   ParticipantTable<Participant> participants_;  // by task token, in dispatch order
-  std::set<uint64_t> finished_tokens_;          // tokens of ended tasks (stale)
-  std::set<uint64_t> answered_stale_;           // stale tokens already answered once
-  std::vector<float> sum_;                      // running sum of n_k * D_k
+  // Tokens of ended tasks (stale), and stale tokens already answered once: of the last
+  // kStaleTokenRounds rounds only (coordinator/recent_tokens.h).
+  static constexpr uint32_t kStaleTokenRounds = 32;
+  RecentTokens finished_tokens_{kStaleTokenRounds};
+  RecentTokens answered_stale_{kStaleTokenRounds};
+  std::vector<float> sum_;  // running sum of n_k * D_k
   double sum_weight_ = 0;
   PartialLog partial_;                 // kept payloads of the round's updates, until settled
   std::vector<float> scratch_;         // one decoded chunk

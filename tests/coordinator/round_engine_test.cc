@@ -1733,5 +1733,48 @@ TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
   EXPECT_NE(st.message().find("tau"), std::string::npos) << st.message();
 }
 
+// Protocol step 9 with max_evaluations_behind = 1: round 2 still overlaps round 1's evaluation,
+// but round 3 waits until it is reported, however long that takes (no wait_clients_s failure).
+TEST(RoundEngine, ARoundWaitsWhileMaxEvaluationsBehindAwaitTheirEvaluation) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.max_evaluations_behind = 1;
+  RoundEngine engine(o, {0, 0, 0});
+  engine.start(0);
+  engine.onEvaluated(0, EvalOutcome{1, 0.1}, 0);
+  engine.onHello("a", hello("a"), 0);
+  // Client a uploads the task of `actions`; returns the actions that follow.
+  auto upload = [&](const std::vector<Action>& actions, double now) {
+    auto tasks = actionsOf<SendTask>(actions);
+    EXPECT_EQ(tasks.size(), 1u);
+    if (tasks.empty()) return std::vector<Action>{};
+    const uint64_t token = tasks[0].task.task_token;
+    engine.onChunk("a", chunkOf(token, 0, {1, 1, 1}, true, 10), 12, now);
+    wire::Summary s;
+    s.task_token = token;
+    s.n_samples = 10;
+    s.steps = 3;
+    engine.onSummary("a", s, 8, now);
+    return engine.takeActions();
+  };
+  auto after1 = upload(engine.takeActions(), 1);  // round 2 goes out, round 1 is evaluated
+  EXPECT_EQ(actionsOf<Evaluate>(after1).size(), 1u);
+  ASSERT_EQ(actionsOf<SendTask>(after1).size(), 1u);
+  auto after2 = upload(after1, 2);  // round 1 is not evaluated yet: round 3 waits
+  EXPECT_EQ(actionsOf<Evaluate>(after2).size(), 1u);
+  EXPECT_TRUE(actionsOf<SendTask>(after2).empty());
+  engine.onHeartbeat("a", 500);
+  engine.onTick(500);  // past wait_clients_s (100 s): still waiting, not failed
+  EXPECT_TRUE(actionsOf<RunFinished>(engine.takeActions()).empty());
+  EXPECT_FALSE(engine.finished());
+  engine.onEvaluated(1, EvalOutcome{0.7, 0.8}, 501);
+  auto after_eval = engine.takeActions();
+  auto commits = actionsOf<CommitRound>(after_eval);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].round.round, 1u);
+  auto tasks = actionsOf<SendTask>(after_eval);
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].task.round, 3u);
+}
+
 }  // namespace
 }  // namespace fedfleet::coordinator
