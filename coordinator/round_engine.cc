@@ -735,7 +735,14 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   }
   // Unknown, finished, or someone else's token: answer once per token and record it.
   const bool stale = finished_tokens_.count(token) > 0 || it != participants_.end();
-  if (answered_stale_.insert(token)) {
+  bool first = false;
+  if (stale) {
+    first = answered_stale_.insert(token);
+  } else {
+    first = answered_unknown_.count(token) == 0;
+    if (first && answered_unknown_.size() < kUnknownTokensKept) answered_unknown_.insert(token);
+  }
+  if (first) {
     std::string what = stale ? "update for a finished or cancelled task" : "unknown task token";
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};
     emit(SendError{id, err});
@@ -1459,6 +1466,7 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
                                 std::optional<ModelSnapshot> before, double now) {
   finished_tokens_.advance(round_);
   answered_stale_.advance(round_);
+  answered_unknown_.advance(round_);
   auto& r = c.round;
   r.status = ok ? "ok" : "failed";
   r.model_version = version_;

@@ -482,6 +482,9 @@ class RoundEngine {
   size_t uploadsInFlight() const { return granted_.size(); }
   size_t uploadsWaiting() const { return upload_queue_.size(); }
   size_t peakUploadsInFlight() const { return peak_granted_; }
+  // Task tokens remembered as answered (stale or unknown): bounded by the tasks of recent rounds
+  // and kUnknownTokensKept, whatever clients send.
+  size_t answeredTokens() const { return answered_stale_.size() + answered_unknown_.size(); }
 
  private:
   enum class Phase {
@@ -713,6 +716,11 @@ class RoundEngine {
   static constexpr uint32_t kStaleTokenRounds = 32;
   RecentTokens finished_tokens_{kStaleTokenRounds};
   RecentTokens answered_stale_{kStaleTokenRounds};
+  // Tokens this engine never issued, answered once each: of the current round only, and at
+  // most kUnknownTokensKept of them (a client inventing tokens is answered every time beyond
+  // that, within its event budget, rather than growing the set).
+  static constexpr size_t kUnknownTokensKept = 4096;
+  RecentTokens answered_unknown_{1};
   std::vector<float> sum_;  // running sum of n_k * D_k
   double sum_weight_ = 0;
   PartialLog partial_;                 // kept payloads of the round's updates, until settled

@@ -615,5 +615,33 @@ TEST(RunSetup, PartitionSizesFollowTheClientsSplit) {
   EXPECT_FALSE(partitionSizes(o, train).isOk());
 }
 
+// A client with a valid key inventing task tokens is answered each time, but what the engine
+// remembers of them stays bounded, and is forgotten when the round ends.
+TEST(RoundEngineLimits, InventedTokensDoNotGrowWhatTheEngineRemembers) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.rounds = 2;
+  Fixture f(o);
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 1u);
+  const uint64_t token = tasks[0].task.task_token;
+  constexpr uint64_t kInvented = 10000;
+  for (uint64_t t = 1; t <= kInvented; ++t) {
+    f.engine->onChunk("a", chunkOf(token + t, 0, {1, 1, 1}, true), 100, 1);
+  }
+  auto actions = f.take();
+  EXPECT_EQ(actionsOf<SendError>(actions).size(), kInvented);  // each one answered
+  EXPECT_LE(f.engine->answeredTokens(), 4096u);
+  EXPECT_GE(f.engine->answeredTokens(), 4000u);
+  // One remembered token, sent again, is not answered twice.
+  f.engine->onChunk("a", chunkOf(token + 1, 0, {1, 1, 1}, true), 100, 1);
+  EXPECT_TRUE(actionsOf<SendError>(f.take()).empty());
+  // The round ends: only its own (stale) task token is still remembered once answered.
+  f.upload("a", token, {1, 1, 1}, 10, 2);
+  f.take();
+  EXPECT_LE(f.engine->answeredTokens(), 1u);
+}
+
 }  // namespace
 }  // namespace fedfleet::coordinator
