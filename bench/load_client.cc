@@ -71,6 +71,7 @@
 #include "common/compress/codec.h"
 #include "common/compress/codec_spec.h"
 #include "common/crypto/sha256.h"
+#include "common/splitmix.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
@@ -85,13 +86,6 @@ void onSignal(int) { g_stop.store(true); }
 double steadyNow() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t splitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 struct LoadOptions {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/splitmix.h"
 
 namespace fedfleet::client {
 namespace {
@@ -13,13 +14,6 @@ namespace {
 double steadyNow() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t splitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 bool allFinite(const std::vector<float>& x) {
