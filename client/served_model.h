@@ -1,5 +1,5 @@
 // ServedModelStore: the model a client of a block-cyclic run serves for evaluation and
-// inference (wire::ServedModel; coordinator/round_engine.h, protocol step B6).
+// inference (wire::ServedModel; engine/round_engine.h, protocol step B6).
 //
 // Each task names the served model of the client's block; the bytes come only when they
 // changed (attached to the task, or the task's own training model). The store keeps the

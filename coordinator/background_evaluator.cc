@@ -60,7 +60,7 @@ void BackgroundEvaluator::work() {
   }
 }
 
-std::optional<EvalOutcome> BackgroundEvaluator::evaluate(const std::vector<float>& params) {
+std::optional<engine::EvalOutcome> BackgroundEvaluator::evaluate(const std::vector<float>& params) {
   Status st = model_->setFlatParameters(params.data(), params.size());
   if (!st.isOk()) {
     spdlog::error("evaluation: {}", st.toString());
@@ -72,7 +72,7 @@ std::optional<EvalOutcome> BackgroundEvaluator::evaluate(const std::vector<float
     spdlog::error("evaluation: {}", r.status().toString());
     return std::nullopt;
   }
-  return EvalOutcome{r->loss, r->accuracy};
+  return engine::EvalOutcome{r->loss, r->accuracy};
 }
 
 }  // namespace fedfleet::coordinator

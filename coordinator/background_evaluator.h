@@ -17,7 +17,7 @@
 
 #include "common/data/dataset.h"
 #include "common/model/model.h"
-#include "coordinator/round_engine.h"
+#include "engine/round_engine.h"
 
 namespace fedfleet::coordinator {
 
@@ -25,7 +25,7 @@ class BackgroundEvaluator {
  public:
   struct Result {
     uint32_t round = 0;
-    std::optional<EvalOutcome> outcome;  // std::nullopt: the evaluation failed (logged)
+    std::optional<engine::EvalOutcome> outcome;  // std::nullopt: the evaluation failed (logged)
   };
 
   // Takes ownership of the model and test set and starts the worker thread.
@@ -46,7 +46,7 @@ class BackgroundEvaluator {
     std::shared_ptr<const std::vector<float>> params;
   };
   void work();
-  std::optional<EvalOutcome> evaluate(const std::vector<float>& params);
+  std::optional<engine::EvalOutcome> evaluate(const std::vector<float>& params);
 
   std::unique_ptr<model::Model> model_;  // worker thread only
   data::Dataset test_set_;               // worker thread only

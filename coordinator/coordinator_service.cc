@@ -25,8 +25,8 @@
 #include "coordinator/connection_limits.h"
 #include "coordinator/metrics_server.h"
 #include "coordinator/resume.h"
-#include "coordinator/round_engine.h"
 #include "coordinator/run_setup.h"
+#include "engine/round_engine.h"
 
 namespace fedfleet::coordinator {
 namespace {
@@ -62,8 +62,8 @@ class ZmqCoordinator final : public CoordinatorService {
   void handleEnvelope(const transport::Envelope& env, double now);
   // The client a message of `env` is from, after the connection checks (Hello, key, rates);
   // empty when the message is refused or answered here.
-  void handleMessage(const transport::Envelope& env, wire::Message& msg, const ClientId& who,
-                     double now);
+  void handleMessage(const transport::Envelope& env, wire::Message& msg,
+                     const engine::ClientId& who, double now);
   void handleHello(const transport::Envelope& env, const wire::Hello& hello, double now);
   // Refuses what a connection sent beyond its rate: answers once, closes it, records one row.
   bool admit(const transport::Envelope& env, ConnectionLimits::Kind kind, double now);
@@ -77,21 +77,21 @@ class ZmqCoordinator final : public CoordinatorService {
   // Writes the count of rows `budget` left out, when it allows a row.
   void flushLeftOut(const std::string& client, EventBudget& budget, double now);
   Status carryOut(double now);
-  void carryOut(Action& action, double now);
-  void sendTo(const ClientId& id, const wire::Message& message, double now);
+  void carryOut(engine::Action& action, double now);
+  void sendTo(const engine::ClientId& id, const wire::Message& message, double now);
   // Sends the Task frame and, as its model frame, the shared model buffer (and the served
   // model's after it, when the task carries one): ZeroMQ references those buffers rather than
   // copying them for each client (protocols 4 and 5, wire/messages.h).
-  void sendTask(const SendTask& send);
+  void sendTask(const engine::SendTask& send);
   void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
                    double now);
   // Live metrics (no-ops when metrics.port = 0): fold a committed round into the snapshot, and
   // hand the snapshot to the server (at most every 100 ms unless `force`).
-  void countCommit(const CommitRound& commit);
+  void countCommit(const engine::CommitRound& commit);
   void publishMetrics(double now, bool force);
   // Block-cyclic runs: evaluates the block models on their blocks' sets, on the event loop (a
   // few thousand samples a model, at the end of each block), and reports to the engine.
-  void evaluateBlocks(const EvaluateBlocks& ev, double now);
+  void evaluateBlocks(const engine::EvaluateBlocks& ev, double now);
   // While the engine waits for clients: one line every few seconds saying who is there.
   void reportWaiting(double now);
   // stop(): lets a round whose evaluation is running commit, abandons the round in flight
@@ -103,7 +103,7 @@ class ZmqCoordinator final : public CoordinatorService {
   std::unique_ptr<transport::ServerTransport> server_;
   std::unique_ptr<history::HistoryStore> history_;
   std::unique_ptr<BackgroundEvaluator> evaluator_;
-  std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<engine::RoundEngine> engine_;
   std::unique_ptr<model::Model> block_model_;  // block-cyclic runs only
   data::Dataset block_data_;                   // the test split the block sets index
   std::vector<data::BlockEvalSplit> block_sets_;
@@ -114,19 +114,19 @@ class ZmqCoordinator final : public CoordinatorService {
   // the client id its authenticated key has in the allow-list (CURVE), or what its Hello
   // claimed (--insecure).
   struct Peer {
-    ClientId client;  // CURVE: from the key; insecure: from its Hello (empty before)
+    engine::ClientId client;  // CURVE: from the key; insecure: from its Hello (empty before)
     bool warned_unknown = false;
     double unknown_reply_at = -1;
     ConnectionLimits limits;
     bool limit_recorded = false;
   };
   std::map<std::string, Peer> peers_;
-  std::set<std::string> retired_peers_;             // replaced or revoked, closing
-  std::map<ClientId, std::string> peer_of_client_;  // its current connection
+  std::set<std::string> retired_peers_;                     // replaced or revoked, closing
+  std::map<engine::ClientId, std::string> peer_of_client_;  // its current connection
   // Key -> client binding: public key of each client id. From the history when resuming (the
   // binding survives a restart), else from the first Hello of this run.
-  std::map<ClientId, std::string> key_of_client_;
-  std::map<ClientId, EventBudget> event_budget_;
+  std::map<engine::ClientId, std::string> key_of_client_;
+  std::map<engine::ClientId, EventBudget> event_budget_;
   double budgets_flushed_at_ = 0;
   std::atomic<bool> reload_{false};
   // This process's session id, in every task: a client that sees a new one drops the old
@@ -134,7 +134,7 @@ class ZmqCoordinator final : public CoordinatorService {
   const uint64_t session_ = crypto::randomToken();
   // Decode time per update: the engine reads no clock, so the driver times its onChunk calls.
   std::map<uint64_t, uint32_t> round_of_token_;
-  std::map<std::pair<uint32_t, ClientId>, double> decode_seconds_;
+  std::map<std::pair<uint32_t, engine::ClientId>, double> decode_seconds_;
   Status fatal_;
   bool finished_ = false;
   bool run_ok_ = false;
@@ -178,7 +178,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
-  EngineOptions eo;
+  engine::EngineOptions eo;
   std::string engine_state;  // from the checkpoint resumed from
   if (cc.resume) {
     FEDFLEET_ASSIGN_OR_RETURN(auto runs, history_->runs());
@@ -320,7 +320,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
 
   // Engine.
   {
-    const EngineOptions from_config = engineOptionsFromConfig(config_, run_id_);
+    const engine::EngineOptions from_config = engineOptionsFromConfig(config_, run_id_);
     const uint32_t first_round = eo.first_round;
     const uint64_t model_version = eo.model_version;
     const bool evaluate_initial = eo.evaluate_initial;
@@ -332,8 +332,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
   eo.max_evaluations_behind = kMaxEvaluationsBehind;
   // What each partition holds bounds what an update may claim (the clients cut the same split).
   FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config_, eo));
-  FEDFLEET_RETURN_IF_ERROR(checkEngineOptions(eo));
-  engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
+  FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
+  engine_ = std::make_unique<engine::RoundEngine>(eo, std::move(params));
   if (!engine_state.empty()) {
     // Selection continues where it stopped (generator and selector state).
     Status st = engine_->loadState(engine_state);
@@ -373,7 +373,7 @@ void ZmqCoordinator::recordEvent(const std::string& kind, const std::string& cli
   if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: recording an event");
 }
 
-void ZmqCoordinator::sendTo(const ClientId& id, const wire::Message& message, double now) {
+void ZmqCoordinator::sendTo(const engine::ClientId& id, const wire::Message& message, double now) {
   auto it = peer_of_client_.find(id);
   if (it == peer_of_client_.end()) return;
   Status st = server_->send(it->second, wire::encode(message));
@@ -383,7 +383,7 @@ void ZmqCoordinator::sendTo(const ClientId& id, const wire::Message& message, do
   }
 }
 
-void ZmqCoordinator::sendTask(const SendTask& send) {
+void ZmqCoordinator::sendTask(const engine::SendTask& send) {
   auto it = peer_of_client_.find(send.client);
   if (it == peer_of_client_.end()) return;
   // A served model to attach follows the training model in the same model frame.
@@ -489,7 +489,7 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
   Peer& peer = peers_[env.peer];
   // CURVE: the connection is the client its key belongs to, whatever it says.
   if (secure) peer.client = env.client_id;
-  const ClientId who = peer.client;
+  const engine::ClientId who = peer.client;
 
   auto decoded = wire::decode(env.payload);
   Status bad = decoded.isOk() ? wire::checkClientMessage(*decoded) : decoded.status();
@@ -558,7 +558,7 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
 void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hello& hello,
                                  double now) {
   const bool secure = !config_.coordinator.insecure;
-  const ClientId id = secure ? env.client_id : hello.client_id;
+  const engine::ClientId id = secure ? env.client_id : hello.client_id;
   std::string problem;
   if (!transport::isValidClientId(hello.client_id)) {
     problem = "client id must be 1-128 characters of [A-Za-z0-9._@-]";
@@ -598,7 +598,7 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
 }
 
 void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message& msg,
-                                   const ClientId& who, double now) {
+                                   const engine::ClientId& who, double now) {
   std::visit(
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
@@ -636,37 +636,37 @@ void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message
 
 Status ZmqCoordinator::carryOut(double now) {
   // Carrying out an action can produce more (an evaluation leads to a commit): loop until done.
-  std::vector<Action> actions;
+  std::vector<engine::Action> actions;
   while (!(actions = engine_->takeActions()).empty()) {
     for (auto& action : actions) carryOut(action, now);
   }
   return fatal_;
 }
 
-void ZmqCoordinator::carryOut(Action& action, double now) {
+void ZmqCoordinator::carryOut(engine::Action& action, double now) {
   std::visit(
       [&](auto& a) {
         using T = std::decay_t<decltype(a)>;
-        if constexpr (std::is_same_v<T, SendTask>) {
+        if constexpr (std::is_same_v<T, engine::SendTask>) {
           round_of_token_[a.task.task_token] = a.task.round;
           a.task.coordinator_session = session_;
           sendTask(a);
-        } else if constexpr (std::is_same_v<T, SendCancel>) {
+        } else if constexpr (std::is_same_v<T, engine::SendCancel>) {
           sendTo(a.client, a.cancel, now);
-        } else if constexpr (std::is_same_v<T, SendGrant>) {
+        } else if constexpr (std::is_same_v<T, engine::SendGrant>) {
           sendTo(a.client, a.grant, now);
-        } else if constexpr (std::is_same_v<T, SendError>) {
+        } else if constexpr (std::is_same_v<T, engine::SendError>) {
           sendTo(a.client, a.error, now);
-        } else if constexpr (std::is_same_v<T, SendBye>) {
+        } else if constexpr (std::is_same_v<T, engine::SendBye>) {
           sendTo(a.client, wire::Bye{a.reason}, now);
-        } else if constexpr (std::is_same_v<T, UpsertClient>) {
+        } else if constexpr (std::is_same_v<T, engine::UpsertClient>) {
           Status st = history_->upsertClient(a.client);
           if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: client");
-        } else if constexpr (std::is_same_v<T, RecordEvent>) {
+        } else if constexpr (std::is_same_v<T, engine::RecordEvent>) {
           ++metrics_snapshot_.events_by_kind[a.event.kind];
           Status st = history_->recordEvent(a.event);
           if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
-        } else if constexpr (std::is_same_v<T, CommitRound>) {
+        } else if constexpr (std::is_same_v<T, engine::CommitRound>) {
           // Real time is the run's clock here.
           a.round.wall_start = a.round.start_time;
           a.round.wall_end = a.round.end_time;
@@ -683,16 +683,16 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
           Status st = commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
           if (!st.isOk() && fatal_.isOk()) fatal_ = st;
           if (st.isOk()) countCommit(a);
-        } else if constexpr (std::is_same_v<T, Evaluate>) {
+        } else if constexpr (std::is_same_v<T, engine::Evaluate>) {
           // Runs beside the loop; the next round's tasks went out before (they come first in
           // the action list). The result comes back through takeResults() in run().
           evaluator_->submit(a.round, a.params);
-        } else if constexpr (std::is_same_v<T, EvaluateBlocks>) {
+        } else if constexpr (std::is_same_v<T, engine::EvaluateBlocks>) {
           evaluateBlocks(a, now);
-        } else if constexpr (std::is_same_v<T, RecordBlockMetrics>) {
+        } else if constexpr (std::is_same_v<T, engine::RecordBlockMetrics>) {
           Status st = history_->recordBlockMetrics(a.rows);
           if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: block metrics");
-        } else if constexpr (std::is_same_v<T, RunFinished>) {
+        } else if constexpr (std::is_same_v<T, engine::RunFinished>) {
           finished_ = true;
           run_ok_ = a.ok;
           finish_message_ = a.message;
@@ -701,8 +701,8 @@ void ZmqCoordinator::carryOut(Action& action, double now) {
       action);
 }
 
-void ZmqCoordinator::evaluateBlocks(const EvaluateBlocks& ev, double now) {
-  std::vector<BlockEvalOutcome> outcomes;
+void ZmqCoordinator::evaluateBlocks(const engine::EvaluateBlocks& ev, double now) {
+  std::vector<engine::BlockEvalOutcome> outcomes;
   for (const auto& m : ev.models) {
     if (!block_model_ || m.block >= block_sets_.size()) continue;
     const auto& set = block_sets_[m.block];
@@ -716,7 +716,7 @@ void ZmqCoordinator::evaluateBlocks(const EvaluateBlocks& ev, double now) {
       spdlog::warn("block {} model {}: {}", m.block, m.model, test.status().toString());
       continue;
     }
-    BlockEvalOutcome o;
+    engine::BlockEvalOutcome o;
     o.block = m.block;
     o.model = m.model;
     o.loss = test->loss;
@@ -730,7 +730,7 @@ void ZmqCoordinator::evaluateBlocks(const EvaluateBlocks& ev, double now) {
   engine_->onBlocksEvaluated(ev.round, outcomes, now);
 }
 
-void ZmqCoordinator::countCommit(const CommitRound& commit) {
+void ZmqCoordinator::countCommit(const engine::CommitRound& commit) {
   MetricsSnapshot& m = metrics_snapshot_;
   const history::RoundRecord& r = commit.round;
   ++m.rounds_committed;
@@ -753,7 +753,7 @@ void ZmqCoordinator::publishMetrics(double now, bool force) {
 }
 
 void ZmqCoordinator::reportWaiting(double now) {
-  const RoundEngine::WaitingStatus w = engine_->waitingStatus();
+  const engine::RoundEngine::WaitingStatus w = engine_->waitingStatus();
   // Between rounds the wait is short: say nothing unless it lasts.
   if (!w.waiting || w.idle >= w.needed || now - w.since < 3.0) return;
   if (now - waiting_reported_at_ < 5.0) return;

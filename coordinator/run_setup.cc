@@ -10,9 +10,9 @@
 
 namespace fedfleet::coordinator {
 
-EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id) {
+engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id) {
   const auto& cc = config.coordinator;
-  EngineOptions eo;
+  engine::EngineOptions eo;
   eo.run_id = run_id;
   eo.rounds = config.run.rounds;
   eo.target_accuracy = config.run.target_accuracy;
@@ -61,7 +61,7 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
   eo.tau = a.tau;
   eo.robust_buffer_bytes = uint64_t{a.buffer_mib} << 20;
   eo.norm_bound = a.norm_bound;
-  if (auto action = parseNormBoundAction(a.norm_bound_action); action.isOk()) {
+  if (auto action = engine::parseNormBoundAction(a.norm_bound_action); action.isOk()) {
     eo.norm_bound_action = *action;
   }
   eo.weight_cap = a.weight_cap;
@@ -108,11 +108,11 @@ EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_
     eo.data.blocks = b.count;
     eo.data.skew = b.skew;
   }
-  if (auto mode = parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
+  if (auto mode = engine::parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
   return eo;
 }
 
-Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
+Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& options,
                                              const data::Dataset& train) {
   wire::DataSpec spec = options.data;
   spec.num_partitions = options.num_partitions;
@@ -124,7 +124,7 @@ Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
 }
 
 Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
-                                             const EngineOptions& options) {
+                                             const engine::EngineOptions& options) {
   if (options.data.dataset != "fashion-mnist") return std::vector<uint64_t>{};  // unknown
   const std::string dir =
       config.data.dir.empty() ? data::defaultFashionMnistDir() : config.data.dir;
@@ -135,40 +135,7 @@ Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
   return partitionSizes(options, *train);
 }
 
-Status checkEngineOptions(const EngineOptions& options) {
-  if (options.max_samples_per_update == 0 && options.partition_sizes.empty()) {
-    return invalidArgument(
-        "config [coordinator]: max_samples_per_update = 0 (no bound on the samples an update "
-        "claims) needs the partition sizes, which are not known");
-  }
-  Status st = validateSelectorOptions(options.selector);
-  if (!st.isOk()) return st.withContext("config [selection]");
-  auto opt = ServerOptimizer::create(serverOptimizerOptions(options));
-  if (!opt.isOk()) return opt.status().withContext("config [aggregation]");
-  if (options.aggregator == "median" || options.aggregator == "trimmed_mean") {
-    auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
-    if (!agg.isOk()) return agg.status().withContext("config [aggregation]");
-  }
-  const auto& b = options.blocks;
-  if (b.count > 0) {
-    if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
-      return invalidArgument("config [blocks]: set exactly one of rounds_per_block and block_s");
-    }
-    if (options.async || options.sample_partitions) {
-      return invalidArgument(
-          "config [blocks]: blocks need synchronous rounds and sample_from = \"clients\"");
-    }
-    if (options.block_mode == BlockMode::kMultichain &&
-        (options.aggregator == "scaffold" || options.server_optimizer != "fedavg")) {
-      return invalidArgument(
-          "config [blocks]: multichain needs aggregation without state across rounds (no "
-          "scaffold, server_optimizer fedavg)");
-    }
-  }
-  return Status::ok();
-}
-
-Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& commit,
+Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRound& commit,
                             uint32_t keep_checkpoints, const char* clock_unit) {
   const auto& r = commit.round;
   Status st = store.commitRound(commit.round, commit.updates, commit.checkpoint);

@@ -11,19 +11,19 @@
 #include "common/data/dataset.h"
 #include "common/history/history.h"
 #include "common/status.h"
-#include "coordinator/round_engine.h"
+#include "engine/round_engine.h"
 
 namespace fedfleet::coordinator {
 
 // The engine options a validated config asks for (run_id and, when resuming, first_round and
 // model_version are the caller's to set).
-EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id);
+engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id);
 
 // The size of every partition of the training split, cut as clients cut it for their tasks
 // (common/data/split.h with options.data and options.num_partitions): what the engine bounds an
 // update's sample claim with (EngineOptions::partition_sizes). `train` is the training split
 // with options.data.subset applied, as clients load it. Errors: the partitioner's.
-Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
+Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& options,
                                              const data::Dataset& train);
 // The same, loading the training split from config.data.dir (or the default directory) as a
 // client does. A data set clients do not train from files (not "fashion-mnist") gives an empty
@@ -38,17 +38,13 @@ Result<std::vector<uint64_t>> partitionSizes(const EngineOptions& options,
 // empty: checkEngineOptions then refuses max_samples_per_update = 0). The simulator sets them
 // from its own shards instead.
 Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
-                                             const EngineOptions& options);
-
-// What the engine's constructor would otherwise abort on: selector and server optimiser
-// options it cannot build (kInvalidArgument naming the config key).
-Status checkEngineOptions(const EngineOptions& options);
+                                             const engine::EngineOptions& options);
 
 // Logs one line for the round and writes it (round, updates, checkpoint) in one transaction,
 // then prunes old checkpoints down to `keep_checkpoints` (a pruning failure is only logged: the
 // round is safe). `clock_unit` labels the round's duration in the log ("s", or "s virtual").
 // A failed write returns the Status with context; the round is then not in the database.
-Status commitRoundToHistory(history::HistoryStore& store, const CommitRound& commit,
+Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRound& commit,
                             uint32_t keep_checkpoints, const char* clock_unit = "s");
 
 }  // namespace fedfleet::coordinator

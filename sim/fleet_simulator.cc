@@ -23,8 +23,8 @@
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
-#include "coordinator/round_engine.h"
 #include "coordinator/run_setup.h"
+#include "engine/round_engine.h"
 #include "sim/fleet.h"
 #include "sim/fleet_data.h"
 #include "sim/hash.h"
@@ -35,9 +35,9 @@
 namespace fedfleet::sim {
 namespace {
 
-using coordinator::Action;
-using coordinator::ClientId;
-using coordinator::RoundEngine;
+using engine::Action;
+using engine::ClientId;
+using engine::RoundEngine;
 
 double unixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -122,7 +122,7 @@ struct Event {
 
 struct InFlight {
   uint64_t client = 0;
-  ClientId id;
+  engine::ClientId id;
   uint32_t round = 0;
   double sent_at = 0;
   double download_s = 0;
@@ -175,29 +175,29 @@ class Simulator final : public FleetSimulator {
   int64_t runId() const override { return run_id_; }
 
  private:
-  ClientId idOf(uint64_t k) const {
+  engine::ClientId idOf(uint64_t k) const {
     std::string digits = std::to_string(k);
     if (digits.size() < id_width_) digits.insert(0, id_width_ - digits.size(), '0');
     return "v" + digits;
   }
-  static uint64_t indexOf(const ClientId& id) { return std::stoull(id.substr(1)); }
+  static uint64_t indexOf(const engine::ClientId& id) { return std::stoull(id.substr(1)); }
   wire::Hello helloFor(uint64_t k, const ClientProfile& p, uint64_t session) const;
 
   void push(double t, EventKind kind, uint64_t token, uint64_t client, uint32_t chunk = 0) {
     events_.push(Event{t, next_seq_++, kind, token, client, chunk});
   }
   Status carryOut();
-  Status carryOut(Action& action);
-  void dispatch(const coordinator::SendTask& st);
+  Status carryOut(engine::Action& action);
+  void dispatch(const engine::SendTask& st);
   void handle(const Event& e);
   void onTrainDone(uint64_t token, InFlight& f);
-  void submitEvaluation(const coordinator::Evaluate& ev);
+  void submitEvaluation(const engine::Evaluate& ev);
   // Evaluates the block models on their blocks' sets (on the pool, waiting for all of it: a few
   // thousand samples a model) and reports to the engine.
-  void evaluateBlocks(const coordinator::EvaluateBlocks& ev);
+  void evaluateBlocks(const engine::EvaluateBlocks& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
-  std::shared_ptr<const std::vector<float>> startParams(const coordinator::SendTask& st);
+  std::shared_ptr<const std::vector<float>> startParams(const engine::SendTask& st);
   ModelRecipe modelRecipe() const {
     return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
   }
@@ -220,8 +220,8 @@ class Simulator final : public FleetSimulator {
   // it evaluate (null when its evaluation is known).
   std::unordered_map<uint64_t, std::pair<wire::Sha256, model::EvalResult>> served_evals_;
   std::shared_ptr<const std::vector<float>> servedToEvaluate(
-      const coordinator::SendTask& st, const std::shared_ptr<const std::vector<float>>& start);
-  std::unique_ptr<RoundEngine> engine_;
+      const engine::SendTask& st, const std::shared_ptr<const std::vector<float>>& start);
+  std::unique_ptr<engine::RoundEngine> engine_;
   std::unique_ptr<ProgressDisplay> progress_;
   int64_t run_id_ = 0;
   size_t id_width_ = 1;
@@ -238,8 +238,8 @@ class Simulator final : public FleetSimulator {
   std::set<uint64_t> recorded_clients_;
   std::set<uint64_t> participants_;
   std::map<uint32_t, double> wall_start_, wall_end_;
-  std::map<std::pair<uint32_t, ClientId>, double> wall_compute_;
-  std::map<std::pair<uint32_t, ClientId>, double> decode_wall_;
+  std::map<std::pair<uint32_t, engine::ClientId>, double> wall_compute_;
+  std::map<std::pair<uint32_t, engine::ClientId>, double> decode_wall_;
   wire::Sha256 params_sha_{};  // of params_cache_ (multichain rounds send block chains)
   std::shared_ptr<const std::vector<float>> params_cache_;
 
@@ -303,7 +303,7 @@ Status Simulator::init(const config::Config& config) {
   run.clock = "virtual";
   FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
 
-  coordinator::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
+  engine::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
   eo.liveness_s = 0;  // virtual clients send no heartbeats; losses are reported as goodbyes
   eo.sample_partitions = false;
   eo.num_partitions = static_cast<uint32_t>(sc.clients);
@@ -315,10 +315,10 @@ Status Simulator::init(const config::Config& config) {
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
   for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
-  FEDFLEET_RETURN_IF_ERROR(coordinator::checkEngineOptions(eo));
+  FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
   hparams_ = eo.hparams;
-  engine_ = std::make_unique<RoundEngine>(eo, std::move(params));
-  engine_->setEligibility([this](const ClientId& id, double t) {
+  engine_ = std::make_unique<engine::RoundEngine>(eo, std::move(params));
+  engine_->setEligibility([this](const engine::ClientId& id, double t) {
     return fleet_->online(fleet_->profile(indexOf(id)), t);
   });
   // What a deployment learns by asking devices (or from history), the simulator knows from
@@ -354,7 +354,7 @@ Status Simulator::init(const config::Config& config) {
   return Status::ok();
 }
 
-std::shared_ptr<const std::vector<float>> Simulator::startParams(const coordinator::SendTask& st) {
+std::shared_ptr<const std::vector<float>> Simulator::startParams(const engine::SendTask& st) {
   // Keyed by checksum, not version: a multichain round sends a block chain, not the model.
   if (st.task.model_sha256 != params_sha_ || !params_cache_) {
     auto v = std::make_shared<std::vector<float>>(st.model_bytes->size() / sizeof(float));
@@ -366,7 +366,7 @@ std::shared_ptr<const std::vector<float>> Simulator::startParams(const coordinat
 }
 
 std::shared_ptr<const std::vector<float>> Simulator::servedToEvaluate(
-    const coordinator::SendTask& st, const std::shared_ptr<const std::vector<float>>& start) {
+    const engine::SendTask& st, const std::shared_ptr<const std::vector<float>>& start) {
   const wire::ServedModel& s = st.task.served;
   if (s.source == wire::ServedSource::kNone) return nullptr;
   auto known = served_evals_.find(indexOf(st.client));
@@ -388,7 +388,7 @@ std::shared_ptr<const std::vector<float>> Simulator::controlParams(const wire::T
   return control_cache_;
 }
 
-void Simulator::dispatch(const coordinator::SendTask& st) {
+void Simulator::dispatch(const engine::SendTask& st) {
   const wire::Task& task = st.task;
   const uint64_t k = indexOf(st.client);
   const ClientProfile p = fleet_->profile(k);
@@ -627,7 +627,7 @@ void Simulator::handle(const Event& e) {
       wire::Chunk c = std::move(f.chunks[e.chunk]);
       f.chunks[e.chunk] = wire::Chunk();
       const auto t0 = std::chrono::steady_clock::now();
-      const std::pair<uint32_t, ClientId> key{f.round, f.id};
+      const std::pair<uint32_t, engine::ClientId> key{f.round, f.id};
       engine_->onChunk(f.id, c, f.frame_bytes[e.chunk], now_);  // may erase f (rejected)
       decode_wall_[key] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -636,14 +636,14 @@ void Simulator::handle(const Event& e) {
     case EventKind::kSummary: {
       const wire::Summary s = f.summary;
       const uint64_t bytes = f.summary_bytes;
-      const ClientId id = f.id;
+      const engine::ClientId id = f.id;
       if (!f.control_delta.empty()) controls_.at(f.client).apply(f.control_delta);
       in_flight_.erase(it);
       engine_->onSummary(id, s, bytes, now_);
       break;
     }
     case EventKind::kDropOut: {
-      const ClientId id = f.id;
+      const engine::ClientId id = f.id;
       const uint64_t k = f.client;
       in_flight_.erase(it);
       engine_->onBye(id, now_);
@@ -655,7 +655,7 @@ void Simulator::handle(const Event& e) {
   }
 }
 
-void Simulator::submitEvaluation(const coordinator::Evaluate& ev) {
+void Simulator::submitEvaluation(const engine::Evaluate& ev) {
   PendingEval pe;
   pe.round = ev.round;
   pe.at = now_;
@@ -700,11 +700,11 @@ Result<EvalPiece> evaluatePieces(model::Model& model, const data::Dataset& data,
   return total;
 }
 
-void Simulator::evaluateBlocks(const coordinator::EvaluateBlocks& ev) {
+void Simulator::evaluateBlocks(const engine::EvaluateBlocks& ev) {
   const auto& sets = data_->blockSets();
   const ModelRecipe recipe = modelRecipe();
   struct Job {
-    coordinator::BlockModelToEvaluate what;
+    engine::BlockModelToEvaluate what;
     std::future<Result<std::pair<EvalPiece, EvalPiece>>> result;  // validation, test
   };
   std::vector<Job> jobs;
@@ -722,7 +722,7 @@ void Simulator::evaluateBlocks(const coordinator::EvaluateBlocks& ev) {
                       return std::make_pair(v, t);
                     })});
   }
-  std::vector<coordinator::BlockEvalOutcome> outcomes;
+  std::vector<engine::BlockEvalOutcome> outcomes;
   for (auto& job : jobs) {
     auto r = job.result.get();
     if (!r.isOk()) {
@@ -732,7 +732,7 @@ void Simulator::evaluateBlocks(const coordinator::EvaluateBlocks& ev) {
     }
     const auto& [v, t] = *r;
     if (t.n == 0) continue;
-    coordinator::BlockEvalOutcome o;
+    engine::BlockEvalOutcome o;
     o.block = job.what.block;
     o.model = job.what.model;
     if (v.n > 0) o.validation_loss = v.loss_sum / static_cast<double>(v.n);
@@ -752,7 +752,7 @@ void Simulator::collectEvaluations(bool block) {
       ready = ready && f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     }
     if (!ready) return;
-    std::optional<coordinator::EvalOutcome> outcome;
+    std::optional<engine::EvalOutcome> outcome;
     double loss = 0;
     uint64_t correct = 0, n = 0;
     bool ok = true;
@@ -768,8 +768,8 @@ void Simulator::collectEvaluations(bool block) {
       n += r->n;
     }
     if (ok && n > 0) {
-      outcome = coordinator::EvalOutcome{loss / static_cast<double>(n),
-                                         static_cast<double>(correct) / static_cast<double>(n)};
+      outcome = engine::EvalOutcome{loss / static_cast<double>(n),
+                                    static_cast<double>(correct) / static_cast<double>(n)};
     }
     const uint32_t round = pe.round;
     const double at = pe.at;
@@ -780,40 +780,40 @@ void Simulator::collectEvaluations(bool block) {
 }
 
 Status Simulator::carryOut() {
-  std::vector<Action> actions;
+  std::vector<engine::Action> actions;
   while (!(actions = engine_->takeActions()).empty()) {
     for (auto& a : actions) FEDFLEET_RETURN_IF_ERROR(carryOut(a));
   }
   return fatal_;
 }
 
-Status Simulator::carryOut(Action& action) {
+Status Simulator::carryOut(engine::Action& action) {
   std::visit(
       [&](auto& a) {
         using T = std::decay_t<decltype(a)>;
-        if constexpr (std::is_same_v<T, coordinator::SendTask>) {
+        if constexpr (std::is_same_v<T, engine::SendTask>) {
           dispatch(a);
-        } else if constexpr (std::is_same_v<T, coordinator::SendCancel>) {
+        } else if constexpr (std::is_same_v<T, engine::SendCancel>) {
           auto it = in_flight_.find(a.cancel.task_token);
           if (it != in_flight_.end()) {
             if (it->second.stop) it->second.stop->store(true);
             in_flight_.erase(it);
           }
-        } else if constexpr (std::is_same_v<T, coordinator::SendError>) {
+        } else if constexpr (std::is_same_v<T, engine::SendError>) {
           // A rejected update: the client stops sending.
           in_flight_.erase(a.error.task_token);
-        } else if constexpr (std::is_same_v<T, coordinator::SendBye>) {
+        } else if constexpr (std::is_same_v<T, engine::SendBye>) {
           // Virtual clients need no goodbye.
-        } else if constexpr (std::is_same_v<T, coordinator::UpsertClient>) {
+        } else if constexpr (std::is_same_v<T, engine::UpsertClient>) {
           Status s = history_->upsertClient(a.client);
           if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: client");
-        } else if constexpr (std::is_same_v<T, coordinator::RecordEvent>) {
+        } else if constexpr (std::is_same_v<T, engine::RecordEvent>) {
           Status s = history_->recordEvent(a.event);
           if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: event");
-        } else if constexpr (std::is_same_v<T, coordinator::Evaluate>) {
+        } else if constexpr (std::is_same_v<T, engine::Evaluate>) {
           wall_end_.emplace(a.round, unixNow());
           submitEvaluation(a);
-        } else if constexpr (std::is_same_v<T, coordinator::CommitRound>) {
+        } else if constexpr (std::is_same_v<T, engine::CommitRound>) {
           auto& r = a.round;
           wall_end_.emplace(r.round, unixNow());
           auto ws = wall_start_.find(r.round);
@@ -856,9 +856,9 @@ Status Simulator::carryOut(Action& action) {
           progress_->update(r.round, r.test_accuracy, r.end_time);
           wall_start_.erase(r.round);
           wall_end_.erase(r.round);
-        } else if constexpr (std::is_same_v<T, coordinator::EvaluateBlocks>) {
+        } else if constexpr (std::is_same_v<T, engine::EvaluateBlocks>) {
           evaluateBlocks(a);
-        } else if constexpr (std::is_same_v<T, coordinator::RecordBlockMetrics>) {
+        } else if constexpr (std::is_same_v<T, engine::RecordBlockMetrics>) {
           Status s = history_->recordBlockMetrics(a.rows);
           if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: block metrics");
           if (!a.rows.empty()) {
@@ -873,7 +873,7 @@ Status Simulator::carryOut(Action& action) {
                            a.rows.front().round, 100 * sum / n, n);
             }
           }
-        } else if constexpr (std::is_same_v<T, coordinator::RunFinished>) {
+        } else if constexpr (std::is_same_v<T, engine::RunFinished>) {
           finished_ = true;
           run_ok_ = a.ok;
           finish_message_ = a.message;

@@ -545,7 +545,7 @@ Status Config::validate() const {
   if (train.prox_mu < 0) return bad("train.prox_mu", "must be >= 0");
   FEDFLEET_RETURN_IF_ERROR(validatePolicy());
   // Ranges of the selector's own parameters are checked where it is built
-  // (coordinator::checkEngineOptions); the name is checked here.
+  // (engine::checkEngineOptions); the name is checked here.
   FEDFLEET_RETURN_IF_ERROR(
       oneOf("selection.selector", selection.selector, {"uniform", "oort", "availability"}));
   FEDFLEET_RETURN_IF_ERROR(validateBlocks());

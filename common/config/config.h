@@ -62,7 +62,7 @@ struct CoordinatorSection {
                                               // with partition sizes known)
 };
 
-// How rounds treat slow clients (coordinator/round_engine.h).
+// How rounds treat slow clients (engine/round_engine.h).
 struct PolicySection {
   std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff)
   std::string deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
@@ -107,7 +107,7 @@ struct LimitsSection {
   double max_loss = 1e6;                  // a summary's losses must lie in [0, max_loss]
 };
 
-// Which clients a round samples (coordinator/selector.h).
+// Which clients a round samples (engine/selector.h).
 struct SelectionSection {
   std::string selector = "uniform";    // uniform, oort, availability
   double explore_initial = 0.9;        // oort: exploration fraction eps at first
@@ -210,7 +210,7 @@ struct MetricsSection {
   std::string bind = "127.0.0.1";  // address to listen on (loopback: only this host may read)
 };
 
-// Block-cyclic data (coordinator/block_models.h; docs/ARCHITECTURE.md): a cycle of `count`
+// Block-cyclic data (engine/block_models.h; docs/ARCHITECTURE.md): a cycle of `count`
 // blocks; in block m only the clients of block m train (data partition p lives in block
 // p mod count) and their data favour block m's group of classes.
 struct BlocksSection {

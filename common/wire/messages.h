@@ -101,7 +101,7 @@ enum class ServedSource : uint8_t {
 };
 
 // The model a client in block `block` is given for evaluation and inference: the block's
-// served model (coordinator/block_models.h), sent only when it differs from what the client
+// served model (engine/block_models.h), sent only when it differs from what the client
 // last received.
 struct ServedModel {
   ServedSource source = ServedSource::kNone;

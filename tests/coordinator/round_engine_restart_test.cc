@@ -3,21 +3,21 @@
 #include <gtest/gtest.h>
 
 #include "common/history/history.h"
-#include "tests/coordinator/round_engine_fixture.h"
+#include "tests/engine/round_engine_fixture.h"
 
 namespace fedfleet::coordinator {
 namespace {
 
-using engine_test::actionsOf;
-using engine_test::baseOptions;
-using engine_test::Fixture;
-using engine_test::hello;
-using engine_test::tokensOf;
+using engine::engine_test::actionsOf;
+using engine::engine_test::baseOptions;
+using engine::engine_test::Fixture;
+using engine::engine_test::hello;
+using engine::engine_test::tokensOf;
 
 // The partition each client-joined event names ("cpu , partition 2" -> 2).
-std::map<std::string, int> joinedPartitions(const std::vector<Action>& actions) {
+std::map<std::string, int> joinedPartitions(const std::vector<engine::Action>& actions) {
   std::map<std::string, int> out;
-  for (const auto& e : actionsOf<RecordEvent>(actions)) {
+  for (const auto& e : actionsOf<engine::RecordEvent>(actions)) {
     if (e.event.kind != "client_joined") continue;
     const auto at = e.event.detail.rfind("partition ");
     if (at != std::string::npos) out[e.event.client_id] = std::stoi(e.event.detail.substr(at + 10));
@@ -26,7 +26,7 @@ std::map<std::string, int> joinedPartitions(const std::vector<Action>& actions) 
 }
 
 TEST(RoundEngineRestart, AssignedPartitionsSurviveARestartWhateverOrderClientsComeBackIn) {
-  EngineOptions o = baseOptions(2, 3, 1);
+  engine::EngineOptions o = baseOptions(2, 3, 1);
   Fixture first(o);
   first.engine->start(0);
   for (const std::string id : {"a", "b", "c"}) first.engine->onHello(id, hello(id), 0);
@@ -37,7 +37,7 @@ TEST(RoundEngineRestart, AssignedPartitionsSurviveARestartWhateverOrderClientsCo
   const std::string state = first.engine->saveState();
 
   // The restarted engine: c comes back first, then a newcomer d, then a; b has not returned.
-  EngineOptions resumed = o;
+  engine::EngineOptions resumed = o;
   resumed.first_round = 2;
   resumed.evaluate_initial = false;
   Fixture second(resumed);
@@ -67,13 +67,13 @@ TEST(RoundEngineRestart, AssignedPartitionsSurviveARestartWhateverOrderClientsCo
 }
 
 TEST(RoundEngineRestart, AStateWhosePartitionsDoNotFitTheRunIsRefused) {
-  EngineOptions o = baseOptions(1, 1, 1);
+  engine::EngineOptions o = baseOptions(1, 1, 1);
   Fixture first(o);
   first.engine->start(0);
   for (const std::string id : {"a", "b", "c", "d"}) first.engine->onHello(id, hello(id), 0);
   first.take();
   const std::string state = first.engine->saveState();
-  EngineOptions fewer = o;
+  engine::EngineOptions fewer = o;
   fewer.num_partitions = 2;  // d held partition 3
   Fixture second(fewer);
   Status st = second.engine->loadState(state);
@@ -87,7 +87,7 @@ TEST(RoundEngineRestart, AStateWhosePartitionsDoNotFitTheRunIsRefused) {
 }
 
 TEST(RoundEngineRestart, RequestedPartitionsAreNotKeptInTheState) {
-  EngineOptions o = baseOptions(1, 1, 1);
+  engine::EngineOptions o = baseOptions(1, 1, 1);
   Fixture first(o);
   first.engine->start(0);
   first.engine->onHello("a", hello("a", 0), 0);  // asks for its own partition
@@ -102,29 +102,30 @@ TEST(RoundEngineRestart, RequestedPartitionsAreNotKeptInTheState) {
 }
 
 TEST(RoundEngineClients, ClientRowsCarryThePartitionSizeAndTheLastTimeEachWasSeen) {
-  EngineOptions o = baseOptions(2, 2, 1);
+  engine::EngineOptions o = baseOptions(2, 2, 1);
   o.partition_sizes = {100, 200, 300, 400};
   Fixture f(o);
   f.engine->start(0);
   f.engine->onHello("a", hello("a"), 1);
   f.engine->onHello("b", hello("b"), 2);
   auto actions = f.take();
-  auto rows = actionsOf<UpsertClient>(actions);
+  auto rows = actionsOf<engine::UpsertClient>(actions);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].client.client_id, "a");
   EXPECT_EQ(rows[0].client.data_size, 100u);  // partition 0
   EXPECT_EQ(rows[1].client.data_size, 200u);  // partition 1
   EXPECT_EQ(rows[0].client.first_seen, 1);
   EXPECT_EQ(rows[0].client.last_seen, 1);
-  auto token = tokensOf(actionsOf<SendTask>(actions));
+  auto token = tokensOf(actionsOf<engine::SendTask>(actions));
   ASSERT_EQ(token.size(), 2u);
   f.engine->onHeartbeat("b", 4.5);
   f.upload("a", token.at("a"), {1, 1, 1}, 10, 6.0);
   f.engine->onTick(12.5);  // past the 10 s deadline: b is late
   actions = f.take();
-  ASSERT_EQ(actionsOf<CommitRound>(actions).size(), 1u);
+  ASSERT_EQ(actionsOf<engine::CommitRound>(actions).size(), 1u);
   std::map<std::string, history::ClientRecord> seen;
-  for (const auto& u : actionsOf<UpsertClient>(actions)) seen[u.client.client_id] = u.client;
+  for (const auto& u : actionsOf<engine::UpsertClient>(actions))
+    seen[u.client.client_id] = u.client;
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen["a"].last_seen, 6.0);  // its summary
   EXPECT_EQ(seen["b"].last_seen, 4.5);  // its heartbeat: being late is not being heard from
@@ -140,7 +141,7 @@ TEST(RoundEngineClients, ClientRowsCarryThePartitionSizeAndTheLastTimeEachWasSee
 }
 
 TEST(RoundEngineClients, WaitingStatusSaysWhoIsConnectedOfHowManyNeeded) {
-  EngineOptions o = baseOptions(3, 3, 1);
+  engine::EngineOptions o = baseOptions(3, 3, 1);
   Fixture f(o);
   EXPECT_FALSE(f.engine->waitingStatus().waiting);
   f.engine->start(5);
@@ -152,13 +153,13 @@ TEST(RoundEngineClients, WaitingStatusSaysWhoIsConnectedOfHowManyNeeded) {
   EXPECT_EQ(w.idle, 2u);
   EXPECT_EQ(w.needed, 3u);
   EXPECT_EQ(w.since, 5);
-  EXPECT_EQ(w.connected, (std::vector<ClientId>{"a", "b"}));
+  EXPECT_EQ(w.connected, (std::vector<engine::ClientId>{"a", "b"}));
   f.engine->onHello("c", hello("c"), 8);
   EXPECT_FALSE(f.engine->waitingStatus().waiting);  // the round started
 }
 
 TEST(RoundEngineClients, WaitingTooLongNamesTheDurationAndWhatToDo) {
-  EngineOptions o = baseOptions(2, 2, 1);
+  engine::EngineOptions o = baseOptions(2, 2, 1);
   o.wait_clients_s = 300;
   o.liveness_s = 0;  // a stays connected however long it is silent
   Fixture f(o);
@@ -166,7 +167,7 @@ TEST(RoundEngineClients, WaitingTooLongNamesTheDurationAndWhatToDo) {
   f.engine->onHello("a", hello("a"), 1);
   f.take();
   f.engine->onTick(301);
-  auto done = actionsOf<RunFinished>(f.take());
+  auto done = actionsOf<engine::RunFinished>(f.take());
   ASSERT_EQ(done.size(), 1u);
   EXPECT_FALSE(done[0].ok);
   EXPECT_EQ(

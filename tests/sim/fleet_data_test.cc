@@ -34,7 +34,7 @@ TEST(FleetData, ABlockClientHoldsTheSamplesARealClientLoads) {
   ASSERT_TRUE(fd.isOk()) << fd.status().toString();
 
   // What a real coordinator puts in every task, and what a real client makes of it.
-  const coordinator::EngineOptions eo = coordinator::engineOptionsFromConfig(c, 1);
+  const engine::EngineOptions eo = coordinator::engineOptionsFromConfig(c, 1);
   wire::DataSpec spec = eo.data;
   spec.num_partitions = eo.num_partitions;
   EXPECT_EQ(spec.scheme, "block-cyclic");

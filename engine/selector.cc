@@ -1,4 +1,4 @@
-#include "coordinator/selector.h"
+#include "engine/selector.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <limits>
 #include <utility>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 // ---- Saved state ----------------------------------------------------------------------------
@@ -599,4 +599,4 @@ Status AvailabilitySelector::loadState(std::string_view blob) {
   return Status::ok();
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,11 +1,11 @@
-#include "coordinator/partial_log.h"
+#include "engine/partial_log.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 Status PartialLog::append(uint64_t token, uint64_t offset, uint64_t elements,
                           std::string_view payload) {
@@ -92,4 +92,4 @@ void PartialLog::clear() {
   }
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -11,12 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/participant_table.h"
-#include "coordinator/round_engine.h"
-#include "coordinator/run_setup.h"
-#include "tests/coordinator/round_engine_fixture.h"
+#include "engine/participant_table.h"
+#include "engine/round_engine.h"
+#include "tests/engine/round_engine_fixture.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 using namespace engine_test;
@@ -585,7 +584,7 @@ TEST(ParticipantTable, IteratesInInsertionOrderWhateverTheTokens) {
   EXPECT_EQ(t.size(), 3u);
 }
 
-TEST(RunSetup, ANoSampleBoundNeedsPartitionSizes) {
+TEST(EngineOptions, ANoSampleBoundNeedsPartitionSizes) {
   EngineOptions o = baseOptions(1, 1, 1);
   o.max_samples_per_update = 0;
   Status st = checkEngineOptions(o);
@@ -593,26 +592,6 @@ TEST(RunSetup, ANoSampleBoundNeedsPartitionSizes) {
   EXPECT_TRUE(contains(st.message(), "max_samples_per_update")) << st.message();
   o.partition_sizes = {10, 10, 10, 10};
   EXPECT_TRUE(checkEngineOptions(o).isOk());
-}
-
-TEST(RunSetup, PartitionSizesFollowTheClientsSplit) {
-  // 40 samples, labels 0..3 cycling; 4 IID partitions of 10 (sizes differ by at most 1).
-  data::Dataset train;
-  train.num_classes = 4;
-  for (int i = 0; i < 40; ++i) train.labels.push_back(static_cast<uint8_t>(i % 4));
-  EngineOptions o = baseOptions(1, 1, 1);
-  o.num_partitions = 4;
-  o.data.scheme = "iid";
-  auto sizes = partitionSizes(o, train);
-  ASSERT_TRUE(sizes.isOk()) << sizes.status().toString();
-  EXPECT_EQ(*sizes, (std::vector<uint64_t>{10, 10, 10, 10}));
-  o.data.scheme = "labels";
-  o.data.labels_per_client = 1;  // partition i holds label i: 10 samples each
-  sizes = partitionSizes(o, train);
-  ASSERT_TRUE(sizes.isOk());
-  EXPECT_EQ(*sizes, (std::vector<uint64_t>{10, 10, 10, 10}));
-  o.data.scheme = "nonsense";
-  EXPECT_FALSE(partitionSizes(o, train).isOk());
 }
 
 // A client with a valid key inventing task tokens is answered each time, but what the engine
@@ -644,4 +623,4 @@ TEST(RoundEngineLimits, InventedTokensDoNotGrowWhatTheEngineRemembers) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,4 +1,4 @@
-#include "coordinator/update_weights.h"
+#include "engine/update_weights.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "common/check.h"
 #include "kernels/accumulate.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 double fedNovaNormaliser(uint64_t tau, double momentum) {
   FEDFLEET_CHECK_MSG(std::isfinite(momentum) && momentum >= 0.0 && momentum < 1.0,
@@ -63,4 +63,4 @@ double FedNovaAccumulator::finalScale() const {
   return sum_n_ > 0.0 ? effectiveSteps() / sum_n_ : 0.0;
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

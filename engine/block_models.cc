@@ -1,11 +1,11 @@
-#include "coordinator/block_models.h"
+#include "engine/block_models.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "common/check.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 uint64_t splitmix(uint64_t z) {
@@ -217,4 +217,4 @@ Status BlockModels::load(std::string_view blob, size_t n_params) {
   return Status::ok();
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,8 +1,8 @@
-#include "coordinator/block_models.h"
+#include "engine/block_models.h"
 
 #include <gtest/gtest.h>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 TEST(BlockSchedule, ByRoundsCyclesThroughTheBlocks) {
@@ -168,4 +168,4 @@ TEST(BlockModes, ParseNames) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,10 +1,10 @@
-#include "coordinator/partial_log.h"
+#include "engine/partial_log.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 struct Seen {
@@ -99,4 +99,4 @@ TEST(PartialLog, FreedBuffersAreReusedWithinTheBound) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -111,7 +111,7 @@
 //
 // Round 0 is the initial model's evaluation (status "initial"), requested by start().
 //
-// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; coordinator/block_models.h):
+// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; engine/block_models.h):
 //  B1. Before sampling a round the engine fixes its block m (from the round number, or from
 //      `now` on a clock schedule). A new visit to m is recorded as a "block_started" event.
 //  B2. Only clients whose partition is available in block m are sampled (and the driver's
@@ -156,18 +156,18 @@
 #include <variant>
 #include <vector>
 
-#include "common/history/history.h"
+#include "common/history/records.h"
 #include "common/wire/messages.h"
-#include "coordinator/block_models.h"
-#include "coordinator/partial_log.h"
-#include "coordinator/participant_table.h"
-#include "coordinator/recent_tokens.h"
-#include "coordinator/robust_aggregator.h"
-#include "coordinator/selector.h"
-#include "coordinator/server_optimizer.h"
-#include "coordinator/update_weights.h"
+#include "engine/block_models.h"
+#include "engine/partial_log.h"
+#include "engine/participant_table.h"
+#include "engine/recent_tokens.h"
+#include "engine/robust_aggregator.h"
+#include "engine/selector.h"
+#include "engine/server_optimizer.h"
+#include "engine/update_weights.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 using ClientId = std::string;
 
@@ -243,7 +243,7 @@ struct EngineOptions {
   // Weight cap (step 8a): no update weighs more than weight_cap x the median sample count of
   // the round's completed updates; a larger claim is capped to it (0: off).
   double weight_cap = 10;
-  // Server optimiser on the pseudo-gradient G (coordinator/server_optimizer.h); its learning
+  // Server optimiser on the pseudo-gradient G (engine/server_optimizer.h); its learning
   // rate is server_lr.
   std::string server_optimizer = "fedavg";
   double server_momentum = 0.9;
@@ -253,7 +253,7 @@ struct EngineOptions {
   uint64_t robust_buffer_bytes = 256ull << 20;
 
   // ---- Client selection ----
-  // uniform: the O(K log N) rank sampling described above. Others (coordinator/selector.h) see
+  // uniform: the O(K log N) rank sampling described above. Others (engine/selector.h) see
   // every idle eligible client and learn from each participant's outcome.
   SelectorOptions selector;
 
@@ -290,7 +290,7 @@ struct EngineOptions {
   uint32_t async_buffer = 5;
   uint32_t max_staleness = 10;
 
-  // ---- Block-cyclic data (coordinator/block_models.h; protocol "Blocks" above) ----
+  // ---- Block-cyclic data (engine/block_models.h; protocol "Blocks" above) ----
   // blocks.count == 0: off. Synchronous rounds, sample_partitions off, and (multichain) an
   // aggregation without state across rounds (no SCAFFOLD, server optimiser fedavg).
   BlockScheduleOptions blocks;
@@ -381,6 +381,11 @@ using Action =
 
 // The server optimiser and robust aggregator `options` ask for (run_setup.h checks that they
 // can be built before an engine is).
+// What the engine's constructor would otherwise abort on: selector, server optimiser, robust
+// aggregator and block options it cannot build (kInvalidArgument naming the config section).
+// Drivers call it before constructing the engine.
+Status checkEngineOptions(const EngineOptions& options);
+
 ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& options);
 RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& options, uint64_t n_params);
 
@@ -425,7 +430,7 @@ class RoundEngine {
   using Eligibility = std::function<bool(const ClientId& id, double now)>;
   void setEligibility(Eligibility eligible) { eligible_ = std::move(eligible); }
 
-  // Hints for the selector (coordinator/selector.h); ignored by uniform selection.
+  // Hints for the selector (engine/selector.h); ignored by uniform selection.
   void setSelectorHints(SpeedHint speed, AvailabilityHint availability);
 
   // State that must survive a restart besides the model: the selection generator, the
@@ -712,7 +717,7 @@ class RoundEngine {
   std::string control_bytes_;                   // c as sent in tasks
   ParticipantTable<Participant> participants_;  // by task token, in dispatch order
   // Tokens of ended tasks (stale), and stale tokens already answered once: of the last
-  // kStaleTokenRounds rounds only (coordinator/recent_tokens.h).
+  // kStaleTokenRounds rounds only (engine/recent_tokens.h).
   static constexpr uint32_t kStaleTokenRounds = 32;
   RecentTokens finished_tokens_{kStaleTokenRounds};
   RecentTokens answered_stale_{kStaleTokenRounds};
@@ -776,4 +781,4 @@ class RoundEngine {
   uint64_t served_epoch_ = 0;
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

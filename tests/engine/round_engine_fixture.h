@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/compress/codec.h"
-#include "coordinator/round_engine.h"
+#include "engine/round_engine.h"
 
-namespace fedfleet::coordinator::engine_test {
+namespace fedfleet::engine::engine_test {
 
 template <typename T>
 std::vector<T> actionsOf(const std::vector<Action>& actions) {
@@ -196,4 +196,4 @@ inline CommitRound oneRound(Fixture& f, const std::vector<std::string>& ids,
   return commits.empty() ? CommitRound{} : commits[0];
 }
 
-}  // namespace fedfleet::coordinator::engine_test
+}  // namespace fedfleet::engine::engine_test

@@ -1,4 +1,4 @@
-#include "coordinator/server_optimizer.h"
+#include "engine/server_optimizer.h"
 
 #include <bit>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "common/check.h"
 #include "kernels/accumulate.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 constexpr char kMagic[4] = {'F', 'F', 'S', 'O'};
@@ -259,4 +259,4 @@ Status ServerOptimizer::loadState(std::string_view blob) {
   return Status::ok();
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,4 +1,4 @@
-#include "coordinator/round_engine.h"
+#include "engine/round_engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +17,7 @@
 #include "common/format.h"
 #include "kernels/accumulate.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 const char* stateName(int state) {
@@ -1975,4 +1975,37 @@ void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::S
   p.summary.served_samples = 0;
 }
 
-}  // namespace fedfleet::coordinator
+Status checkEngineOptions(const EngineOptions& options) {
+  if (options.max_samples_per_update == 0 && options.partition_sizes.empty()) {
+    return invalidArgument(
+        "config [coordinator]: max_samples_per_update = 0 (no bound on the samples an update "
+        "claims) needs the partition sizes, which are not known");
+  }
+  Status st = validateSelectorOptions(options.selector);
+  if (!st.isOk()) return st.withContext("config [selection]");
+  auto opt = ServerOptimizer::create(serverOptimizerOptions(options));
+  if (!opt.isOk()) return opt.status().withContext("config [aggregation]");
+  if (options.aggregator == "median" || options.aggregator == "trimmed_mean") {
+    auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
+    if (!agg.isOk()) return agg.status().withContext("config [aggregation]");
+  }
+  const auto& b = options.blocks;
+  if (b.count > 0) {
+    if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
+      return invalidArgument("config [blocks]: set exactly one of rounds_per_block and block_s");
+    }
+    if (options.async || options.sample_partitions) {
+      return invalidArgument(
+          "config [blocks]: blocks need synchronous rounds and sample_from = \"clients\"");
+    }
+    if (options.block_mode == BlockMode::kMultichain &&
+        (options.aggregator == "scaffold" || options.server_optimizer != "fedavg")) {
+      return invalidArgument(
+          "config [blocks]: multichain needs aggregation without state across rounds (no "
+          "scaffold, server_optimizer fedavg)");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace fedfleet::engine

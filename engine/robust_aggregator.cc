@@ -1,4 +1,4 @@
-#include "coordinator/robust_aggregator.h"
+#include "engine/robust_aggregator.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "kernels/accumulate.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 // The gather buffer (block x updates floats) stays within this, however many updates there are:
@@ -307,4 +307,4 @@ void RobustAggregator::clear() {
   }
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

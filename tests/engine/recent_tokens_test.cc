@@ -1,8 +1,8 @@
-#include "coordinator/recent_tokens.h"
+#include "engine/recent_tokens.h"
 
 #include <gtest/gtest.h>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 TEST(RecentTokens, InsertReportsNewTokensOnly) {
@@ -45,4 +45,4 @@ TEST(RecentTokens, StaysBoundedOverManyRounds) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -29,7 +29,7 @@
 
 #include "common/status.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 struct ServerOptimizerOptions {
   std::string name = "fedavg";  // fedavg | fedavgm | fedadagrad | fedadam | fedyogi
@@ -83,4 +83,4 @@ class ServerOptimizer {
   uint64_t state_size_ = 0;
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

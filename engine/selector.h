@@ -33,7 +33,7 @@
 
 #include "common/status.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 // What the engine reports after a round for each of its participants, completed or not.
 struct ParticipationFeedback {
@@ -228,4 +228,4 @@ class AvailabilitySelector final : public Selector {
   double mean_duration_s_ = 0;  // EWMA of completed durations; 0: none yet
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

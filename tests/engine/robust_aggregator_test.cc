@@ -1,4 +1,4 @@
-#include "coordinator/robust_aggregator.h"
+#include "engine/robust_aggregator.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 using Updates = std::vector<std::vector<float>>;
@@ -281,4 +281,4 @@ TEST(RobustAggregator, AFailedSpillWriteIsAnErrorAndLosesNothingElse) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,4 +1,4 @@
-#include "coordinator/round_engine.h"
+#include "engine/round_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -9,10 +9,9 @@
 
 #include "common/compress/codec.h"
 #include "common/crypto/sha256.h"
-#include "coordinator/run_setup.h"
-#include "tests/coordinator/round_engine_fixture.h"
+#include "tests/engine/round_engine_fixture.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 using namespace engine_test;
@@ -1777,4 +1776,4 @@ TEST(RoundEngine, ARoundWaitsWhileMaxEvaluationsBehindAwaitTheirEvaluation) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -11,7 +11,7 @@
 //   multichain   additionally a chain y_m per block, trained only in block m; block m is served
 //                whichever of z_m and y_m had the lower loss on block m's validation set at the
 //                last evaluation (MC-PSGD).
-// No I/O, no clock: the engine (coordinator/round_engine.h) calls these at round starts, block
+// No I/O, no clock: the engine (engine/round_engine.h) calls these at round starts, block
 // ends and evaluation reports.
 #pragma once
 
@@ -23,7 +23,7 @@
 
 #include "common/status.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 enum class BlockMode { kSingle, kPluralistic, kMultichain };
 
@@ -119,4 +119,4 @@ class BlockModels {
   std::vector<Slot> slots_;
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

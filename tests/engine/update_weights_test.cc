@@ -1,4 +1,4 @@
-#include "coordinator/update_weights.h"
+#include "engine/update_weights.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,9 @@
 #include <limits>
 #include <vector>
 
-#include "coordinator/server_optimizer.h"
+#include "engine/server_optimizer.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 TEST(FedNovaNormaliser, PlainSgdIsTheStepCount) {
@@ -173,4 +173,4 @@ TEST(PlannedSteps, MaxStepsOrEpochsTimesBatches) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

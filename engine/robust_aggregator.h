@@ -33,7 +33,7 @@
 
 #include "common/status.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 enum class RobustKind { kMedian, kTrimmedMean };
 
@@ -96,4 +96,4 @@ class RobustAggregator {
   int fd_ = -1;  // the unlinked spill file, opened on first need
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,4 +1,4 @@
-#include "coordinator/selector.h"
+#include "engine/selector.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 ParticipationFeedback fb(const std::string& client, uint32_t round, bool completed,
@@ -668,4 +668,4 @@ TEST(SelectorCost, LinearInTheCandidates) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 template <typename Value>
 class ParticipantTable {
@@ -70,4 +70,4 @@ class ParticipantTable {
   std::unordered_map<uint64_t, iterator> index_;
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

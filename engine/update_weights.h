@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 // FedNova's normaliser a_k for tau local steps of SGD with momentum rho in [0, 1):
 // tau when rho == 0, else (tau - rho (1 - rho^tau) / (1 - rho)) / (1 - rho) (the sum over the
@@ -81,4 +81,4 @@ class FedNovaAccumulator {
   uint64_t count_ = 0;
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

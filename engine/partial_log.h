@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 class PartialLog {
  public:
@@ -60,4 +60,4 @@ class PartialLog {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -18,7 +18,7 @@
 #include <unordered_set>
 #include <utility>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 
 class RecentTokens {
  public:
@@ -51,4 +51,4 @@ class RecentTokens {
   std::deque<std::pair<uint32_t, uint64_t>> order_;  // (round, token) in insertion order
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine

@@ -1,4 +1,4 @@
-#include "coordinator/server_optimizer.h"
+#include "engine/server_optimizer.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::engine {
 namespace {
 
 std::unique_ptr<ServerOptimizer> make(ServerOptimizerOptions o) {
@@ -264,4 +264,4 @@ TEST(ServerOptimizerDeathTest, AModelOfAnotherSizeAborts) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::engine
