@@ -145,15 +145,21 @@ for _ in $(seq 1 600); do
     id=$(sed -E 's/.*client (client-[0-9]+): round [23] task.*/\1/' <<<"$line")
     r=$(sed -E 's/.*: round ([23]) task.*/\1/' <<<"$line")
     if ! grep -q "$id: round $r uploaded" <<<"$logs"; then
-      victim_id=$id kill_round=$r
-      break
+      # Freeze it, then look again: the upload may have finished since the logs were read, and
+      # a frozen client cannot finish it between this check and the kill.
+      docker pause "$victim" > /dev/null || fail "docker pause failed"
+      if ! docker logs "$victim" 2>&1 | grep -q "$id: round $r uploaded"; then
+        victim_id=$id kill_round=$r
+        break
+      fi
+      docker unpause "$victim" > /dev/null || fail "docker unpause failed"
     fi
   fi
   [ "$(docker inspect -f '{{.State.Running}}' "$victim")" = true ] || break
   sleep 0.2
 done
 [ -n "$victim_id" ] || { dump_logs; fail "the slow client never got a task in round 2 or 3"; }
-docker kill "$victim" > /dev/null || fail "docker kill failed"
+docker kill "$victim" > /dev/null || fail "docker kill failed"  # SIGKILL reaches a paused one
 step "killed $victim_id mid-round $kill_round: $line"
 docker logs "$victim" 2>&1 | grep -q "$victim_id: round $kill_round uploaded" &&
   fail "$victim_id had already uploaded round $kill_round when it was killed; the kill was not mid-round"
