@@ -1,6 +1,6 @@
 # The fedfleet wire schema: one Envelope per ZeroMQ frame, a union over the protocol messages.
 #
-# Only common/wire/codec.cc uses the generated code; everything else sees the plain structs of
+# Only common/wire/messages.cc uses the generated code; everything else sees the plain structs of
 # common/wire/messages.h. Field meanings are documented there. Compatibility rules: never renumber
 # or retype a field; add new fields with the next ordinal; add new messages as new union members
 # (an old reader reports an unknown member as a corrupt frame).

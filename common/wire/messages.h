@@ -1,6 +1,6 @@
 // Plain message structs of the fedfleet protocol, and their byte encoding.
 //
-// Everything outside common/wire/ works with these structs; only common/wire/codec.cc sees the
+// Everything outside common/wire/ works with these structs; only common/wire/messages.cc sees the
 // Cap'n Proto schema (common/wire/fedfleet.capnp). decode() never throws and never aborts on
 // bad input: truncated, oversized or garbled bytes come back as a kCorrupt / kResourceExhausted
 // Status.

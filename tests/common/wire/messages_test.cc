@@ -1,4 +1,4 @@
-// Tests of common/wire/codec.cc: every message round-trips field by field, and decode() turns any
+// Tests of common/wire/messages.cc: every message round-trips field by field, and decode() turns any
 // bad input (random, truncated, bit-flipped, oversized, over the traversal limit) into a non-OK
 // Status without crashing.
 
