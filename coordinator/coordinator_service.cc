@@ -23,6 +23,7 @@
 #include "common/wire/messages.h"
 #include "coordinator/background_evaluator.h"
 #include "coordinator/connection_limits.h"
+#include "coordinator/engine_driver.h"
 #include "coordinator/metrics_server.h"
 #include "coordinator/resume.h"
 #include "coordinator/run_setup.h"
@@ -47,7 +48,7 @@ double unixNow() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
-class ZmqCoordinator final : public CoordinatorService {
+class ZmqCoordinator final : public CoordinatorService, private DriverPort {
  public:
   Status init(const config::Config& config);
   Status run() override;
@@ -76,22 +77,30 @@ class ZmqCoordinator final : public CoordinatorService {
                          const std::string& detail, double now);
   // Writes the count of rows `budget` left out, when it allows a row.
   void flushLeftOut(const std::string& client, EventBudget& budget, double now);
-  Status carryOut(double now);
-  void carryOut(engine::Action& action, double now);
-  void sendTo(const engine::ClientId& id, const wire::Message& message, double now);
-  // Sends the Task frame and, as its model frame, the shared model buffer (and the served
-  // model's after it, when the task carries one): ZeroMQ references those buffers rather than
-  // copying them for each client (protocols 4 and 5, wire/messages.h).
-  void sendTask(const engine::SendTask& send);
+  Status carryOut() { return driver_->carryOut(*engine_); }
+  // DriverPort: the engine's actions that need the network, the evaluator or the clock.
+  void sendTask(engine::SendTask& send) override;
+  void sendCancel(const engine::SendCancel& a) override { sendTo(a.client, a.cancel); }
+  void sendGrant(const engine::SendGrant& a) override { sendTo(a.client, a.grant); }
+  void sendError(const engine::SendError& a) override { sendTo(a.client, a.error); }
+  void sendBye(const engine::SendBye& a) override { sendTo(a.client, wire::Bye{a.reason}); }
+  void evaluate(const engine::Evaluate& a) override {
+    // Runs beside the loop; the next round's tasks went out before (they come first in the
+    // action list). The result comes back through takeResults() in run().
+    evaluator_->submit(a.round, a.params);
+  }
+  void evaluateBlocks(const engine::EvaluateBlocks& ev) override;
+  void stampRound(engine::CommitRound& commit) override;
+  void roundCommitted(const engine::CommitRound& commit) override;
+  void eventRecorded(const history::EventRecord& e) override {
+    ++metrics_snapshot_.events_by_kind[e.kind];
+  }
+  void sendTo(const engine::ClientId& id, const wire::Message& message);
   void recordEvent(const std::string& kind, const std::string& client, const std::string& detail,
                    double now);
-  // Live metrics (no-ops when metrics.port = 0): fold a committed round into the snapshot, and
-  // hand the snapshot to the server (at most every 100 ms unless `force`).
-  void countCommit(const engine::CommitRound& commit);
+  // Live metrics (no-ops when metrics.port = 0): hand the snapshot to the server (at most every
+  // 100 ms unless `force`).
   void publishMetrics(double now, bool force);
-  // Block-cyclic runs: evaluates the block models on their blocks' sets, on the event loop (a
-  // few thousand samples a model, at the end of each block), and reports to the engine.
-  void evaluateBlocks(const engine::EvaluateBlocks& ev, double now);
   // While the engine waits for clients: one line every few seconds saying who is there.
   void reportWaiting(double now);
   // stop(): lets a round whose evaluation is running commit, abandons the round in flight
@@ -102,6 +111,7 @@ class ZmqCoordinator final : public CoordinatorService {
   config::Config config_;
   std::unique_ptr<transport::ServerTransport> server_;
   std::unique_ptr<history::HistoryStore> history_;
+  std::unique_ptr<EngineDriver> driver_;  // over history_ and this
   std::unique_ptr<BackgroundEvaluator> evaluator_;
   std::unique_ptr<engine::RoundEngine> engine_;
   std::unique_ptr<model::Model> block_model_;  // block-cyclic runs only
@@ -135,10 +145,6 @@ class ZmqCoordinator final : public CoordinatorService {
   // Decode time per update: the engine reads no clock, so the driver times its onChunk calls.
   std::map<uint64_t, uint32_t> round_of_token_;
   std::map<std::pair<uint32_t, engine::ClientId>, double> decode_seconds_;
-  Status fatal_;
-  bool finished_ = false;
-  bool run_ok_ = false;
-  std::string finish_message_;
   std::string already_finished_;  // --resume of a finished run: what to say instead of running
   double waiting_reported_at_ = 0;
   std::unique_ptr<MetricsServer> metrics_;  // null when metrics.port = 0
@@ -178,93 +184,40 @@ Status ZmqCoordinator::init(const config::Config& config) {
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
+  driver_ = std::make_unique<EngineDriver>(*history_, static_cast<DriverPort&>(*this),
+                                           cc.keep_checkpoints, "s");
   engine::EngineOptions eo;
   std::string engine_state;  // from the checkpoint resumed from
   if (cc.resume) {
-    FEDFLEET_ASSIGN_OR_RETURN(auto runs, history_->runs());
-    const history::RunRecord* found = nullptr;
-    for (const auto& r : runs) {
-      if (r.name == config_.run.name) found = &r;
-    }
-    if (!found) {
-      return notFound("--resume: no run named '" + config_.run.name + "' in " + config_.history.db);
-    }
-    run_id_ = found->run_id;
-    const std::string run_name = "run " + std::to_string(run_id_) + " '" + found->name + "'";
-
-    // The same run? Its stored config (with changes accepted before) against this one.
-    FEDFLEET_ASSIGN_OR_RETURN(auto events, history_->events(run_id_));
-    auto stored = effectiveRunConfig(*found, events);
-    if (!stored.isOk()) return stored.status().withContext("--resume");
-    const std::vector<ConfigChange> changes = configChanges(*stored, config_.toJson());
-    if (!changes.empty() && !cc.resume_changes) {
-      return failedPrecondition(
-          "--resume: this config changes " + run_name + ": " + describeChanges(changes) +
-          ". Resume with the run's own config, or add --resume-changes to continue it with "
-          "these changes (they are recorded in the history as a resume_changes event)");
-    }
-
-    // A finished run has nothing to resume (unless the changes give it more rounds).
-    FEDFLEET_ASSIGN_OR_RETURN(auto done, history_->rounds(run_id_));
-    uint32_t last_round = 0;
-    for (const auto& r : done) last_round = std::max(last_round, r.round);
-    const bool finished_event = std::any_of(events.begin(), events.end(),
-                                            [](const auto& e) { return e.kind == "run_finished"; });
-    if (last_round >= config_.run.rounds || (finished_event && changes.empty())) {
-      already_finished_ =
-          run_name + " already finished: its last round is " + std::to_string(last_round) +
-          " of run.rounds = " + std::to_string(config_.run.rounds) + " in " + config_.history.db +
-          "; nothing to resume. To train it further, raise run.rounds and add "
-          "--resume-changes; to start over, give the run another run.name";
+    FEDFLEET_ASSIGN_OR_RETURN(ResumePoint point,
+                              findResumePoint(*history_, config_, params.size()));
+    run_id_ = point.run_id;
+    if (!point.already_finished.empty()) {
+      already_finished_ = point.already_finished;
       return Status::ok();
     }
-    if (!changes.empty()) {
-      recordEvent("resume_changes", "", changesDetail(changes), unixNow());
-      FEDFLEET_RETURN_IF_ERROR(fatal_);
-      spdlog::warn("--resume-changes: {} continues with {}", run_name, describeChanges(changes));
+    if (!point.changes.empty()) {
+      recordEvent("resume_changes", "", changesDetail(point.changes), unixNow());
+      FEDFLEET_RETURN_IF_ERROR(driver_->fatal());
+      spdlog::warn("--resume-changes: {} continues with {}", point.label,
+                   describeChanges(point.changes));
     }
-
-    auto cp = history_->latestCheckpoint(run_id_);
-    if (cp.isOk()) {
-      if (cp->blob.size() != params.size() * sizeof(float)) {
-        return invalidArgument("--resume: checkpoint of run " + std::to_string(run_id_) +
-                               " holds " + std::to_string(cp->blob.size() / 4) +
-                               " values but model '" + config_.model.name + "' has " +
-                               std::to_string(params.size()));
-      }
+    eo.first_round = point.first_round;
+    eo.evaluate_initial = point.evaluate_initial;
+    if (const auto& cp = point.checkpoint) {
       std::memcpy(params.data(), cp->blob.data(), cp->blob.size());
       eo.model_version = cp->model_version;
       engine_state = cp->engine_state;
-      // Rounds recorded after the checkpoint (failed ones, which left the model as it was, or
-      // ok ones between checkpoints) are never run again: numbering continues after the last.
-      eo.first_round = last_round + 1;
-      uint32_t unsaved = 0;
-      for (const auto& r : done) unsaved += r.round > cp->round && r.status == "ok";
-      if (unsaved > 0) {
+      if (point.lost_rounds > 0) {
         spdlog::warn(
             "--resume: {} round(s) after round {} changed the model but have no checkpoint "
             "(coordinator.checkpoint_every = {}); their training is lost, the run continues "
             "from round {}'s model",
-            unsaved, cp->round, cc.checkpoint_every, cp->round);
+            point.lost_rounds, cp->round, cc.checkpoint_every, cp->round);
       }
       spdlog::info("resuming run {} after round {} (model version {} of round {})", run_id_,
-                   last_round, cp->model_version, cp->round);
-    } else if (cp.status().code() != StatusCode::kNotFound) {
-      return cp.status();
+                   point.last_round, cp->model_version, cp->round);
     } else {
-      // No checkpoint: no round changed the model yet (only round 0 and failed rounds are
-      // recorded), so it is still the initial one, which the same seed builds again. Continue
-      // after the last recorded round; do not record round 0 twice.
-      for (const auto& r : done) {
-        if (r.status == "ok") {
-          return failedPrecondition("--resume: run " + std::to_string(run_id_) + " has round " +
-                                    std::to_string(r.round) +
-                                    " but no checkpoint to resume from "
-                                    "(coordinator.checkpoint_every = 0?)");
-        }
-        eo.first_round = std::max(eo.first_round, r.round + 1);
-      }
-      if (!done.empty()) eo.evaluate_initial = false;
       spdlog::info("resuming run {} from its initial model", run_id_);
     }
   } else {
@@ -368,12 +321,10 @@ void ZmqCoordinator::recordEvent(const std::string& kind, const std::string& cli
   e.client_id = client;
   e.detail = detail;
   spdlog::warn("event {}: {} {}", kind, client, detail);
-  ++metrics_snapshot_.events_by_kind[kind];
-  Status st = history_->recordEvent(e);
-  if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: recording an event");
+  driver_->recordEvent(e);
 }
 
-void ZmqCoordinator::sendTo(const engine::ClientId& id, const wire::Message& message, double now) {
+void ZmqCoordinator::sendTo(const engine::ClientId& id, const wire::Message& message) {
   auto it = peer_of_client_.find(id);
   if (it == peer_of_client_.end()) return;
   Status st = server_->send(it->second, wire::encode(message));
@@ -383,7 +334,12 @@ void ZmqCoordinator::sendTo(const engine::ClientId& id, const wire::Message& mes
   }
 }
 
-void ZmqCoordinator::sendTask(const engine::SendTask& send) {
+// Sends the Task frame and, as its model frame, the shared model buffer (and the served model's
+// after it, when the task carries one): ZeroMQ references those buffers rather than copying
+// them for each client (protocols 4 and 5, wire/messages.h).
+void ZmqCoordinator::sendTask(engine::SendTask& send) {
+  round_of_token_[send.task.task_token] = send.task.round;
+  send.task.coordinator_session = session_;
   auto it = peer_of_client_.find(send.client);
   if (it == peer_of_client_.end()) return;
   // A served model to attach follows the training model in the same model frame.
@@ -616,7 +572,7 @@ void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message
           engine_->onUploadRequest(who, m.task_token, now);
         } else if constexpr (std::is_same_v<T, wire::Heartbeat>) {
           engine_->onHeartbeat(who, now);
-          sendTo(who, wire::Heartbeat{m.seq}, now);
+          sendTo(who, wire::Heartbeat{m.seq});
         } else if constexpr (std::is_same_v<T, wire::Bye>) {
           engine_->onBye(who, now);
         } else if constexpr (std::is_same_v<T, wire::Error>) {
@@ -627,81 +583,30 @@ void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message
                             std::string(wire::messageName(msg)) + " is not a client message", now);
           sendTo(who,
                  wire::Error{wire::ErrorCode::kMalformed,
-                             std::string(wire::messageName(msg)) + " is not a client message", 0},
-                 now);
+                             std::string(wire::messageName(msg)) + " is not a client message", 0});
         }
       },
       msg);
 }
 
-Status ZmqCoordinator::carryOut(double now) {
-  // Carrying out an action can produce more (an evaluation leads to a commit): loop until done.
-  std::vector<engine::Action> actions;
-  while (!(actions = engine_->takeActions()).empty()) {
-    for (auto& action : actions) carryOut(action, now);
+void ZmqCoordinator::stampRound(engine::CommitRound& commit) {
+  // Real time is the run's clock here.
+  commit.round.wall_start = commit.round.start_time;
+  commit.round.wall_end = commit.round.end_time;
+  for (auto& u : commit.updates) {
+    u.wall_compute_s = u.compute_s;
+    auto d = decode_seconds_.find({u.round, u.client_id});
+    if (d != decode_seconds_.end()) {
+      u.decode_s = d->second;
+      decode_seconds_.erase(d);
+    }
   }
-  return fatal_;
+  std::erase_if(round_of_token_, [&](const auto& kv) { return kv.second <= commit.round.round; });
 }
 
-void ZmqCoordinator::carryOut(engine::Action& action, double now) {
-  std::visit(
-      [&](auto& a) {
-        using T = std::decay_t<decltype(a)>;
-        if constexpr (std::is_same_v<T, engine::SendTask>) {
-          round_of_token_[a.task.task_token] = a.task.round;
-          a.task.coordinator_session = session_;
-          sendTask(a);
-        } else if constexpr (std::is_same_v<T, engine::SendCancel>) {
-          sendTo(a.client, a.cancel, now);
-        } else if constexpr (std::is_same_v<T, engine::SendGrant>) {
-          sendTo(a.client, a.grant, now);
-        } else if constexpr (std::is_same_v<T, engine::SendError>) {
-          sendTo(a.client, a.error, now);
-        } else if constexpr (std::is_same_v<T, engine::SendBye>) {
-          sendTo(a.client, wire::Bye{a.reason}, now);
-        } else if constexpr (std::is_same_v<T, engine::UpsertClient>) {
-          Status st = history_->upsertClient(a.client);
-          if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: client");
-        } else if constexpr (std::is_same_v<T, engine::RecordEvent>) {
-          ++metrics_snapshot_.events_by_kind[a.event.kind];
-          Status st = history_->recordEvent(a.event);
-          if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: event");
-        } else if constexpr (std::is_same_v<T, engine::CommitRound>) {
-          // Real time is the run's clock here.
-          a.round.wall_start = a.round.start_time;
-          a.round.wall_end = a.round.end_time;
-          for (auto& u : a.updates) {
-            u.wall_compute_s = u.compute_s;
-            auto d = decode_seconds_.find({u.round, u.client_id});
-            if (d != decode_seconds_.end()) {
-              u.decode_s = d->second;
-              decode_seconds_.erase(d);
-            }
-          }
-          std::erase_if(round_of_token_,
-                        [&](const auto& kv) { return kv.second <= a.round.round; });
-          Status st = commitRoundToHistory(*history_, a, config_.coordinator.keep_checkpoints, "s");
-          if (!st.isOk() && fatal_.isOk()) fatal_ = st;
-          if (st.isOk()) countCommit(a);
-        } else if constexpr (std::is_same_v<T, engine::Evaluate>) {
-          // Runs beside the loop; the next round's tasks went out before (they come first in
-          // the action list). The result comes back through takeResults() in run().
-          evaluator_->submit(a.round, a.params);
-        } else if constexpr (std::is_same_v<T, engine::EvaluateBlocks>) {
-          evaluateBlocks(a, now);
-        } else if constexpr (std::is_same_v<T, engine::RecordBlockMetrics>) {
-          Status st = history_->recordBlockMetrics(a.rows);
-          if (!st.isOk() && fatal_.isOk()) fatal_ = st.withContext("history: block metrics");
-        } else if constexpr (std::is_same_v<T, engine::RunFinished>) {
-          finished_ = true;
-          run_ok_ = a.ok;
-          finish_message_ = a.message;
-        }
-      },
-      action);
-}
-
-void ZmqCoordinator::evaluateBlocks(const engine::EvaluateBlocks& ev, double now) {
+// Block-cyclic runs: evaluates the block models on their blocks' sets, on the event loop (a few
+// thousand samples a model, at the end of each block), and reports to the engine.
+void ZmqCoordinator::evaluateBlocks(const engine::EvaluateBlocks& ev) {
   std::vector<engine::BlockEvalOutcome> outcomes;
   for (const auto& m : ev.models) {
     if (!block_model_ || m.block >= block_sets_.size()) continue;
@@ -727,10 +632,11 @@ void ZmqCoordinator::evaluateBlocks(const engine::EvaluateBlocks& ev, double now
     }
     outcomes.push_back(std::move(o));
   }
-  engine_->onBlocksEvaluated(ev.round, outcomes, now);
+  engine_->onBlocksEvaluated(ev.round, outcomes, unixNow());
 }
 
-void ZmqCoordinator::countCommit(const engine::CommitRound& commit) {
+// Folds a committed round into the live metrics.
+void ZmqCoordinator::roundCommitted(const engine::CommitRound& commit) {
   MetricsSnapshot& m = metrics_snapshot_;
   const history::RoundRecord& r = commit.round;
   ++m.rounds_committed;
@@ -778,20 +684,20 @@ Status ZmqCoordinator::stopCleanly() {
   while (std::chrono::steady_clock::now() < until) {
     auto results = evaluator_->takeResults();
     for (auto& result : results) engine_->onEvaluated(result.round, result.outcome, unixNow());
-    FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
+    FEDFLEET_RETURN_IF_ERROR(carryOut());
     if (!evaluator_->busy() && results.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const double now = unixNow();
   // No Bye: clients keep waiting and rejoin when the coordinator comes back (--resume).
   const uint32_t round = engine_->currentRound();
-  const std::string detail = finished_ ? "stopped after the run finished"
+  const std::string detail = driver_->finished() ? "stopped after the run finished"
                              : engine_->waitingStatus().waiting
                                  ? "stopped between rounds, after round " + std::to_string(round)
                                  : "stopped during round " + std::to_string(round) +
                                        " (not committed: it runs again after --resume)";
   recordEvent("run_interrupted", "", detail, now);
-  FEDFLEET_RETURN_IF_ERROR(fatal_);
+  FEDFLEET_RETURN_IF_ERROR(driver_->fatal());
   metrics_snapshot_.state = "interrupted";
   publishMetrics(now, true);
   spdlog::info("coordinator: {}; the history is consistent, continue with --resume", detail);
@@ -805,8 +711,8 @@ Status ZmqCoordinator::run() {
   }
   engine_->start(unixNow());
   metrics_snapshot_.state = "running";
-  FEDFLEET_RETURN_IF_ERROR(carryOut(unixNow()));
-  while (!finished_) {
+  FEDFLEET_RETURN_IF_ERROR(carryOut());
+  while (!driver_->finished()) {
     if (stop_.load()) return stopCleanly();
     double now = unixNow();
     // Poll briefly while an evaluation runs, so its result is committed promptly.
@@ -840,13 +746,13 @@ Status ZmqCoordinator::run() {
       engine_->onEvaluated(result.round, result.outcome, now);
     }
     engine_->onTick(now);
-    FEDFLEET_RETURN_IF_ERROR(carryOut(now));
+    FEDFLEET_RETURN_IF_ERROR(carryOut());
     publishMetrics(now, false);
     reportWaiting(now);
   }
-  metrics_snapshot_.state = run_ok_ ? "finished" : "failed";
+  metrics_snapshot_.state = driver_->runOk() ? "finished" : "failed";
   publishMetrics(unixNow(), true);
-  if (!run_ok_) return timeoutError(finish_message_);
+  if (!driver_->runOk()) return timeoutError(driver_->finishMessage());
   return Status::ok();
 }
 

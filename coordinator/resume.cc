@@ -101,4 +101,75 @@ std::string describeChanges(const std::vector<ConfigChange>& changes) {
   return out;
 }
 
+Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config::Config& config,
+                                    size_t num_params) {
+  const std::string& db = config.history.db;
+  FEDFLEET_ASSIGN_OR_RETURN(auto runs, history.runs());
+  const history::RunRecord* found = nullptr;
+  for (const auto& r : runs) {
+    if (r.name == config.run.name) found = &r;
+  }
+  if (!found) return notFound("--resume: no run named '" + config.run.name + "' in " + db);
+  ResumePoint point;
+  point.run_id = found->run_id;
+  point.label = "run " + std::to_string(point.run_id) + " '" + found->name + "'";
+
+  // The same run? Its stored config (with changes accepted before) against this one.
+  FEDFLEET_ASSIGN_OR_RETURN(auto events, history.events(point.run_id));
+  auto stored = effectiveRunConfig(*found, events);
+  if (!stored.isOk()) return stored.status().withContext("--resume");
+  point.changes = configChanges(*stored, config.toJson());
+  if (!point.changes.empty() && !config.coordinator.resume_changes) {
+    return failedPrecondition(
+        "--resume: this config changes " + point.label + ": " + describeChanges(point.changes) +
+        ". Resume with the run's own config, or add --resume-changes to continue it with "
+        "these changes (they are recorded in the history as a resume_changes event)");
+  }
+
+  // A finished run has nothing to resume (unless the changes give it more rounds).
+  FEDFLEET_ASSIGN_OR_RETURN(auto done, history.rounds(point.run_id));
+  for (const auto& r : done) point.last_round = std::max(point.last_round, r.round);
+  const bool finished_event = std::any_of(events.begin(), events.end(),
+                                          [](const auto& e) { return e.kind == "run_finished"; });
+  if (point.last_round >= config.run.rounds || (finished_event && point.changes.empty())) {
+    point.already_finished = point.label + " already finished: its last round is " +
+                             std::to_string(point.last_round) +
+                             " of run.rounds = " + std::to_string(config.run.rounds) + " in " + db +
+                             "; nothing to resume. To train it further, raise run.rounds and add "
+                             "--resume-changes; to start over, give the run another run.name";
+    return point;
+  }
+
+  auto cp = history.latestCheckpoint(point.run_id);
+  if (cp.isOk()) {
+    if (cp->blob.size() != num_params * sizeof(float)) {
+      return invalidArgument("--resume: checkpoint of run " + std::to_string(point.run_id) +
+                             " holds " + std::to_string(cp->blob.size() / 4) +
+                             " values but model '" + config.model.name + "' has " +
+                             std::to_string(num_params));
+    }
+    // Rounds recorded after the checkpoint (failed ones, which left the model as it was, or ok
+    // ones between checkpoints) are never run again: numbering continues after the last.
+    point.first_round = point.last_round + 1;
+    for (const auto& r : done) point.lost_rounds += r.round > cp->round && r.status == "ok";
+    point.checkpoint = std::move(*cp);
+    return point;
+  }
+  if (cp.status().code() != StatusCode::kNotFound) return cp.status();
+  // No checkpoint: no round changed the model yet (only round 0 and failed rounds are
+  // recorded), so it is still the initial one. Continue after the last recorded round; do not
+  // record round 0 twice.
+  for (const auto& r : done) {
+    if (r.status == "ok") {
+      return failedPrecondition("--resume: run " + std::to_string(point.run_id) + " has round " +
+                                std::to_string(r.round) +
+                                " but no checkpoint to resume from "
+                                "(coordinator.checkpoint_every = 0?)");
+    }
+    point.first_round = std::max(point.first_round, r.round + 1);
+  }
+  if (!done.empty()) point.evaluate_initial = false;
+  return point;
+}
+
 }  // namespace fedfleet::coordinator

@@ -12,10 +12,12 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/config/config.h"
 #include "common/history/history.h"
 #include "common/status.h"
 
@@ -46,5 +48,32 @@ Result<nlohmann::json> effectiveRunConfig(const history::RunRecord& run,
 std::string changesDetail(const std::vector<ConfigChange>& changes);
 // "run.rounds 5 -> 8, coordinator.clients_per_round 2 -> 3" for messages.
 std::string describeChanges(const std::vector<ConfigChange>& changes);
+
+// Where a resumed run continues: what every driver needs to build its engine again.
+struct ResumePoint {
+  int64_t run_id = 0;
+  std::string label;  // "run 3 'name'", for messages
+  // Set when the run has nothing left to do (its last round is run.rounds, or it finished and
+  // nothing changed): what to say instead of running.
+  std::string already_finished;
+  // Changes accepted with coordinator.resume_changes: the driver records them as a
+  // resume_changes event (changesDetail) before it runs.
+  std::vector<ConfigChange> changes;
+  // The latest checkpoint (model, model version, engine state), or none when no round changed
+  // the model yet: the initial model then, which the same seed builds again.
+  std::optional<history::CheckpointRecord> checkpoint;
+  uint32_t first_round = 0;      // the next round's number (after every recorded round)
+  bool evaluate_initial = true;  // false when round 0 is already recorded
+  uint32_t lost_rounds = 0;      // ok rounds after the checkpoint: their training is lost
+  uint32_t last_round = 0;       // the last recorded round
+};
+
+// The latest run named config.run.name in `history`, checked against `config`: a config that
+// changes the run is refused unless config.coordinator.resume_changes; a checkpoint whose size
+// is not `num_params` floats is refused. Errors say what to do (kNotFound: no such run;
+// kFailedPrecondition: changes not accepted, or ok rounds without any checkpoint;
+// kInvalidArgument: a checkpoint of another model; kCorrupt: unreadable stored config).
+Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config::Config& config,
+                                    size_t num_params);
 
 }  // namespace fedfleet::coordinator

@@ -23,6 +23,7 @@
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
+#include "coordinator/engine_driver.h"
 #include "coordinator/run_setup.h"
 #include "engine/round_engine.h"
 #include "sim/fleet.h"
@@ -165,7 +166,7 @@ Result<model::Model*> workerModel(const ModelRecipe& recipe) {
   return model.get();
 }
 
-class Simulator final : public FleetSimulator {
+class Simulator final : public FleetSimulator, private coordinator::DriverPort {
  public:
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
   ~Simulator() override { pool_.reset(); }
@@ -186,15 +187,25 @@ class Simulator final : public FleetSimulator {
   void push(double t, EventKind kind, uint64_t token, uint64_t client, uint32_t chunk = 0) {
     events_.push(Event{t, next_seq_++, kind, token, client, chunk});
   }
-  Status carryOut();
-  Status carryOut(engine::Action& action);
+  Status carryOut() { return driver_->carryOut(*engine_); }
+  // DriverPort: messages reach virtual clients as events, evaluations run on the pool.
+  void sendTask(engine::SendTask& send) override { dispatch(send); }
+  void sendCancel(const engine::SendCancel& cancel) override;
+  // Credits are off in simulation (init): no grant is ever sent.
+  void sendGrant(const engine::SendGrant&) override {}
+  // A rejected update: the client stops sending.
+  void sendError(const engine::SendError& a) override { in_flight_.erase(a.error.task_token); }
+  void sendBye(const engine::SendBye&) override {}  // virtual clients need no goodbye
+  void evaluate(const engine::Evaluate& ev) override;
+  void evaluateBlocks(const engine::EvaluateBlocks& ev) override;
+  void stampRound(engine::CommitRound& commit) override;
+  void roundCommitted(const engine::CommitRound& commit) override;
+  void blockMetricsRecorded(const std::vector<history::BlockMetricRecord>& rows) override;
+
   void dispatch(const engine::SendTask& st);
   void handle(const Event& e);
   void onTrainDone(uint64_t token, InFlight& f);
   void submitEvaluation(const engine::Evaluate& ev);
-  // Evaluates the block models on their blocks' sets (on the pool, waiting for all of it: a few
-  // thousand samples a model) and reports to the engine.
-  void evaluateBlocks(const engine::EvaluateBlocks& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
   std::shared_ptr<const std::vector<float>> startParams(const engine::SendTask& st);
@@ -204,6 +215,7 @@ class Simulator final : public FleetSimulator {
 
   config::Config config_;
   std::unique_ptr<history::HistoryStore> history_;
+  std::unique_ptr<coordinator::EngineDriver> driver_;  // over history_ and this
   std::unique_ptr<FleetData> data_;
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
@@ -243,10 +255,6 @@ class Simulator final : public FleetSimulator {
   wire::Sha256 params_sha_{};  // of params_cache_ (multichain rounds send block chains)
   std::shared_ptr<const std::vector<float>> params_cache_;
 
-  Status fatal_;
-  bool finished_ = false;
-  bool run_ok_ = false;
-  std::string finish_message_;
   wire::HyperParams hparams_;  // the configured local work (selector speed hints)
   SimSummary summary_;
   std::vector<double> round_virtual_s_, round_wall_s_;
@@ -302,6 +310,9 @@ Status Simulator::init(const config::Config& config) {
   run.seed = config_.run.seed;
   run.clock = "virtual";
   FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+  driver_ = std::make_unique<coordinator::EngineDriver>(
+      *history_, static_cast<coordinator::DriverPort&>(*this), config_.coordinator.keep_checkpoints,
+      "s virtual");
 
   engine::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
   eo.liveness_s = 0;  // virtual clients send no heartbeats; losses are reported as goodbyes
@@ -405,8 +416,7 @@ void Simulator::dispatch(const engine::SendTask& st) {
     rec.data_size = h.data_size;
     rec.first_seen = now_;
     rec.last_seen = now_;
-    Status s = history_->upsertClient(rec);
-    if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: client");
+    driver_->upsertClient(rec);
   }
 
   InFlight f;
@@ -700,6 +710,8 @@ Result<EvalPiece> evaluatePieces(model::Model& model, const data::Dataset& data,
   return total;
 }
 
+// Evaluates the block models on their blocks' sets (on the pool, waiting for all of it: a few
+// thousand samples a model) and reports to the engine.
 void Simulator::evaluateBlocks(const engine::EvaluateBlocks& ev) {
   const auto& sets = data_->blockSets();
   const ModelRecipe recipe = modelRecipe();
@@ -779,108 +791,76 @@ void Simulator::collectEvaluations(bool block) {
   }
 }
 
-Status Simulator::carryOut() {
-  std::vector<engine::Action> actions;
-  while (!(actions = engine_->takeActions()).empty()) {
-    for (auto& a : actions) FEDFLEET_RETURN_IF_ERROR(carryOut(a));
-  }
-  return fatal_;
+void Simulator::sendCancel(const engine::SendCancel& cancel) {
+  auto it = in_flight_.find(cancel.cancel.task_token);
+  if (it == in_flight_.end()) return;
+  if (it->second.stop) it->second.stop->store(true);
+  in_flight_.erase(it);
 }
 
-Status Simulator::carryOut(engine::Action& action) {
-  std::visit(
-      [&](auto& a) {
-        using T = std::decay_t<decltype(a)>;
-        if constexpr (std::is_same_v<T, engine::SendTask>) {
-          dispatch(a);
-        } else if constexpr (std::is_same_v<T, engine::SendCancel>) {
-          auto it = in_flight_.find(a.cancel.task_token);
-          if (it != in_flight_.end()) {
-            if (it->second.stop) it->second.stop->store(true);
-            in_flight_.erase(it);
-          }
-        } else if constexpr (std::is_same_v<T, engine::SendError>) {
-          // A rejected update: the client stops sending.
-          in_flight_.erase(a.error.task_token);
-        } else if constexpr (std::is_same_v<T, engine::SendBye>) {
-          // Virtual clients need no goodbye.
-        } else if constexpr (std::is_same_v<T, engine::UpsertClient>) {
-          Status s = history_->upsertClient(a.client);
-          if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: client");
-        } else if constexpr (std::is_same_v<T, engine::RecordEvent>) {
-          Status s = history_->recordEvent(a.event);
-          if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: event");
-        } else if constexpr (std::is_same_v<T, engine::Evaluate>) {
-          wall_end_.emplace(a.round, unixNow());
-          submitEvaluation(a);
-        } else if constexpr (std::is_same_v<T, engine::CommitRound>) {
-          auto& r = a.round;
-          wall_end_.emplace(r.round, unixNow());
-          auto ws = wall_start_.find(r.round);
-          r.wall_start = ws != wall_start_.end() ? ws->second : wall_end_[r.round];
-          r.wall_end = wall_end_[r.round];
-          for (auto& u : a.updates) {
-            auto wc = wall_compute_.find({u.round, u.client_id});
-            if (wc != wall_compute_.end()) {
-              u.wall_compute_s = wc->second;
-              wall_compute_.erase(wc);
-            }
-            auto dw = decode_wall_.find({u.round, u.client_id});
-            if (dw != decode_wall_.end()) {
-              u.decode_s = dw->second;
-              decode_wall_.erase(dw);
-            }
-          }
-          Status s = coordinator::commitRoundToHistory(
-              *history_, a, config_.coordinator.keep_checkpoints, "s virtual");
-          if (!s.isOk() && fatal_.isOk()) fatal_ = s;
-          if (r.round > 0) {
-            ++summary_.rounds;
-            if (r.status == "failed") ++summary_.failed_rounds;
-            summary_.completed += r.completed;
-            summary_.late += r.late;
-            summary_.dropped += r.dropped;
-            summary_.rejected += r.rejected;
-            summary_.bytes_up += r.bytes_up;
-            summary_.bytes_down += r.bytes_down;
-            round_virtual_s_.push_back(r.end_time - r.start_time);
-            round_wall_s_.push_back(r.wall_end - r.wall_start);
-          }
-          // The run's virtual time ends where its last recorded round ends (events after it,
-          // such as a dropped client's rejoin, are not part of the run).
-          summary_.virtual_seconds = std::max(summary_.virtual_seconds, r.end_time);
-          if (r.test_accuracy) {
-            summary_.final_accuracy = r.test_accuracy;
-            summary_.best_accuracy = std::max(summary_.best_accuracy.value_or(0), *r.test_accuracy);
-          }
-          progress_->update(r.round, r.test_accuracy, r.end_time);
-          wall_start_.erase(r.round);
-          wall_end_.erase(r.round);
-        } else if constexpr (std::is_same_v<T, engine::EvaluateBlocks>) {
-          evaluateBlocks(a);
-        } else if constexpr (std::is_same_v<T, engine::RecordBlockMetrics>) {
-          Status s = history_->recordBlockMetrics(a.rows);
-          if (!s.isOk() && fatal_.isOk()) fatal_ = s.withContext("history: block metrics");
-          if (!a.rows.empty()) {
-            // One log line per block evaluation: the served models' mean accuracy.
-            double sum = 0;
-            int n = 0;
-            for (const auto& row : a.rows) {
-              if (row.model == "served" && row.accuracy) sum += *row.accuracy, ++n;
-            }
-            if (n > 0) {
-              spdlog::info("round {:>3} blocks  served mean acc {:.2f}% over {} blocks",
-                           a.rows.front().round, 100 * sum / n, n);
-            }
-          }
-        } else if constexpr (std::is_same_v<T, engine::RunFinished>) {
-          finished_ = true;
-          run_ok_ = a.ok;
-          finish_message_ = a.message;
-        }
-      },
-      action);
-  return fatal_;
+void Simulator::evaluate(const engine::Evaluate& ev) {
+  wall_end_.emplace(ev.round, unixNow());
+  submitEvaluation(ev);
+}
+
+void Simulator::stampRound(engine::CommitRound& commit) {
+  auto& r = commit.round;
+  wall_end_.emplace(r.round, unixNow());
+  auto ws = wall_start_.find(r.round);
+  r.wall_start = ws != wall_start_.end() ? ws->second : wall_end_[r.round];
+  r.wall_end = wall_end_[r.round];
+  for (auto& u : commit.updates) {
+    auto wc = wall_compute_.find({u.round, u.client_id});
+    if (wc != wall_compute_.end()) {
+      u.wall_compute_s = wc->second;
+      wall_compute_.erase(wc);
+    }
+    auto dw = decode_wall_.find({u.round, u.client_id});
+    if (dw != decode_wall_.end()) {
+      u.decode_s = dw->second;
+      decode_wall_.erase(dw);
+    }
+  }
+  wall_start_.erase(r.round);
+  wall_end_.erase(r.round);
+}
+
+void Simulator::roundCommitted(const engine::CommitRound& commit) {
+  const auto& r = commit.round;
+  if (r.round > 0) {
+    ++summary_.rounds;
+    if (r.status == "failed") ++summary_.failed_rounds;
+    summary_.completed += r.completed;
+    summary_.late += r.late;
+    summary_.dropped += r.dropped;
+    summary_.rejected += r.rejected;
+    summary_.bytes_up += r.bytes_up;
+    summary_.bytes_down += r.bytes_down;
+    round_virtual_s_.push_back(r.end_time - r.start_time);
+    round_wall_s_.push_back(r.wall_end - r.wall_start);
+  }
+  // The run's virtual time ends where its last recorded round ends (events after it, such as
+  // a dropped client's rejoin, are not part of the run).
+  summary_.virtual_seconds = std::max(summary_.virtual_seconds, r.end_time);
+  if (r.test_accuracy) {
+    summary_.final_accuracy = r.test_accuracy;
+    summary_.best_accuracy = std::max(summary_.best_accuracy.value_or(0), *r.test_accuracy);
+  }
+  progress_->update(r.round, r.test_accuracy, r.end_time);
+}
+
+void Simulator::blockMetricsRecorded(const std::vector<history::BlockMetricRecord>& rows) {
+  if (rows.empty()) return;
+  // One log line per block evaluation: the served models' mean accuracy.
+  double sum = 0;
+  int n = 0;
+  for (const auto& row : rows) {
+    if (row.model == "served" && row.accuracy) sum += *row.accuracy, ++n;
+  }
+  if (n > 0) {
+    spdlog::info("round {:>3} blocks  served mean acc {:.2f}% over {} blocks", rows.front().round,
+                 100 * sum / n, n);
+  }
 }
 
 Result<SimSummary> Simulator::run() {
@@ -888,14 +868,14 @@ Result<SimSummary> Simulator::run() {
   if (progress_->active()) spdlog::set_level(spdlog::level::warn);  // the bar says it
   engine_->start(now_);
   FEDFLEET_RETURN_IF_ERROR(carryOut());
-  while (!finished_) {
+  while (!driver_->finished()) {
     if (stop_.load()) {
       progress_->finish();
       return unavailable("interrupted in round " + std::to_string(engine_->currentRound()));
     }
     collectEvaluations(/*block=*/false);
     FEDFLEET_RETURN_IF_ERROR(carryOut());
-    if (finished_) break;
+    if (driver_->finished()) break;
     if (in_flight_.empty() && !evals_.empty()) {
       // No task is in flight, so what the engine does next waits on these evaluations, which
       // take no virtual time: finish them before the clock moves on. After the last round this
@@ -936,7 +916,7 @@ Result<SimSummary> Simulator::run() {
   summary_.registered_clients = config_.sim.clients;
   summary_.distinct_participants = participants_.size();
   summary_.db_path = config_.history.db;
-  if (!run_ok_) return failedPrecondition("run failed: " + finish_message_);
+  if (!driver_->runOk()) return failedPrecondition("run failed: " + driver_->finishMessage());
   return summary_;
 }
 

@@ -1,0 +1,87 @@
+#include "coordinator/engine_driver.h"
+
+#include <type_traits>
+#include <variant>
+
+#include "coordinator/run_setup.h"
+
+namespace fedfleet::coordinator {
+
+EngineDriver::EngineDriver(history::HistoryStore& history, DriverPort& port,
+                           uint32_t keep_checkpoints, const char* clock_unit)
+    : history_(history),
+      port_(port),
+      keep_checkpoints_(keep_checkpoints),
+      clock_unit_(clock_unit) {}
+
+Status EngineDriver::carryOut(engine::RoundEngine& engine) {
+  std::vector<engine::Action> actions;
+  while (fatal_.isOk() && !(actions = engine.takeActions()).empty()) {
+    for (auto& action : actions) {
+      if (!fatal_.isOk()) break;
+      carryOut(action);
+    }
+  }
+  return fatal_;
+}
+
+void EngineDriver::recordEvent(const history::EventRecord& event) {
+  if (!fatal_.isOk()) return;
+  Status st = history_.recordEvent(event);
+  if (!st.isOk()) return fail(st, "history: event");
+  port_.eventRecorded(event);
+}
+
+void EngineDriver::upsertClient(const history::ClientRecord& client) {
+  if (!fatal_.isOk()) return;
+  Status st = history_.upsertClient(client);
+  if (!st.isOk()) fail(st, "history: client");
+}
+
+void EngineDriver::fail(const Status& st, const char* context) {
+  if (fatal_.isOk()) fatal_ = context ? st.withContext(context) : st;
+}
+
+void EngineDriver::carryOut(engine::Action& action) {
+  std::visit(
+      [&](auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, engine::SendTask>) {
+          port_.sendTask(a);
+        } else if constexpr (std::is_same_v<T, engine::SendCancel>) {
+          port_.sendCancel(a);
+        } else if constexpr (std::is_same_v<T, engine::SendGrant>) {
+          port_.sendGrant(a);
+        } else if constexpr (std::is_same_v<T, engine::SendError>) {
+          port_.sendError(a);
+        } else if constexpr (std::is_same_v<T, engine::SendBye>) {
+          port_.sendBye(a);
+        } else if constexpr (std::is_same_v<T, engine::UpsertClient>) {
+          upsertClient(a.client);
+        } else if constexpr (std::is_same_v<T, engine::RecordEvent>) {
+          recordEvent(a.event);
+        } else if constexpr (std::is_same_v<T, engine::CommitRound>) {
+          port_.stampRound(a);
+          Status st = commitRoundToHistory(history_, a, keep_checkpoints_, clock_unit_);
+          if (!st.isOk()) return fail(st, nullptr);  // it says what failed
+          port_.roundCommitted(a);
+        } else if constexpr (std::is_same_v<T, engine::Evaluate>) {
+          port_.evaluate(a);
+        } else if constexpr (std::is_same_v<T, engine::EvaluateBlocks>) {
+          port_.evaluateBlocks(a);
+        } else if constexpr (std::is_same_v<T, engine::RecordBlockMetrics>) {
+          Status st = history_.recordBlockMetrics(a.rows);
+          if (!st.isOk()) return fail(st, "history: block metrics");
+          port_.blockMetricsRecorded(a.rows);
+        } else if constexpr (std::is_same_v<T, engine::RunFinished>) {
+          finished_ = true;
+          run_ok_ = a.ok;
+          finish_message_ = a.message;
+        } else {
+          static_assert(!sizeof(T), "an engine action EngineDriver does not carry out");
+        }
+      },
+      action);
+}
+
+}  // namespace fedfleet::coordinator
