@@ -401,6 +401,9 @@ int main(int argc, char** argv) {
   addOverride<int64_t>(simc, sim_overrides, "--workers", "sim.workers",
                        "Training threads (0: one per core)");
   addOverride<std::string>(simc, sim_overrides, "--progress", "sim.progress", "auto, on or off");
+  addFlagOverride(simc, sim_overrides, "--resume", "coordinator.resume",
+                  "Continue the interrupted run of this name in --db: its recorded rounds are "
+                  "replayed (and checked against the file), then the run goes on");
 
   // keygen
   std::string key_dir = "keys";

@@ -101,8 +101,7 @@ std::string describeChanges(const std::vector<ConfigChange>& changes) {
   return out;
 }
 
-Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config::Config& config,
-                                    size_t num_params) {
+Result<ResumePoint> findResumableRun(history::HistoryStore& history, const config::Config& config) {
   const std::string& db = config.history.db;
   FEDFLEET_ASSIGN_OR_RETURN(auto runs, history.runs());
   const history::RunRecord* found = nullptr;
@@ -137,9 +136,15 @@ Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config
                              " of run.rounds = " + std::to_string(config.run.rounds) + " in " + db +
                              "; nothing to resume. To train it further, raise run.rounds and add "
                              "--resume-changes; to start over, give the run another run.name";
-    return point;
   }
+  return point;
+}
 
+Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config::Config& config,
+                                    size_t num_params) {
+  FEDFLEET_ASSIGN_OR_RETURN(ResumePoint point, findResumableRun(history, config));
+  if (!point.already_finished.empty()) return point;
+  FEDFLEET_ASSIGN_OR_RETURN(auto done, history.rounds(point.run_id));
   auto cp = history.latestCheckpoint(point.run_id);
   if (cp.isOk()) {
     if (cp->blob.size() != num_params * sizeof(float)) {

@@ -68,8 +68,13 @@ struct ResumePoint {
   uint32_t last_round = 0;       // the last recorded round
 };
 
-// The latest run named config.run.name in `history`, checked against `config`: a config that
-// changes the run is refused unless config.coordinator.resume_changes; a checkpoint whose size
+// The latest run named config.run.name in `history`, checked against `config` (a config that
+// changes the run is refused unless config.coordinator.resume_changes): run_id, label, changes,
+// last_round and already_finished of the ResumePoint; the rest is left as it is. Errors as
+// findResumePoint's.
+Result<ResumePoint> findResumableRun(history::HistoryStore& history, const config::Config& config);
+
+// findResumableRun, and where the model continues from: a checkpoint whose size
 // is not `num_params` floats is refused. Errors say what to do (kNotFound: no such run;
 // kFailedPrecondition: changes not accepted, or ok rounds without any checkpoint;
 // kInvalidArgument: a checkpoint of another model; kCorrupt: unreadable stored config).

@@ -24,6 +24,7 @@
 #include "common/model/model.h"
 #include "common/wire/messages.h"
 #include "coordinator/engine_driver.h"
+#include "coordinator/resume.h"
 #include "coordinator/run_setup.h"
 #include "engine/round_engine.h"
 #include "sim/fleet.h"
@@ -31,6 +32,7 @@
 #include "sim/hash.h"
 #include "sim/model_cost.h"
 #include "sim/progress.h"
+#include "sim/replay_history.h"
 #include "sim/worker_pool.h"
 
 namespace fedfleet::sim {
@@ -213,8 +215,15 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
     return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
   }
 
+  // Opens the history; with coordinator.resume, the interrupted run's file behind a
+  // ReplayHistory (sim/replay_history.h).
+  Status openHistory();
+
   config::Config config_;
+  std::unique_ptr<history::HistoryStore> file_;  // --resume: the file history_ replays
   std::unique_ptr<history::HistoryStore> history_;
+  ReplayHistory* replay_ = nullptr;  // history_ when resuming, else null
+  std::string already_finished_;     // --resume of a run that has nothing left to do
   std::unique_ptr<coordinator::EngineDriver> driver_;  // over history_ and this
   std::unique_ptr<FleetData> data_;
   std::optional<Fleet> fleet_;
@@ -298,18 +307,7 @@ Status Simulator::init(const config::Config& config) {
   ref_samples_per_s_ =
       sc.reference_gflops * 1e9 / trainFlopsPerSample(config_.model.name, num_params_);
 
-  if (config_.history.db == ":memory:") {
-    history_ = history::createMemoryHistory();
-  } else {
-    FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
-  }
-  history::RunRecord run;
-  run.name = config_.run.name;
-  run.config_json = config_.toJson().dump();
-  run.started_at = unixNow();
-  run.seed = config_.run.seed;
-  run.clock = "virtual";
-  FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+  FEDFLEET_RETURN_IF_ERROR(openHistory());
   driver_ = std::make_unique<coordinator::EngineDriver>(
       *history_, static_cast<coordinator::DriverPort&>(*this), config_.coordinator.keep_checkpoints,
       "s virtual");
@@ -362,6 +360,58 @@ Status Simulator::init(const config::Config& config) {
       "({} parameters), {} workers; reference device {:.0f} samples/s",
       run_id_, sc.clients, sc.fleet, sc.availability, config_.coordinator.clients_per_round,
       config_.run.rounds, config_.model.name, num_params_, pool_->size(), ref_samples_per_s_);
+  return Status::ok();
+}
+
+Status Simulator::openHistory() {
+  const std::string& db = config_.history.db;
+  if (!config_.coordinator.resume) {
+    if (db == ":memory:") {
+      history_ = history::createMemoryHistory();
+    } else {
+      FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(db));
+    }
+    history::RunRecord run;
+    run.name = config_.run.name;
+    run.config_json = config_.toJson().dump();
+    run.started_at = unixNow();
+    run.seed = config_.run.seed;
+    run.clock = "virtual";
+    FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+    return Status::ok();
+  }
+  if (db == ":memory:") {
+    return invalidArgument(
+        "--resume continues the run recorded in a history file: give it with --db (history.db "
+        "is :memory:, which keeps nothing)");
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(file_, history::openSqliteHistory(db));
+  // Changes are never accepted here (a replay needs the recorded config), so they are listed
+  // to be refused with that reason.
+  config::Config listing = config_;
+  listing.coordinator.resume_changes = true;
+  FEDFLEET_ASSIGN_OR_RETURN(coordinator::ResumePoint point,
+                            coordinator::findResumableRun(*file_, listing));
+  if (!point.changes.empty()) {
+    return failedPrecondition(
+        "--resume: this config changes " + point.label + ": " +
+        coordinator::describeChanges(point.changes) +
+        ". A simulation continues by replaying its recorded rounds, so it resumes only with the "
+        "run's own config; to run with these changes, give the run another run.name");
+  }
+  run_id_ = point.run_id;
+  if (!point.already_finished.empty()) {
+    already_finished_ = point.label + " already finished (its last round is " +
+                        std::to_string(point.last_round) +
+                        " of run.rounds = " + std::to_string(config_.run.rounds) + " in " + db +
+                        "); nothing to resume. To simulate it again, give the run another "
+                        "run.name";
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(auto replay, ReplayHistory::create(*file_, run_id_));
+  replay_ = replay.get();
+  history_ = std::move(replay);
+  spdlog::info("sim: resuming {} of {}: replaying its {} recorded round(s), then continuing",
+               point.label, db, point.last_round);
   return Status::ok();
 }
 
@@ -864,6 +914,7 @@ void Simulator::blockMetricsRecorded(const std::vector<history::BlockMetricRecor
 }
 
 Result<SimSummary> Simulator::run() {
+  if (!already_finished_.empty()) return failedPrecondition(already_finished_);
   const auto wall0 = std::chrono::steady_clock::now();
   if (progress_->active()) spdlog::set_level(spdlog::level::warn);  // the bar says it
   engine_->start(now_);
@@ -871,7 +922,9 @@ Result<SimSummary> Simulator::run() {
   while (!driver_->finished()) {
     if (stop_.load()) {
       progress_->finish();
-      return unavailable("interrupted in round " + std::to_string(engine_->currentRound()));
+      return unavailable("interrupted in round " + std::to_string(engine_->currentRound()) +
+                         "; the history holds every row written so far. Continue the run with "
+                         "`fedfleet sim --resume` and the same config");
     }
     collectEvaluations(/*block=*/false);
     FEDFLEET_RETURN_IF_ERROR(carryOut());
@@ -916,6 +969,11 @@ Result<SimSummary> Simulator::run() {
   summary_.registered_clients = config_.sim.clients;
   summary_.distinct_participants = participants_.size();
   summary_.db_path = config_.history.db;
+  if (replay_ && replay_->rowsToMatch() > 0) {
+    return failedPrecondition("--resume: the replayed run ended with " +
+                              std::to_string(replay_->rowsToMatch()) +
+                              " recorded rows it never wrote: the file is not this simulation's");
+  }
   if (!driver_->runOk()) return failedPrecondition("run failed: " + driver_->finishMessage());
   return summary_;
 }
