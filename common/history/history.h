@@ -100,10 +100,12 @@ class HistoryStore {
 };
 
 // Opens (creating if needed) a SQLite history at `path`: WAL mode, foreign keys on, schema
-// created or checked against the schema_version table (a newer or unknown version is an error).
-// Fails with kIoError when the file cannot be opened or created (missing directory, no
-// permission), kCorrupt when it is not a SQLite database, kFailedPrecondition on a schema
-// version other than this build's or a database that is not a fedfleet history.
+// created or checked against the schema_version table; an older file is upgraded in place, one
+// step (one transaction) a version. Fails with kIoError when the file cannot be opened or created
+// (missing directory, no permission), kCorrupt when it is not a SQLite database,
+// kFailedPrecondition on a schema version newer than this build's ("upgrade fedfleet") or one no
+// fedfleet wrote, or a database that is not a fedfleet history; a failed upgrade step returns its
+// error, naming the step, and leaves the file at the version before it.
 // common/history/sqlite_history.h has an overload taking options.
 Result<std::unique_ptr<HistoryStore>> openSqliteHistory(const std::string& path);
 

@@ -19,29 +19,47 @@ namespace {
 enum class Backend { kSqlite, kMemory };
 void PrintTo(Backend b, std::ostream* os) { *os << (b == Backend::kSqlite ? "sqlite" : "memory"); }
 
+// Every field of each record, for comparing. The structured bindings name every member, so a
+// field added to a record stops this file compiling until it is compared here too.
 auto fields(const RunRecord& r) {
-  return std::tie(r.run_id, r.name, r.config_json, r.started_at, r.seed);
+  const auto& [run_id, name, config_json, started_at, seed, clock] = r;
+  return std::tie(run_id, name, config_json, started_at, seed, clock);
 }
 auto fields(const RoundRecord& r) {
-  return std::tie(r.run_id, r.round, r.start_time, r.end_time, r.selected, r.completed, r.late,
-                  r.dropped, r.rejected, r.status, r.train_loss, r.test_loss, r.test_accuracy,
-                  r.bytes_up, r.bytes_down, r.model_version);
+  const auto& [run_id, round, start_time, end_time, wall_start, wall_end, selected, completed, late,
+               dropped, rejected, status, train_loss, test_loss, test_accuracy, bytes_up,
+               bytes_down, model_version] = r;
+  return std::tie(run_id, round, start_time, end_time, wall_start, wall_end, selected, completed,
+                  late, dropped, rejected, status, train_loss, test_loss, test_accuracy, bytes_up,
+                  bytes_down, model_version);
 }
 auto fields(const UpdateRecord& u) {
-  return std::tie(u.run_id, u.round, u.client_id, u.partition, u.n_samples, u.steps, u.loss,
-                  u.compute_s, u.upload_s, u.bytes_up, u.bytes_down, u.weight, u.status,
-                  u.served_block, u.served_model, u.served_version, u.served_sha256_hex,
-                  u.served_bytes, u.served_samples, u.served_loss, u.served_accuracy);
+  const auto& [run_id, round, client_id, partition, n_samples, steps, loss, compute_s, upload_s,
+               start_time, end_time, wall_compute_s, codec, encode_s, decode_s, grant_wait_s,
+               bytes_up, bytes_down, weight, status, served_block, served_model, served_version,
+               served_sha256_hex, served_bytes, served_samples, served_loss, served_accuracy] = u;
+  return std::tie(run_id, round, client_id, partition, n_samples, steps, loss, compute_s, upload_s,
+                  start_time, end_time, wall_compute_s, codec, encode_s, decode_s, grant_wait_s,
+                  bytes_up, bytes_down, weight, status, served_block, served_model, served_version,
+                  served_sha256_hex, served_bytes, served_samples, served_loss, served_accuracy);
 }
 auto fields(const ClientRecord& c) {
-  return std::tie(c.client_id, c.public_key, c.device_kind, c.device_name, c.cores, c.memory_bytes,
-                  c.data_size, c.first_seen, c.last_seen);
+  const auto& [client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size,
+               first_seen, last_seen] = c;
+  return std::tie(client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size,
+                  first_seen, last_seen);
 }
 auto fields(const EventRecord& e) {
-  return std::tie(e.run_id, e.time, e.kind, e.client_id, e.detail);
+  const auto& [run_id, time, kind, client_id, detail] = e;
+  return std::tie(run_id, time, kind, client_id, detail);
 }
 auto fields(const CheckpointRecord& c) {
-  return std::tie(c.run_id, c.round, c.model_version, c.sha256_hex, c.blob, c.engine_state);
+  const auto& [run_id, round, model_version, sha256_hex, blob, engine_state] = c;
+  return std::tie(run_id, round, model_version, sha256_hex, blob, engine_state);
+}
+auto fields(const BlockMetricRecord& b) {
+  const auto& [run_id, round, block, model, accuracy, loss] = b;
+  return std::tie(run_id, round, block, model, accuracy, loss);
 }
 
 template <typename T>
@@ -503,6 +521,120 @@ TEST_P(HistoryStoreTest, BlockMetricsRoundTripInOrderAllOrNone) {
   EXPECT_EQ((*rows)[0].accuracy, 0.5);
 }
 
+// Every field of every record type comes back as written, at the edges of its type: the largest
+// unsigned values (above INT64_MAX for uint64_t), the most negative int32_t, infinities, the
+// smallest subnormal, empty strings, non-ASCII text and bytes with NULs in blobs.
+TEST_P(HistoryStoreTest, EveryFieldOfEveryRecordRoundTripsAtTheEdges) {
+  constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+  constexpr uint32_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kTiny = std::numeric_limits<double>::denorm_min();
+  constexpr double kHuge = std::numeric_limits<double>::max();
+
+  RunRecord run{0, "", "{\"k\": \"v\xc3\xa9\"}", -kHuge, kMaxU64, "virtual"};
+  auto id = store_->beginRun(run);
+  ASSERT_TRUE(id.isOk()) << id.status().toString();
+  run.run_id = *id;
+
+  RoundRecord round;
+  round.run_id = *id;
+  round.round = kMaxU32;
+  round.start_time = -kInf;
+  round.end_time = kInf;
+  round.wall_start = kTiny;
+  round.wall_end = 1700000000.000001;
+  round.selected = kMaxU32;
+  round.completed = kMaxU32 - 1;
+  round.late = 0;
+  round.dropped = 1;
+  round.rejected = kMaxU32;
+  round.status = "failed";
+  round.train_loss = kHuge;
+  round.test_loss = -kInf;
+  round.test_accuracy = std::nullopt;
+  round.bytes_up = kMaxU64;
+  round.bytes_down = uint64_t{1} << 63;
+  round.model_version = kMaxU64 - 1;
+
+  UpdateRecord served;
+  served.run_id = *id;
+  served.round = kMaxU32;
+  served.client_id = "client \xe2\x9c\x93";
+  served.partition = std::numeric_limits<int32_t>::min();
+  served.n_samples = kMaxU64;
+  served.steps = kMaxU64 - 2;
+  served.loss = -kTiny;
+  served.compute_s = kInf;
+  served.upload_s = 1e-300;
+  served.start_time = 1.0 / 3.0;
+  served.end_time = 2.0 / 3.0;
+  served.wall_compute_s = 1e300;
+  served.codec = "topk";
+  served.encode_s = 0.1;
+  served.decode_s = 0.2;
+  served.grant_wait_s = kInf;
+  served.bytes_up = kMaxU64;
+  served.bytes_down = 0;
+  served.weight = -1.5;
+  served.status = "rejected";
+  served.served_block = std::numeric_limits<int32_t>::max();
+  served.served_model = "chain";
+  served.served_version = kMaxU64;
+  served.served_sha256_hex = std::string(64, 'f');
+  served.served_bytes = kMaxU64 - 3;
+  served.served_samples = kMaxU64;
+  served.served_loss = -kInf;
+  served.served_accuracy = std::nullopt;
+  UpdateRecord plain;  // no served model, empty codec, everything else at its default
+  plain.run_id = *id;
+  plain.round = kMaxU32;
+  plain.client_id = "c";
+  plain.status = "completed";
+
+  CheckpointRecord checkpoint;
+  checkpoint.run_id = *id;
+  checkpoint.round = kMaxU32;
+  checkpoint.model_version = kMaxU64;
+  checkpoint.sha256_hex = "";
+  checkpoint.blob = "";  // empty, not NULL
+  checkpoint.engine_state = std::string("\0\0\xff\0", 4);
+  ASSERT_TRUE(store_->commitRound(round, {served, plain}, checkpoint).isOk());
+
+  ClientRecord client{"c\xc3\xa9", "", "cuda", "", kMaxU32, kMaxU64, kMaxU64, -kInf, kTiny};
+  ASSERT_TRUE(store_->upsertClient(client).isOk());
+
+  EventRecord attached{*id, kHuge, "error", "", ""};
+  EventRecord unattached{0, -kTiny, "", "c\xc3\xa9", "line one\nline two"};
+  ASSERT_TRUE(store_->recordEvent(attached).isOk());
+  ASSERT_TRUE(store_->recordEvent(unattached).isOk());
+
+  BlockMetricRecord block{*id, kMaxU32, "0", "served", std::nullopt, kInf};
+  BlockMetricRecord other{*id, kMaxU32, "1", "pluralistic", kTiny, std::nullopt};
+  ASSERT_TRUE(store_->recordBlockMetrics({block, other}).isOk());
+
+  auto runs = store_->runs();
+  ASSERT_TRUE(runs.isOk()) << runs.status().toString();
+  expectSameRecords(*runs, {run});
+  auto rounds = store_->rounds(*id);
+  ASSERT_TRUE(rounds.isOk()) << rounds.status().toString();
+  expectSameRecords(*rounds, {round});
+  auto updates = store_->updates(*id, kMaxU32);
+  ASSERT_TRUE(updates.isOk()) << updates.status().toString();
+  expectSameRecords(*updates, {served, plain});
+  auto latest = store_->latestCheckpoint(*id);
+  ASSERT_TRUE(latest.isOk()) << latest.status().toString();
+  EXPECT_EQ(fields(*latest), fields(checkpoint));
+  auto clients = store_->clients();
+  ASSERT_TRUE(clients.isOk()) << clients.status().toString();
+  expectSameRecords(*clients, {client});
+  auto events = store_->events(std::nullopt);
+  ASSERT_TRUE(events.isOk()) << events.status().toString();
+  expectSameRecords(*events, {attached, unattached});
+  auto blocks = store_->blockMetrics(*id);
+  ASSERT_TRUE(blocks.isOk()) << blocks.status().toString();
+  expectSameRecords(*blocks, {block, other});
+}
+
 TEST_P(HistoryStoreTest, NanFollowsTheStoredAsNullRule) {
   const int64_t run = newRun();
   RoundRecord round = makeRound(run, 0);
@@ -511,7 +643,15 @@ TEST_P(HistoryStoreTest, NanFollowsTheStoredAsNullRule) {
   round.test_accuracy = std::numeric_limits<double>::infinity();
   UpdateRecord update = makeUpdate(run, 0, "a", "completed");
   update.loss = std::numeric_limits<double>::quiet_NaN();
+  update.grant_wait_s = std::numeric_limits<double>::quiet_NaN();
+  update.served_block = 0;
+  update.served_model = "shared";
+  update.served_loss = std::numeric_limits<double>::quiet_NaN();
   ASSERT_TRUE(store_->commitRound(round, {update}, std::nullopt).isOk());
+  EventRecord event{run, std::numeric_limits<double>::quiet_NaN(), "error", "a", ""};
+  ASSERT_TRUE(store_->recordEvent(event).isOk());
+  BlockMetricRecord block{run, 0, "0", "shared", std::numeric_limits<double>::quiet_NaN(), 1.0};
+  ASSERT_TRUE(store_->recordBlockMetrics({block}).isOk());
 
   auto rounds = store_->rounds(run);
   ASSERT_TRUE(rounds.isOk());
@@ -524,6 +664,17 @@ TEST_P(HistoryStoreTest, NanFollowsTheStoredAsNullRule) {
   ASSERT_TRUE(updates.isOk());
   ASSERT_EQ(updates->size(), 1u);
   EXPECT_TRUE(std::isnan((*updates)[0].loss));
+  EXPECT_TRUE(std::isnan((*updates)[0].grant_wait_s));
+  EXPECT_FALSE((*updates)[0].served_loss.has_value());
+  auto events = store_->events(run);
+  ASSERT_TRUE(events.isOk());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_TRUE(std::isnan((*events)[0].time));
+  auto blocks = store_->blockMetrics(run);
+  ASSERT_TRUE(blocks.isOk());
+  ASSERT_EQ(blocks->size(), 1u);
+  EXPECT_FALSE((*blocks)[0].accuracy.has_value());
+  EXPECT_EQ((*blocks)[0].loss, 1.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HistoryStoreTest,

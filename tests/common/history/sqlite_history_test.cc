@@ -1,6 +1,8 @@
-// What only the SQLite backend has: the file (WAL, reopen, schema version, bad files), the disk
-// running full, and a second connection holding the lock. The behaviour both backends share is
-// in history_test.cc.
+// What only the SQLite backend has: the file (WAL, reopen, schema version, bad files), its schema
+// (each table's column list, the released schema to the letter, the upgrade from every older
+// version, made from that version's own CREATE statements in schemas/vN.sql), the disk running
+// full, and a second connection holding the lock. The behaviour both backends share is in
+// history_test.cc.
 //
 // The test opens its own sqlite3 connections to look at and tamper with the file. sqlite3 is on
 // this executable's link line because fedfleet_history is a static library that links it.
@@ -10,11 +12,16 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
+#include <vector>
+
+#include "common/history/sqlite_schema.h"
 
 namespace fedfleet::history {
 namespace {
@@ -57,6 +64,104 @@ class SqliteHistoryTest : public ::testing::Test {
     sqlite3_finalize(stmt);
     sqlite3_close(db);
     return result;
+  }
+
+  // Runs `sql` on a separate raw connection to `path`; returns its rows, each row's columns
+  // joined by '|' (NULL as "NULL").
+  static std::vector<std::string> rawRows(const std::string& path, const std::string& sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* stmt = nullptr;
+    std::vector<std::string> rows;
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr);
+    EXPECT_EQ(rc, SQLITE_OK) << sqlite3_errmsg(db) << " in " << sql;
+    while (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) {
+      std::string row;
+      for (int i = 0; i < sqlite3_column_count(stmt); ++i) {
+        const unsigned char* text = sqlite3_column_text(stmt, i);
+        row += (i > 0 ? "|" : "") +
+               (text ? std::string(reinterpret_cast<const char*>(text)) : std::string("NULL"));
+      }
+      rows.push_back(row);
+    }
+    sqlite3_finalize(stmt);
+    sqlite3_close(db);
+    return rows;
+  }
+
+  // Runs a script of statements on a separate raw connection to `path`.
+  static void rawExec(const std::string& path, const std::string& sql) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+
+  // The schema of the file at `path` as SQLite describes it, table by table (sorted by name):
+  // each column (name, type, NOT NULL, default, primary key), foreign key and index. Two files
+  // with the same description store and constrain rows alike, whatever their CREATE text.
+  static std::vector<std::string> describeSchema(const std::string& path) {
+    std::vector<std::string> out;
+    auto add = [&out](const std::string& heading, const std::vector<std::string>& rows) {
+      for (const std::string& row : rows) out.push_back(heading + ": " + row);
+    };
+    for (const std::string& table :
+         rawRows(path, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")) {
+      add(table + " column", rawRows(path,
+                                     "SELECT cid, name, type, \"notnull\", dflt_value, pk FROM "
+                                     "pragma_table_info('" +
+                                         table + "') ORDER BY cid"));
+      add(table + " foreign key",
+          rawRows(path,
+                  "SELECT id, seq, \"table\", \"from\", \"to\", on_update, on_delete, "
+                  "\"match\" FROM pragma_foreign_key_list('" +
+                      table + "') ORDER BY id, seq"));
+      for (const std::string& index :
+           rawRows(path, "SELECT name FROM pragma_index_list('" + table + "') ORDER BY name")) {
+        add(table + " index", rawRows(path,
+                                      "SELECT name, \"unique\", origin, partial FROM "
+                                      "pragma_index_list('" +
+                                          table + "') WHERE name = '" + index + "'"));
+        add(table + " index " + index,
+            rawRows(path, "SELECT seqno, cid, name FROM pragma_index_info('" + index +
+                              "') ORDER BY seqno"));
+      }
+    }
+    return out;
+  }
+
+  // Every row of every table of the file `columns_from` but schema_version, as the file `path`
+  // holds it, in the columns the table has in `columns_from`: each value as SQL's quote() writes
+  // it (so types show).
+  static std::vector<std::string> dumpRows(const std::string& path,
+                                           const std::string& columns_from) {
+    std::vector<std::string> out;
+    for (const std::string& table :
+         rawRows(columns_from,
+                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name != "
+                 "'schema_version' ORDER BY name")) {
+      std::string columns;
+      for (const std::string& column : rawRows(
+               columns_from, "SELECT name FROM pragma_table_info('" + table + "') ORDER BY cid")) {
+        columns += (columns.empty() ? "quote(\"" : " || '|' || quote(\"") + column + "\")";
+      }
+      for (const std::string& row :
+           rawRows(path, "SELECT " + columns + " FROM " + table + " ORDER BY rowid")) {
+        out.push_back(table + ": " + row);
+      }
+    }
+    return out;
+  }
+
+  // The schema a version's fedfleet gave a new file (tests/common/history/schemas/vN.sql).
+  static std::string schemaFixture(int64_t version) {
+    const std::string path = std::string(FEDFLEET_SOURCE_DIR) + "/tests/common/history/schemas/v" +
+                             std::to_string(version) + ".sql";
+    std::ifstream in(path);
+    EXPECT_TRUE(in.good()) << "no schema fixture " << path;
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
   std::string readFile(const std::string& path) {
@@ -165,17 +270,31 @@ TEST_F(SqliteHistoryTest, SecondConnectionReadsWhileFirstWrites) {
   }
 }
 
-TEST_F(SqliteHistoryTest, NewerSchemaVersionIsRefused) {
+// A newer version than this build knows is refused with what to do; a version no fedfleet wrote
+// (0) is refused as damage. Either way the file is left as it is.
+TEST_F(SqliteHistoryTest, OtherSchemaVersionsAreRefusedAndLeftAlone) {
+  struct Case {
+    int version;
+    std::vector<std::string> says;
+  };
+  const Case cases[] = {
+      {99, {"schema version 99", "knows up to schema version 5", "newer", "upgrade fedfleet"}},
+      {0, {"schema version 0, which no fedfleet writes", "damaged"}},
+  };
   { ASSERT_TRUE(open()); }
-  EXPECT_EQ(rawQuery("UPDATE schema_version SET version = 99"), "");
-  auto store = openSqliteHistory(path_);
-  ASSERT_FALSE(store.isOk());
-  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
-  const std::string message = store.status().message();
-  EXPECT_NE(message.find("schema version 99"), std::string::npos) << message;
-  EXPECT_NE(message.find("version 5"), std::string::npos) << message;
-  EXPECT_NE(message.find("newer"), std::string::npos) << message;
-  EXPECT_NE(message.find(path_), std::string::npos) << message;
+  for (const Case& c : cases) {
+    const std::string version = std::to_string(c.version);
+    EXPECT_EQ(rawQuery("UPDATE schema_version SET version = " + version), "");
+    auto store = openSqliteHistory(path_);
+    ASSERT_FALSE(store.isOk());
+    EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+    const std::string message = store.status().message();
+    EXPECT_NE(message.find(path_), std::string::npos) << message;
+    for (const std::string& phrase : c.says) {
+      EXPECT_NE(message.find(phrase), std::string::npos) << phrase << " not in: " << message;
+    }
+    EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), version);
+  }
 }
 
 TEST_F(SqliteHistoryTest, ForeignDatabaseIsRefusedAndLeftAlone) {
@@ -566,6 +685,150 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   EXPECT_EQ((*back_updates)[0].grant_wait_s, 0.75);
   auto back_runs = store->runs();
   EXPECT_EQ(back_runs->back().clock, "virtual");
+}
+
+// Every table of a new file has its column list (common/history/sqlite_schema.h) as its columns,
+// in order, with the declared type and NOT NULL; the file has those tables and schema_version.
+TEST_F(SqliteHistoryTest, ANewFileHasEachTablesColumnListInOrder) {
+  { ASSERT_TRUE(open()); }
+  std::vector<std::string> tables = {"schema_version"};
+  forEachTable([&](const auto& table) {
+    const std::string name(table.name);
+    tables.push_back(name);
+    std::vector<std::string> want;
+    for (const auto& column : table.columns) {
+      const bool not_null = column.constraints.find("NOT NULL") != std::string_view::npos;
+      want.push_back(std::string(column.name) + "|" + std::string(column.type) + "|" +
+                     (not_null ? "1" : "0"));
+    }
+    EXPECT_EQ(rawRows(path_, "SELECT name, type, \"notnull\" FROM pragma_table_info('" + name +
+                                 "') ORDER BY cid"),
+              want)
+        << "table " << name;
+  });
+  std::sort(tables.begin(), tables.end());
+  EXPECT_EQ(rawRows(path_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"),
+            tables);
+}
+
+// A new file's schema is version 5's as it was first released, to the letter: the same CREATE
+// statements (tables, columns, order, types, constraints, indexes) as the fixture.
+TEST_F(SqliteHistoryTest, ANewFileHasTheReleasedSchemaToTheLetter) {
+  { ASSERT_TRUE(open()); }
+  const std::string fixture = path_ + ".fixture";
+  std::filesystem::remove(fixture);
+  rawExec(fixture, schemaFixture(kSqliteSchemaVersion));
+  const std::string master = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name";
+  EXPECT_EQ(rawRows(path_, master), rawRows(fixture, master));
+  EXPECT_EQ(describeSchema(path_), describeSchema(fixture));
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), std::to_string(kSqliteSchemaVersion));
+  std::filesystem::remove(fixture);
+}
+
+// A file of each older version, made with that version's own schema and holding a row in each
+// table, is upgraded to exactly the schema of a new file and keeps every row, value for value;
+// the store then reads the rows.
+TEST_F(SqliteHistoryTest, EachOlderVersionUpgradesToTheSchemaOfANewFile) {
+  { ASSERT_TRUE(open()); }
+  const std::vector<std::string> fresh = describeSchema(path_);
+  ASSERT_FALSE(fresh.empty());
+  for (const SchemaUpgrade& step : schemaUpgrades()) {
+    const int64_t version = step.from_version;
+    SCOPED_TRACE("schema version " + std::to_string(version));
+    const std::string old = path_ + ".v" + std::to_string(version);
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(old + suffix);
+    // Columns every version has.
+    std::string rows = R"sql(
+INSERT INTO runs (run_id, name, config_json, started_at, seed) VALUES (1, 'old', '{"a": 1}', 100.0, 7);
+INSERT INTO rounds (run_id, round, start_time, end_time, selected, completed, late, dropped,
+  rejected, status, train_loss, test_loss, test_accuracy, bytes_up, bytes_down, model_version)
+  VALUES (1, 1, 100.0, 112.5, 2, 1, 0, 1, 0, 'ok', 0.5, NULL, 0.8, -1, 20, 1);
+INSERT INTO updates (run_id, round, client_id, "partition", n_samples, steps, loss, compute_s,
+  upload_s, bytes_up, bytes_down, weight, status)
+  VALUES (1, 1, 'c1', 3, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0, 'completed');
+INSERT INTO clients VALUES ('c1', 'key', 'cpu', 'x86', 4, 1024, 60, 90.0, 110.0);
+INSERT INTO checkpoints (run_id, round, model_version, sha256, blob)
+  VALUES (1, 1, 1, 'abc', x'00ff');
+INSERT INTO events (run_id, time, kind, client_id, detail) VALUES (1, 101.0, 'error', 'c1', 'boom');
+INSERT INTO events (run_id, time, kind, client_id, detail) VALUES (NULL, 102.0, 'auth', '', '');
+)sql";
+    if (version >= 4) {
+      rows += "INSERT INTO block_metrics VALUES (1, 1, '0', 'shared', 0.75, NULL);\n";
+    }
+    rawExec(old, schemaFixture(version) + rows);
+    ASSERT_EQ(rawRows(old, "SELECT version FROM schema_version"),
+              std::vector<std::string>{std::to_string(version)});
+    const std::string before = old + ".before";
+    std::filesystem::remove(before);
+    std::filesystem::copy_file(old, before);
+    ASSERT_EQ(dumpRows(before, before).size(), version >= 4 ? 8u : 7u);
+
+    auto store = openSqliteHistory(old);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    EXPECT_EQ(rawRows(old, "SELECT version FROM schema_version"),
+              std::vector<std::string>{std::to_string(kSqliteSchemaVersion)});
+    EXPECT_EQ(describeSchema(old), fresh);
+    // Every row keeps its values in the columns it had.
+    EXPECT_EQ(dumpRows(old, before), dumpRows(before, before));
+
+    auto runs = (*store)->runs();
+    ASSERT_TRUE(runs.isOk()) << runs.status().toString();
+    ASSERT_EQ(runs->size(), 1u);
+    EXPECT_EQ((*runs)[0].name, "old");
+    EXPECT_EQ((*runs)[0].clock, "wall");
+    auto rounds = (*store)->rounds(1);
+    ASSERT_TRUE(rounds.isOk()) << rounds.status().toString();
+    ASSERT_EQ(rounds->size(), 1u);
+    EXPECT_EQ((*rounds)[0].bytes_up, std::numeric_limits<uint64_t>::max());
+    EXPECT_FALSE((*rounds)[0].test_loss.has_value());
+    EXPECT_EQ((*rounds)[0].test_accuracy, 0.8);
+    auto updates = (*store)->updates(1, std::nullopt);
+    ASSERT_TRUE(updates.isOk()) << updates.status().toString();
+    ASSERT_EQ(updates->size(), 1u);
+    EXPECT_EQ((*updates)[0].partition, 3);
+    EXPECT_EQ((*updates)[0].compute_s, 3.25);
+    EXPECT_EQ((*updates)[0].served_block, -1);
+    auto checkpoint = (*store)->latestCheckpoint(1);
+    ASSERT_TRUE(checkpoint.isOk()) << checkpoint.status().toString();
+    EXPECT_EQ(checkpoint->blob, std::string("\0\xff", 2));
+    EXPECT_EQ(checkpoint->engine_state, "");
+    auto clients = (*store)->clients();
+    ASSERT_TRUE(clients.isOk());
+    ASSERT_EQ(clients->size(), 1u);
+    EXPECT_EQ((*clients)[0].memory_bytes, 1024u);
+    auto events = (*store)->events(std::nullopt);
+    ASSERT_TRUE(events.isOk());
+    ASSERT_EQ(events->size(), 2u);
+    EXPECT_EQ((*events)[0].detail, "boom");
+    EXPECT_EQ((*events)[1].run_id, 0);
+    auto blocks = (*store)->blockMetrics(1);
+    ASSERT_TRUE(blocks.isOk());
+    EXPECT_EQ(blocks->size(), version >= 4 ? 1u : 0u);
+    store->reset();
+    for (const char* suffix : {"", "-wal", "-shm", ".before"}) {
+      std::filesystem::remove(old + suffix);
+    }
+  }
+}
+
+// Each upgrade step is its own transaction: when one fails, the steps before it stay committed,
+// the failed one leaves nothing behind, and the error names the step and the version the file
+// stays at.
+TEST_F(SqliteHistoryTest, AFailedUpgradeStepIsRolledBackAndNamed) {
+  // A version-3 file that already has one of the columns step 4 -> 5 adds: that step fails.
+  rawExec(path_, schemaFixture(3) + "ALTER TABLE updates ADD COLUMN served_block INTEGER;");
+  auto store = openSqliteHistory(path_);
+  ASSERT_FALSE(store.isOk());
+  const std::string message = store.status().message();
+  EXPECT_NE(message.find(path_), std::string::npos) << message;
+  EXPECT_NE(message.find("upgrading schema version 4 to 5"), std::string::npos) << message;
+  EXPECT_NE(message.find("duplicate column name: served_block"), std::string::npos) << message;
+  EXPECT_NE(message.find("stays at schema version 4"), std::string::npos) << message;
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "4");
+  EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE name = 'block_metrics'"), "1");
+  EXPECT_EQ(rawQuery("SELECT count(*) FROM pragma_table_info('updates') WHERE name = "
+                     "'served_model'"),
+            "0");
 }
 
 }  // namespace

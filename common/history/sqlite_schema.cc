@@ -1,0 +1,372 @@
+#include "common/history/sqlite_schema.h"
+
+namespace fedfleet::history {
+namespace {
+
+// The table's rowid, which SQLite assigns on insert: read into field `Member`, never bound.
+template <auto Member, typename Record = typename RecordOf<decltype(Member)>::type>
+constexpr Column<Record> assignedId(std::string_view name) {
+  Column<Record> column = field<Member>(name, "INTEGER", "PRIMARY KEY");
+  column.bind = nullptr;
+  return column;
+}
+
+// A rowid no record field holds: it only keeps rows in insertion order.
+template <typename Record>
+constexpr Column<Record> insertionOrder(std::string_view name) {
+  return {name, "INTEGER", "PRIMARY KEY"};
+}
+
+// A column of an update's served model: NULL when the task served none (served_block < 0), and
+// a NULL read back leaves the record's default (served_block -1: nothing served).
+template <auto Member>
+constexpr Column<UpdateRecord> servedField(std::string_view name, std::string_view type) {
+  return {name,
+          type,
+          {},
+          [](const UpdateRecord& u, const Parameter& p) {
+            if (u.served_block < 0) {
+              p.null();
+            } else {
+              bindValue(p, u.*Member);
+            }
+          },
+          [](const Value& value, UpdateRecord& u) {
+            if (!value.isNull()) readValue(value, u.*Member);
+          }};
+}
+
+constexpr Column<RunRecord> kRunColumns[] = {
+    assignedId<&RunRecord::run_id>("run_id"),
+    field<&RunRecord::name>("name", "TEXT", "NOT NULL"),
+    field<&RunRecord::config_json>("config_json", "TEXT", "NOT NULL"),
+    field<&RunRecord::started_at>("started_at", "REAL"),
+    field<&RunRecord::seed>("seed", "INTEGER", "NOT NULL"),
+    field<&RunRecord::clock>("clock", "TEXT", "NOT NULL DEFAULT 'wall'"),
+};
+
+constexpr Column<RoundRecord> kRoundColumns[] = {
+    field<&RoundRecord::run_id>("run_id", "INTEGER", "NOT NULL REFERENCES runs (run_id)"),
+    field<&RoundRecord::round>("round", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::start_time>("start_time", "REAL"),
+    field<&RoundRecord::end_time>("end_time", "REAL"),
+    field<&RoundRecord::selected>("selected", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::completed>("completed", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::late>("late", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::dropped>("dropped", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::rejected>("rejected", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::status>("status", "TEXT",
+                                "NOT NULL CHECK (status IN ('initial', 'ok', 'failed'))"),
+    field<&RoundRecord::train_loss>("train_loss", "REAL"),
+    field<&RoundRecord::test_loss>("test_loss", "REAL"),
+    field<&RoundRecord::test_accuracy>("test_accuracy", "REAL"),
+    field<&RoundRecord::bytes_up>("bytes_up", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::bytes_down>("bytes_down", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::model_version>("model_version", "INTEGER", "NOT NULL"),
+    field<&RoundRecord::wall_start>("wall_start", "REAL"),  // schema 2
+    field<&RoundRecord::wall_end>("wall_end", "REAL"),
+};
+constexpr std::string_view kRoundConstraints[] = {"PRIMARY KEY (run_id, round)"};
+
+constexpr Column<UpdateRecord> kUpdateColumns[] = {
+    insertionOrder<UpdateRecord>("id"),
+    field<&UpdateRecord::run_id>("run_id", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::round>("round", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::client_id>("client_id", "TEXT", "NOT NULL"),
+    field<&UpdateRecord::partition>("partition", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::n_samples>("n_samples", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::steps>("steps", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::loss>("loss", "REAL"),
+    field<&UpdateRecord::compute_s>("compute_s", "REAL"),
+    field<&UpdateRecord::upload_s>("upload_s", "REAL"),
+    field<&UpdateRecord::bytes_up>("bytes_up", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::bytes_down>("bytes_down", "INTEGER", "NOT NULL"),
+    field<&UpdateRecord::weight>("weight", "REAL"),
+    field<&UpdateRecord::status>(
+        "status", "TEXT",
+        "NOT NULL CHECK (status IN ('completed', 'late', 'dropped', 'rejected'))"),
+    field<&UpdateRecord::start_time>("start_time", "REAL"),  // schema 2
+    field<&UpdateRecord::end_time>("end_time", "REAL"),
+    field<&UpdateRecord::wall_compute_s>("wall_compute_s", "REAL"),
+    field<&UpdateRecord::codec>("codec", "TEXT", "NOT NULL DEFAULT ''"),
+    field<&UpdateRecord::encode_s>("encode_s", "REAL"),
+    field<&UpdateRecord::decode_s>("decode_s", "REAL"),
+    servedField<&UpdateRecord::served_block>("served_block", "INTEGER"),  // schema 5
+    servedField<&UpdateRecord::served_model>("served_model", "TEXT"),
+    servedField<&UpdateRecord::served_version>("served_version", "INTEGER"),
+    servedField<&UpdateRecord::served_sha256_hex>("served_sha256", "TEXT"),
+    servedField<&UpdateRecord::served_bytes>("served_bytes", "INTEGER"),
+    servedField<&UpdateRecord::served_samples>("served_samples", "INTEGER"),
+    servedField<&UpdateRecord::served_loss>("served_loss", "REAL"),
+    servedField<&UpdateRecord::served_accuracy>("served_accuracy", "REAL"),
+    field<&UpdateRecord::grant_wait_s>("grant_wait_s", "REAL"),
+};
+constexpr std::string_view kUpdateConstraints[] = {
+    "FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)"};
+constexpr Index kUpdateIndexes[] = {{"updates_by_round", "run_id, round"}};
+
+constexpr Column<ClientRecord> kClientColumns[] = {
+    field<&ClientRecord::client_id>("client_id", "TEXT", "PRIMARY KEY NOT NULL"),
+    field<&ClientRecord::public_key>("public_key", "TEXT", "NOT NULL"),
+    field<&ClientRecord::device_kind>("device_kind", "TEXT", "NOT NULL"),
+    field<&ClientRecord::device_name>("device_name", "TEXT", "NOT NULL"),
+    field<&ClientRecord::cores>("cores", "INTEGER", "NOT NULL"),
+    field<&ClientRecord::memory_bytes>("memory_bytes", "INTEGER", "NOT NULL"),
+    field<&ClientRecord::data_size>("data_size", "INTEGER", "NOT NULL"),
+    field<&ClientRecord::first_seen>("first_seen", "REAL"),
+    field<&ClientRecord::last_seen>("last_seen", "REAL"),
+};
+
+constexpr Column<CheckpointRecord> kCheckpointColumns[] = {
+    field<&CheckpointRecord::run_id>("run_id", "INTEGER", "NOT NULL"),
+    field<&CheckpointRecord::round>("round", "INTEGER", "NOT NULL"),
+    field<&CheckpointRecord::model_version>("model_version", "INTEGER", "NOT NULL"),
+    field<&CheckpointRecord::sha256_hex>("sha256", "TEXT", "NOT NULL"),
+    blobField<&CheckpointRecord::blob>("blob", "NOT NULL"),
+    blobField<&CheckpointRecord::engine_state>("engine_state", "NOT NULL DEFAULT x''"),  // 3
+};
+constexpr std::string_view kCheckpointConstraints[] = {
+    "PRIMARY KEY (run_id, round)", "FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)"};
+
+constexpr Column<EventRecord> kEventColumns[] = {
+    insertionOrder<EventRecord>("id"),
+    // 0 (no run) is stored as NULL, which the foreign key lets through; NULL reads back as 0.
+    {"run_id", "INTEGER", "REFERENCES runs (run_id)",
+     [](const EventRecord& e, const Parameter& p) {
+       if (e.run_id == 0) {
+         p.null();
+       } else {
+         p.integer(e.run_id);
+       }
+     },
+     [](const Value& value, EventRecord& e) { e.run_id = value.integer(); }},
+    field<&EventRecord::time>("time", "REAL"),
+    field<&EventRecord::kind>("kind", "TEXT", "NOT NULL"),
+    field<&EventRecord::client_id>("client_id", "TEXT", "NOT NULL"),
+    field<&EventRecord::detail>("detail", "TEXT", "NOT NULL"),
+};
+constexpr Index kEventIndexes[] = {{"events_by_run", "run_id"}};
+
+// block and model read as text whatever type a file's writer gave them (Value::text).
+constexpr Column<BlockMetricRecord> kBlockMetricColumns[] = {
+    field<&BlockMetricRecord::run_id>("run_id", "INTEGER", "NOT NULL REFERENCES runs (run_id)"),
+    field<&BlockMetricRecord::round>("round", "INTEGER", "NOT NULL"),
+    field<&BlockMetricRecord::block>("block", "TEXT", "NOT NULL"),
+    field<&BlockMetricRecord::model>("model", "TEXT", "NOT NULL"),
+    field<&BlockMetricRecord::accuracy>("accuracy", "REAL"),
+    field<&BlockMetricRecord::loss>("loss", "REAL"),
+};
+constexpr std::string_view kBlockMetricConstraints[] = {
+    "PRIMARY KEY (run_id, round, block, model)"};
+
+// The released upgrade steps. Each one's SQL is what that version's fedfleet ran; never edit
+// one, add a step.
+constexpr SchemaUpgrade kSchemaUpgrades[] = {
+    {1, 2, "the run's clock, wall times of rounds, task times and codecs of updates", R"sql(
+ALTER TABLE runs ADD COLUMN clock TEXT NOT NULL DEFAULT 'wall';
+ALTER TABLE rounds ADD COLUMN wall_start REAL;
+ALTER TABLE rounds ADD COLUMN wall_end REAL;
+UPDATE rounds SET wall_start = start_time, wall_end = end_time;
+ALTER TABLE updates ADD COLUMN start_time REAL;
+ALTER TABLE updates ADD COLUMN end_time REAL;
+ALTER TABLE updates ADD COLUMN wall_compute_s REAL;
+ALTER TABLE updates ADD COLUMN codec TEXT NOT NULL DEFAULT '';
+ALTER TABLE updates ADD COLUMN encode_s REAL;
+ALTER TABLE updates ADD COLUMN decode_s REAL;
+UPDATE updates SET wall_compute_s = compute_s;
+)sql"},
+    {2, 3,
+     "the engine's learned state (selection generator, selector, server optimiser, control "
+     "variates) beside each checkpointed model",
+     R"sql(
+ALTER TABLE checkpoints ADD COLUMN engine_state BLOB NOT NULL DEFAULT x'';
+)sql"},
+    {3, 4,
+     "per-block evaluations of block-cyclic runs (a block_metrics table an earlier tool added "
+     "is kept)",
+     R"sql(
+CREATE TABLE IF NOT EXISTS block_metrics (
+  run_id INTEGER NOT NULL REFERENCES runs (run_id),
+  round INTEGER NOT NULL,
+  block TEXT NOT NULL,
+  model TEXT NOT NULL,
+  accuracy REAL,
+  loss REAL,
+  PRIMARY KEY (run_id, round, block, model)
+);
+)sql"},
+    {4, 5,
+     "the model each block-cyclic task served and how it did on the client's held-out data "
+     "(NULL in older rows), and each update's wait for its upload credit",
+     R"sql(
+ALTER TABLE updates ADD COLUMN served_block INTEGER;
+ALTER TABLE updates ADD COLUMN served_model TEXT;
+ALTER TABLE updates ADD COLUMN served_version INTEGER;
+ALTER TABLE updates ADD COLUMN served_sha256 TEXT;
+ALTER TABLE updates ADD COLUMN served_bytes INTEGER;
+ALTER TABLE updates ADD COLUMN served_samples INTEGER;
+ALTER TABLE updates ADD COLUMN served_loss REAL;
+ALTER TABLE updates ADD COLUMN served_accuracy REAL;
+ALTER TABLE updates ADD COLUMN grant_wait_s REAL;
+)sql"},
+};
+
+// The steps go from version 1 to this build's, one version at a time.
+constexpr bool isLadder(std::span<const SchemaUpgrade> steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].to_version != steps[i].from_version + 1) return false;
+    if (i > 0 && steps[i].from_version != steps[i - 1].to_version) return false;
+  }
+  return !steps.empty() && steps.front().from_version == 1 &&
+         steps.back().to_version == kSqliteSchemaVersion;
+}
+static_assert(isLadder(kSchemaUpgrades),
+              "kSchemaUpgrades must lead from version 1 to kSqliteSchemaVersion step by step");
+
+// The step that upgrades a file of `version`, or nullptr.
+const SchemaUpgrade* upgradeFrom(int64_t version) {
+  for (const SchemaUpgrade& step : kSchemaUpgrades) {
+    if (step.from_version == version) return &step;
+  }
+  return nullptr;
+}
+
+Status newerVersion(int64_t version, const std::string& ctx) {
+  return failedPrecondition(ctx + ": the file has schema version " + std::to_string(version) +
+                            ", but this fedfleet knows up to schema version " +
+                            std::to_string(kSqliteSchemaVersion) +
+                            " (a newer fedfleet wrote the file): upgrade fedfleet to open it");
+}
+
+Status unknownVersion(int64_t version, const std::string& ctx) {
+  return failedPrecondition(ctx + ": the file has schema version " + std::to_string(version) +
+                            ", which no fedfleet writes (versions 1 to " +
+                            std::to_string(kSqliteSchemaVersion) +
+                            "): the file is damaged or not a fedfleet history");
+}
+
+// Runs `step` on a file of step.from_version inside the caller's transaction and records
+// step.to_version.
+Status applyUpgrade(sqlite3* db, const SchemaUpgrade& step, const std::string& step_ctx) {
+  FEDFLEET_RETURN_IF_ERROR(execSql(db, step.sql, step_ctx));
+  FEDFLEET_ASSIGN_OR_RETURN(StatementPtr record,
+                            prepare(db, "UPDATE schema_version SET version = :version"));
+  Query q(db, record.get(), step_ctx);
+  q.parameter(":version").integer(step.to_version);
+  return q.run();
+}
+
+}  // namespace
+
+const Table<RunRecord> kRunsTable{"runs", kRunColumns, {}, {}};
+const Table<RoundRecord> kRoundsTable{"rounds", kRoundColumns, kRoundConstraints, {}};
+const Table<UpdateRecord> kUpdatesTable{"updates", kUpdateColumns, kUpdateConstraints,
+                                        kUpdateIndexes};
+const Table<ClientRecord> kClientsTable{"clients", kClientColumns, {}, {}};
+const Table<CheckpointRecord> kCheckpointsTable{
+    "checkpoints", kCheckpointColumns, kCheckpointConstraints, {}};
+const Table<EventRecord> kEventsTable{"events", kEventColumns, {}, kEventIndexes};
+const Table<BlockMetricRecord> kBlockMetricsTable{
+    "block_metrics", kBlockMetricColumns, kBlockMetricConstraints, {}};
+
+std::string sqlName(std::string_view name) {
+  if (sqlite3_keyword_check(name.data(), static_cast<int>(name.size())) == 0) {
+    return std::string(name);
+  }
+  return "\"" + std::string(name) + "\"";
+}
+
+std::span<const SchemaUpgrade> schemaUpgrades() { return kSchemaUpgrades; }
+
+std::string createSchemaSql() {
+  std::string sql = "CREATE TABLE schema_version (version INTEGER NOT NULL);\n";
+  forEachTable([&sql](const auto& table) { sql += createTableSql(table); });
+  return sql + "INSERT INTO schema_version (version) VALUES (" +
+         std::to_string(kSqliteSchemaVersion) + ");\n";
+}
+
+Result<std::optional<int64_t>> readSchemaVersion(sqlite3* db, const std::string& ctx) {
+  // The first read of the file: one that is not a database fails here.
+  auto listed = prepare(db,
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                        "'sqlite_%'");
+  if (!listed.isOk()) return listed.status().withContext(ctx);
+  StatementPtr tables = std::move(listed).value();
+  bool has_version_table = false;
+  int table_count = 0;
+  {
+    Query q(db, tables.get(), ctx + ": list tables");
+    while (true) {
+      FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
+      if (!row) break;
+      ++table_count;
+      if (q.column("name").text() == "schema_version") has_version_table = true;
+    }
+  }
+  if (!has_version_table) {
+    if (table_count > 0) {
+      return failedPrecondition(ctx + ": the file is a SQLite database but not a fedfleet " +
+                                "history (it has tables but no schema_version table)");
+    }
+    return std::optional<int64_t>();
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(StatementPtr version_stmt,
+                            prepare(db, "SELECT version FROM schema_version"));
+  Query q(db, version_stmt.get(), ctx + ": read schema_version");
+  FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
+  if (!row) return failedPrecondition(ctx + ": the schema_version table is empty");
+  const int64_t version = q.column("version").integer();
+  FEDFLEET_ASSIGN_OR_RETURN(bool extra, q.step());
+  if (extra) return failedPrecondition(ctx + ": the schema_version table has several rows");
+  return std::optional<int64_t>(version);
+}
+
+Status createOrUpgradeSchema(sqlite3* db, const std::string& ctx) {
+  while (true) {
+    FEDFLEET_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", ctx));
+    // Read under the write lock: another process may have created or upgraded the file since.
+    Result<std::optional<int64_t>> found = readSchemaVersion(db, ctx);
+    if (!found.isOk()) return rollback(db, found.status());
+    const std::optional<int64_t> version = *found;
+    const SchemaUpgrade* step = nullptr;
+    Status st;
+    if (!version) {
+      st = execSql(db, createSchemaSql(), ctx + ": create schema");
+      if (st.isOk()) st = execSql(db, "COMMIT", ctx + ": commit schema");
+    } else if (*version > kSqliteSchemaVersion) {
+      st = newerVersion(*version, ctx);
+    } else if (*version < kSqliteSchemaVersion) {
+      step = upgradeFrom(*version);
+      if (step == nullptr) {
+        st = unknownVersion(*version, ctx);
+      } else {
+        const std::string step_ctx =
+            ctx + ": upgrading schema version " + std::to_string(step->from_version) + " to " +
+            std::to_string(step->to_version) + " (" + std::string(step->description) + ") failed";
+        st = applyUpgrade(db, *step, step_ctx);
+        if (st.isOk()) st = execSql(db, "COMMIT", step_ctx);
+        if (!st.isOk()) {
+          st = Status(st.code(), st.message() + "; the step was rolled back and the file stays " +
+                                     "at schema version " + std::to_string(*version) +
+                                     ": remove the cause and open it again");
+        }
+      }
+    } else {
+      st = execSql(db, "COMMIT", ctx + ": commit schema");
+    }
+    if (!st.isOk()) return rollback(db, st);
+    if (step == nullptr) return Status::ok();  // created, or already at this build's version
+  }
+}
+
+Status checkReadOnlyVersion(int64_t version, const std::string& ctx) {
+  if (version == kSqliteSchemaVersion) return Status::ok();
+  if (version > kSqliteSchemaVersion) return newerVersion(version, ctx);
+  if (upgradeFrom(version) == nullptr) return unknownVersion(version, ctx);
+  return failedPrecondition(ctx + ": the file has schema version " + std::to_string(version) +
+                            ", older than this fedfleet's " + std::to_string(kSqliteSchemaVersion) +
+                            "; a read-only open never upgrades a file: opening it for writing "
+                            "(as the coordinator does) upgrades it in place");
+}
+
+}  // namespace fedfleet::history
