@@ -175,6 +175,11 @@ class Simulator final : public FleetSimulator {
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }
   int64_t runId() const override { return run_id_; }
+  const client::ClientSession* clientSession(uint64_t k) const override {
+    auto it = sessions_.find(k);
+    return it == sessions_.end() ? nullptr : &it->second;
+  }
+  void setReceiveFilter(ReceiveFilter filter) override { receive_filter_ = std::move(filter); }
 
  private:
   engine::ClientId idOf(uint64_t k) const {
@@ -226,6 +231,13 @@ class Simulator final : public FleetSimulator {
   std::unordered_map<uint64_t, client::ClientSession> sessions_;
   std::shared_ptr<const std::string> control_cache_;
   uint64_t control_version_ = UINT64_MAX;
+  ReceiveFilter receive_filter_;
+  double ingress_bytes_per_s_ = 0;  // sim.coordinator_ingress_mbps (0: unlimited)
+  // The rate at which an upload of a client with profile p arrives.
+  double uploadRate(const ClientProfile& p) const {
+    return ingress_bytes_per_s_ > 0 ? std::min(p.up_bytes_per_s, ingress_bytes_per_s_)
+                                    : p.up_bytes_per_s;
+  }
   std::unique_ptr<engine::RoundEngine> engine_;
   std::unique_ptr<ProgressDisplay> progress_;
   int64_t run_id_ = 0;
@@ -312,9 +324,9 @@ Status Simulator::init(const config::Config& config) {
   eo.num_partitions = static_cast<uint32_t>(sc.clients);
   eo.min_clients = static_cast<uint32_t>(std::min<uint64_t>(config_.minClients(), sc.clients));
   eo.bye_on_finish = false;
-  // Upload credits bound a real coordinator's receive buffers; virtual uploads hold no memory
-  // there and their timing comes from the network profiles, so every upload goes at once.
-  eo.max_concurrent_uploads = 0;
+  // Upload credits (coordinator.max_concurrent_uploads) run as configured: each virtual
+  // client's session asks for its grant and waits for it, in virtual time.
+  ingress_bytes_per_s_ = sc.coordinator_ingress_mbps * 1e6 / 8;
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
   for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
@@ -460,6 +472,7 @@ void Simulator::dispatch(engine::SendTask& st) {
   }
   received.task = std::move(st.task);
   received.task.control_bytes.clear();
+  if (receive_filter_) receive_filter_(k, received);
   sessionOf(k).onTask(std::move(received), now_);
   runSession(k);
 }
@@ -564,7 +577,8 @@ void Simulator::runSession(uint64_t k) {
 
 // A virtual client's actions. Only time is simulated: the upload request and its grant cost
 // none (they are small); every chunk frame and then the Summary go over the client's uplink
-// one after the other from the grant on, arriving latency + bytes so far / uplink later.
+// one after the other from the grant on, arriving latency + bytes so far / rate later (the
+// uplink, or sim.coordinator_ingress_mbps where that is lower).
 void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
   std::visit(
       [&](auto& a) {
@@ -587,7 +601,7 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           const ClientProfile p = fleet_->profile(k);
           const uint64_t bytes = wire::encode(wire::Message(a.chunk)).size();
           f.upload_sent += static_cast<double>(bytes);
-          const double t = f.upload_base + p.latency_s + f.upload_sent / p.up_bytes_per_s;
+          const double t = f.upload_base + p.latency_s + f.upload_sent / uploadRate(p);
           f.frame_bytes.push_back(bytes);
           f.chunks.push_back(std::move(a.chunk));
           push(t, EventKind::kChunk, token, k, static_cast<uint32_t>(f.chunks.size() - 1));
@@ -601,7 +615,7 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           f.summary.encode_seconds = f.encode_seconds;
           f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
           f.upload_sent += static_cast<double>(f.summary_bytes);
-          const double t = f.upload_base + p.latency_s + f.upload_sent / p.up_bytes_per_s;
+          const double t = f.upload_base + p.latency_s + f.upload_sent / uploadRate(p);
           f.summary.upload_seconds = t - f.upload_base;
           push(t, EventKind::kSummary, token, k);
         } else if constexpr (std::is_same_v<T, client::SendError>) {
