@@ -16,13 +16,13 @@
 #include <thread>
 #include <variant>
 
+#include "client/client_session.h"
 #include "client/control_variate.h"
-#include "client/served_model.h"
 #include "client/token_bucket.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
+#include "common/check.h"
 #include "common/compress/codec.h"
-#include "common/crypto/sha256.h"
 #include "common/data/dataset.h"
 #include "common/data/split.h"
 #include "common/format.h"
@@ -82,48 +82,36 @@ constexpr int kTrainingPollMs = 2;
 // Longest the loop sends chunks back to back before it polls the socket again.
 constexpr double kSendSliceS = 0.02;
 
-// One task in progress on the worker thread.
-struct Job {
-  wire::Task task;
-  std::shared_ptr<const compress::Codec> codec;
-  double received_at = 0;
+// One task's training, handed from the loop thread to the worker thread and back. The request
+// is the session's and read-only; the worker writes the rest, then sets `done`; the loop thread
+// reads it only after joining.
+struct TrainingJob {
+  explicit TrainingJob(std::shared_ptr<const TrainingRequest> r) : request(std::move(r)) {}
+  const std::shared_ptr<const TrainingRequest> request;
   std::atomic<bool> stop{false};
   std::atomic<bool> done{false};
-  bool partial = false;  // stop was set by stop_after_s: the work done is uploaded (loop thread)
-  Result<TrainResult> result{internalError("not run")};
-  uint64_t partition_size = 0;   // n_k: the samples the client holds for this task
-  std::vector<ChunkRange> plan;  // the update's chunks (set by the worker after training)
-  // SCAFFOLD: c (from the task) and a copy of c_k, which the worker trains with; then Dc_k
-  // (also at the end of result->delta, which holds the whole update).
-  std::vector<float> control_c, control_ck, control_delta;
-  double trained_at = 0;  // when training ended
-  // Block-cyclic serving: the served model to evaluate on the held-out data (empty: none, or
-  // its evaluation is known), and the outcome (set by the worker).
-  std::vector<float> served_params;
-  wire::Sha256 served_sha{};
-  std::optional<Result<model::EvalResult>> served_eval;
+  // Written by the worker before `done`.
+  TrainingOutcome outcome;
+  TrainResult result;            // the delta (the whole update with SCAFFOLD's Dc_k)
+  std::vector<ChunkRange> plan;  // the update's chunks
+  double trained_at = 0;         // when training ended
   std::thread thread;
 };
 
-// A trained update on its way out (loop thread only).
-struct Upload {
-  wire::Task task;  // model_bytes dropped
-  std::shared_ptr<const compress::Codec> codec;
-  double received_at = 0;
+// A trained update: its delta waiting for its turn, then its encoder and the frame waiting for
+// the throttle (loop thread only; the session decides when it goes).
+struct UploadJob {
+  std::shared_ptr<const TrainingRequest> request;  // task and codec
   double trained_at = 0;
   double started_at = 0;  // when its pipeline started (and its UploadRequest went out)
-  bool granted = false;   // the coordinator's UploadGrant arrived: chunks may go
-  double granted_at = 0;
-  uint64_t partition_size = 0;
-  TrainResult result;  // delta (the whole update) moved into the pipeline once it starts
+  TrainResult result;     // delta moved into the pipeline once it starts
   std::vector<ChunkRange> plan;
-  bool partial = false;              // stopped by stop_after_s
-  std::vector<float> control_delta;  // SCAFFOLD: Dc_k, added to c_k once the Summary is sent
-  bool serves = false;               // the task named a served model
+  bool partial = false;  // stopped by stop_after_s
+  bool scaffold = false;
+  uint64_t partition_size = 0;
   std::unique_ptr<UploadPipeline> pipeline;  // null until this upload's turn
   bool uses_residual = false;
-  std::string frame;  // the next chunk, encoded as a frame, waiting for the throttle
-  bool frame_last = false;
+  std::string frame;      // the next chunk, encoded as a frame, waiting for the throttle
   double release_at = 0;  // when `frame` may pass the throttle
   uint64_t bytes = 0;     // chunk frame bytes sent
   size_t chunks = 0;
@@ -139,63 +127,55 @@ class ZmqClient final : public ClientRuntime {
   void sayHello(double now);
   void send(const wire::Message& m);
   void handle(wire::Message& message, double now);
-  void startJob(wire::Task task, double now);
-  void abandonJob(const std::string& why);
-  void finishJob();
-  // Abandons the upload (active or queued) of `token`; true if there was one.
-  bool abandonUpload(uint64_t token, const std::string& why);
-  void abandonAllUploads(const std::string& why);
-  // Starts the next queued upload's pipeline when none is active.
-  void startUpload();
-  // Sends what the pipeline and the throttle allow now (for at most kSendSliceS); finishes the
-  // upload with its Summary after the last chunk.
+  // Carries out what the session asks for, until it asks for nothing more.
+  void execute();
+  void execute(ClientAction& action);
+  void startTraining(std::shared_ptr<const TrainingRequest> request);
+  void abandonTraining(const AbandonTraining& a);
+  // Joins the finished worker and reports its outcome to the session.
+  void finishTraining();
+  // Starts the pipeline of the upload the session asks a credit for.
+  void startUpload(uint64_t token);
+  void abandonUpload(const AbandonUpload& a);
+  void sendSummary(wire::Summary s);
+  // Sends what the pipeline and the throttle allow now (for at most kSendSliceS).
   void pumpUpload(double now);
   // Milliseconds the next receive may wait without delaying the upload (at most `idle_ms`).
   int receiveTimeoutMs(double now, int idle_ms) const;
-  Result<std::shared_ptr<const compress::Codec>> codecFor(const std::string& text);
-  // The SCAFFOLD control variate c_k for a model of n parameters: loaded (or zero) on first use,
-  // zero again when n changes.
-  ControlVariate& controlVariate(size_t n);
-  // c_k += delta, then the state file is rewritten (when configured).
-  void commitControlDelta(const std::vector<float>& delta);
   // Runs on the worker thread.
-  void train(Job& job);
+  void train(TrainingJob& job);
   Result<const std::vector<uint32_t>*> indicesFor(const wire::DataSpec& spec);
   // The client's held-out samples: partition spec.index of the test split, cut as the
   // training split is (worker thread).
   Result<const std::vector<uint32_t>*> heldOutFor(const wire::DataSpec& spec);
-  // Takes the served model a task names (the store, its files, what the job evaluates); false
-  // when the task must be refused (an Error was sent).
-  bool takeServed(const wire::Task& task, Job& job);
-  // The served-model fields of a Summary: what the store holds and its evaluation.
-  void fillServed(wire::Summary& s) const;
 
+  // Constant after init.
   ClientRuntimeOptions options_;
-  std::unique_ptr<transport::ClientTransport> transport_;
   torch::Device device_{torch::kCPU};
-  std::atomic<bool> stop_{false};
-  std::unique_ptr<Job> job_;
+  // Compresses on device_ (set by init when it is a CUDA device and options allow; then never
+  // changed). Used by the encoder thread of the active pipeline alone.
+  std::unique_ptr<compress::DeviceCompressor> gpu_;
 
-  // Uploads: the front one is in flight once its pipeline exists; the others wait.
-  std::deque<std::unique_ptr<Upload>> uploads_;
+  std::atomic<bool> stop_{false};  // set from any thread
+
+  // Loop thread: the socket, the protocol state and the uploads.
+  std::unique_ptr<transport::ClientTransport> transport_;
+  std::unique_ptr<ClientSession> session_;
+  std::map<uint64_t, std::unique_ptr<UploadJob>> uploads_;  // by token
   std::optional<TokenBucket> bucket_;
-  std::map<std::string, std::shared_ptr<const compress::Codec>> codecs_;
   // Error-feedback residual, kept across tasks; the encoder thread of the active pipeline uses
   // it while that pipeline exists, the loop thread otherwise.
   std::unique_ptr<compress::ErrorFeedback> residual_;
   // The same on the GPU, for updates compressed there (one of the two exists at a time).
   std::unique_ptr<compress::DeviceResidual> device_residual_;
   std::string residual_codec_;  // canonical spec the residual belongs to
-  // Compresses on device_ (set by init when it is a CUDA device and options allow; then never
-  // changed). Used by the encoder thread of the active pipeline alone.
-  std::unique_ptr<compress::DeviceCompressor> gpu_;
-  // SCAFFOLD control variate c_k (loop thread), created at the first SCAFFOLD task.
-  std::optional<ControlVariate> control_;
-  // Block-cyclic serving (loop thread): the served model, and its evaluation on the held-out
-  // data (for the model with that SHA-256).
-  ServedModelStore served_{""};
-  std::optional<std::pair<wire::Sha256, model::EvalResult>> served_eval_;
+  uint64_t heartbeat_seq_ = 0;
+  uint64_t session_id_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
+  double last_hello_ = -1e9;
+  bool finished_ = false;
 
+  // The training in progress: the loop thread creates and joins it, the worker thread runs it.
+  std::unique_ptr<TrainingJob> job_;
   // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
   std::optional<data::Dataset> train_set_;
   uint32_t train_set_limit_ = 0;
@@ -203,12 +183,6 @@ class ZmqClient final : public ClientRuntime {
   std::optional<data::Dataset> test_set_;  // held-out data for the served model
   std::map<std::string, std::vector<std::vector<uint32_t>>> held_out_;
   std::map<std::string, std::unique_ptr<model::Model>> models_;
-
-  uint64_t heartbeat_seq_ = 0;
-  uint64_t coordinator_session_ = 0;  // of the last task (0: none yet)
-  uint64_t session_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
-  double last_hello_ = -1e9;
-  bool finished_ = false;
 };
 
 Status ZmqClient::init(const ClientRuntimeOptions& options) {
@@ -230,7 +204,13 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
     }
   }
   FEDFLEET_ASSIGN_OR_RETURN(transport_, transport::createClient(options_.transport));
-  served_ = ServedModelStore(options_.served_model_path);
+  ClientSessionOptions so;
+  so.client_id = options_.client_id;
+  so.control_storage = options_.scaffold_storage;
+  so.load_control = [path = options_.scaffold_state_path, storage = options_.scaffold_storage](
+                        size_t n) { return ControlVariate::loadOrZeros(path, n, storage); };
+  so.served_model_path = options_.served_model_path;
+  session_ = std::make_unique<ClientSession>(std::move(so));
   return Status::ok();
 }
 
@@ -261,7 +241,7 @@ void ZmqClient::sayHello(double now) {
   h.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
   h.data_size = train_set_ ? train_set_->size() : 0;
   h.requested_partition = options_.partition;
-  h.session = session_;
+  h.session = session_id_;
   send(h);
 }
 
@@ -299,11 +279,13 @@ Result<const std::vector<uint32_t>*> ZmqClient::heldOutFor(const wire::DataSpec&
   return partitionOf(*test_set_, spec, &held_out_);
 }
 
-void ZmqClient::train(Job& job) {
-  const wire::Task& t = job.task;
-  auto run = [&]() -> Result<TrainResult> {
+void ZmqClient::train(TrainingJob& job) {
+  const TrainingRequest& req = *job.request;
+  const wire::Task& t = req.task;
+  TrainingOutcome& out = job.outcome;
+  auto run = [&]() -> Status {
     FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* indices, indicesFor(t.data));
-    job.partition_size = indices->size();
+    out.partition_size = indices->size();
     auto mit = models_.find(t.model_name);
     if (mit == models_.end()) {
       FEDFLEET_ASSIGN_OR_RETURN(auto m,
@@ -311,232 +293,139 @@ void ZmqClient::train(Job& job) {
       m->to(device_);
       mit = models_.emplace(t.model_name, std::move(m)).first;
     }
-    std::vector<float> start(t.model_bytes.size() / sizeof(float));
-    std::memcpy(start.data(), t.model_bytes.data(), start.size() * sizeof(float));
+    const std::vector<float> start = floatsOf(*req.model_bytes);
     TrainOptions o = trainOptionsFrom(t.hparams);
-    if (t.hparams.scaffold) o.scaffold = {&job.control_c, &job.control_ck};
+    std::vector<float> control_c;
+    if (t.hparams.scaffold) {
+      control_c = floatsOf(*req.control_c);
+      o.scaffold = {&control_c, &req.control_ck};
+    }
     o.delta_on_device = gpu_ != nullptr;  // the trainer ignores it for SCAFFOLD
     Trainer trainer(device_);
     auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
     job.trained_at = steadyNow();
+    Status status = result.status();
     if (result.isOk()) {
       const model::Layout layout = mit->second->layout();
       const size_t n = result->device_delta.defined()
                            ? static_cast<size_t>(result->device_delta.numel())
                            : result->delta.size();
       if (t.hparams.scaffold) {
-        job.control_delta = result->control_delta;
+        out.control_delta = result->control_delta;
         result->delta = takeUpload(*result);  // D_k, then Dc_k
       }
       job.plan = planUploadChunks(layout.total == n ? layout : flatLayout(n), t.chunk_bytes,
-                                  t.hparams.scaffold, job.codec->spec());
+                                  t.hparams.scaffold, req.codec->spec());
+      out.steps = result->steps;
+      out.stopped_early = result->stopped_early;
+      out.mean_loss = result->mean_loss;
+      out.sum_sq_loss = result->sum_sq_loss;
+      out.compute_seconds = result->compute_seconds;
+      job.result = std::move(result).value();
     }
-    if (!job.served_params.empty() && !job.stop.load()) {
-      // The served model on the held-out data (once per served model: the loop thread keeps
-      // the outcome).
-      job.served_eval = [&]() -> Result<model::EvalResult> {
+    if (req.served_to_evaluate && !job.stop.load()) {
+      // The served model on the held-out data (once per served model: the session keeps the
+      // outcome).
+      out.served_evaluation = [&]() -> Result<ServedEvaluation> {
         FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* held, heldOutFor(t.data));
-        FEDFLEET_RETURN_IF_ERROR(mit->second->setFlatParameters(job.served_params));
-        return model::evaluateIndices(*mit->second, *test_set_, *held, 1000, device_);
+        FEDFLEET_RETURN_IF_ERROR(mit->second->setFlatParameters(floatsOf(*req.served_to_evaluate)));
+        FEDFLEET_ASSIGN_OR_RETURN(
+            model::EvalResult e,
+            model::evaluateIndices(*mit->second, *test_set_, *held, 1000, device_));
+        return ServedEvaluation{e.n, e.loss, e.accuracy};
       }();
     }
-    return result;
+    return status;
   };
-  job.result = run();
+  out.status = run();
   job.done.store(true);
 }
 
-ControlVariate& ZmqClient::controlVariate(size_t n) {
-  if (!control_) {
-    control_ =
-        ControlVariate::loadOrZeros(options_.scaffold_state_path, n, options_.scaffold_storage);
-  } else if (control_->size() != n) {
-    spdlog::info("client {}: SCAFFOLD control variate reset to zero ({} -> {} values)",
-                 options_.client_id, control_->size(), n);
-    control_->reset(n);
-  }
-  return *control_;
-}
-
-void ZmqClient::commitControlDelta(const std::vector<float>& delta) {
-  if (!control_ || control_->size() != delta.size()) {
-    // A later task of another model size reset c_k meanwhile: this Dc_k belongs to no c_k now.
-    spdlog::warn("client {}: SCAFFOLD control delta of {} values dropped (c_k has {})",
-                 options_.client_id, delta.size(), control_ ? control_->size() : 0);
-    return;
-  }
-  control_->apply(delta);
-  if (options_.scaffold_state_path.empty()) return;
-  if (Status st = control_->save(options_.scaffold_state_path); !st.isOk()) {
-    spdlog::warn("client {}: SCAFFOLD control variate not saved: {}", options_.client_id,
-                 st.toString());
+void ZmqClient::execute() {
+  std::vector<ClientAction> actions;
+  while (!(actions = session_->takeActions()).empty()) {
+    for (auto& a : actions) execute(a);
   }
 }
 
-Result<std::shared_ptr<const compress::Codec>> ZmqClient::codecFor(const std::string& text) {
-  auto it = codecs_.find(text);
-  if (it != codecs_.end()) return it->second;
-  FEDFLEET_ASSIGN_OR_RETURN(compress::CodecSpec spec, compress::parseCodecSpec(text));
-  FEDFLEET_ASSIGN_OR_RETURN(std::unique_ptr<compress::Codec> codec, compress::makeCodec(spec));
-  std::shared_ptr<const compress::Codec> shared = std::move(codec);
-  codecs_.emplace(text, shared);
-  return shared;
+void ZmqClient::execute(ClientAction& action) {
+  std::visit(
+      [&](auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, StartTraining>) {
+          startTraining(std::move(a.request));
+        } else if constexpr (std::is_same_v<T, StopTraining>) {
+          if (job_ && job_->request->task.task_token == a.token) job_->stop.store(true);
+        } else if constexpr (std::is_same_v<T, AbandonTraining>) {
+          abandonTraining(a);
+        } else if constexpr (std::is_same_v<T, SendUploadRequest>) {
+          startUpload(a.request.task_token);
+          send(a.request);
+        } else if constexpr (std::is_same_v<T, SendChunk>) {
+          UploadJob& u = *uploads_.at(a.chunk.task_token);
+          u.frame = wire::encode(a.chunk);
+          u.release_at = bucket_->reserve(u.frame.size(), steadyNow());
+        } else if constexpr (std::is_same_v<T, SendSummary>) {
+          sendSummary(std::move(a.summary));
+        } else if constexpr (std::is_same_v<T, SendError>) {
+          send(a.error);
+        } else if constexpr (std::is_same_v<T, AbandonUpload>) {
+          abandonUpload(a);
+        } else if constexpr (std::is_same_v<T, PublishServedModel>) {
+          if (Status st = session_->servedModel().save(); !st.isOk()) {
+            spdlog::warn("client {}: served model not written: {}", options_.client_id,
+                         st.toString());
+          }
+        } else if constexpr (std::is_same_v<T, ControlVariateCommitted>) {
+          if (options_.scaffold_state_path.empty()) return;
+          Status st = session_->controlVariate()->save(options_.scaffold_state_path);
+          if (!st.isOk()) {
+            spdlog::warn("client {}: SCAFFOLD control variate not saved: {}", options_.client_id,
+                         st.toString());
+          }
+        }
+      },
+      action);
 }
 
-void ZmqClient::startJob(wire::Task task, double now) {
-  if (task.coordinator_session != 0) {
-    if (coordinator_session_ != 0 && task.coordinator_session != coordinator_session_) {
-      // The coordinator restarted: nothing of the old session will be taken any more.
-      spdlog::info(
-          "client {}: the coordinator restarted (new session); dropping the old "
-          "session's work",
-          options_.client_id);
-      abandonJob("the coordinator restarted");
-      abandonAllUploads("the coordinator restarted");
-    }
-    coordinator_session_ = task.coordinator_session;
-  }
-  if (job_) abandonJob("a new task arrived");
-  if (task.model_bytes.size() % sizeof(float) != 0 ||
-      crypto::sha256(task.model_bytes) != task.model_sha256) {
-    send(wire::Error{wire::ErrorCode::kRejected, "model bytes do not match their SHA-256",
-                     task.task_token});
-    return;
-  }
-  auto codec = codecFor(task.codec);
-  if (!codec.isOk()) {
-    send(wire::Error{wire::ErrorCode::kRejected, "codec: " + codec.status().message(),
-                     task.task_token});
-    return;
-  }
-  if (task.hparams.scaffold && task.control_bytes.size() != task.model_bytes.size()) {
-    send(wire::Error{wire::ErrorCode::kRejected,
-                     "SCAFFOLD task with " + std::to_string(task.control_bytes.size()) +
-                         " bytes of control variate for " +
-                         std::to_string(task.model_bytes.size()) + " bytes of model",
-                     task.task_token});
-    return;
-  }
-  spdlog::info("client {}: round {} task, partition {}, codec {}{}", options_.client_id, task.round,
-               task.data.index, compress::toString((*codec)->spec()),
-               uploads_.empty() ? "" : " (an upload is still draining)");
-  job_ = std::make_unique<Job>();
-  if (!takeServed(task, *job_)) {
-    job_.reset();
-    return;
-  }
-  std::string().swap(task.served.bytes);  // the store has them
-  if (task.hparams.scaffold) {
-    const size_t n = task.model_bytes.size() / sizeof(float);
-    job_->control_c.resize(n);
-    std::memcpy(job_->control_c.data(), task.control_bytes.data(), n * sizeof(float));
-    std::string().swap(task.control_bytes);
-    job_->control_ck = controlVariate(n).values();
-  }
-  job_->task = std::move(task);
-  job_->codec = std::move(codec).value();
-  job_->received_at = now;
-  Job* job = job_.get();
+void ZmqClient::startTraining(std::shared_ptr<const TrainingRequest> request) {
+  job_ = std::make_unique<TrainingJob>(std::move(request));
+  TrainingJob* job = job_.get();
   job_->thread = std::thread([this, job] { train(*job); });
 }
 
-bool ZmqClient::takeServed(const wire::Task& task, Job& job) {
-  const wire::ServedModel& s = task.served;
-  if (s.source == wire::ServedSource::kNone) return true;
-  auto changed = served_.take(task);
-  if (!changed.isOk()) {
-    send(wire::Error{wire::ErrorCode::kRejected, changed.status().message(), task.task_token});
-    return false;
-  }
-  if (*changed) {
-    spdlog::info("client {}: serving block {} model {} (version {}, {})", options_.client_id,
-                 s.block, s.model, s.version, crypto::toHex(s.sha256).substr(0, 12));
-    if (Status st = served_.save(); !st.isOk()) {
-      spdlog::warn("client {}: served model not written: {}", options_.client_id, st.toString());
-    }
-  } else if (!served_.holds(s.sha256)) {
-    // Its summary says what it holds; the coordinator sends the model with the next task.
-    spdlog::warn("client {}: the task names served model {}, which this client does not hold",
-                 options_.client_id, crypto::toHex(s.sha256).substr(0, 12));
-  }
-  if (!served_.empty() && !(served_eval_ && served_eval_->first == served_.sha256())) {
-    job.served_sha = served_.sha256();
-    job.served_params.resize(served_.bytes().size() / sizeof(float));
-    std::memcpy(job.served_params.data(), served_.bytes().data(), served_.bytes().size());
-  }
-  return true;
-}
-
-void ZmqClient::fillServed(wire::Summary& s) const {
-  if (served_.empty()) return;
-  s.served_sha256 = served_.sha256();
-  if (served_eval_ && served_eval_->first == served_.sha256()) {
-    s.served_samples = served_eval_->second.n;
-    s.served_loss = served_eval_->second.loss;
-    s.served_accuracy = served_eval_->second.accuracy;
-  }
-}
-
-void ZmqClient::abandonJob(const std::string& why) {
-  if (!job_) return;
-  spdlog::info("client {}: abandoning round {} task: {}", options_.client_id, job_->task.round,
-               why);
+void ZmqClient::abandonTraining(const AbandonTraining& a) {
+  if (!job_ || job_->request->task.task_token != a.token) return;
+  spdlog::info("client {}: abandoning round {} task: {}", options_.client_id, a.round, a.why);
   job_->stop.store(true);
   job_->thread.join();
   job_.reset();
 }
 
-void ZmqClient::finishJob() {
+void ZmqClient::finishTraining() {
   job_->thread.join();
-  std::unique_ptr<Job> job = std::move(job_);
-  const wire::Task& t = job->task;
-  if (job->served_eval) {
-    if (job->served_eval->isOk()) {
-      served_eval_.emplace(job->served_sha, job->served_eval->value());
-      spdlog::info(
-          "client {}: served model {}: accuracy {:.4f}, loss {:.4f} on {} held-out samples",
-          options_.client_id, crypto::toHex(job->served_sha).substr(0, 12),
-          served_eval_->second.accuracy, served_eval_->second.loss, served_eval_->second.n);
-    } else {
-      spdlog::warn("client {}: served model not evaluated: {}", options_.client_id,
-                   job->served_eval->status().toString());
-    }
+  std::unique_ptr<TrainingJob> job = std::move(job_);
+  const uint64_t token = job->request->task.task_token;
+  if (job->outcome.status.isOk()) {
+    auto u = std::make_unique<UploadJob>();
+    u->request = job->request;
+    u->trained_at = job->trained_at;
+    u->result = std::move(job->result);
+    u->plan = std::move(job->plan);
+    u->partial = job->outcome.stopped_early;
+    u->scaffold = !job->outcome.control_delta.empty();
+    u->partition_size = job->outcome.partition_size;
+    uploads_[token] = std::move(u);
   }
-  if (!job->result.isOk()) {
-    spdlog::error("client {}: training failed: {}", options_.client_id,
-                  job->result.status().toString());
-    send(wire::Error{wire::ErrorCode::kInternal, job->result.status().message(), t.task_token});
-    return;
-  }
-  // Cancelled or past the deadline: nothing is uploaded. Stopped by stop_after_s: the work done
-  // is, unless there is none.
-  if (job->result->stopped_early && !job->partial) return;
-  if (job->result->steps == 0) {
-    spdlog::warn("client {}: round {} stopped after {:.3f} s before its first step",
-                 options_.client_id, t.round, t.hparams.stop_after_s);
-    send(wire::Error{wire::ErrorCode::kInternal, "stop_after_s passed before the first local step",
-                     t.task_token});
-    return;
-  }
-  auto u = std::make_unique<Upload>();
-  u->task = std::move(job->task);
-  std::string().swap(u->task.model_bytes);
-  u->codec = std::move(job->codec);
-  u->received_at = job->received_at;
-  u->trained_at = job->trained_at;
-  u->partition_size = job->partition_size;
-  u->result = std::move(job->result).value();
-  u->plan = std::move(job->plan);
-  u->partial = job->partial && job->result->stopped_early;
-  u->control_delta = std::move(job->control_delta);
-  u->serves = u->task.served.source != wire::ServedSource::kNone;
-  uploads_.push_back(std::move(u));
-  startUpload();
+  session_->onTrainingDone(token, std::move(job->outcome), steadyNow());
+  execute();
+  if (!session_->holdsUpload(token)) uploads_.erase(token);  // nothing of it goes out
 }
 
-void ZmqClient::startUpload() {
-  if (uploads_.empty() || uploads_.front()->pipeline) return;
-  Upload& u = *uploads_.front();
+void ZmqClient::startUpload(uint64_t token) {
+  UploadJob& u = *uploads_.at(token);
+  if (u.pipeline) return;  // asked again (after a Hello): it is already encoding
+  const compress::Codec& codec = *u.request->codec;
   const bool on_gpu = u.result.device_delta.defined();
   const size_t n =
       on_gpu ? static_cast<size_t>(u.result.device_delta.numel()) : u.result.delta.size();
@@ -544,7 +433,7 @@ void ZmqClient::startUpload() {
   // compressed): another one of either starts afresh (whether or not the new codec uses error
   // feedback). A new topk ratio (the warm-up's per-round codec) keeps it
   // (compress::residualKey).
-  const std::string key = compress::residualKey(u.codec->spec());
+  const std::string key = compress::residualKey(codec.spec());
   const size_t held = residual_          ? residual_->size()
                       : device_residual_ ? device_residual_->size()
                                          : 0;
@@ -555,7 +444,7 @@ void ZmqClient::startUpload() {
     residual_.reset();
     device_residual_.reset();
   }
-  const bool feedback = compress::usesErrorFeedback(u.codec->spec());
+  const bool feedback = compress::usesErrorFeedback(codec.spec());
   if (feedback && !residual_ && !device_residual_) {
     if (on_gpu) {
       device_residual_ =
@@ -570,6 +459,7 @@ void ZmqClient::startUpload() {
   UploadPipelineOptions po;
   po.queue_depth = options_.upload_queue_chunks;
   po.pipelined = options_.upload_pipelined;
+  const uint64_t seed = u.request->task.hparams.seed;
   if (on_gpu) {
     DeviceDelta d;
     d.data = u.result.device_delta.data_ptr<float>();
@@ -577,47 +467,61 @@ void ZmqClient::startUpload() {
     d.owner = std::make_shared<at::Tensor>(std::move(u.result.device_delta));
     d.compressor = gpu_.get();
     d.residual = feedback ? device_residual_.get() : nullptr;
-    u.pipeline = std::make_unique<UploadPipeline>(std::move(d), std::move(u.plan), u.codec,
-                                                  u.task.hparams.seed, po);
+    u.pipeline = std::make_unique<UploadPipeline>(std::move(d), std::move(u.plan), u.request->codec,
+                                                  seed, po);
   } else {
     u.pipeline = std::make_unique<UploadPipeline>(std::move(u.result.delta), std::move(u.plan),
-                                                  u.codec, feedback ? residual_.get() : nullptr,
-                                                  u.task.hparams.seed, po);
+                                                  u.request->codec,
+                                                  feedback ? residual_.get() : nullptr, seed, po);
   }
-  // Upload credits: encoding starts now, the chunks go once the coordinator grants.
-  send(wire::UploadRequest{u.task.task_token});
 }
 
-bool ZmqClient::abandonUpload(uint64_t token, const std::string& why) {
-  for (auto it = uploads_.begin(); it != uploads_.end(); ++it) {
-    Upload& u = **it;
-    if (u.task.task_token != token) continue;
-    spdlog::info("client {}: abandoning round {} upload after {} of {} chunks: {}",
-                 options_.client_id, u.task.round, u.chunks,
-                 u.pipeline ? u.pipeline->chunkCount() : u.plan.size(), why);
-    const bool touched_residual = u.pipeline && u.uses_residual;
-    u.pipeline.reset();  // joins the encoder: the residual is the loop thread's again
-    if (touched_residual && residual_) residual_->reset();
-    if (touched_residual && device_residual_) device_residual_->reset();
-    uploads_.erase(it);
-    ::malloc_trim(0);
-    startUpload();
-    return true;
-  }
-  return false;
+void ZmqClient::abandonUpload(const AbandonUpload& a) {
+  auto it = uploads_.find(a.token);
+  if (it == uploads_.end()) return;
+  UploadJob& u = *it->second;
+  spdlog::info("client {}: abandoning round {} upload after {} of {} chunks: {}",
+               options_.client_id, a.round, a.chunks_sent,
+               u.pipeline ? u.pipeline->chunkCount() : u.plan.size(), a.why);
+  const bool touched_residual = u.pipeline && u.uses_residual;
+  u.pipeline.reset();  // joins the encoder: the residual is the loop thread's again
+  if (touched_residual && residual_) residual_->reset();
+  if (touched_residual && device_residual_) device_residual_->reset();
+  uploads_.erase(it);
+  ::malloc_trim(0);
 }
 
-void ZmqClient::abandonAllUploads(const std::string& why) {
-  while (!uploads_.empty()) abandonUpload(uploads_.front()->task.task_token, why);
+void ZmqClient::sendSummary(wire::Summary s) {
+  auto it = uploads_.find(s.task_token);
+  FEDFLEET_CHECK(it != uploads_.end());
+  std::unique_ptr<UploadJob> u = std::move(it->second);
+  uploads_.erase(it);
+  s.encode_seconds = u->pipeline->encodeSeconds();
+  send(s);
+  session_->onSummaryDelivered(s.task_token);
+  const double now = steadyNow();
+  const wire::Task& t = u->request->task;
+  spdlog::info(
+      "client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s) codec={} "
+      "chunks={} bytes={} encode_s={:.4f} upload_s={:.4f} grant_wait_s={:.4f} "
+      "after_training_s={:.4f} mode={} mbps={} burst_bytes={} partial={} scaffold={}",
+      options_.client_id, t.round, s.n_samples, s.steps, s.mean_loss, s.compute_seconds,
+      compress::toString(u->request->codec->spec()), u->chunks, u->bytes, s.encode_seconds,
+      s.upload_seconds, now - s.upload_seconds - u->started_at, now - u->trained_at,
+      options_.upload_pipelined ? "pipelined" : "serial", options_.upload_mbps,
+      options_.upload_burst_bytes, u->partial ? 1 : 0, u->scaffold ? 1 : 0);
+  u.reset();         // joins the finished encoder
+  ::malloc_trim(0);  // hand the task's buffers back to the system between rounds
 }
 
 int ZmqClient::receiveTimeoutMs(double now, int idle_ms) const {
   // While training, look often: the end of training starts the upload.
   if (job_) idle_ms = std::min(idle_ms, kTrainingPollMs);
-  if (uploads_.empty() || !uploads_.front()->pipeline || !uploads_.front()->granted) {
+  const std::optional<uint64_t> token = session_->activeUpload();
+  if (!token || !session_->activeUploadGranted()) {
     return idle_ms;  // waiting for the grant: it arrives as a message
   }
-  const Upload& u = *uploads_.front();
+  const UploadJob& u = *uploads_.at(*token);
   if (u.frame.empty()) return 0;  // pumpUpload waits for the encoder instead
   const double wait_ms = (u.release_at - now) * 1e3;
   if (wait_ms <= 0) return 0;
@@ -626,75 +530,42 @@ int ZmqClient::receiveTimeoutMs(double now, int idle_ms) const {
 
 void ZmqClient::pumpUpload(double now) {
   const double slice_end = now + kSendSliceS;
-  while (!uploads_.empty() && uploads_.front()->pipeline && now < slice_end) {
-    Upload& u = *uploads_.front();
-    const wire::Task& t = u.task;
-    if (!u.granted) return;  // the encoder fills its queue meanwhile
+  while (now < slice_end) {
+    const std::optional<uint64_t> token = session_->activeUpload();
+    if (!token || !session_->activeUploadGranted()) return;  // the encoder fills its queue
+    UploadJob& u = *uploads_.at(*token);
     if (u.frame.empty()) {
+      if (!session_->wantsChunk(*token)) return;
       std::optional<EncodedChunk> c = u.pipeline->pop(std::min(kEncoderWaitS, slice_end - now));
       if (!c) {
-        if (u.pipeline->failed()) {
-          const Status st = u.pipeline->status();
-          spdlog::error("client {}: round {} update not uploaded: {}", options_.client_id, t.round,
-                        st.toString());
-          send(wire::Error{wire::ErrorCode::kInternal, st.message(), t.task_token});
-          abandonUpload(t.task_token, "encoding failed");
-          continue;
-        }
-        return;  // the encoder is behind: come back after the next poll
+        if (!u.pipeline->failed()) return;  // the encoder is behind: come back after the poll
+        const Status st = u.pipeline->status();
+        spdlog::error("client {}: round {} update not uploaded: {}", options_.client_id,
+                      u.request->task.round, st.toString());
+        session_->onEncodingFailed(*token, st);
+        execute();
+        continue;
       }
+      session_->onChunkEncoded(*token, std::move(*c));
+      execute();  // SendChunk: the frame waits for the throttle
       now = steadyNow();
-      wire::Chunk m;
-      m.task_token = t.task_token;
-      m.tensor_index = c->range.tensor_index;
-      m.offset = c->range.offset;
-      m.elements = c->range.elements;
-      m.payload = std::move(c->payload);
-      m.last = c->last;
-      m.n_samples = u.partition_size;
-      m.steps = u.result.steps;
-      u.frame = wire::encode(m);
-      u.frame_last = c->last;
-      u.release_at = bucket_->reserve(u.frame.size(), now);
+      continue;
     }
     if (now < u.release_at) return;  // the throttle holds it: come back after the next poll
     Status st = transport_->send(u.frame);
     if (!st.isOk()) {
       // The frame is lost (the coordinator is away): the update cannot be complete.
       spdlog::warn("client {}: send Chunk: {}", options_.client_id, st.toString());
-      abandonUpload(t.task_token, "a chunk could not be sent");
+      session_->onSendFailed(*token);
+      execute();
       continue;
     }
     u.bytes += u.frame.size();
     ++u.chunks;
     std::string().swap(u.frame);
     now = steadyNow();
-    if (!u.frame_last) continue;
-
-    wire::Summary s;
-    s.task_token = t.task_token;
-    s.n_samples = u.partition_size;  // FedAvg weighs by the data held, not by samples seen
-    s.steps = u.result.steps;
-    s.mean_loss = u.result.mean_loss;
-    s.sum_sq_loss = u.result.sum_sq_loss;
-    s.compute_seconds = u.result.compute_seconds;
-    s.upload_seconds = now - u.granted_at;  // the uplink's time, not the wait for a credit
-    s.encode_seconds = u.pipeline->encodeSeconds();
-    if (u.serves) fillServed(s);
-    send(s);
-    if (!u.control_delta.empty()) commitControlDelta(u.control_delta);
-    spdlog::info(
-        "client {}: round {} uploaded ({} samples, {} steps, loss {:.4f}, {:.2f} s) codec={} "
-        "chunks={} bytes={} encode_s={:.4f} upload_s={:.4f} grant_wait_s={:.4f} "
-        "after_training_s={:.4f} mode={} mbps={} burst_bytes={} partial={} scaffold={}",
-        options_.client_id, t.round, u.partition_size, u.result.steps, u.result.mean_loss,
-        u.result.compute_seconds, compress::toString(u.codec->spec()), u.chunks, u.bytes,
-        s.encode_seconds, s.upload_seconds, u.granted_at - u.started_at, now - u.trained_at,
-        options_.upload_pipelined ? "pipelined" : "serial", options_.upload_mbps,
-        options_.upload_burst_bytes, u.partial ? 1 : 0, u.control_delta.empty() ? 0 : 1);
-    uploads_.pop_front();  // joins the finished encoder
-    ::malloc_trim(0);      // hand the task's buffers back to the system between rounds
-    startUpload();
+    session_->onChunkSent(*token, now);
+    execute();  // the next chunk, or the Summary and the next upload's request
   }
 }
 
@@ -703,53 +574,50 @@ void ZmqClient::handle(wire::Message& message, double now) {
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, wire::Task>) {
-          startJob(std::move(m), now);
+          session_->onTask(receivedTask(std::move(m)), now);
         } else if constexpr (std::is_same_v<T, wire::UploadGrant>) {
-          // Only an upload that asked (the front one) can be granted; a grant for an upload
-          // abandoned meanwhile finds none, and the coordinator takes the credit back when the
-          // task ends on its side.
-          if (!uploads_.empty() && uploads_.front()->pipeline &&
-              uploads_.front()->task.task_token == m.task_token && !uploads_.front()->granted) {
-            uploads_.front()->granted = true;
-            uploads_.front()->granted_at = now;
-          }
+          session_->onUploadGrant(m.task_token, now);
         } else if constexpr (std::is_same_v<T, wire::Cancel>) {
-          if (job_ && job_->task.task_token == m.task_token) abandonJob("cancelled: " + m.reason);
-          abandonUpload(m.task_token, "cancelled: " + m.reason);
+          session_->onCancel(m, now);
         } else if constexpr (std::is_same_v<T, wire::Bye>) {
           spdlog::info("client {}: coordinator said goodbye: {}", options_.client_id, m.reason);
           finished_ = true;
         } else if constexpr (std::is_same_v<T, wire::Error>) {
           if (m.code == wire::ErrorCode::kUnknownClient) {
-            if (now - last_hello_ > 1.0) sayHello(now);  // one Hello answers a burst of errors
+            if (now - last_hello_ > 1.0) {  // one Hello answers a burst of errors
+              sayHello(now);
+              session_->onReconnected(now);
+            }
           } else {
             spdlog::warn("client {}: coordinator error {}: {}", options_.client_id,
                          static_cast<int>(m.code), m.message);
-            if (job_ && m.task_token == job_->task.task_token) abandonJob(m.message);
-            abandonUpload(m.task_token, m.message);
+            session_->onCoordinatorError(m, now);
           }
         }
         // Heartbeat replies only refresh liveness.
       },
       message);
+  execute();
 }
 
 Status ZmqClient::run() {
   torch::set_num_threads(static_cast<int>(options_.threads));
   double now = steadyNow();
   double last_rx = now, last_heartbeat = now;
+  auto abandonAll = [this](const std::string& why) {
+    session_->abandonAll(why);
+    execute();
+  };
   sayHello(now);
   while (!finished_) {
     if (stop_.load()) {
-      abandonJob("stopping");
-      abandonAllUploads("stopping");
+      abandonAll("stopping");
       send(wire::Bye{"client stopping"});
       return unavailable("interrupted");
     }
     auto got = transport_->receive(receiveTimeoutMs(now, 20));
     if (!got.isOk()) {
-      abandonJob("socket failed");
-      abandonAllUploads("socket failed");
+      abandonAll("socket failed");
       return got.status();
     }
     now = steadyNow();
@@ -763,19 +631,9 @@ Status ZmqClient::run() {
                      decoded.status().toString());
       }
     }
-    if (job_ && job_->done.load()) finishJob();
-    if (job_ && now - job_->received_at > job_->task.deadline_s) abandonJob("deadline passed");
-    if (job_ && !job_->partial && job_->task.hparams.stop_after_s > 0 &&
-        now - job_->received_at >= job_->task.hparams.stop_after_s) {
-      job_->partial = true;  // training ends after its current step; finishJob uploads it
-      job_->stop.store(true);
-    }
-    for (size_t i = 0; i < uploads_.size(); ++i) {
-      if (now - uploads_[i]->received_at > uploads_[i]->task.deadline_s) {
-        abandonUpload(uploads_[i]->task.task_token, "deadline passed");
-        break;  // the rest is looked at in the next iteration
-      }
-    }
+    if (job_ && job_->done.load()) finishTraining();
+    session_->onTimePassed(now);  // deadlines, stop_after_s
+    execute();
     pumpUpload(now);
     now = steadyNow();
     if (now - last_heartbeat >= options_.heartbeat_s) {
@@ -788,17 +646,17 @@ Status ZmqClient::run() {
       spdlog::info("client {}: coordinator silent for {}, saying Hello again{}{}",
                    options_.client_id, formatDuration(now - last_rx), why.empty() ? "" : ": ", why);
       sayHello(now);
+      session_->onReconnected(now);
+      execute();
     }
     if (options_.exit_idle_s > 0 && now - last_rx > options_.exit_idle_s) {
-      abandonJob("coordinator silent");
-      abandonAllUploads("coordinator silent");
+      abandonAll("coordinator silent");
       const std::string why = transport_->diagnosis();
       return timeoutError("coordinator silent for " + formatDuration(now - last_rx) +
                           (why.empty() ? "" : ": " + why));
     }
   }
-  abandonJob("run finished");
-  abandonAllUploads("run finished");
+  abandonAll("run finished");
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -14,7 +15,7 @@
 #include <unordered_map>
 #include <variant>
 
-#include "client/control_variate.h"
+#include "client/client_session.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
 #include "common/check.h"
@@ -65,18 +66,13 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-struct EncodedChunk {
-  uint64_t offset = 0, elements = 0;
-  std::string payload;
-};
-
+// What a virtual client's training job hands back: the outcome for its session, and the update
+// encoded as a client's encoder encodes it (the bytes decide the upload time).
 struct TrainOutcome {
-  client::TrainResult result;        // delta released once encoded
-  std::vector<float> control_delta;  // SCAFFOLD's Dc_k, applied when the summary is sent
-  std::vector<EncodedChunk> chunks;
-  double wall_seconds = 0;                          // training
-  double encode_seconds = 0;                        // compressing the chunks
-  std::optional<Result<model::EvalResult>> served;  // the served model on the held-out data
+  client::TrainingOutcome session;
+  std::vector<client::EncodedChunk> chunks;
+  double wall_seconds = 0;    // training
+  double encode_seconds = 0;  // compressing the chunks
 };
 
 // Error-feedback residuals of the virtual clients that use a biased codec, created on first
@@ -111,7 +107,7 @@ struct EvalPiece {
   uint64_t n = 0;
 };
 
-enum class EventKind { kTrainDone, kChunk, kSummary, kDropOut, kRejoin };
+enum class EventKind { kTrainDone, kChunk, kSummary, kDropOut, kRejoin, kClientError };
 
 struct Event {
   double time = 0;
@@ -130,15 +126,21 @@ struct InFlight {
   double sent_at = 0;
   double download_s = 0;
   double compute_s = 0;
+  double done_at = 0;            // when training ends (infinite: never reports)
+  client::TrainOptions options;  // the local work this client does (stragglers, partial work)
   std::future<Result<TrainOutcome>> result;
   std::shared_ptr<std::atomic<bool>> stop;
+  // The upload: encoded chunks waiting for the session, then the frames on their way (arrival
+  // times on the uplink from upload_base, the grant's time).
+  std::vector<client::EncodedChunk> encoded;
+  double encode_seconds = 0;
+  double upload_base = 0;
+  double upload_sent = 0;  // bytes on the uplink so far
   std::vector<wire::Chunk> chunks;
   std::vector<uint64_t> frame_bytes;
   wire::Summary summary;
   uint64_t summary_bytes = 0;
-  std::vector<float> control_delta;  // SCAFFOLD: c_k += this once the summary is sent
-  bool serves = false;               // blocks: the task named a served model (served_sha)
-  wire::Sha256 served_sha{};
+  wire::Error error;  // what the client answered instead of training (kClientError)
 };
 
 struct PendingEval {
@@ -176,6 +178,11 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }
   int64_t runId() const override { return run_id_; }
+  const client::ClientSession* clientSession(uint64_t k) const override {
+    auto it = sessions_.find(k);
+    return it == sessions_.end() ? nullptr : &it->second;
+  }
+  void setReceiveFilter(ReceiveFilter filter) override { receive_filter_ = std::move(filter); }
 
  private:
   engine::ClientId idOf(uint64_t k) const {
@@ -192,11 +199,9 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   Status carryOut() { return driver_->carryOut(*engine_); }
   // DriverPort: messages reach virtual clients as events, evaluations run on the pool.
   void sendTask(engine::SendTask& send) override { dispatch(send); }
-  void sendCancel(const engine::SendCancel& cancel) override;
-  // Credits are off in simulation (init): no grant is ever sent.
-  void sendGrant(const engine::SendGrant&) override {}
-  // A rejected update: the client stops sending.
-  void sendError(const engine::SendError& a) override { in_flight_.erase(a.error.task_token); }
+  void sendCancel(const engine::SendCancel& a) override { cancel(a); }
+  void sendGrant(const engine::SendGrant& a) override { grant(a); }
+  void sendError(const engine::SendError& a) override { rejected(a); }
   void sendBye(const engine::SendBye&) override {}  // virtual clients need no goodbye
   void evaluate(const engine::Evaluate& ev) override;
   void evaluateBlocks(const engine::EvaluateBlocks& ev) override;
@@ -204,13 +209,23 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   void roundCommitted(const engine::CommitRound& commit) override;
   void blockMetricsRecorded(const std::vector<history::BlockMetricRecord>& rows) override;
 
-  void dispatch(const engine::SendTask& st);
+  void dispatch(engine::SendTask& st);
   void handle(const Event& e);
   void onTrainDone(uint64_t token, InFlight& f);
+  // Virtual clients: each runs a client::ClientSession (created when first sampled), fed on
+  // the loop thread; runSession carries out what it asks for.
+  client::ClientSession& sessionOf(uint64_t k);
+  void runSession(uint64_t k);
+  void carryOut(uint64_t k, client::ClientAction& action);
+  void submitTraining(uint64_t token, InFlight& f, const client::TrainingRequest& request);
+  // The engine's answers to a virtual client, through its session (tell: when it has one).
+  void tell(const engine::ClientId& id, const std::function<void(client::ClientSession&)>& event);
+  void grant(const engine::SendGrant& g);
+  void cancel(const engine::SendCancel& c);
+  void rejected(const engine::SendError& e);
   void submitEvaluation(const engine::Evaluate& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
-  std::shared_ptr<const std::vector<float>> startParams(const engine::SendTask& st);
   ModelRecipe modelRecipe() const {
     return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
   }
@@ -230,18 +245,18 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Residuals> residuals_;
   compress::ResidualStorage residual_storage_ = compress::ResidualStorage::kBf16;
-  // SCAFFOLD: each virtual client's c_k (allocated once it has trained), and the server c of
-  // the latest task.
-  std::unordered_map<uint64_t, client::ControlVariate> controls_;
-  std::shared_ptr<const std::vector<float>> control_cache_;
+  // The virtual clients' sessions (their protocol state: c_k, the served model, uploads), and
+  // the server c of the latest SCAFFOLD task, shared by every task of that model version.
+  std::unordered_map<uint64_t, client::ClientSession> sessions_;
+  std::shared_ptr<const std::string> control_cache_;
   uint64_t control_version_ = UINT64_MAX;
-  std::shared_ptr<const std::vector<float>> controlParams(const wire::Task& task);
-  // Block-cyclic serving: each virtual client's evaluation of the served model it holds (a
-  // client evaluates a served model once, as a real client does), and the model a task makes
-  // it evaluate (null when its evaluation is known).
-  std::unordered_map<uint64_t, std::pair<wire::Sha256, model::EvalResult>> served_evals_;
-  std::shared_ptr<const std::vector<float>> servedToEvaluate(
-      const engine::SendTask& st, const std::shared_ptr<const std::vector<float>>& start);
+  ReceiveFilter receive_filter_;
+  double ingress_bytes_per_s_ = 0;  // sim.coordinator_ingress_mbps (0: unlimited)
+  // The rate at which an upload of a client with profile p arrives.
+  double uploadRate(const ClientProfile& p) const {
+    return ingress_bytes_per_s_ > 0 ? std::min(p.up_bytes_per_s, ingress_bytes_per_s_)
+                                    : p.up_bytes_per_s;
+  }
   std::unique_ptr<engine::RoundEngine> engine_;
   std::unique_ptr<ProgressDisplay> progress_;
   int64_t run_id_ = 0;
@@ -261,8 +276,6 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::map<uint32_t, double> wall_start_, wall_end_;
   std::map<std::pair<uint32_t, engine::ClientId>, double> wall_compute_;
   std::map<std::pair<uint32_t, engine::ClientId>, double> decode_wall_;
-  wire::Sha256 params_sha_{};  // of params_cache_ (multichain rounds send block chains)
-  std::shared_ptr<const std::vector<float>> params_cache_;
 
   wire::HyperParams hparams_;  // the configured local work (selector speed hints)
   SimSummary summary_;
@@ -318,9 +331,9 @@ Status Simulator::init(const config::Config& config) {
   eo.num_partitions = static_cast<uint32_t>(sc.clients);
   eo.min_clients = static_cast<uint32_t>(std::min<uint64_t>(config_.minClients(), sc.clients));
   eo.bye_on_finish = false;
-  // Upload credits bound a real coordinator's receive buffers; virtual uploads hold no memory
-  // there and their timing comes from the network profiles, so every upload goes at once.
-  eo.max_concurrent_uploads = 0;
+  // Upload credits (coordinator.max_concurrent_uploads) run as configured: each virtual
+  // client's session asks for its grant and waits for it, in virtual time.
+  ingress_bytes_per_s_ = sc.coordinator_ingress_mbps * 1e6 / 8;
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
   for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
@@ -415,41 +428,17 @@ Status Simulator::openHistory() {
   return Status::ok();
 }
 
-std::shared_ptr<const std::vector<float>> Simulator::startParams(const engine::SendTask& st) {
-  // Keyed by checksum, not version: a multichain round sends a block chain, not the model.
-  if (st.task.model_sha256 != params_sha_ || !params_cache_) {
-    auto v = std::make_shared<std::vector<float>>(st.model_bytes->size() / sizeof(float));
-    std::memcpy(v->data(), st.model_bytes->data(), v->size() * sizeof(float));
-    params_cache_ = std::move(v);
-    params_sha_ = st.task.model_sha256;
-  }
-  return params_cache_;
+client::ClientSession& Simulator::sessionOf(uint64_t k) {
+  auto it = sessions_.find(k);
+  if (it != sessions_.end()) return it->second;
+  client::ClientSessionOptions o;
+  o.client_id = idOf(k);
+  o.control_storage = residual_storage_;
+  o.served_evaluation = client::ClientSessionOptions::ServedEvaluationPolicy::kWhenBytesArrive;
+  return sessions_.try_emplace(k, std::move(o)).first->second;
 }
 
-std::shared_ptr<const std::vector<float>> Simulator::servedToEvaluate(
-    const engine::SendTask& st, const std::shared_ptr<const std::vector<float>>& start) {
-  const wire::ServedModel& s = st.task.served;
-  if (s.source == wire::ServedSource::kNone) return nullptr;
-  auto known = served_evals_.find(indexOf(st.client));
-  if (known != served_evals_.end() && known->second.first == s.sha256) return nullptr;
-  if (s.source == wire::ServedSource::kTaskModel) return start;
-  if (s.source != wire::ServedSource::kAttached || !st.served_bytes) return nullptr;
-  auto v = std::make_shared<std::vector<float>>(st.served_bytes->size() / sizeof(float));
-  std::memcpy(v->data(), st.served_bytes->data(), v->size() * sizeof(float));
-  return v;
-}
-
-std::shared_ptr<const std::vector<float>> Simulator::controlParams(const wire::Task& task) {
-  if (task.model_version != control_version_ || !control_cache_) {
-    auto v = std::make_shared<std::vector<float>>(task.control_bytes.size() / sizeof(float));
-    std::memcpy(v->data(), task.control_bytes.data(), v->size() * sizeof(float));
-    control_cache_ = std::move(v);
-    control_version_ = task.model_version;
-  }
-  return control_cache_;
-}
-
-void Simulator::dispatch(const engine::SendTask& st) {
+void Simulator::dispatch(engine::SendTask& st) {
   const wire::Task& task = st.task;
   const uint64_t k = indexOf(st.client);
   const ClientProfile p = fleet_->profile(k);
@@ -477,192 +466,257 @@ void Simulator::dispatch(const engine::SendTask& st) {
   const uint64_t down_bytes =
       st.model_bytes->size() + (st.served_bytes ? st.served_bytes->size() : 0);
   f.download_s = p.latency_s + static_cast<double>(down_bytes) / p.down_bytes_per_s;
-  f.serves = task.served.source != wire::ServedSource::kNone;
-  f.served_sha = task.served.sha256;
   wire::HyperParams hp = task.hparams;
   const double samples_per_s = p.speed * ref_samples_per_s_;
   const auto& sc = config_.sim;
+  const uint64_t token = task.task_token;
+  bool reports = true;
   if (sc.stragglers > 0 && hp.epochs > 1 && hp.max_steps == 0) {
     // A straggler this round: only 1..E-1 epochs (uniform), drawn from (seed, round, client).
     const uint64_t h = mix(config_.run.seed ^ 0x73747267ull, task.round, k);
     if (unitInterval(h) < sc.stragglers) {
       if (sc.straggler_mode == "drop") {
-        f.compute_s = std::numeric_limits<double>::infinity();
-        in_flight_.emplace(task.task_token, std::move(f));  // never reports: late at the deadline
-        return;
+        reports = false;  // it gets the task but never reports: late at the deadline
+      } else {
+        hp.epochs = 1 + static_cast<uint32_t>(unitInterval(mix(h, 7, 0)) * (hp.epochs - 1));
       }
-      hp.epochs = 1 + static_cast<uint32_t>(unitInterval(mix(h, 7, 0)) * (hp.epochs - 1));
     }
   }
-  f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
-  if (hp.stop_after_s > 0 && f.compute_s > hp.stop_after_s) {
-    // Partial work: the client is stopped stop_after_s after receipt and sends the steps it
-    // finished by then (at least one), as a real client's stop flag would.
-    const double steps_fit =
-        std::floor(hp.stop_after_s * samples_per_s / std::max<uint32_t>(hp.batch_size, 1));
-    hp.max_steps = static_cast<uint32_t>(std::clamp(steps_fit, 1.0, 1e9));
+  if (reports) {
     f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
-  }
-  const double done_at = now_ + f.download_s + f.compute_s;
-  const double upload_guess =
-      p.latency_s + static_cast<double>(num_params_ * sizeof(float)) / p.up_bytes_per_s;
+    if (hp.stop_after_s > 0 && f.compute_s > hp.stop_after_s) {
+      // Partial work: the client is stopped stop_after_s after receipt and sends the steps it
+      // finished by then (at least one), as a real client's stop flag would.
+      const double steps_fit =
+          std::floor(hp.stop_after_s * samples_per_s / std::max<uint32_t>(hp.batch_size, 1));
+      hp.max_steps = static_cast<uint32_t>(std::clamp(steps_fit, 1.0, 1e9));
+      f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
+    }
+    f.done_at = now_ + f.download_s + f.compute_s;
+    const double upload_guess =
+        p.latency_s + static_cast<double>(num_params_ * sizeof(float)) / p.up_bytes_per_s;
 
-  // Dropping out: the per-round draw, or the end of the client's online window.
-  double drop_at = std::numeric_limits<double>::infinity();
-  double fraction = 0;
-  if (fleet_->dropsOut(p, k, task.round, &fraction)) {
-    drop_at = now_ + f.download_s + fraction * f.compute_s;
+    // Dropping out: the per-round draw, or the end of the client's online window. The task is
+    // lost with the client: its session never takes it.
+    double drop_at = std::numeric_limits<double>::infinity();
+    double fraction = 0;
+    if (fleet_->dropsOut(p, k, task.round, &fraction)) {
+      drop_at = now_ + f.download_s + fraction * f.compute_s;
+    }
+    const double offline_at = fleet_->onlineUntil(p, now_);
+    if (offline_at < f.done_at + upload_guess) drop_at = std::min(drop_at, offline_at);
+    if (std::isfinite(drop_at)) {
+      push(drop_at, EventKind::kDropOut, token, k);
+      in_flight_.emplace(token, std::move(f));
+      return;
+    }
+    f.options = client::trainOptionsFrom(hp);
+  } else {
+    f.compute_s = std::numeric_limits<double>::infinity();
+    f.done_at = f.compute_s;
   }
-  const double offline_at = fleet_->onlineUntil(p, now_);
-  if (offline_at < done_at + upload_guess) drop_at = std::min(drop_at, offline_at);
-  const uint64_t token = task.task_token;
-  if (std::isfinite(drop_at)) {
-    push(drop_at, EventKind::kDropOut, token, k);
-    in_flight_.emplace(token, std::move(f));
-    return;
-  }
+  in_flight_.emplace(token, std::move(f));
 
+  // The client receives the task: its session checks it and asks for its training.
+  client::ReceivedTask received;
+  received.model_bytes = st.model_bytes;
+  received.served_bytes = st.served_bytes;
+  if (task.hparams.scaffold) {
+    if (task.model_version != control_version_ || !control_cache_) {
+      control_cache_ = std::make_shared<const std::string>(std::move(st.task.control_bytes));
+      control_version_ = task.model_version;
+    }
+    received.control_bytes = control_cache_;
+  }
+  received.task = std::move(st.task);
+  received.task.control_bytes.clear();
+  if (receive_filter_) receive_filter_(k, received);
+  sessionOf(k).onTask(std::move(received), now_);
+  runSession(k);
+}
+
+void Simulator::submitTraining(uint64_t token, InFlight& f, const client::TrainingRequest& r) {
+  if (!std::isfinite(f.done_at)) return;  // a dropping straggler: it never reports
   f.stop = std::make_shared<std::atomic<bool>>(false);
-  const client::TrainOptions o = client::trainOptionsFrom(hp);
-  auto start = startParams(st);
+  const uint64_t k = f.client;
   const FleetData* data = data_.get();
   const ModelRecipe recipe = modelRecipe();
-  auto spec = compress::parseCodecSpec(task.codec);
-  FEDFLEET_CHECK(spec.isOk());  // the engine sends what config validation accepted
-  auto codec = std::shared_ptr<const compress::Codec>(compress::makeCodec(*spec).value());
   compress::ErrorFeedback* residual =
-      compress::usesErrorFeedback(*spec) ? &residuals_->of(k) : nullptr;
-  const size_t chunk_bytes = task.chunk_bytes;
-  const compress::CodecSpec codec_spec = *spec;
-  const uint64_t task_seed = task.hparams.seed;
-  std::shared_ptr<const std::vector<float>> served = servedToEvaluate(st, start);
-  // SCAFFOLD: the server's c from the task, and this virtual client's c_k (read by the job,
-  // updated on the loop thread when the summary is sent, as a real client does).
-  std::shared_ptr<const std::vector<float>> server_c;
-  const client::ControlVariate* ck = nullptr;
-  if (hp.scaffold) {
-    server_c = controlParams(task);
-    auto it = controls_.find(k);
-    if (it == controls_.end()) {
-      it = controls_.emplace(k, client::ControlVariate(num_params_, residual_storage_)).first;
-    }
-    ck = &it->second;
-  }
-  f.result =
-      pool_->submit([data, k, start, o, stop = f.stop, recipe, codec, codec_spec, residual,
-                     chunk_bytes, task_seed, server_c, ck, served]() -> Result<TrainOutcome> {
+      compress::usesErrorFeedback(r.codec->spec()) ? &residuals_->of(k) : nullptr;
+  auto request = std::make_shared<const client::TrainingRequest>(r);
+  f.result = pool_->submit(
+      [data, k, request, o = f.options, stop = f.stop, recipe, residual]() -> Result<TrainOutcome> {
         FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
         const auto t0 = std::chrono::steady_clock::now();
         FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
+        const client::TrainingRequest& req = *request;
+        const bool scaffold = req.task.hparams.scaffold;
         client::Trainer trainer(c10::kCPU);
         client::TrainOptions opts = o;
-        std::vector<float> ck_values;
-        if (ck) {
-          ck_values = ck->values();
-          opts.scaffold = {server_c.get(), &ck_values};
+        const std::vector<float> start = client::floatsOf(*req.model_bytes);
+        std::vector<float> server_c;
+        if (scaffold) {
+          server_c = client::floatsOf(*req.control_c);
+          opts.scaffold = {&server_c, &req.control_ck};
         }
         FEDFLEET_ASSIGN_OR_RETURN(
             client::TrainResult r,
-            trainer.train(*model, *start, *shard.data, shard.indices, opts, stop.get()));
+            trainer.train(*model, start, *shard.data, shard.indices, opts, stop.get()));
         TrainOutcome out;
-        out.control_delta = r.control_delta;
-        out.result = std::move(r);
+        out.session.steps = r.steps;
+        out.session.stopped_early = r.stopped_early;
+        out.session.mean_loss = r.mean_loss;
+        out.session.sum_sq_loss = r.sum_sq_loss;
+        out.session.control_delta = r.control_delta;
         const auto t1 = std::chrono::steady_clock::now();
         out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
-        // Compress as a client does: the same chunks and per-chunk seeds
-        // (client/upload_pipeline.h); the bytes decide the upload time.
-        const std::vector<float> delta = client::takeUpload(out.result);
-        const auto plan =
-            client::planUploadChunks(model->layout(), chunk_bytes, ck != nullptr, codec_spec);
+        // Compress as a client's encoder does: the same chunks and per-chunk seeds
+        // (client/upload_pipeline.h), through this client's residual.
+        const std::vector<float> delta = client::takeUpload(r);
+        const auto plan = client::planUploadChunks(model->layout(), req.task.chunk_bytes, scaffold,
+                                                   req.codec->spec());
         for (size_t j = 0; j < plan.size(); ++j) {
-          EncodedChunk c;
-          c.offset = plan[j].offset;
-          c.elements = plan[j].elements;
-          const uint64_t seed = client::chunkSeed(task_seed, j);
+          client::EncodedChunk c;
+          c.index = j;
+          c.range = plan[j];
+          c.last = j + 1 == plan.size();
+          const uint64_t seed = client::chunkSeed(req.task.hparams.seed, j);
           FEDFLEET_RETURN_IF_ERROR(client::encodeUploadChunk(
-              *codec, plan[j], delta.data() + c.offset, residual, seed, &c.payload));
+              *req.codec, plan[j], delta.data() + plan[j].offset, residual, seed, &c.payload));
           out.chunks.push_back(std::move(c));
         }
         out.encode_seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-        if (served) {
-          out.served = [&]() -> Result<model::EvalResult> {
+        if (req.served_to_evaluate) {
+          out.session.served_evaluation = [&]() -> Result<client::ServedEvaluation> {
             FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
-            FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*served));
-            return model::evaluateIndices(*model, *held.data, held.indices);
+            FEDFLEET_RETURN_IF_ERROR(
+                model->setFlatParameters(client::floatsOf(*req.served_to_evaluate)));
+            FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
+                                      model::evaluateIndices(*model, *held.data, held.indices));
+            return client::ServedEvaluation{e.n, e.loss, e.accuracy};
           }();
         }
         return out;  // the delta is gone: only the payloads travel on
       });
-  push(done_at, EventKind::kTrainDone, token, k);
-  in_flight_.emplace(token, std::move(f));
+  push(f.done_at, EventKind::kTrainDone, token, k);
 }
 
 void Simulator::onTrainDone(uint64_t token, InFlight& f) {
   Result<TrainOutcome> got = f.result.get();
+  const uint64_t k = f.client;
   if (!got.isOk()) {
     spdlog::warn("sim: client {} round {}: training failed: {}", f.id, f.round,
                  got.status().toString());
-    engine_->onClientError(f.id,
-                           wire::Error{wire::ErrorCode::kInternal,
-                                       "training failed: " + got.status().message(), token},
-                           now_);
-    in_flight_.erase(token);
+    client::TrainingOutcome failed;
+    failed.status = got.status().withContext("training failed");
+    sessionOf(k).onTrainingDone(token, std::move(failed), now_);
+    runSession(k);
     return;
   }
   TrainOutcome& out = *got;
   wall_compute_[{f.round, f.id}] = out.wall_seconds;
-  f.control_delta = std::move(out.control_delta);
-  const ClientProfile p = fleet_->profile(f.client);
-  double sent = 0;
-  double t = now_ + p.latency_s;
-  for (size_t j = 0; j < out.chunks.size(); ++j) {
-    EncodedChunk& e = out.chunks[j];
-    wire::Chunk c;
-    c.task_token = token;
-    c.offset = e.offset;
-    c.elements = e.elements;
-    c.payload = std::move(e.payload);
-    c.last = j + 1 == out.chunks.size();
-    c.n_samples = data_->shardSize(f.client);  // FedAvg weighs by the data held, as clients do
-    c.steps = out.result.steps;
-    const uint64_t bytes = wire::encode(wire::Message(c)).size();
-    sent += static_cast<double>(bytes);
-    f.frame_bytes.push_back(bytes);
-    f.chunks.push_back(std::move(c));
-    push(now_ + p.latency_s + sent / p.up_bytes_per_s, EventKind::kChunk, token, f.client,
-         static_cast<uint32_t>(j));
+  f.encoded = std::move(out.chunks);
+  f.encode_seconds = out.encode_seconds;
+  // What the profile says, not the host: the virtual compute time, the data the client holds.
+  out.session.compute_seconds = f.compute_s;
+  out.session.partition_size = data_->shardSize(k);
+  sessionOf(k).onTrainingDone(token, std::move(out.session), now_);
+  runSession(k);
+}
+
+void Simulator::runSession(uint64_t k) {
+  client::ClientSession& session = sessionOf(k);
+  std::vector<client::ClientAction> actions;
+  while (!(actions = session.takeActions()).empty()) {
+    for (auto& a : actions) carryOut(k, a);
   }
-  f.summary.task_token = token;
-  f.summary.n_samples = data_->shardSize(f.client);
-  f.summary.steps = out.result.steps;
-  f.summary.mean_loss = out.result.mean_loss;
-  f.summary.sum_sq_loss = out.result.sum_sq_loss;
-  f.summary.compute_seconds = f.compute_s;
-  f.summary.encode_seconds = out.encode_seconds;
-  if (f.serves) {
-    // A virtual client keeps what it was sent: it holds the served model the task named.
-    if (out.served) {
-      if (out.served->isOk()) {
-        served_evals_[f.client] = {f.served_sha, out.served->value()};
-      } else {
-        spdlog::warn("sim: client {}: served model not evaluated: {}", f.id,
-                     out.served->status().toString());
-      }
-    }
-    f.summary.served_sha256 = f.served_sha;
-    auto ev = served_evals_.find(f.client);
-    if (ev != served_evals_.end() && ev->second.first == f.served_sha) {
-      f.summary.served_samples = ev->second.second.n;
-      f.summary.served_loss = ev->second.second.loss;
-      f.summary.served_accuracy = ev->second.second.accuracy;
-    }
-  }
-  f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
-  sent += static_cast<double>(f.summary_bytes);
-  t = now_ + p.latency_s + sent / p.up_bytes_per_s;
-  f.summary.upload_seconds = t - now_;
-  push(t, EventKind::kSummary, token, f.client);
+}
+
+// A virtual client's actions. Only time is simulated: the upload request and its grant cost
+// none (they are small); every chunk frame and then the Summary go over the client's uplink
+// one after the other from the grant on, arriving latency + bytes so far / rate later (the
+// uplink, or sim.coordinator_ingress_mbps where that is lower).
+void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
+  std::visit(
+      [&](auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, client::StartTraining>) {
+          auto it = in_flight_.find(a.request->task.task_token);
+          if (it != in_flight_.end()) submitTraining(it->first, it->second, *a.request);
+        } else if constexpr (std::is_same_v<T, client::AbandonTraining>) {
+          auto it = in_flight_.find(a.token);
+          if (it != in_flight_.end() && it->second.stop) it->second.stop->store(true);
+        } else if constexpr (std::is_same_v<T, client::SendUploadRequest>) {
+          const uint64_t token = a.request.task_token;
+          InFlight& f = in_flight_.at(token);
+          for (auto& c : f.encoded) sessionOf(k).onChunkEncoded(token, std::move(c));
+          f.encoded.clear();
+          engine_->onUploadRequest(f.id, token, now_);
+        } else if constexpr (std::is_same_v<T, client::SendChunk>) {
+          const uint64_t token = a.chunk.task_token;
+          InFlight& f = in_flight_.at(token);
+          const ClientProfile p = fleet_->profile(k);
+          const uint64_t bytes = wire::encode(wire::Message(a.chunk)).size();
+          f.upload_sent += static_cast<double>(bytes);
+          const double t = f.upload_base + p.latency_s + f.upload_sent / uploadRate(p);
+          f.frame_bytes.push_back(bytes);
+          f.chunks.push_back(std::move(a.chunk));
+          push(t, EventKind::kChunk, token, k, static_cast<uint32_t>(f.chunks.size() - 1));
+          sessionOf(k).onChunkSent(token, t);
+        } else if constexpr (std::is_same_v<T, client::SendSummary>) {
+          const uint64_t token = a.summary.task_token;
+          InFlight& f = in_flight_.at(token);
+          const ClientProfile p = fleet_->profile(k);
+          f.summary = a.summary;
+          f.summary.upload_seconds = 0;
+          f.summary.encode_seconds = f.encode_seconds;
+          f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
+          f.upload_sent += static_cast<double>(f.summary_bytes);
+          const double t = f.upload_base + p.latency_s + f.upload_sent / uploadRate(p);
+          f.summary.upload_seconds = t - f.upload_base;
+          push(t, EventKind::kSummary, token, k);
+        } else if constexpr (std::is_same_v<T, client::SendError>) {
+          auto it = in_flight_.find(a.error.task_token);
+          if (it == in_flight_.end()) return;
+          InFlight& f = it->second;
+          f.error = a.error;
+          // A refused task is answered once it has arrived; a failed one at once.
+          push(std::max(now_, f.sent_at + f.download_s), EventKind::kClientError,
+               a.error.task_token, k);
+        }
+        // StopTraining: partial work is simulated as the steps that fit (dispatch).
+        // AbandonUpload: frames already on their way arrive to nothing (the task is gone from
+        // in_flight_); the client's residual is kept as it is.
+        // PublishServedModel, ControlVariateCommitted: virtual clients keep them in memory.
+      },
+      action);
+}
+
+void Simulator::tell(const engine::ClientId& id,
+                     const std::function<void(client::ClientSession&)>& event) {
+  const uint64_t k = indexOf(id);
+  if (!sessions_.count(k)) return;  // never sampled: nothing of its own to hear about
+  event(sessionOf(k));
+  runSession(k);
+}
+
+void Simulator::grant(const engine::SendGrant& g) {
+  auto it = in_flight_.find(g.grant.task_token);
+  if (it == in_flight_.end()) return;
+  it->second.upload_base = now_;
+  tell(g.client, [&](client::ClientSession& s) { s.onUploadGrant(g.grant.task_token, now_); });
+}
+
+void Simulator::cancel(const engine::SendCancel& c) {
+  tell(c.client, [&](client::ClientSession& s) { s.onCancel(c.cancel, now_); });
+  in_flight_.erase(c.cancel.task_token);
+}
+
+void Simulator::rejected(const engine::SendError& e) {
+  // A rejected update: the client stops sending.
+  tell(e.client, [&](client::ClientSession& s) { s.onCoordinatorError(e.error, now_); });
+  in_flight_.erase(e.error.task_token);
 }
 
 void Simulator::handle(const Event& e) {
@@ -697,9 +751,18 @@ void Simulator::handle(const Event& e) {
       const wire::Summary s = f.summary;
       const uint64_t bytes = f.summary_bytes;
       const engine::ClientId id = f.id;
-      if (!f.control_delta.empty()) controls_.at(f.client).apply(f.control_delta);
+      const uint64_t k = f.client;
       in_flight_.erase(it);
+      sessionOf(k).onSummaryDelivered(e.token);  // SCAFFOLD: c_k += Dc_k
+      runSession(k);
       engine_->onSummary(id, s, bytes, now_);
+      break;
+    }
+    case EventKind::kClientError: {
+      const wire::Error error = f.error;
+      const engine::ClientId id = f.id;
+      in_flight_.erase(it);
+      engine_->onClientError(id, error, now_);
       break;
     }
     case EventKind::kDropOut: {
@@ -839,13 +902,6 @@ void Simulator::collectEvaluations(bool block) {
     engine_->onEvaluated(round, outcome, at);
     block = false;  // one blocking wait per call is enough to make progress
   }
-}
-
-void Simulator::sendCancel(const engine::SendCancel& cancel) {
-  auto it = in_flight_.find(cancel.cancel.task_token);
-  if (it == in_flight_.end()) return;
-  if (it->second.stop) it->second.stop->store(true);
-  in_flight_.erase(it);
 }
 
 void Simulator::evaluate(const engine::Evaluate& ev) {

@@ -4,7 +4,11 @@
 // taken comes from each virtual client's profile (sim/fleet.h):
 //   download  = latency + model bytes / downlink
 //   compute   = samples processed / (speed x the reference device's samples per second)
-//   upload    = for each chunk: latency + bytes so far / uplink (the bytes the encoder produced)
+//   upload    = for each chunk: latency + bytes so far / uplink (the bytes the encoder produced),
+//               counted from the upload's grant, at most sim.coordinator_ingress_mbps an upload
+// Each virtual client runs the client's own protocol state machine (client/client_session.h):
+// it checks its tasks, asks for upload credits (coordinator.max_concurrent_uploads) and waits
+// for the grant, and keeps its served model and SCAFFOLD c_k as a client process does.
 // The discrete-event loop feeds the engine exactly the events the ZeroMQ driver feeds it (chunks,
 // summaries, goodbyes, hellos, ticks), in virtual-time order; deadlines fire in virtual time.
 //
@@ -21,10 +25,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "client/client_session.h"
 #include "common/config/config.h"
 #include "common/history/history.h"
 #include "common/status.h"
@@ -62,6 +68,14 @@ class FleetSimulator {
   // Asks run() to stop soon (safe from a signal handler).
   virtual void stop() = 0;
   virtual int64_t runId() const = 0;
+
+  // For tests and tools, between runs: virtual client k's session (its c_k, its served model);
+  // null when k was never sampled.
+  virtual const client::ClientSession* clientSession(uint64_t k) const = 0;
+  // For tests, before run(): alters every task as virtual client k receives it (a download
+  // damaged on the way); its session checks what arrives as a real client's does.
+  using ReceiveFilter = std::function<void(uint64_t k, client::ReceivedTask& task)>;
+  virtual void setReceiveFilter(ReceiveFilter filter) = 0;
 };
 
 // The summary as the few lines `fedfleet sim` prints at the end.

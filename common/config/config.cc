@@ -137,6 +137,7 @@ void forEachField(C& c, F&& f) {
   f("sim.workers", c.sim.workers);
   f("sim.progress", c.sim.progress);
   f("sim.residual_storage", c.sim.residual_storage);
+  f("sim.coordinator_ingress_mbps", c.sim.coordinator_ingress_mbps);
   f("sim.stragglers", c.sim.stragglers);
   f("sim.straggler_mode", c.sim.straggler_mode);
   f("history.db", c.history.db);
@@ -508,6 +509,10 @@ Status Config::validate() const {
     return bad("sim.dropout", "must be in [0, 1), or -1 for each tier's own");
   }
   if (!(sim.rejoin_s >= 0)) return bad("sim.rejoin_s", "must be >= 0");
+  if (!(sim.coordinator_ingress_mbps >= 0) || !std::isfinite(sim.coordinator_ingress_mbps)) {
+    return bad("sim.coordinator_ingress_mbps",
+               "must be a finite number of Mbit/s >= 0 (0: unlimited)");
+  }
   if (!(sim.stragglers >= 0 && sim.stragglers <= 1))
     return bad("sim.stragglers", "must be in [0, 1]");
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.straggler_mode", sim.straggler_mode, {"partial", "drop"}));

@@ -192,6 +192,10 @@ struct SimSection {
   uint32_t workers = 0;                   // training threads (0: one per core)
   std::string progress = "auto";          // auto (a bar on a terminal), on, off
   std::string residual_storage = "bf16";  // error-feedback residual of each virtual client
+  // The rate at which the coordinator takes in one granted upload, Mbit/s (0: unlimited): each
+  // upload's frames arrive at the lower of this and the client's uplink. With upload credits
+  // (coordinator.max_concurrent_uploads) it bounds how fast a round's uploads drain.
+  double coordinator_ingress_mbps = 0;
   // Systems heterogeneity as in FedProx's experiments: this fraction of the tasks (drawn per
   // client and round) are stragglers that manage only a random 1..E-1 of the E local epochs.
   double stragglers = 0;

@@ -9,6 +9,8 @@
 #include <set>
 #include <string>
 
+#include "client/client_session.h"
+#include "client/served_model.h"
 #include "common/data/synthetic.h"
 #include "common/history/history.h"
 #include "sim/fleet.h"
@@ -42,6 +44,20 @@ config::Config smallJob(const std::string& db) {
   c.sim.clients = 40;
   c.sim.progress = "off";
   c.history.db = db;
+  return c;
+}
+
+// smallJob in `count` blocks of 2 rounds (engine/block_models.h), 4 clients a round.
+config::Config blocksJob(const std::string& db, const std::string& mode, uint32_t rounds,
+                         uint32_t test_samples) {
+  config::Config c = smallJob(db);
+  c.run.rounds = rounds;
+  c.coordinator.clients_per_round = 4;
+  c.blocks.count = 2;
+  c.blocks.rounds_per_block = 2;
+  c.blocks.mode = mode;
+  c.blocks.validation_samples = 200;
+  c.blocks.test_samples = test_samples;
   return c;
 }
 
@@ -320,14 +336,7 @@ TEST(FleetSimulator, CodecBytesDecideTheUploadTime) {
 // per-block rows, and the chain appears once its block was visited.
 TEST(FleetSimulator, BlockCyclicRunTrainsEachBlockOnItsClients) {
   const std::string db = tmpPath("sim_blocks.db");
-  config::Config c = smallJob(db);
-  c.run.rounds = 8;
-  c.coordinator.clients_per_round = 4;
-  c.blocks.count = 2;
-  c.blocks.rounds_per_block = 2;
-  c.blocks.mode = "multichain";
-  c.blocks.validation_samples = 200;
-  c.blocks.test_samples = 400;
+  const config::Config c = blocksJob(db, "multichain", 8, 400);
   auto summary = runJob(c);
   ASSERT_TRUE(summary.isOk()) << summary.status().toString();
   EXPECT_EQ(summary->rounds, 8u);
@@ -389,6 +398,14 @@ TEST(FleetSimulator, BadConfigsAreClearErrors) {
   sim = FleetSimulator::create(c);
   ASSERT_FALSE(sim.isOk());
   EXPECT_NE(sim.status().message().find("sim.availability"), std::string::npos);
+
+  for (double ingress : {-1.0, std::nan(""), static_cast<double>(INFINITY)}) {
+    c = smallJob(":memory:");
+    c.sim.coordinator_ingress_mbps = ingress;
+    sim = FleetSimulator::create(c);
+    ASSERT_FALSE(sim.isOk()) << ingress;
+    EXPECT_NE(sim.status().message().find("sim.coordinator_ingress_mbps"), std::string::npos);
+  }
 }
 
 // Straggler policies, aggregators and selectors through the simulator: the same seed gives the same
@@ -495,6 +512,148 @@ TEST(FleetSimulator, StragglersDropOrSendPartialWork) {
       EXPECT_GT(fewer, 0u);
     }
   }
+}
+
+// Upload credits run in virtual time, through each virtual client's session: 50 clients of the
+// uniform fleet (20 Mbit/s uplinks) upload one logreg update each through 2 credits, and the
+// coordinator takes in an upload at 0.1 Mbit/s. The uploads drain two at a time, so the round
+// lasts about 25 upload times (an update's bytes / the ingress rate): download and training take
+// milliseconds, an upload seconds. With unlimited ingress the same round is over in a fraction.
+TEST(FleetSimulator, CreditsAndCoordinatorIngressBoundTheUploads) {
+  constexpr double kIngressMbps = 0.1;
+  struct Outcome {
+    double round_s = 0;
+    double upload_s = 0;  // mean update bytes / ingress rate
+    double max_grant_wait_s = 0;
+    size_t completed = 0;
+  };
+  auto run = [](double ingress_mbps) {
+    const std::string db = tmpPath("sim_ingress_" + std::to_string(ingress_mbps > 0) + ".db");
+    config::Config c = smallJob(db);
+    c.model.name = "logreg";
+    c.run.rounds = 1;
+    c.sim.clients = 50;
+    c.coordinator.clients_per_round = 50;
+    c.coordinator.max_concurrent_uploads = 2;
+    c.coordinator.deadline_s = 1000;
+    c.sim.coordinator_ingress_mbps = ingress_mbps;
+    Outcome o;
+    auto summary = runJob(c);
+    EXPECT_TRUE(summary.isOk()) << summary.status().toString();
+    if (!summary.isOk()) return o;
+    const History h = readHistory(db, summary->run_id);
+    for (const auto& r : h.rounds) {
+      if (r.round == 1) o.round_s = r.end_time - r.start_time;
+    }
+    double bytes = 0;
+    for (const auto& u : h.updates) {
+      if (u.status != "completed") continue;
+      ++o.completed;
+      bytes += static_cast<double>(u.bytes_up);
+      o.max_grant_wait_s = std::max(o.max_grant_wait_s, u.grant_wait_s);
+    }
+    if (o.completed > 0) o.upload_s = bytes / o.completed / (kIngressMbps * 1e6 / 8);
+    return o;
+  };
+  const Outcome limited = run(kIngressMbps);
+  ASSERT_EQ(limited.completed, 50u);
+  const double expected = 25 * limited.upload_s;
+  std::printf(
+      "50 uploads, 2 credits, %.1f Mbit/s ingress: round %.2f s virtual = %.3f x 25 "
+      "upload times of %.3f s\n",
+      kIngressMbps, limited.round_s, limited.round_s / expected, limited.upload_s);
+  // Within 5%: latency, the Summary frames, download and training add a little.
+  EXPECT_GT(limited.round_s, 0.98 * expected);
+  EXPECT_LT(limited.round_s, 1.05 * expected);
+  // The last pair waited for the 24 pairs before it.
+  EXPECT_GT(limited.max_grant_wait_s, 23 * limited.upload_s);
+
+  const Outcome unlimited = run(0);
+  ASSERT_EQ(unlimited.completed, 50u);
+  std::printf("unlimited ingress: round %.3f s virtual\n", unlimited.round_s);
+  EXPECT_LT(unlimited.round_s, 0.05 * limited.round_s);
+}
+
+// The served-model checks run in the simulator as in a client process: the first served models
+// that reach a virtual client damaged are refused with the error a client's ServedModelStore
+// gives, recorded as the client's error, and the task is not trained (its update is rejected).
+TEST(FleetSimulator, ADamagedServedModelIsRefusedAsAClientRefusesIt) {
+  const std::string db = tmpPath("sim_served_damaged.db");
+  const config::Config c = blocksJob(db, "pluralistic", 4, 200);
+  auto sim = FleetSimulator::create(c);
+  ASSERT_TRUE(sim.isOk()) << sim.status().toString();
+  std::map<std::string, std::string> refused;  // client id -> the error a client gives
+  (*sim)->setReceiveFilter([&refused](uint64_t k, client::ReceivedTask& r) {
+    const wire::ServedSource source = r.task.served.source;
+    const bool brings =
+        source == wire::ServedSource::kAttached || source == wire::ServedSource::kTaskModel;
+    if (!brings || refused.size() >= 3) return;
+    if (source == wire::ServedSource::kAttached) {
+      auto bad = std::make_shared<std::string>(*r.served_bytes);
+      (*bad)[5] ^= 0x10;
+      r.served_bytes = bad;
+    } else {
+      r.task.served.sha256[0] ^= 1;  // names another model than the task's
+    }
+    client::ServedModelStore store("");  // what a client process checks a served model with
+    auto got = store.take(r.task, r.model_bytes, r.served_bytes);
+    EXPECT_FALSE(got.isOk());
+    refused["v" + std::string(k < 10 ? "0" : "") + std::to_string(k)] = got.status().message();
+  });
+  auto summary = (*sim)->run();
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  ASSERT_EQ(refused.size(), 3u);
+  const History h = readHistory(db, summary->run_id);
+  std::map<std::string, std::string> recorded;
+  for (const auto& e : h.events) {
+    if (e.kind == "client_error" && !recorded.count(e.client_id)) recorded[e.client_id] = e.detail;
+  }
+  for (const auto& [id, message] : refused) {
+    ASSERT_TRUE(recorded.count(id)) << id;
+    EXPECT_EQ(recorded[id], message) << id;
+    EXPECT_NE(message.find("served model"), std::string::npos);
+  }
+  size_t rejected = 0;
+  for (const auto& u : h.updates) rejected += u.status == "rejected";
+  EXPECT_GE(rejected, refused.size());
+}
+
+// SCAFFOLD's client state lives in each virtual client's session and takes an update's Dc_k only
+// once its Summary reached the coordinator in time: on a mobile fleet with a tight deadline, a
+// client whose every update was late (cancelled, its upload abandoned) still holds c_k = 0, and
+// every client with a completed update holds a c_k it changed.
+TEST(FleetSimulator, ScaffoldStateIsCommittedOnlyForAcceptedUpdates) {
+  const std::string db = tmpPath("sim_scaffold_commit.db");
+  config::Config c = smallJob(db);
+  c.sim.fleet = "mobile-mix";
+  c.aggregation.method = "scaffold";
+  c.aggregation.norm_bound = 0;  // no settlement rejection the client cannot know of
+  c.coordinator.deadline_s = 4;
+  c.run.rounds = 4;
+  auto sim = FleetSimulator::create(c);
+  ASSERT_TRUE(sim.isOk()) << sim.status().toString();
+  auto summary = (*sim)->run();
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  const History h = readHistory(db, summary->run_id);
+  std::map<std::string, std::pair<int, int>> per_client;  // completed, not completed
+  for (const auto& u : h.updates) {
+    auto& [done, not_done] = per_client[u.client_id];
+    (u.status == "completed" ? done : not_done) += 1;
+  }
+  int never_accepted = 0, accepted = 0;
+  for (uint64_t k = 0; k < c.sim.clients; ++k) {
+    const std::string id = "v" + std::string(k < 10 ? "0" : "") + std::to_string(k);
+    const client::ClientSession* session = (*sim)->clientSession(k);
+    if (!per_client.count(id)) continue;
+    const auto [done, not_done] = per_client[id];
+    if (session == nullptr) continue;  // dropped out before it took a task
+    const client::ControlVariate* ck = session->controlVariate();
+    const bool changed = ck != nullptr && ck->memoryBytes() > 0;
+    EXPECT_EQ(changed, done > 0) << id << ": " << done << " completed, " << not_done << " not";
+    (done > 0 ? accepted : never_accepted) += 1;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(never_accepted, 0);
 }
 
 }  // namespace
