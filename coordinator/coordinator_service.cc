@@ -339,7 +339,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
     Status st = engine_->loadState(engine_state);
     if (!st.isOk()) return st.withContext("--resume: checkpoint of run " + std::to_string(run_id_));
     spdlog::info("restored the engine state (selector {}, server optimiser {})", eo.selector.name,
-                 eo.server_optimizer);
+                 engine::serverOptimizerName(eo.server_optimizer));
   }
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
   metrics_snapshot_.run_id = run_id_;

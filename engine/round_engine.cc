@@ -53,49 +53,14 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
   auto opt = ServerOptimizer::create(serverOptimizerOptions(options_));
   FEDFLEET_CHECK(opt.isOk());
   optimizer_ = std::move(*opt);
-  if (options_.aggregator == "median" || options_.aggregator == "trimmed_mean") {
-    auto agg = RobustAggregator::create(robustAggregatorOptions(options_, params_.size()));
-    FEDFLEET_CHECK(agg.isOk());
-    robust_ = std::move(*agg);
-  }
-  if (options_.aggregator == "scaffold") {
-    control_.assign(params_.size(), 0.0f);
-    control_bytes_.assign(params_.size() * sizeof(float), '\0');
-  }
+  aggregator_ = Aggregator::create(options_, params_.size());
+  deadline_ = DeadlinePolicy::create(options_);
   if (options_.blocks.count > 0) {
     FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
     block_schedule_ = std::make_unique<BlockSchedule>(options_.blocks);
     block_models_ = std::make_unique<BlockModels>(options_.block_mode, options_.blocks.count);
     served_.resize(options_.blocks.count);
   }
-}
-
-Result<NormBoundAction> parseNormBoundAction(const std::string& name) {
-  if (name == "clip") return NormBoundAction::kClip;
-  if (name == "reject") return NormBoundAction::kReject;
-  return invalidArgument("norm bound action '" + name + "': expected \"clip\" or \"reject\"");
-}
-
-ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& o) {
-  ServerOptimizerOptions so;
-  so.name = o.server_optimizer;
-  so.lr = o.server_lr;
-  so.beta1 = o.beta1;
-  so.beta2 = o.beta2;
-  so.tau = o.tau;
-  so.momentum = o.server_momentum;
-  return so;
-}
-
-RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& o, uint64_t n_params) {
-  RobustAggregatorOptions ro;
-  ro.kind = o.aggregator == "median" ? RobustKind::kMedian : RobustKind::kTrimmedMean;
-  ro.trim_fraction = o.trim_fraction;
-  ro.n_params = std::max<uint64_t>(n_params, 1);
-  ro.memory_bound_bytes = o.robust_buffer_bytes;
-  const char* tmp = std::getenv("TMPDIR");
-  ro.spill_dir = tmp && *tmp ? tmp : "/tmp";
-  return ro;
 }
 
 void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availability) {
@@ -137,7 +102,7 @@ std::string RoundEngine::saveState() const {
   putSection(&out, rng.str());
   putSection(&out, selector_ ? selector_->saveState() : std::string());
   putSection(&out, optimizer_->saveState());
-  putSection(&out, control_bytes_);
+  putSection(&out, aggregator_->saveState());
   if (blocksOn()) {
     // Block section: the current visit (block, first round), then the block models.
     std::string b(8, '\0');
@@ -237,10 +202,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   std::istringstream in{std::string(rng_text)};
   in >> rng;
   if (in.fail()) return corrupt("engine state: bad generator state");
-  if (!control_blob.empty() && control_blob.size() != control_bytes_.size()) {
-    return corrupt("engine state: control variate of " + std::to_string(control_blob.size()) +
-                   " bytes, expected " + std::to_string(control_bytes_.size()));
-  }
+  FEDFLEET_RETURN_IF_ERROR(aggregator_->checkState(control_blob));
   // Everything checked that can be without changing state; the optimiser and selector leave
   // theirs unchanged when they refuse a blob.
   auto optimizer = ServerOptimizer::create(optimizer_->options());
@@ -255,10 +217,7 @@ Status RoundEngine::loadState(std::string_view blob) {
     FEDFLEET_RETURN_IF_ERROR(selector_->loadState(selector_blob));
   }
   optimizer_ = std::move(*optimizer);
-  if (!control_blob.empty()) {
-    control_bytes_.assign(control_blob);
-    std::memcpy(control_.data(), control_bytes_.data(), control_bytes_.size());
-  }
+  aggregator_->loadState(control_blob);
   rng_ = rng;
   if (blocks) {
     *block_models_ = std::move(*blocks);
@@ -612,12 +571,8 @@ void RoundEngine::startRound(double now) {
   ++round_;
   phase_ = Phase::kRunning;
   round_start_ = now;
-  const double deadline_s = roundDeadlineSeconds();
+  const double deadline_s = deadline_->startRound();
   round_deadline_ = now + deadline_s;
-  if (options_.deadline_mode == "percentile") {
-    recent_durations_.emplace_back();
-    while (recent_durations_.size() > options_.deadline_window + 1) recent_durations_.pop_front();
-  }
   participants_.clear();
   sum_.assign(updateSize(), 0.0f);
   sum_weight_ = 0;
@@ -629,20 +584,6 @@ void RoundEngine::startRound(double now) {
                                    : static_cast<uint32_t>(clients_.at(id).partition);
     dispatch(id, partition, deadline_s, now);
   }
-}
-
-double RoundEngine::roundDeadlineSeconds() const {
-  if (options_.deadline_mode != "percentile") return options_.deadline_s;
-  std::vector<double> d;
-  for (const auto& round : recent_durations_) d.insert(d.end(), round.begin(), round.end());
-  if (d.size() < options_.clients_per_round || d.empty()) return options_.deadline_s;
-  // The q-quantile by linear interpolation between order statistics (NumPy's default).
-  std::sort(d.begin(), d.end());
-  const double pos = options_.deadline_percentile * static_cast<double>(d.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, d.size() - 1);
-  const double q = d[lo] + (pos - static_cast<double>(lo)) * (d[hi] - d[lo]);
-  return std::min(options_.deadline_s, q * options_.deadline_slack);
 }
 
 void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now) {
@@ -706,7 +647,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
                                     ? std::max(0.05 * deadline_s, deadline_s - 1.25 * c.overhead_s)
                                     : 0.8 * deadline_s;
   }
-  if (options_.aggregator == "scaffold") task.control_bytes = control_bytes_;
+  aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the
   // first chunk's (bounded) sample claim stands in for it.
   if (p.partition < options_.partition_sizes.size()) {
@@ -866,17 +807,9 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
     if (auto why = badClaims(*p, chunk)) return rejectUpdate(*p, token, *why, now);
     p->weight = static_cast<double>(chunk.n_samples);
     p->steps = chunk.steps;
-    p->fold_weight = p->weight;
-    if (options_.aggregator == "fednova") {
-      if (chunk.steps == 0) {
-        return rejectUpdate(*p, token, "FedNova needs the update's local steps (chunk says 0)",
-                            now);
-      }
-      p->fold_weight =
-          fednova_.foldWeight(p->weight, fedNovaNormaliser(chunk.steps, options_.hparams.momentum));
-    } else if (options_.aggregator == "scaffold") {
-      p->fold_weight = 1;  // SCAFFOLD averages without weights
-    }
+    Result<double> fold = aggregator_->chunkFoldWeight(p->weight, chunk.steps);
+    if (!fold.isOk()) return rejectUpdate(*p, token, fold.status().message(), now);
+    p->fold_weight = *fold;
     p->weight_set = true;
   } else if (static_cast<double>(chunk.n_samples) != p->weight || chunk.steps != p->steps) {
     return rejectUpdate(*p, token,
@@ -946,8 +879,8 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   p->summary = checked;
   auto& client = clients_.at(id);
   takeServedReport(client, *p, checked, now);
-  if (!options_.async && robust()) {
-    Status counted = bufferRobust(*p, token);
+  if (!options_.async && aggregator_->buffersUpdates()) {
+    Status counted = bufferComplete(*p, token);
     if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);
   }
   p->finished_at = now;
@@ -960,16 +893,16 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   refreshIdle(id, client);
   if (options_.async) return completeAsync(*p, token, now);
   p->agg_weight = p->weight;
-  if (robust()) {
+  if (aggregator_->buffersUpdates()) {
     sum_weight_ += p->weight;
-    partial_.erase(token);  // in the robust aggregator's buffer now
+    partial_.erase(token);  // in the aggregator's buffer now
   }
   // Linear aggregators keep the payloads in the PartialLog until the round settles.
   p->state = UpdateState::kCompleted;
   maybeFinishEarly(now);
 }
 
-Status RoundEngine::bufferRobust(Participant& p, uint64_t token) {
+Status RoundEngine::bufferComplete(Participant& p, uint64_t token) {
   const double clip =
       options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
   std::vector<float> full(params_.size());
@@ -980,7 +913,7 @@ Status RoundEngine::bufferRobust(Participant& p, uint64_t token) {
   if (clip < 1) {
     for (float& v : full) v = static_cast<float>(v * clip);
   }
-  return robust_->add(full.data(), full.size());
+  return aggregator_->buffer(full.data(), full.size());
 }
 
 std::optional<double> RoundEngine::normBoundScale(double norm, double median,
@@ -1016,7 +949,7 @@ void RoundEngine::settleRound(double now) {
     if (p.state != UpdateState::kCompleted) continue;
     const double norm = std::sqrt(p.sq_norm);
     const std::optional<double> bounded =
-        normBoundScale(norm, median_norm, options_.aggregator != "scaffold");
+        normBoundScale(norm, median_norm, aggregator_->clippable());
     if (!bounded) {
       rejectAtSettlement(p, token,
                          "update norm " + std::to_string(norm) +
@@ -1053,14 +986,7 @@ void RoundEngine::settleRound(double now) {
                 std::to_string(cap / options_.weight_cap) + ")",
             now);
     }
-    double fold = p.agg_weight;
-    if (options_.aggregator == "fednova") {
-      const double a = fedNovaNormaliser(p.steps, options_.hparams.momentum);
-      fold = fednova_.foldWeight(p.agg_weight, a);
-      fednova_.add(p.agg_weight, a);
-    } else if (options_.aggregator == "scaffold") {
-      fold = 1;  // SCAFFOLD averages without weights
-    }
+    const double fold = aggregator_->settleFoldWeight(p.agg_weight, p.steps);
     // Folded in dispatch order with its final weight: the sum does not depend on the order
     // in which uploads arrived, and a clipped update enters it already scaled.
     Status st = foldFromLog(token, static_cast<float>(fold * scale[i++]));
@@ -1077,36 +1003,17 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   const size_t n = params_.size();
   step_failure_.clear();
   // The pseudo-gradient G, computed in place in the first n values of sum_.
-  std::vector<float> next_c;
-  if (robust()) {
-    if (Status st = robust_->aggregate(sum_.data()); !st.isOk()) {
-      step_failure_ = "the robust aggregate failed: " + st.message();
-      return false;
-    }
-  } else if (options_.aggregator == "fednova") {
-    kernels::scale(sum_.data(), static_cast<float>(fednova_.finalScale()), n);
-  } else if (options_.aggregator == "scaffold") {
-    // x += eta_g mean_k D_k; c += (|S| / N) mean_k Dc_k = sum_k Dc_k / N.
-    const float total = static_cast<float>(std::max<size_t>(clients_.size(), 1));
-    next_c = control_;
-    kernels::weightedAccumulate(next_c.data(), sum_.data() + n, 1.0f / total, n);
-    if (!kernels::allFinite(next_c.data(), n)) {
-      step_failure_ = "the control variate would not be finite";
-      return false;
-    }
-    kernels::scale(sum_.data(), 1.0f / static_cast<float>(completed), n);
-  } else {
-    kernels::scale(sum_.data(), static_cast<float>(1.0 / sum_weight_), n);
-  }
+  RoundTotals totals;
+  totals.weight = sum_weight_;
+  totals.completed = completed;
+  totals.registered_clients = clients_.size();
+  if (!aggregator_->pseudoGradient(sum_.data(), totals, &step_failure_)) return false;
   if (!kernels::allFinite(sum_.data(), n)) {
     step_failure_ = "the aggregate is not finite";
     return false;
   }
   if (!stepModel(sum_.data())) return false;
-  if (!next_c.empty()) {
-    control_ = std::move(next_c);
-    std::memcpy(control_bytes_.data(), control_.data(), n * sizeof(float));
-  }
+  aggregator_->stepTaken();
   return true;
 }
 
@@ -1132,10 +1039,7 @@ void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, doub
     c.steps_per_s = static_cast<double>(p.summary.steps) / p.summary.compute_seconds;
     c.overhead_s = std::max(0.0, duration - p.summary.compute_seconds);
   }
-  if (!options_.async && options_.deadline_mode == "percentile") {
-    if (recent_durations_.empty()) recent_durations_.emplace_back();
-    recent_durations_.back().push_back(duration);
-  }
+  deadline_->observe(duration);
 }
 
 void RoundEngine::onUploadRequest(const ClientId& id, uint64_t token, double now) {
@@ -1307,12 +1211,8 @@ void RoundEngine::expire(Participant& p, uint64_t token, const std::string& why,
   }
   takeBack(p, token, now);
   finished_tokens_.insert(token);
-  if (!options_.async && options_.deadline_mode == "percentile" && alive) {
-    // Censored: it took at least until now. Without this the quantile of completed durations
-    // alone could only shrink the deadline.
-    if (recent_durations_.empty()) recent_durations_.emplace_back();
-    recent_durations_.back().push_back(now - p.sent_at);
-  }
+  // Censored: it took at least until now (engine/deadline_policy.h).
+  if (alive) deadline_->observe(now - p.sent_at);
 }
 
 history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double weight,
@@ -1380,7 +1280,7 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
       rejectAtSettlement(p, token, *abort_reason, now);
     }
   }
-  if (!robust() && !abort_reason) settleRound(now);
+  if (!aggregator_->buffersUpdates() && !abort_reason) settleRound(now);
   double loss_sum = 0;
   for (auto& [token, p] : participants_) {
     switch (p.state) {
@@ -1417,8 +1317,8 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
   if (ok && !applyRoundStep(r.completed)) {
     ok = false;
     event("step_refused", "",
-          "round " + std::to_string(round_) + ": " + step_failure_ + " (" + options_.aggregator +
-              ", " + options_.server_optimizer + "); the model is unchanged",
+          "round " + std::to_string(round_) + ": " + step_failure_ + " (" + aggregator_->name() +
+              ", " + optimizer_->name() + "); the model is unchanged",
           now);
   }
   if (ok) {
@@ -1436,8 +1336,7 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
   sum_.clear();
   sum_.shrink_to_fit();
   sum_tainted_ = false;
-  fednova_.clear();
-  if (robust_) robust_->clear();
+  aggregator_->clearRound();
   partial_.clear();
   participants_.clear();
   flushLeftOutEvents(now);
@@ -1447,15 +1346,14 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
 }
 
 RoundEngine::ModelSnapshot RoundEngine::snapshotModel() const {
-  return ModelSnapshot{params_, optimizer_->saveState(), control_, control_bytes_};
+  return ModelSnapshot{params_, optimizer_->saveState(), aggregator_->saveState()};
 }
 
 void RoundEngine::restoreModel(const ModelSnapshot& snapshot) {
   params_ = snapshot.params;
   Status st = optimizer_->loadState(snapshot.optimizer_state);
   FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
-  control_ = snapshot.control;
-  control_bytes_ = snapshot.control_bytes;
+  aggregator_->loadState(snapshot.aggregator_state);
 }
 
 bool RoundEngine::evaluates(uint32_t round, bool last) const {
@@ -1973,39 +1871,6 @@ void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::S
         now);
   c.served_sha.reset();
   p.summary.served_samples = 0;
-}
-
-Status checkEngineOptions(const EngineOptions& options) {
-  if (options.max_samples_per_update == 0 && options.partition_sizes.empty()) {
-    return invalidArgument(
-        "config [coordinator]: max_samples_per_update = 0 (no bound on the samples an update "
-        "claims) needs the partition sizes, which are not known");
-  }
-  Status st = validateSelectorOptions(options.selector);
-  if (!st.isOk()) return st.withContext("config [selection]");
-  auto opt = ServerOptimizer::create(serverOptimizerOptions(options));
-  if (!opt.isOk()) return opt.status().withContext("config [aggregation]");
-  if (options.aggregator == "median" || options.aggregator == "trimmed_mean") {
-    auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
-    if (!agg.isOk()) return agg.status().withContext("config [aggregation]");
-  }
-  const auto& b = options.blocks;
-  if (b.count > 0) {
-    if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
-      return invalidArgument("config [blocks]: set exactly one of rounds_per_block and block_s");
-    }
-    if (options.async || options.sample_partitions) {
-      return invalidArgument(
-          "config [blocks]: blocks need synchronous rounds and sample_from = \"clients\"");
-    }
-    if (options.block_mode == BlockMode::kMultichain &&
-        (options.aggregator == "scaffold" || options.server_optimizer != "fedavg")) {
-      return invalidArgument(
-          "config [blocks]: multichain needs aggregation without state across rounds (no "
-          "scaffold, server_optimizer fedavg)");
-    }
-  }
-  return Status::ok();
 }
 
 }  // namespace fedfleet::engine
