@@ -85,7 +85,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.async_buffer = p.async_buffer;
   eo.max_staleness = p.max_staleness;
   const auto& sel = config.selection;
-  eo.selector.name = sel.selector;
+  if (auto kind = engine::parseSelectorKind(sel.selector); kind.isOk()) eo.selector.kind = *kind;
   eo.selector.explore_initial = sel.explore_initial;
   eo.selector.explore_decay = sel.explore_decay;
   eo.selector.explore_min = sel.explore_min;

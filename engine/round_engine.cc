@@ -40,12 +40,13 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       params_(std::move(initial_params)),
       rng_(options_.seed),
       version_(options_.model_version),
-      partial_(options_.partial_buffer_bytes) {
+      partial_(options_.partial_buffer_bytes),
+      credits_(options_.max_concurrent_uploads, options_.upload_idle_s) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
   round_ = options_.first_round - 1;
   refreshModelBytes();
-  if (options_.selector.name != "uniform") {
+  if (options_.selector.kind != SelectorKind::kUniform) {
     auto sel = Selector::create(options_.selector);
     FEDFLEET_CHECK(sel.isOk());  // checkEngineOptions() at start-up says why
     selector_ = std::move(*sel);
@@ -781,7 +782,7 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   Participant* p = participantFor(id, chunk.task_token, now);
   if (!p) return;
   const uint64_t token = chunk.task_token;
-  if (creditsBounded() && granted_.count(token) == 0) {
+  if (credits_.bounded() && !credits_.holds(token)) {
     return rejectUpdate(*p, token, "chunk sent before its upload grant", now);
   }
   p->bytes_up += frame_bytes;
@@ -1053,7 +1054,7 @@ void RoundEngine::onUploadRequest(const ClientId& id, uint64_t token, double now
   }
   if (p->upload_asked_at >= 0) return;  // already waiting
   p->upload_asked_at = now;
-  upload_queue_.push_back(token);
+  credits_.request(token);
 }
 
 void RoundEngine::settleCredits(double now) {
@@ -1061,18 +1062,17 @@ void RoundEngine::settleCredits(double now) {
     auto it = participants_.find(token);
     return it != participants_.end() && it->second.state == UpdateState::kPending;
   };
-  std::erase_if(granted_, [&](uint64_t token) { return !pending(token); });
-  std::erase_if(upload_queue_, [&](uint64_t token) { return !pending(token); });
-  while (!upload_queue_.empty() &&
-         (!creditsBounded() || granted_.size() < options_.max_concurrent_uploads)) {
-    const uint64_t token = upload_queue_.front();
-    upload_queue_.pop_front();
+  for (uint64_t token : credits_.settle(pending)) {
     Participant& p = participants_.at(token);
     p.granted_at = now;
-    granted_.insert(token);
-    peak_granted_ = std::max(peak_granted_, granted_.size());
     emit(SendGrant{p.client, wire::UploadGrant{token}});
   }
+}
+
+std::optional<double> RoundEngine::lastUploadActivity(uint64_t token) const {
+  auto it = participants_.find(token);
+  if (it == participants_.end() || it->second.state != UpdateState::kPending) return std::nullopt;
+  return std::max(it->second.granted_at, it->second.last_chunk_at);
 }
 
 void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, double now) {
@@ -1133,25 +1133,17 @@ void RoundEngine::onTick(double now) {
   } else if (phase_ == Phase::kRunning && now >= round_deadline_) {
     finishRound(now);
   }
-  if (creditsBounded() && options_.upload_idle_s > 0) {
-    // A stalled upload must not hold a credit others wait for.
-    std::vector<uint64_t> idle;
-    for (uint64_t token : granted_) {
-      auto it = participants_.find(token);
-      if (it == participants_.end() || it->second.state != UpdateState::kPending) continue;
-      if (now - lastUploadActivity(it->second) >= options_.upload_idle_s) idle.push_back(token);
-    }
-    for (uint64_t token : idle) {
-      auto it = participants_.find(token);
-      if (it == participants_.end() || it->second.state != UpdateState::kPending) continue;
-      rejectUpdate(it->second, token,
-                   "upload sent nothing for " +
-                       formatDuration(now - lastUploadActivity(it->second)) +
-                       " holding an upload credit (coordinator.upload_idle_s = " +
-                       formatDuration(options_.upload_idle_s) + ")",
-                   now);
-      maybeFinishEarly(now);
-    }
+  // A stalled upload must not hold a credit others wait for.
+  const auto last = [this](uint64_t token) { return lastUploadActivity(token); };
+  for (uint64_t token : credits_.idleUploads(now, last)) {
+    const std::optional<double> at = lastUploadActivity(token);
+    if (!at) continue;
+    rejectUpdate(participants_.at(token), token,
+                 "upload sent nothing for " + formatDuration(now - *at) +
+                     " holding an upload credit (coordinator.upload_idle_s = " +
+                     formatDuration(credits_.idleSeconds()) + ")",
+                 now);
+    maybeFinishEarly(now);
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
@@ -1184,13 +1176,9 @@ std::optional<double> RoundEngine::nextWakeup() const {
     consider(round_deadline_);
   }
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
-  if (creditsBounded() && options_.upload_idle_s > 0) {
-    for (uint64_t token : granted_) {
-      auto it = participants_.find(token);
-      if (it != participants_.end() && it->second.state == UpdateState::kPending) {
-        consider(lastUploadActivity(it->second) + options_.upload_idle_s);
-      }
-    }
+  if (auto idle =
+          credits_.nextIdleCheck([this](uint64_t token) { return lastUploadActivity(token); })) {
+    consider(*idle);
   }
   if (phase_ == Phase::kWaiting && block_schedule_) {
     // A clock schedule may bring the next block's clients: look again at the boundary.

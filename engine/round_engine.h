@@ -169,6 +169,7 @@
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
 #include "engine/update_weights.h"
+#include "engine/upload_credits.h"
 
 namespace fedfleet::engine {
 
@@ -351,9 +352,9 @@ class RoundEngine {
   int32_t partitionOf(const ClientId& id) const;
   // Upload credits: tasks holding a grant now, requests waiting for one, and the most grants
   // ever held at once in this run.
-  size_t uploadsInFlight() const { return granted_.size(); }
-  size_t uploadsWaiting() const { return upload_queue_.size(); }
-  size_t peakUploadsInFlight() const { return peak_granted_; }
+  size_t uploadsInFlight() const { return credits_.inFlight(); }
+  size_t uploadsWaiting() const { return credits_.waiting(); }
+  size_t peakUploadsInFlight() const { return credits_.peakInFlight(); }
   // Task tokens remembered as answered (stale or unknown): bounded by the tasks of recent rounds
   // and kUnknownTokensKept, whatever clients send.
   size_t answeredTokens() const { return answered_stale_.size() + answered_unknown_.size(); }
@@ -427,14 +428,12 @@ class RoundEngine {
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
-  // Upload credits: drops the grants and queued requests of tasks no longer pending, then grants
-  // queued requests in order while credits are free.
+  // Upload credits (engine/upload_credits.h): drops the grants and queued requests of tasks no
+  // longer pending, then grants queued requests in order while credits are free.
   void settleCredits(double now);
-  bool creditsBounded() const { return options_.max_concurrent_uploads > 0; }
-  // The last sign of an upload in progress: its grant or its last chunk.
-  static double lastUploadActivity(const Participant& p) {
-    return std::max(p.granted_at, p.last_chunk_at);
-  }
+  // The last sign of an upload in progress of a pending task: its grant or its last chunk
+  // (nothing: no such pending task).
+  std::optional<double> lastUploadActivity(uint64_t token) const;
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
              double now);
   void tryStartRound(double now);
@@ -587,12 +586,10 @@ class RoundEngine {
   RecentTokens answered_unknown_{1};
   std::vector<float> sum_;  // running sum of n_k * D_k
   double sum_weight_ = 0;
-  PartialLog partial_;                 // kept payloads of the round's updates, until settled
-  std::vector<float> scratch_;         // one decoded chunk
-  bool sum_tainted_ = false;           // a kept update failed to fold: the sum is not usable
-  std::set<uint64_t> granted_;         // tasks holding an upload credit
-  std::deque<uint64_t> upload_queue_;  // tasks waiting for one, in the order they asked
-  size_t peak_granted_ = 0;
+  PartialLog partial_;          // kept payloads of the round's updates, until settled
+  std::vector<float> scratch_;  // one decoded chunk
+  bool sum_tainted_ = false;    // a kept update failed to fold: the sum is not usable
+  UploadCredits credits_;
 
   // Asynchronous mode: the server step being built.
   uint32_t buffered_ = 0;                      // updates folded into sum_

@@ -1201,7 +1201,7 @@ TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
 TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterARestart) {
   EngineOptions o = baseOptions(2, 6, 1);
   o.rounds = 3;
-  o.selector.name = "oort";
+  o.selector.kind = SelectorKind::kOort;
   o.selector.explore_initial = 0.5;
   const std::vector<std::string> ids = {"a", "b", "c", "d", "e", "f"};
   Fixture first(o, {0, 0, 0});
@@ -1719,7 +1719,7 @@ TEST(RoundEngineBlocks, WithoutBlocksNoServedModelIsNamed) {
 TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
   EngineOptions o = baseOptions(1, 1, 1);
   EXPECT_TRUE(checkEngineOptions(o).isOk());
-  o.selector.name = "oort";
+  o.selector.kind = SelectorKind::kOort;
   o.selector.explore_min = 1.5;
   Status st = checkEngineOptions(o);
   ASSERT_FALSE(st.isOk());
