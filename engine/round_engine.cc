@@ -58,9 +58,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
   deadline_ = DeadlinePolicy::create(options_);
   if (options_.blocks.count > 0) {
     FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
-    block_schedule_ = std::make_unique<BlockSchedule>(options_.blocks);
-    block_models_ = std::make_unique<BlockModels>(options_.block_mode, options_.blocks.count);
-    served_.resize(options_.blocks.count);
+    blocks_ = std::make_unique<BlockCoordinator>(options_.blocks, options_.block_mode);
   }
 }
 
@@ -106,10 +104,7 @@ std::string RoundEngine::saveState() const {
   putSection(&out, aggregator_->saveState());
   if (blocksOn()) {
     // Block section: the current visit (block, first round), then the block models.
-    std::string b(8, '\0');
-    std::memcpy(b.data(), &block_, 4);
-    std::memcpy(b.data() + 4, &block_first_round_, 4);
-    putSection(&out, b + block_models_->save());
+    putSection(&out, blocks_->save());
   }
   // Partition section: which partition the coordinator assigned each client (u64 count, then
   // per client a u32 id length, the id, and the i32 partition), so that a restart keeps every
@@ -181,15 +176,12 @@ Status RoundEngine::loadState(std::string_view blob) {
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, takeSection(&blob, "optimiser"));
   FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, takeSection(&blob, "control"));
   // The block section (absent in states saved without blocks: the block models start empty).
-  std::optional<BlockModels> blocks;
-  uint32_t block = UINT32_MAX, block_first_round = 0;
+  std::optional<BlockCoordinator::SavedState> blocks;
   if (blocksOn() && !blob.empty()) {
     FEDFLEET_ASSIGN_OR_RETURN(std::string_view block_blob, takeSection(&blob, "blocks"));
-    if (block_blob.size() < 8) return corrupt("engine state: truncated blocks");
-    std::memcpy(&block, block_blob.data(), 4);
-    std::memcpy(&block_first_round, block_blob.data() + 4, 4);
-    blocks.emplace(options_.block_mode, options_.blocks.count);
-    FEDFLEET_RETURN_IF_ERROR(blocks->load(block_blob.substr(8), params_.size()));
+    FEDFLEET_ASSIGN_OR_RETURN(BlockCoordinator::SavedState saved,
+                              blocks_->parse(block_blob, params_.size()));
+    blocks.emplace(std::move(saved));
   }
   // The partition section (absent in states saved before assignments were kept).
   std::map<ClientId, int32_t> partitions;
@@ -220,14 +212,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   optimizer_ = std::move(*optimizer);
   aggregator_->loadState(control_blob);
   rng_ = rng;
-  if (blocks) {
-    *block_models_ = std::move(*blocks);
-    block_ = block;
-    block_first_round_ = block_first_round;
-    block_visit_ =
-        block_schedule_->byRounds() ? block_schedule_->visitAt(block_first_round, 0) : INT64_MIN;
-    ++served_epoch_;
-  }
+  if (blocks) blocks_->restore(std::move(*blocks));
   for (auto& [id, partition] : partitions) {
     if (!clients_.count(id)) reserved_partitions_[id] = partition;
   }
@@ -527,7 +512,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
 
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
-  if (block_schedule_) block_wakeup_ = block_schedule_->nextBoundary(now);
+  if (blocks_) blocks_->noteWaiting(now);
   if (evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
 }
@@ -551,7 +536,11 @@ void RoundEngine::startRound(double now) {
     refillAsync(now);
     return;
   }
-  if (blocksOn()) prepareBlockRound(round_ + 1, now);
+  if (blocksOn()) {
+    if (auto started = blocks_->prepareRound(round_ + 1, now, params_)) {
+      event("block_started", "", *started, now);
+    }
+  }
   size_t want = options_.clients_per_round;
   if (options_.over_selection > 0) {
     want = static_cast<size_t>(
@@ -606,9 +595,9 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   // chain of a multichain round) with every task.
   std::shared_ptr<const std::string> bytes = model_bytes_;
   task.model_sha256 = model_sha_;
-  if (round_chain_ >= 0) {  // multichain: this round trains block round_chain_'s chain
-    bytes = chain_bytes_;
-    task.model_sha256 = chain_sha_;
+  if (blocks_ && blocks_->roundChain() >= 0) {  // multichain: this round trains a chain
+    bytes = blocks_->chainBytes();
+    task.model_sha256 = blocks_->chainSha();
   }
   task.hparams = options_.hparams;
   task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
@@ -1180,9 +1169,9 @@ std::optional<double> RoundEngine::nextWakeup() const {
           credits_.nextIdleCheck([this](uint64_t token) { return lastUploadActivity(token); })) {
     consider(*idle);
   }
-  if (phase_ == Phase::kWaiting && block_schedule_) {
+  if (phase_ == Phase::kWaiting && blocks_) {
     // A clock schedule may bring the next block's clients: look again at the boundary.
-    if (block_wakeup_) consider(*block_wakeup_);
+    if (auto wakeup = blocks_->wakeup()) consider(*wakeup);
   }
   return t;
 }
@@ -1328,8 +1317,12 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
   partial_.clear();
   participants_.clear();
   flushLeftOutEvents(now);
-  if (blocksOn()) endBlockRound(round_ >= options_.rounds, now);
-  ++served_epoch_;  // x, a chain or z_m may have changed
+  if (blocksOn()) {
+    if (auto ev = blocks_->endRound(round_, round_ >= options_.rounds, now, params_)) {
+      emit(std::move(*ev));
+    }
+    blocks_->modelsChanged();  // x, a chain or z_m may have changed
+  }
   endServerStep(std::move(c), ok, round_ >= options_.rounds, std::move(before), now);
 }
 
@@ -1583,7 +1576,7 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
     restoreModel(snap->second);
     ++version_;  // a new version holding the old parameters: caches keyed by version refresh
     refreshModelBytes();
-    ++served_epoch_;
+    if (blocks_) blocks_->modelsChanged();
   }
   snapshots_.clear();  // later ones are of models built on the refused one
   event("evaluation_refused", "",
@@ -1689,109 +1682,24 @@ void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
   emit(RunFinished{ok, message});
 }
 
-// ---- Blocks (block-cyclic training; protocol steps B1-B5 in round_engine.h) ----
-
-void RoundEngine::prepareBlockRound(uint32_t round, double now) {
-  const uint32_t m = block_schedule_->blockAt(round, now);
-  const int64_t visit = block_schedule_->visitAt(round, now);
-  const bool new_visit = m != block_ || (block_visit_ != INT64_MIN && visit != block_visit_);
-  block_visit_ = visit;
-  if (new_visit) {
-    block_ = m;
-    block_first_round_ = round;
-    event("block_started", "",
-          "block " + std::to_string(m) + " from round " + std::to_string(round) + " (" +
-              blockModeName(block_models_->mode()) + ")",
-          now);
-  }
-  round_chain_ = -1;
-  if (block_models_->mode() == BlockMode::kMultichain && (round - block_first_round_) % 2 == 1) {
-    round_chain_ = static_cast<int32_t>(m);
-    const std::vector<float>& y = block_models_->chain(m, params_);
-    auto bytes = std::make_shared<std::string>(y.size() * sizeof(float), '\0');
-    std::memcpy(bytes->data(), y.data(), bytes->size());
-    chain_sha_ = crypto::sha256(*bytes);
-    chain_bytes_ = std::move(bytes);
-  }
-}
+// ---- Blocks (block-cyclic training; protocol steps B1-B6 in round_engine.h) ----
 
 bool RoundEngine::inCurrentBlock(const ClientId& id) const {
   auto it = clients_.find(id);
-  if (it == clients_.end() || it->second.partition < 0) return false;
-  return block_schedule_->available(static_cast<uint32_t>(it->second.partition), block_);
+  return it != clients_.end() && blocks_->available(it->second.partition);
 }
 
 bool RoundEngine::applyRoundStep(uint32_t completed) {
-  if (round_chain_ < 0) return applyServerStep(completed);
-  // The step on y_m: the server step works on params_, so y_m takes its place for the step.
-  std::vector<float>& y = block_models_->chain(static_cast<uint32_t>(round_chain_), params_);
-  std::swap(params_, y);
-  const bool ok = applyServerStep(completed);
-  std::swap(params_, y);
-  return ok;
-}
-
-void RoundEngine::endBlockRound(bool last, double now) {
-  round_chain_ = -1;
-  const uint32_t m = block_;
-  if (!last && !block_schedule_->endsAfter(round_, block_visit_, now)) return;
-  block_models_->endVisit(m, params_);
-  EvaluateBlocks ev;
-  ev.round = round_;
-  ev.ended_block = m;
-  auto x = std::make_shared<const std::vector<float>>(params_);
-  for (uint32_t j = 0; j < block_models_->blocks(); ++j) {
-    ev.models.push_back({j, "shared", x});
-    if (!block_models_->average(j).empty()) {
-      ev.models.push_back({j, "pluralistic",
-                           std::make_shared<const std::vector<float>>(block_models_->average(j))});
-    }
-    if (!block_models_->chain(j).empty()) {
-      ev.models.push_back(
-          {j, "chain", std::make_shared<const std::vector<float>>(block_models_->chain(j))});
-    }
-  }
-  awaiting_blocks_.insert(round_);
-  emit(std::move(ev));
+  if (!blocks_) return applyServerStep(completed);
+  return blocks_->applyStep(params_, [&] { return applyServerStep(completed); });
 }
 
 void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalOutcome>& outcomes,
                                     double now) {
-  if (!blocksOn() || awaiting_blocks_.erase(round) == 0) return;
-  auto row = [&](const BlockEvalOutcome& o, const std::string& model) {
-    history::BlockMetricRecord b;
-    b.run_id = options_.run_id;
-    b.round = round;
-    b.block = std::to_string(o.block);
-    b.model = model;
-    b.accuracy = o.accuracy;
-    b.loss = o.loss;
-    return b;
-  };
-  RecordBlockMetrics rec;
-  std::map<std::pair<uint32_t, std::string>, const BlockEvalOutcome*> found;
-  for (const BlockEvalOutcome& o : outcomes) {
-    if (o.block >= block_models_->blocks()) continue;
-    found[{o.block, o.model}] = &o;
-    rec.rows.push_back(row(o, o.model));
-  }
-  auto lookup = [&](uint32_t j, const char* model) -> const BlockEvalOutcome* {
-    auto it = found.find({j, model});
-    return it == found.end() ? nullptr : it->second;
-  };
-  for (uint32_t j = 0; j < block_models_->blocks(); ++j) {
-    if (block_models_->mode() == BlockMode::kMultichain) {
-      const BlockEvalOutcome* z = lookup(j, "pluralistic");
-      const BlockEvalOutcome* y = lookup(j, "chain");
-      block_models_->choose(j, z ? z->validation_loss : std::nullopt,
-                            y ? y->validation_loss : std::nullopt);
-    }
-    if (const BlockEvalOutcome* s = lookup(j, BlockModels::servedName(block_models_->served(j)))) {
-      rec.rows.push_back(row(*s, "served"));
-    }
-  }
-  ++served_epoch_;  // multichain may serve another model now
-  emit(std::move(rec));
+  if (!blocksOn()) return;
+  std::optional<RecordBlockMetrics> rec = blocks_->onEvaluated(round, outcomes, options_.run_id);
+  if (!rec) return;
+  emit(std::move(*rec));
   if (last_round_done_ && awaiting_eval_.empty() && !blocksPending() &&
       phase_ != Phase::kFinished) {
     finishRun(true, "all rounds done", now);
@@ -1800,63 +1708,27 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
 
 const std::vector<float>& RoundEngine::servedModel(uint32_t block) const {
   if (!blocksOn()) return params_;
-  return block_models_->servedParams(block, params_);
+  return blocks_->servedModel(block, params_);
 }
 
 std::shared_ptr<const std::string> RoundEngine::serve(ClientState& c, Participant& p,
                                                       wire::Task& task) {
-  const uint32_t m = currentBlock();
-  ServedBuffer& s = served_.at(m);
-  if (s.epoch != served_epoch_) {
-    s.epoch = served_epoch_;
-    const std::vector<float>& params = servedModel(m);
-    std::shared_ptr<const std::string> bytes = model_bytes_;
-    wire::Sha256 sha = model_sha_;
-    if (&params != &params_) {
-      auto b = std::make_shared<std::string>(params.size() * sizeof(float), '\0');
-      std::memcpy(b->data(), params.data(), b->size());
-      sha = crypto::sha256(*b);
-      bytes = std::move(b);
-    }
-    if (!s.bytes || sha != s.sha) {
-      s.bytes = std::move(bytes);
-      s.sha = sha;
-      s.version = version_;
-    }
-    s.model = BlockModels::servedName(block_models_->served(m));
-  }
-  wire::ServedModel& sv = task.served;
-  sv.block = m;
-  sv.model = s.model;
-  sv.version = s.version;
-  sv.sha256 = s.sha;
-  std::shared_ptr<const std::string> attach;
-  if (c.served_sha == s.sha) {
-    sv.source = wire::ServedSource::kUnchanged;
-  } else if (s.sha == task.model_sha256) {
-    sv.source = wire::ServedSource::kTaskModel;
-  } else {
-    sv.source = wire::ServedSource::kAttached;
-    attach = s.bytes;
+  std::shared_ptr<const std::string> attach =
+      blocks_->serve(c.served_sha, task, SharedModel{params_, model_bytes_, model_sha_, version_});
+  if (attach) {
     p.served_bytes = attach->size();
     p.bytes_down += p.served_bytes;
   }
-  c.served_sha = s.sha;
-  p.served = sv;
+  p.served = task.served;
   return attach;
 }
 
 void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::Summary& summary,
                                    double now) {
-  if (p.served.source == wire::ServedSource::kNone) return;
-  if (summary.served_sha256 == p.served.sha256) return;
-  // The client does not hold the model the task named (it lost it, or never got it).
-  const bool none = summary.served_sha256 == wire::Sha256{};
-  event("served_mismatch", p.client,
-        "task named served model " + crypto::toHex(p.served.sha256).substr(0, 12) +
-            ", the client holds " +
-            (none ? "none" : crypto::toHex(summary.served_sha256).substr(0, 12)),
-        now);
+  std::optional<std::string> mismatch =
+      BlockCoordinator::servedMismatch(p.served, summary.served_sha256);
+  if (!mismatch) return;
+  event("served_mismatch", p.client, *mismatch, now);
   c.served_sha.reset();
   p.summary.served_samples = 0;
 }

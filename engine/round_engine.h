@@ -159,6 +159,7 @@
 #include "common/history/records.h"
 #include "common/wire/messages.h"
 #include "engine/aggregator.h"
+#include "engine/block_coordinator.h"
 #include "engine/block_models.h"
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
@@ -228,31 +229,7 @@ struct RunFinished {
   bool ok = true;
   std::string message;
 };
-// Block-cyclic runs, at the end of every block: evaluate each model on its block's validation
-// and test sets (the driver's per-block evaluation sets) and report every outcome, in any order,
-// with onBlocksEvaluated(round, ...); a model that could not be evaluated is left out. The
-// driver must report even when it evaluated nothing (the run ends only after the report).
-struct BlockModelToEvaluate {
-  uint32_t block = 0;
-  std::string model;  // "shared" (x), "pluralistic" (z_m) or "chain" (y_m)
-  std::shared_ptr<const std::vector<float>> params;
-};
-struct EvaluateBlocks {
-  uint32_t round = 0;  // the last round of the block that ended
-  uint32_t ended_block = 0;
-  std::vector<BlockModelToEvaluate> models;
-};
-struct BlockEvalOutcome {
-  uint32_t block = 0;
-  std::string model;
-  std::optional<double> validation_loss;  // on the block's validation set
-  double loss = 0;                        // on the block's test set
-  double accuracy = 0;
-};
-// Rows for the history's block_metrics table (HistoryStore::recordBlockMetrics).
-struct RecordBlockMetrics {
-  std::vector<history::BlockMetricRecord> rows;
-};
+// (The block-cyclic actions EvaluateBlocks and RecordBlockMetrics: engine/block_coordinator.h.)
 using Action =
     std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent, Evaluate,
                  CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics, SendGrant>;
@@ -318,9 +295,9 @@ class RoundEngine {
   void onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalOutcome>& outcomes, double now);
   // The block of the current round (0 without blocks), and the model block m is served for
   // evaluation and inference (the shared model without blocks).
-  uint32_t currentBlock() const { return block_ == UINT32_MAX ? 0 : block_; }
+  uint32_t currentBlock() const { return blocks_ ? blocks_->currentBlock() : 0; }
   const std::vector<float>& servedModel(uint32_t block) const;
-  const BlockModels* blockModels() const { return block_models_.get(); }
+  const BlockModels* blockModels() const { return blocks_ ? &blocks_->models() : nullptr; }
 
   // Time passed: fires deadlines, liveness expiries and the wait-for-clients limit.
   void onTick(double now);
@@ -530,20 +507,15 @@ class RoundEngine {
   void refreshModelBytes();
   uint64_t newToken();
 
-  // ---- Block-cyclic training (round_engine.cc, section "Blocks") ----
-  bool blocksOn() const { return block_models_ != nullptr; }
-  // Before sampling round `round`: its block (a new visit: event, multichain chain started) and,
-  // multichain, which chain it trains.
-  void prepareBlockRound(uint32_t round, double now);
+  // ---- Block-cyclic training (engine/block_coordinator.h; round_engine.cc, section "Blocks") --
+  bool blocksOn() const { return blocks_ != nullptr; }
   // Whether `id` may train in the current block.
   bool inCurrentBlock(const ClientId& id) const;
   // The server step of this round, applied to the chain the round trains.
   bool applyRoundStep(uint32_t completed);
-  // After a round: at the end of a visit, pluralistic averaging and EvaluateBlocks.
-  void endBlockRound(bool last, double now);
-  bool blocksPending() const { return !awaiting_blocks_.empty(); }
-  // Serving (protocol step B6): names block_'s served model in `task` and, when client `c`
-  // does not have it and it is not the task's model, returns its bytes to attach.
+  bool blocksPending() const { return blocks_ && blocks_->pending(); }
+  // Serving (protocol step B6): names the current block's served model in `task` and, when
+  // client `c` does not have it and it is not the task's model, returns its bytes to attach.
   std::shared_ptr<const std::string> serve(ClientState& c, Participant& p, wire::Task& task);
   // A summary's report on the served model: into the participant's summary, or, when the
   // client holds another one, forget what it was sent (it gets it again next time).
@@ -610,30 +582,7 @@ class RoundEngine {
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
 
-  // Block-cyclic training.
-  std::unique_ptr<BlockSchedule> block_schedule_;  // null: no blocks
-  std::unique_ptr<BlockModels> block_models_;
-  uint32_t block_ = UINT32_MAX;      // block of the current visit (UINT32_MAX: none yet)
-  uint32_t block_first_round_ = 0;   // first round of the current visit
-  int64_t block_visit_ = INT64_MIN;  // BlockSchedule::visitAt of the current visit (INT64_MIN:
-                                     // unknown, after a restore on a clock schedule)
-  int32_t round_chain_ = -1;         // multichain: the block chain this round trains (-1: x)
-  std::shared_ptr<const std::string> chain_bytes_;  // that chain as sent in tasks (shared)
-  wire::Sha256 chain_sha_{};
-  std::set<uint32_t> awaiting_blocks_;  // rounds whose EvaluateBlocks has no report yet
-  std::optional<double> block_wakeup_;  // clock schedule, waiting: the next block boundary
-  // Served models as sent, per block, rebuilt when served_epoch_ moved on (a server step, a
-  // block evaluation, a restored state): the bytes and SHA-256 (kept while they do not change),
-  // the version when first sent, and the kind.
-  struct ServedBuffer {
-    uint64_t epoch = UINT64_MAX;
-    std::shared_ptr<const std::string> bytes;
-    wire::Sha256 sha{};
-    uint64_t version = 0;
-    std::string model;
-  };
-  std::vector<ServedBuffer> served_;
-  uint64_t served_epoch_ = 0;
+  std::unique_ptr<BlockCoordinator> blocks_;  // null: no blocks
 };
 
 }  // namespace fedfleet::engine
