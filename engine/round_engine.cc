@@ -41,7 +41,8 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       rng_(options_.seed),
       version_(options_.model_version),
       partial_(options_.partial_buffer_bytes),
-      credits_(options_.max_concurrent_uploads, options_.upload_idle_s) {
+      credits_(options_.max_concurrent_uploads, options_.upload_idle_s),
+      work_(options_) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
   round_ = options_.first_round - 1;
@@ -615,28 +616,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (auto spec = compress::parseCodecSpec(task.codec); spec.isOk()) {
     task.codec = compress::toString(compress::codecForRound(*spec, round_));
   }
-  if (options_.adaptive_steps && c.steps_per_s > 0 && c.overhead_s >= 0) {
-    // Work sized to finish at adaptive_target of the deadline, never above the configured
-    // work times adaptive_max_factor (unknown data size: no cap from it).
-    const auto& hp = options_.hparams;
-    double configured = hp.max_steps;
-    if (configured == 0 && c.hello.data_size > 0) {
-      configured = static_cast<double>(hp.epochs) *
-                   std::ceil(static_cast<double>(c.hello.data_size) / hp.batch_size);
-    }
-    const double budget = options_.adaptive_target * deadline_s - c.overhead_s;
-    double steps = std::floor(c.steps_per_s * budget);
-    if (configured > 0)
-      steps = std::min(steps, std::floor(configured * options_.adaptive_max_factor));
-    task.hparams.max_steps = static_cast<uint32_t>(std::clamp(steps, 1.0, 1e9));
-  }
-  if (options_.partial_work) {
-    // Stop training early enough to upload by the deadline: the non-compute time measured
-    // last time (download and upload), with a quarter more for safety; unknown: 80%.
-    task.hparams.stop_after_s = c.overhead_s >= 0
-                                    ? std::max(0.05 * deadline_s, deadline_s - 1.25 * c.overhead_s)
-                                    : 0.8 * deadline_s;
-  }
+  work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, c.hello.data_size}, deadline_s);
   aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the
   // first chunk's (bounded) sample claim stands in for it.

@@ -171,6 +171,7 @@
 #include "engine/server_optimizer.h"
 #include "engine/update_weights.h"
 #include "engine/upload_credits.h"
+#include "engine/work_sizer.h"
 
 namespace fedfleet::engine {
 
@@ -562,6 +563,7 @@ class RoundEngine {
   std::vector<float> scratch_;  // one decoded chunk
   bool sum_tainted_ = false;    // a kept update failed to fold: the sum is not usable
   UploadCredits credits_;
+  WorkSizer work_;  // adaptive steps, partial work
 
   // Asynchronous mode: the server step being built.
   uint32_t buffered_ = 0;                      // updates folded into sum_
