@@ -57,6 +57,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
   optimizer_ = std::move(*opt);
   aggregator_ = Aggregator::create(options_, params_.size());
   deadline_ = DeadlinePolicy::create(options_);
+  mode_ = RoundMode::create(*this, options_);
   if (options_.blocks.count > 0) {
     FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
     blocks_ = std::make_unique<BlockCoordinator>(options_.blocks, options_.block_mode);
@@ -424,7 +425,7 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
   rec.first_seen = now;
   emit(UpsertClient{rec});
   if (phase_ == Phase::kWaiting) tryStartRound(now);
-  if (phase_ == Phase::kRunning && options_.async) refillAsync(now);
+  if (phase_ == Phase::kRunning) mode_->clientsAvailable(now);
 }
 
 void RoundEngine::onHeartbeat(const ClientId& id, double now) {
@@ -451,18 +452,13 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
       takeBack(pit->second, c.task_token, now);
       finished_tokens_.insert(c.task_token);
       event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
-      if (options_.async) {
-        window_.push_back(updateRecord(pit->second, 0, now));
-        feedback(pit->second, now);
-        participants_.erase(pit);
-      }
+      mode_->taskEnded(c.task_token, now);
     }
     c.task_token = 0;
   } else {
     event("client_left", id, why, now);
   }
-  if (options_.async) return refillAsync(now);
-  maybeFinishEarly(now);
+  mode_->slotFreed(now);
 }
 
 std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
@@ -477,7 +473,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
     for (const ClientId& id : idle_) {
       if (ok(id)) candidates.push_back(id);
     }
-    return selector_->select(candidates, k, round_ + (options_.async ? 0 : 1), now, rng_);
+    return selector_->select(candidates, k, mode_->selectionRound(), now, rng_);
   }
   // Many idle clients: draw ranks uniformly and skip repeats and ineligible ones, which is
   // uniform sampling without replacement over the eligible clients at O(K log N). When that
@@ -525,57 +521,7 @@ bool RoundEngine::evaluationsBehind() const {
   return static_cast<uint64_t>(behind) >= options_.max_evaluations_behind;
 }
 
-void RoundEngine::startRound(double now) {
-  if (options_.async) {
-    ++round_;
-    phase_ = Phase::kRunning;
-    round_start_ = now;
-    window_start_ = now;
-    sum_.assign(params_.size(), 0.0f);
-    buffered_ = 0;
-    window_loss_ = 0;
-    refillAsync(now);
-    return;
-  }
-  if (blocksOn()) {
-    if (auto started = blocks_->prepareRound(round_ + 1, now, params_)) {
-      event("block_started", "", *started, now);
-    }
-  }
-  size_t want = options_.clients_per_round;
-  if (options_.over_selection > 0) {
-    want = static_cast<size_t>(
-        std::ceil(options_.clients_per_round * (1.0 + options_.over_selection) - 1e-9));
-  }
-  std::vector<ClientId> idle = sampleIdle(want, now);
-  if (idle.empty()) return;
-  const size_t k = idle.size();
-
-  std::vector<uint32_t> partitions;
-  if (options_.sample_partitions) {
-    std::vector<uint32_t> all(options_.num_partitions);
-    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::shuffle(all.begin(), all.end(), rng_);
-    partitions.assign(all.begin(), all.begin() + std::min<size_t>(k, all.size()));
-  }
-
-  ++round_;
-  phase_ = Phase::kRunning;
-  round_start_ = now;
-  const double deadline_s = deadline_->startRound();
-  round_deadline_ = now + deadline_s;
-  participants_.clear();
-  sum_.assign(updateSize(), 0.0f);
-  sum_weight_ = 0;
-
-  for (size_t i = 0; i < k; ++i) {
-    const ClientId& id = idle[i];
-    const uint32_t partition = options_.sample_partitions
-                                   ? partitions[i % partitions.size()]
-                                   : static_cast<uint32_t>(clients_.at(id).partition);
-    dispatch(id, partition, deadline_s, now);
-  }
-}
+void RoundEngine::startRound(double now) { mode_->startRound(now); }
 
 void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now) {
   auto& c = clients_.at(id);
@@ -677,13 +623,8 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
-  if (options_.async) {
-    window_.push_back(updateRecord(p, 0, now));
-    feedback(p, now);
-    participants_.erase(token);  // p is gone from here on
-    return refillAsync(now);
-  }
-  maybeFinishEarly(now);
+  mode_->taskEnded(token, now);  // p may be gone from here on (asynchronous)
+  mode_->slotFreed(now);
 }
 
 void RoundEngine::takeBack(Participant& /*p*/, uint64_t token, double /*now*/) {
@@ -849,7 +790,7 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   p->summary = checked;
   auto& client = clients_.at(id);
   takeServedReport(client, *p, checked, now);
-  if (!options_.async && aggregator_->buffersUpdates()) {
+  if (mode_->buffersCompleted() && aggregator_->buffersUpdates()) {
     Status counted = bufferComplete(*p, token);
     if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);
   }
@@ -861,15 +802,7 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   }
   learnFromCompletion(client, *p, now);
   refreshIdle(id, client);
-  if (options_.async) return completeAsync(*p, token, now);
-  p->agg_weight = p->weight;
-  if (aggregator_->buffersUpdates()) {
-    sum_weight_ += p->weight;
-    partial_.erase(token);  // in the aggregator's buffer now
-  }
-  // Linear aggregators keep the payloads in the PartialLog until the round settles.
-  p->state = UpdateState::kCompleted;
-  maybeFinishEarly(now);
+  mode_->completed(token, now);
 }
 
 Status RoundEngine::bufferComplete(Participant& p, uint64_t token) {
@@ -1057,20 +990,6 @@ void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, do
   }
 }
 
-void RoundEngine::maybeFinishEarly(double now) {
-  if (phase_ != Phase::kRunning || options_.async) return;
-  uint32_t completed = 0;
-  bool pending = false;
-  for (const auto& [token, p] : participants_) {
-    pending |= p.state == UpdateState::kPending;
-    completed += p.state == UpdateState::kCompleted;
-  }
-  // Over-selection: the first K completed updates end the round; the rest are cancelled.
-  if (!pending || (options_.over_selection > 0 && completed >= options_.clients_per_round)) {
-    finishRound(now);
-  }
-}
-
 void RoundEngine::onTick(double now) {
   SettleCreditsOnExit settle(this, now);
   if (phase_ == Phase::kFinished) return;
@@ -1085,23 +1004,7 @@ void RoundEngine::onTick(double now) {
     if (phase_ == Phase::kFinished) return;
     loseClient(id, "silent for more than " + formatDuration(options_.liveness_s), now);
   }
-  if (phase_ == Phase::kRunning && options_.async) {
-    std::vector<uint64_t> due;
-    for (const auto& [token, p] : participants_) {
-      if (p.state == UpdateState::kPending && now >= p.deadline) due.push_back(token);
-    }
-    for (uint64_t token : due) {
-      auto it = participants_.find(token);
-      if (it == participants_.end()) continue;
-      expire(it->second, token, "deadline passed", now);
-      window_.push_back(updateRecord(it->second, 0, now));
-      feedback(it->second, now);
-      participants_.erase(it);
-    }
-    if (!due.empty()) refillAsync(now);
-  } else if (phase_ == Phase::kRunning && now >= round_deadline_) {
-    finishRound(now);
-  }
+  if (phase_ == Phase::kRunning) mode_->onTick(now);  // deadlines
   // A stalled upload must not hold a credit others wait for.
   const auto last = [this](uint64_t token) { return lastUploadActivity(token); };
   for (uint64_t token : credits_.idleUploads(now, last)) {
@@ -1112,7 +1015,7 @@ void RoundEngine::onTick(double now) {
                      " holding an upload credit (coordinator.upload_idle_s = " +
                      formatDuration(credits_.idleSeconds()) + ")",
                  now);
-    maybeFinishEarly(now);
+    mode_->finishIfDone(now);
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
@@ -1137,12 +1040,8 @@ std::optional<double> RoundEngine::nextWakeup() const {
       if (c.connected) consider(c.last_seen + options_.liveness_s);
     }
   }
-  if (phase_ == Phase::kRunning && options_.async) {
-    for (const auto& [token, p] : participants_) {
-      if (p.state == UpdateState::kPending) consider(p.deadline);
-    }
-  } else if (phase_ == Phase::kRunning) {
-    consider(round_deadline_);
+  if (phase_ == Phase::kRunning) {
+    if (auto deadline = mode_->nextDeadline()) consider(*deadline);
   }
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
   if (auto idle =
@@ -1344,14 +1243,8 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
   if (last) {
     last_round_done_ = true;
     phase_ = Phase::kDraining;  // nothing new starts; the run ends after the commit
-  } else if (options_.async) {
-    ++round_;
-    round_start_ = now;
-    window_start_ = now;
   } else {
-    phase_ = Phase::kWaiting;
-    wait_since_ = now;
-    tryStartRound(now);
+    mode_->afterStep(now);
   }
   if (ok && evaluates(round, last)) {
     // The model before the step, until the evaluation says the new one is usable.
@@ -1361,146 +1254,6 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
   } else {
     commit(std::move(c), now);
   }
-}
-
-void RoundEngine::refillAsync(double now) {
-  if (phase_ != Phase::kRunning) return;
-  size_t pending = 0;
-  for (const auto& [token, p] : participants_) pending += p.state == UpdateState::kPending;
-  if (pending >= options_.async_concurrency) return;
-  const std::vector<ClientId> ids = sampleIdle(options_.async_concurrency - pending, now);
-  for (const ClientId& id : ids) {
-    uint32_t partition = static_cast<uint32_t>(std::max(clients_.at(id).partition, 0));
-    if (options_.sample_partitions) {
-      partition = std::uniform_int_distribution<uint32_t>(0, options_.num_partitions - 1)(rng_);
-    }
-    dispatch(id, partition, options_.deadline_s, now);
-  }
-}
-
-void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
-  const uint64_t s = version_ - p.start_version;
-  p.staleness = static_cast<uint32_t>(std::min<uint64_t>(s, UINT32_MAX));
-  double weight = 0;
-  if (s > options_.max_staleness) {
-    p.state = UpdateState::kRejected;
-    partial_.erase(token);
-    event("stale_update", p.client,
-          "round " + std::to_string(round_) + ": " + std::to_string(s) +
-              " versions behind (max_staleness " + std::to_string(options_.max_staleness) + ")",
-          now);
-  } else if (std::optional<double> bounded = asyncNormBound(p, now); !bounded) {
-    p.state = UpdateState::kRejected;
-    partial_.erase(token);
-  } else {
-    // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
-    weight = stalenessWeight(s);
-    const double norm = std::sqrt(p.sq_norm);
-    const double clip = options_.clip_norm > 0 ? clipScale(norm, options_.clip_norm) : 1.0;
-    Status st = foldFromLog(token, static_cast<float>(weight * std::min(clip, *bounded)));
-    partial_.erase(token);
-    if (!st.isOk()) {
-      // A partly folded update cannot be taken out again reliably: this step is tainted.
-      sum_tainted_ = true;
-      p.state = UpdateState::kRejected;
-      event("aggregation_error", p.client,
-            "round " + std::to_string(round_) + ": folding a buffered update: " + st.message(),
-            now);
-    } else {
-      p.state = UpdateState::kCompleted;
-      ++buffered_;
-      window_loss_ += weight * p.summary.mean_loss;
-      sum_weight_ += weight;
-    }
-  }
-  window_.push_back(updateRecord(p, weight / options_.async_buffer, now));
-  feedback(p, now);
-  participants_.erase(token);
-  if (buffered_ >= options_.async_buffer) {
-    flushAsync(now);
-  } else {
-    refillAsync(now);
-  }
-}
-
-std::optional<double> RoundEngine::asyncNormBound(const Participant& p, double now) {
-  // Updates complete one at a time here, so the median is over the last completed updates
-  // (2 x async_buffer of them, this one included) instead of the round's.
-  const double norm = std::sqrt(p.sq_norm);
-  recent_norms_.push_back(norm);
-  while (recent_norms_.size() > 2 * size_t{options_.async_buffer}) recent_norms_.pop_front();
-  const double median = lowerMedian({recent_norms_.begin(), recent_norms_.end()});
-  const std::optional<double> scale = normBoundScale(norm, median, true);
-  const std::string what = "round " + std::to_string(round_) + ": update norm " +
-                           std::to_string(norm) + " exceeds aggregation.norm_bound " +
-                           std::to_string(options_.norm_bound) + " x the median norm " +
-                           std::to_string(median) + " of the last updates";
-  if (!scale) {
-    event("update_rejected", p.client, what, now);
-  } else if (*scale < 1) {
-    event("update_clipped", p.client, what + ": clipped", now);
-  }
-  return scale;
-}
-
-void RoundEngine::flushAsync(double now) {
-  const bool last = round_ >= options_.rounds;
-  if (last) {
-    // The run ends with this step: tasks still out are cancelled and recorded with it.
-    for (auto& [token, p] : participants_) {
-      if (p.state != UpdateState::kPending) continue;
-      expire(p, token, "run finished", now);
-      window_.push_back(updateRecord(p, 0, now));
-      feedback(p, now);
-    }
-    participants_.clear();
-  }
-  CommitRound c;
-  auto& r = c.round;
-  r.run_id = options_.run_id;
-  r.round = round_;
-  r.start_time = window_start_;
-  r.end_time = now;
-  for (const auto& u : window_) {
-    ++r.selected;
-    r.completed += u.status == "completed";
-    r.late += u.status == "late";
-    r.dropped += u.status == "dropped";
-    r.rejected += u.status == "rejected";
-    r.bytes_up += u.bytes_up;
-    r.bytes_down += u.bytes_down;
-  }
-  c.updates = std::move(window_);
-  window_.clear();
-  bool ok = buffered_ > 0 && !sum_tainted_ && kernels::allFinite(sum_.data(), sum_.size());
-  std::optional<ModelSnapshot> before;
-  if (ok && evaluates(round_, last)) before = snapshotModel();
-  if (ok) {
-    // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
-    kernels::scale(sum_.data(), 1.0f / static_cast<float>(options_.async_buffer), sum_.size());
-    if (!stepModel(sum_.data())) {
-      ok = false;
-      event("step_refused", "",
-            "round " + std::to_string(round_) + ": " + step_failure_ + "; the model is unchanged",
-            now);
-    }
-  }
-  if (ok) {
-    ++version_;
-    refreshModelBytes();
-    r.train_loss = window_loss_ / sum_weight_;
-  } else {
-    event("round_failed", "",
-          "round " + std::to_string(round_) + ": the buffered sum is not usable", now);
-  }
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
-  sum_weight_ = 0;
-  sum_tainted_ = false;
-  buffered_ = 0;
-  window_loss_ = 0;
-  flushLeftOutEvents(now);
-  endServerStep(std::move(c), ok, last, std::move(before), now);
-  if (!last) refillAsync(now);
 }
 
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
@@ -1587,26 +1340,7 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
   for (CommitRound& c : failed) commit(std::move(c), now);
   tryStartRound(now);      // one held back by the evaluations behind (step 9)
   if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
-  if (phase_ == Phase::kRunning && !options_.async) {
-    finishRound(now, &abort_reason);
-  } else if (phase_ == Phase::kRunning && options_.async) {
-    for (auto& [token, p] : participants_) {
-      if (p.state != UpdateState::kPending) continue;
-      expire(p, token, abort_reason, now);
-      window_.push_back(updateRecord(p, 0, now));
-      feedback(p, now);
-    }
-    participants_.clear();
-    for (auto& u : window_) {
-      if (u.status == "completed") u.status = "rejected";
-      u.weight = 0;
-    }
-    std::fill(sum_.begin(), sum_.end(), 0.0f);
-    sum_weight_ = 0;
-    buffered_ = 0;
-    window_loss_ = 0;
-    refillAsync(now);
-  }
+  mode_->abort(abort_reason, now);
 }
 
 history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,

@@ -167,6 +167,7 @@
 #include "engine/participant_table.h"
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
+#include "engine/round_mode.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
 #include "engine/update_weights.h"
@@ -338,6 +339,10 @@ class RoundEngine {
   size_t answeredTokens() const { return answered_stale_.size() + answered_unknown_.size(); }
 
  private:
+  // The round modes (engine/round_mode.h) are part of the engine's implementation.
+  friend class SynchronousRounds;
+  friend class BufferedAsyncRounds;
+
   enum class Phase {
     kIdle,
     kWaiting,
@@ -417,6 +422,7 @@ class RoundEngine {
   void tryStartRound(double now);
   // max_evaluations_behind rounds await their evaluation: no round may start (step 9).
   bool evaluationsBehind() const;
+  // Starts a round (or, asynchronous, a server step's tasks): RoundMode::startRound.
   void startRound(double now);
   // Ends the round in flight; with `abort_reason` every update (completed ones too) is refused
   // with that reason and the round fails.
@@ -429,7 +435,6 @@ class RoundEngine {
   // Drops the kept payloads of an update that will not count (nothing of it was folded).
   void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
-  void maybeFinishEarly(double now);
   // Builds and emits one task for `id` (idle) and registers it as a participant.
   void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now);
   // Tells the selector how a finished participant fared.
@@ -487,13 +492,6 @@ class RoundEngine {
   bool stepModel(const float* g);
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
-  // Asynchronous mode: keep async_concurrency tasks in flight; one server step per buffer.
-  void refillAsync(double now);
-  void completeAsync(Participant& p, uint64_t token, double now);
-  // The norm bound on a completing asynchronous update: its scale, or nullopt to reject it
-  // (recorded either way).
-  std::optional<double> asyncNormBound(const Participant& p, double now);
-  void flushAsync(double now);
   // After a server step: evaluate (every eval_every) or commit, and finish after the last.
   // `before` is the model before the step, kept until its evaluation is reported.
   void endServerStep(CommitRound c, bool ok, bool last, std::optional<ModelSnapshot> before,
@@ -531,7 +529,6 @@ class RoundEngine {
   uint64_t version_ = 0;
   double wait_since_ = 0;
   double round_start_ = 0;
-  double round_deadline_ = 0;
 
   std::map<ClientId, ClientState> clients_;
   // Partitions held by clients of a restored state that have not said Hello since.
@@ -546,6 +543,7 @@ class RoundEngine {
   std::unique_ptr<ServerOptimizer> optimizer_;
   std::unique_ptr<Aggregator> aggregator_;
   std::unique_ptr<DeadlinePolicy> deadline_;
+  std::unique_ptr<RoundMode> mode_;             // synchronous or buffered asynchronous rounds
   ParticipantTable<Participant> participants_;  // by task token, in dispatch order
   // Tokens of ended tasks (stale), and stale tokens already answered once: of the last
   // kStaleTokenRounds rounds only (engine/recent_tokens.h).
@@ -565,16 +563,9 @@ class RoundEngine {
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
 
-  // Asynchronous mode: the server step being built.
-  uint32_t buffered_ = 0;                      // updates folded into sum_
-  std::vector<history::UpdateRecord> window_;  // updates that ended during this step
-  double window_start_ = 0;
-  double window_loss_ = 0;  // sum of w(s) x mean loss of the buffered
-
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
   std::map<uint32_t, ModelSnapshot> snapshots_;    // ... and the model before their step
   std::map<ClientId, uint32_t> client_events_;     // event rows per client, this round
-  std::deque<double> recent_norms_;                // async: norms of the last completed updates
   std::string step_failure_;                       // why the last server step was refused
   bool last_round_done_ = false;                   // finish the run after its commit
 
