@@ -40,7 +40,8 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       params_(std::move(initial_params)),
       rng_(options_.seed),
       version_(options_.model_version),
-      partial_(options_.partial_buffer_bytes),
+      aggregator_(Aggregator::create(options_, params_.size())),
+      assembler_(options_, *aggregator_, params_.size()),
       credits_(options_.max_concurrent_uploads, options_.upload_idle_s),
       work_(options_) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
@@ -55,7 +56,6 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
   auto opt = ServerOptimizer::create(serverOptimizerOptions(options_));
   FEDFLEET_CHECK(opt.isOk());
   optimizer_ = std::move(*opt);
-  aggregator_ = Aggregator::create(options_, params_.size());
   deadline_ = DeadlinePolicy::create(options_);
   mode_ = RoundMode::create(*this, options_);
   if (options_.blocks.count > 0) {
@@ -628,61 +628,7 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
 }
 
 void RoundEngine::takeBack(Participant& /*p*/, uint64_t token, double /*now*/) {
-  partial_.erase(token);  // nothing of it was folded: forgetting its payloads is enough
-}
-
-std::optional<std::string> RoundEngine::badClaims(Participant& p, const wire::Chunk& chunk) const {
-  const uint64_t n = chunk.n_samples;
-  if (p.partition < options_.partition_sizes.size()) {
-    const uint64_t size = options_.partition_sizes[p.partition];
-    if (n > size) {
-      return "claims " + std::to_string(n) + " samples, partition " + std::to_string(p.partition) +
-             " holds " + std::to_string(size);
-    }
-  } else if (options_.max_samples_per_update > 0 && n > options_.max_samples_per_update) {
-    return "claims " + std::to_string(n) + " samples, more than " +
-           "coordinator.max_samples_per_update = " +
-           std::to_string(options_.max_samples_per_update);
-  }
-  if (chunk.steps == 0) return std::string("claims 0 local steps");
-  if (p.max_steps == 0) {
-    p.max_steps = plannedSteps(p.planned.epochs, p.planned.max_steps, p.planned.batch_size, n);
-  }
-  if (chunk.steps > p.max_steps) {
-    return "claims " + std::to_string(chunk.steps) + " local steps, its task planned at most " +
-           std::to_string(p.max_steps);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> RoundEngine::badSummary(const Participant& p, wire::Summary& s,
-                                                   double now) const {
-  const double max_loss = options_.max_loss;
-  auto inRange = [](double v, double hi) { return std::isfinite(v) && v >= 0 && v <= hi; };
-  if (!inRange(s.mean_loss, max_loss)) {
-    return "summary's mean loss " + std::to_string(s.mean_loss) + " is not in [0, " +
-           std::to_string(max_loss) + "]";
-  }
-  // Each per-sample loss is in [0, max_loss], and the task saw at most max(n, steps x batch)
-  // samples, so their squares sum to at most that many max_loss^2.
-  const double seen = std::max(static_cast<double>(s.n_samples),
-                               static_cast<double>(s.steps) * std::max(p.planned.batch_size, 1u));
-  const double sq_bound = seen * max_loss * max_loss;
-  if (!inRange(s.sum_sq_loss, sq_bound)) {
-    return "summary's sum of squared losses " + std::to_string(s.sum_sq_loss) + " is not in [0, " +
-           std::to_string(sq_bound) + "]";
-  }
-  if (s.served_samples > 0 &&
-      (!inRange(s.served_loss, max_loss) || !inRange(s.served_accuracy, 1.0))) {
-    return "summary's served-model loss " + std::to_string(s.served_loss) + " or accuracy " +
-           std::to_string(s.served_accuracy) + " is out of range";
-  }
-  // Timings: each within [0, the time since the task was sent] (NaN counts as 0).
-  const double elapsed = std::max(0.0, now - p.sent_at);
-  for (double* t : {&s.compute_seconds, &s.upload_seconds, &s.encode_seconds}) {
-    *t = std::isnan(*t) ? 0.0 : std::clamp(*t, 0.0, elapsed);
-  }
-  return std::nullopt;
+  assembler_.takeBack(token);  // nothing of it was folded: forgetting its payloads is enough
 }
 
 void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes,
@@ -698,67 +644,7 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   p->bytes_up += frame_bytes;
   if (p->first_chunk_at < 0) p->first_chunk_at = now;
   p->last_chunk_at = now;
-  if (p->last_chunk) return rejectUpdate(*p, token, "chunk after the last chunk", now);
-  const uint64_t n = chunk.elements;
-  if (n == 0) return rejectUpdate(*p, token, "chunk of 0 elements", now);
-  if (chunk.offset != p->next_offset) {
-    return rejectUpdate(*p, token,
-                        "chunk at offset " + std::to_string(chunk.offset) + ", expected " +
-                            std::to_string(p->next_offset),
-                        now);
-  }
-  if (n > updateSize() - chunk.offset) {
-    return rejectUpdate(*p, token,
-                        "chunk ends at " + std::to_string(chunk.offset + n) +
-                            ", past the update's " + std::to_string(updateSize()) + " values",
-                        now);
-  }
-  if (chunk.n_samples == 0) return rejectUpdate(*p, token, "chunk reports 0 samples", now);
-  if (!p->weight_set) {
-    if (auto why = badClaims(*p, chunk)) return rejectUpdate(*p, token, *why, now);
-    p->weight = static_cast<double>(chunk.n_samples);
-    p->steps = chunk.steps;
-    Result<double> fold = aggregator_->chunkFoldWeight(p->weight, chunk.steps);
-    if (!fold.isOk()) return rejectUpdate(*p, token, fold.status().message(), now);
-    p->fold_weight = *fold;
-    p->weight_set = true;
-  } else if (static_cast<double>(chunk.n_samples) != p->weight || chunk.steps != p->steps) {
-    return rejectUpdate(*p, token,
-                        "chunk declares " + std::to_string(chunk.n_samples) + " samples and " +
-                            std::to_string(chunk.steps) + " steps, earlier chunks " +
-                            std::to_string(static_cast<uint64_t>(p->weight)) + " and " +
-                            std::to_string(p->steps),
-                        now);
-  }
-  auto header = compress::readPayloadHeader(chunk.payload);
-  if (!header.isOk()) {
-    return rejectUpdate(*p, token, "chunk payload: " + header.status().message(), now);
-  }
-  scratch_.resize(n);
-  Status st = compress::decodePayload(chunk.payload, n, scratch_.data());
-  if (!st.isOk()) return rejectUpdate(*p, token, "chunk payload: " + st.message(), now);
-  // w * x must stay far from overflow in the running sum: a client cannot poison the round.
-  float max_abs = 0;
-  for (float v : scratch_) max_abs = std::max(max_abs, std::fabs(v));
-  if (chunk.offset < params_.size()) {  // the delta part (not SCAFFOLD's control delta)
-    const uint64_t m = std::min<uint64_t>(n, params_.size() - chunk.offset);
-    for (uint64_t i = 0; i < m; ++i) p->sq_norm += static_cast<double>(scratch_[i]) * scratch_[i];
-  }
-  if (static_cast<double>(max_abs) * std::max({p->weight, p->fold_weight, 1.0}) > 1e30) {
-    return rejectUpdate(*p, token, "delta values too large to aggregate", now);
-  }
-  st = partial_.append(token, chunk.offset, n, chunk.payload);
-  if (!st.isOk()) return rejectUpdate(*p, token, "coordinator: " + st.message(), now);
-  // The update's codec as the history names it: that of its largest payload (a topk update
-  // with dense_below has fp16 chunks for its small tensors).
-  if (p->codec.empty() || n > p->codec_elements) {
-    p->codec = compress::codecKindName(header->kind);
-    p->codec_elements = n;
-  }
-  // Nothing is folded yet: the weight and scale of an update are known only when the round
-  // settles (synchronous), or when it completes (asynchronous, robust aggregators).
-  p->next_offset += n;
-  p->last_chunk = chunk.last;
+  if (auto why = assembler_.addChunk(*p, token, chunk)) return rejectUpdate(*p, token, *why, now);
 }
 
 void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
@@ -769,24 +655,10 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   if (!p) return;
   p->bytes_up += frame_bytes;
   const uint64_t token = summary.task_token;
-  if (!p->last_chunk || p->next_offset != updateSize()) {
-    return rejectUpdate(*p, token,
-                        "summary after " + std::to_string(p->next_offset) + " of " +
-                            std::to_string(updateSize()) + " values" +
-                            (p->last_chunk ? "" : " (no last chunk)"),
-                        now);
+  wire::Summary checked;
+  if (auto why = assembler_.checkSummary(*p, summary, checked, now)) {
+    return rejectUpdate(*p, token, *why, now);
   }
-  if (summary.n_samples == 0) return rejectUpdate(*p, token, "summary reports 0 samples", now);
-  if (static_cast<double>(summary.n_samples) != p->weight || summary.steps != p->steps) {
-    return rejectUpdate(*p, token,
-                        "summary reports " + std::to_string(summary.n_samples) + " samples and " +
-                            std::to_string(summary.steps) + " steps, the chunks " +
-                            std::to_string(static_cast<uint64_t>(p->weight)) + " and " +
-                            std::to_string(p->steps),
-                        now);
-  }
-  wire::Summary checked = summary;
-  if (auto why = badSummary(*p, checked, now)) return rejectUpdate(*p, token, *why, now);
   p->summary = checked;
   auto& client = clients_.at(id);
   takeServedReport(client, *p, checked, now);
@@ -809,10 +681,7 @@ Status RoundEngine::bufferComplete(Participant& p, uint64_t token) {
   const double clip =
       options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
   std::vector<float> full(params_.size());
-  FEDFLEET_RETURN_IF_ERROR(partial_.forEach(
-      token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
-        return compress::decodePayload(payload, elements, full.data() + offset);
-      }));
+  FEDFLEET_RETURN_IF_ERROR(assembler_.decode(token, full.data()));
   if (clip < 1) {
     for (float& v : full) v = static_cast<float>(v * clip);
   }
@@ -832,7 +701,7 @@ void RoundEngine::rejectAtSettlement(Participant& p, uint64_t token, const std::
                                      double now) {
   p.state = UpdateState::kRejected;
   p.agg_weight = 0;
-  partial_.erase(token);
+  assembler_.takeBack(token);
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
 }
 
@@ -892,13 +761,13 @@ void RoundEngine::settleRound(double now) {
     const double fold = aggregator_->settleFoldWeight(p.agg_weight, p.steps);
     // Folded in dispatch order with its final weight: the sum does not depend on the order
     // in which uploads arrived, and a clipped update enters it already scaled.
-    Status st = foldFromLog(token, static_cast<float>(fold * scale[i++]));
+    Status st = assembler_.fold(token, static_cast<float>(fold * scale[i++]), sum_.data());
     if (!st.isOk()) {
       sum_tainted_ = true;
       event("aggregation_error", p.client, round + "folding a kept update: " + st.message(), now);
     }
     sum_weight_ += p.agg_weight;
-    partial_.erase(token);
+    assembler_.takeBack(token);
   }
 }
 
@@ -1109,16 +978,6 @@ history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double wei
   return u;
 }
 
-Status RoundEngine::foldFromLog(uint64_t token, float w) {
-  return partial_.forEach(
-      token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
-        scratch_.resize(elements);
-        FEDFLEET_RETURN_IF_ERROR(compress::decodePayload(payload, elements, scratch_.data()));
-        kernels::weightedAccumulate(sum_.data() + offset, scratch_.data(), w, elements);
-        return Status::ok();
-      });
-}
-
 void RoundEngine::finishRound(double now, const std::string* abort_reason) {
   FEDFLEET_CHECK(phase_ == Phase::kRunning);
   CommitRound c;
@@ -1193,7 +1052,7 @@ void RoundEngine::finishRound(double now, const std::string* abort_reason) {
   sum_.shrink_to_fit();
   sum_tainted_ = false;
   aggregator_->clearRound();
-  partial_.clear();
+  assembler_.clear();
   participants_.clear();
   flushLeftOutEvents(now);
   if (blocksOn()) {
@@ -1295,7 +1154,7 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
     }
   }
   participants_.clear();
-  partial_.clear();
+  assembler_.clear();
   finishRun(true,
             "target accuracy " + std::to_string(options_.target_accuracy) + " reached in round " +
                 std::to_string(round),

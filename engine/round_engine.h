@@ -164,19 +164,19 @@
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
 #include "engine/partial_log.h"
+#include "engine/participant.h"
 #include "engine/participant_table.h"
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
 #include "engine/round_mode.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
+#include "engine/update_assembler.h"
 #include "engine/update_weights.h"
 #include "engine/upload_credits.h"
 #include "engine/work_sizer.h"
 
 namespace fedfleet::engine {
-
-using ClientId = std::string;
 
 struct EvalOutcome {
   double loss = 0;
@@ -351,7 +351,7 @@ class RoundEngine {
     kFinished
   };  // kDraining: last round
       // awaits its commit
-  enum class UpdateState { kPending, kCompleted, kLate, kDropped, kRejected };
+  using UpdateState = engine::UpdateState;
 
   struct ClientState {
     wire::Hello hello;
@@ -365,37 +365,7 @@ class RoundEngine {
     std::optional<wire::Sha256> served_sha;  // blocks: the served model it was last sent
   };
 
-  struct Participant {
-    ClientId client;
-    uint32_t partition = 0;
-    UpdateState state = UpdateState::kPending;
-    uint64_t next_offset = 0;  // next element offset expected
-    bool weight_set = false;   // the first chunk declared n_samples and steps
-    uint64_t steps = 0;
-    std::string codec;            // codec of the payload of the most elements so far
-    uint64_t codec_elements = 0;  // elements of that payload
-    bool last_chunk = false;
-    uint64_t bytes_up = 0;
-    uint64_t bytes_down = 0;
-    double first_chunk_at = -1;
-    double last_chunk_at = -1;
-    double finished_at = -1;  // summary, rejection, cancellation or loss
-    wire::Summary summary;
-    double weight = 0;           // n_k, as the chunks declare it
-    double agg_weight = 0;       // n_k as aggregated: capped at settlement (step 8a)
-    uint64_t max_steps = 0;      // the most local steps its task planned (0: not known yet)
-    wire::HyperParams planned;   // the hyper-parameters its task carried
-    double fold_weight = 0;      // what its chunks are folded into the running sum with
-    uint64_t start_version = 0;  // model version the task carried
-    double sent_at = 0;
-    double deadline = 0;          // this task's deadline (the round's, or its own when async)
-    uint32_t staleness = 0;       // async: versions behind when it completed
-    double sq_norm = 0;           // squared L2 norm of the delta part received so far
-    wire::ServedModel served;     // blocks: what the task named (no bytes)
-    uint64_t served_bytes = 0;    // served-model bytes the task carried
-    double upload_asked_at = -1;  // UploadRequest received (-1: not yet)
-    double granted_at = -1;       // UploadGrant sent (-1: not yet)
-  };
+  using Participant = engine::Participant;
 
   // Runs settleCredits() when an entry point returns, whichever way it returns.
   class SettleCreditsOnExit {
@@ -443,14 +413,6 @@ class RoundEngine {
   history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
-  // Folds a complete update kept in the PartialLog into the running sum with weight `w`.
-  Status foldFromLog(uint64_t token, float w);
-  // Claims of a first chunk (step 5a): samples within the partition's size (or the bound),
-  // steps within what the task planned. Returns why not, or nothing when they hold.
-  std::optional<std::string> badClaims(Participant& p, const wire::Chunk& chunk) const;
-  // A summary's losses and timings (step 5a): why it is refused, or nothing; timings are
-  // clamped to [0, time since the task was sent].
-  std::optional<std::string> badSummary(const Participant& p, wire::Summary& s, double now) const;
   // Synchronous linear aggregators, at the round's end (step 8a): norm bound, clip_norm and
   // weight cap over the completed updates, then every kept update folded into sum_ in
   // dispatch order with its final weight. An update the norm bound rejects is rejected here.
@@ -557,9 +519,8 @@ class RoundEngine {
   RecentTokens answered_unknown_{1};
   std::vector<float> sum_;  // running sum of n_k * D_k
   double sum_weight_ = 0;
-  PartialLog partial_;          // kept payloads of the round's updates, until settled
-  std::vector<float> scratch_;  // one decoded chunk
-  bool sum_tainted_ = false;    // a kept update failed to fold: the sum is not usable
+  UpdateAssembler assembler_;  // chunk checks and the kept payloads, until settled
+  bool sum_tainted_ = false;   // a kept update failed to fold: the sum is not usable
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
 

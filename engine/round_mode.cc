@@ -78,7 +78,7 @@ void SynchronousRounds::completed(uint64_t token, double now) {
   p.agg_weight = p.weight;
   if (e_.aggregator_->buffersUpdates()) {
     e_.sum_weight_ += p.weight;
-    e_.partial_.erase(token);  // in the aggregator's buffer now
+    e_.assembler_.takeBack(token);  // in the aggregator's buffer now
   }
   // Linear aggregators keep the payloads in the PartialLog until the round settles.
   p.state = RoundEngine::UpdateState::kCompleted;
@@ -147,21 +147,22 @@ void BufferedAsyncRounds::completed(uint64_t token, double now) {
   double weight = 0;
   if (s > o.max_staleness) {
     p.state = RoundEngine::UpdateState::kRejected;
-    e_.partial_.erase(token);
+    e_.assembler_.takeBack(token);
     e_.event("stale_update", p.client,
              "round " + std::to_string(e_.round_) + ": " + std::to_string(s) +
                  " versions behind (max_staleness " + std::to_string(o.max_staleness) + ")",
              now);
   } else if (std::optional<double> bounded = normBound(token, now); !bounded) {
     p.state = RoundEngine::UpdateState::kRejected;
-    e_.partial_.erase(token);
+    e_.assembler_.takeBack(token);
   } else {
     // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
     weight = stalenessWeight(s);
     const double norm = std::sqrt(p.sq_norm);
     const double clip = o.clip_norm > 0 ? clipScale(norm, o.clip_norm) : 1.0;
-    Status st = e_.foldFromLog(token, static_cast<float>(weight * std::min(clip, *bounded)));
-    e_.partial_.erase(token);
+    Status st = e_.assembler_.fold(token, static_cast<float>(weight * std::min(clip, *bounded)),
+                                   e_.sum_.data());
+    e_.assembler_.takeBack(token);
     if (!st.isOk()) {
       // A partly folded update cannot be taken out again reliably: this step is tainted.
       e_.sum_tainted_ = true;
