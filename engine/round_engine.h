@@ -394,9 +394,6 @@ class RoundEngine {
   bool evaluationsBehind() const;
   // Starts a round (or, asynchronous, a server step's tasks): RoundMode::startRound.
   void startRound(double now);
-  // Ends the round in flight; with `abort_reason` every update (completed ones too) is refused
-  // with that reason and the round fails.
-  void finishRound(double now, const std::string* abort_reason = nullptr);
   void commit(CommitRound commit, double now);
   // The client row of `id` as the history keeps it, seen last at `now`.
   history::ClientRecord clientRecord(const ClientId& id, const ClientState& c, double now) const;
@@ -413,15 +410,9 @@ class RoundEngine {
   history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
-  // Synchronous linear aggregators, at the round's end (step 8a): norm bound, clip_norm and
-  // weight cap over the completed updates, then every kept update folded into sum_ in
-  // dispatch order with its final weight. An update the norm bound rejects is rejected here.
-  void settleRound(double now);
   // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
   // the scale to apply (1: within the bound), or nullopt when it must be rejected.
   std::optional<double> normBoundScale(double norm, double median, bool clippable) const;
-  // A rejection at settlement: like rejectUpdate, but the round is being settled already.
-  void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);
   // Events: the rows of one client past events_per_client_round are left out and counted;
   // at the end of a round (or server step) one "events_left_out" row per such client.
   void flushLeftOutEvents(double now);

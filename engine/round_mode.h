@@ -3,8 +3,9 @@
 //   SynchronousRounds    a round samples K clients (over-selected when asked), gives them the
 //                        DeadlinePolicy's deadline, and ends when every participant is done, at
 //                        the K-th completion with over-selection, or at the deadline; the round
-//                        is settled and stepped by RoundEngine::finishRound; the next round
-//                        starts once this one ended.
+//                        settled (step 8a: norm bound, clip_norm, weight cap, then every kept
+//                        update folded in dispatch order) and stepped; the next round starts
+//                        once this one ended.
 //   BufferedAsyncRounds  FedBuff (Nguyen et al., AISTATS 2022): at most async_concurrency tasks
 //                        in flight, each with its own deadline; a completed update is weighed by
 //                        its staleness and folded at once; every async_buffer updates make one
@@ -25,6 +26,7 @@
 
 #include "common/history/records.h"
 #include "common/status.h"
+#include "engine/participant.h"
 
 namespace fedfleet::engine {
 
@@ -81,6 +83,18 @@ class SynchronousRounds : public RoundMode {
   void abort(const std::string& reason, double now) override;
 
  private:
+  // Ends the round in flight (steps 7, 8a, 8): expires what is pending, settles, steps and
+  // hands the commit to the engine. With `abort_reason` every update (completed ones too) is
+  // refused with that reason and the round fails.
+  void finish(double now, const std::string* abort_reason = nullptr);
+  // Linear aggregators, at the round's end (step 8a): norm bound, clip_norm and weight cap over
+  // the completed updates, then every kept update folded into the running sum in dispatch order
+  // with its final weight. An update the norm bound rejects is rejected here.
+  void settle(double now);
+  // A rejection at settlement: like RoundEngine::rejectUpdate, but the round is being settled
+  // already.
+  void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);
+
   RoundEngine& e_;
   double round_deadline_ = 0;
 };
