@@ -70,125 +70,50 @@ void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availabilit
   selector_->setAvailabilityHint(std::move(availability));
 }
 
-namespace {
-
-// Engine state blob: "FFE1", then length-prefixed (u64 little endian) sections in a fixed order.
-constexpr std::string_view kStateMagic = "FFE1";
-
-void putSection(std::string* out, std::string_view bytes) {
-  const uint64_t n = bytes.size();
-  char len[8];
-  std::memcpy(len, &n, 8);
-  out->append(len, 8);
-  out->append(bytes);
-}
-
-Result<std::string_view> takeSection(std::string_view* in, const char* what) {
-  uint64_t n = 0;
-  if (in->size() < 8) return corrupt(std::string("engine state: truncated before ") + what);
-  std::memcpy(&n, in->data(), 8);
-  in->remove_prefix(8);
-  if (n > in->size()) return corrupt(std::string("engine state: truncated ") + what);
-  std::string_view s = in->substr(0, n);
-  in->remove_prefix(n);
-  return s;
-}
-
-}  // namespace
-
 std::string RoundEngine::saveState() const {
-  std::string out(kStateMagic);
+  EngineStateWriter out;  // engine/engine_state.h
   std::ostringstream rng;
   rng << rng_;
-  putSection(&out, rng.str());
-  putSection(&out, selector_ ? selector_->saveState() : std::string());
-  putSection(&out, optimizer_->saveState());
-  putSection(&out, aggregator_->saveState());
-  if (blocksOn()) {
-    // Block section: the current visit (block, first round), then the block models.
-    putSection(&out, blocks_->save());
-  }
-  // Partition section: which partition the coordinator assigned each client (u64 count, then
-  // per client a u32 id length, the id, and the i32 partition), so that a restart keeps every
-  // client on its data.
-  std::string parts(8, '\0');
-  uint64_t n = 0;
-  auto put = [&](const ClientId& id, int32_t partition) {
-    const uint32_t len = static_cast<uint32_t>(id.size());
-    parts.append(reinterpret_cast<const char*>(&len), 4);
-    parts.append(id);
-    parts.append(reinterpret_cast<const char*>(&partition), 4);
-    ++n;
-  };
-  // A client that asked for its partition asks again; only assigned ones need keeping.
+  out.section(rng.str());
+  out.section(selector_ ? selector_->saveState() : std::string());
+  out.section(optimizer_->saveState());
+  out.section(aggregator_->saveState());
+  // Block section: the current visit (block, first round), then the block models.
+  if (blocksOn()) out.section(blocks_->save());
+  // Partition section: which partition the coordinator assigned each client, so that a restart
+  // keeps every client on its data. A client that asked for its partition asks again; only
+  // assigned ones need keeping.
+  std::vector<std::pair<ClientId, int32_t>> assigned;
   for (const auto& [id, c] : clients_) {
-    if (c.partition >= 0 && c.hello.requested_partition != c.partition) put(id, c.partition);
+    if (c.partition >= 0 && c.hello.requested_partition != c.partition) {
+      assigned.emplace_back(id, c.partition);
+    }
   }
   for (const auto& [id, partition] : reserved_partitions_) {
-    if (!clients_.count(id)) put(id, partition);
+    if (!clients_.count(id)) assigned.emplace_back(id, partition);
   }
-  std::memcpy(parts.data(), &n, 8);
-  putSection(&out, parts);
-  return out;
+  out.section(encodePartitions(assigned));
+  return std::move(out).finish();
 }
-
-namespace {
-
-// The partition section of an engine state (saveState), checked against the run's partitions.
-Result<std::map<ClientId, int32_t>> parsePartitions(std::string_view s, uint32_t num_partitions) {
-  std::map<ClientId, int32_t> out;
-  uint64_t n = 0;
-  if (s.size() < 8) return corrupt("engine state: truncated partitions");
-  std::memcpy(&n, s.data(), 8);
-  s.remove_prefix(8);
-  for (uint64_t i = 0; i < n; ++i) {
-    uint32_t len = 0;
-    int32_t partition = 0;
-    if (s.size() < 4) return corrupt("engine state: truncated partitions");
-    std::memcpy(&len, s.data(), 4);
-    s.remove_prefix(4);
-    if (len == 0 || len > 128 || s.size() < uint64_t{len} + 4) {
-      return corrupt("engine state: bad client id in partitions");
-    }
-    ClientId id(s.substr(0, len));
-    s.remove_prefix(len);
-    std::memcpy(&partition, s.data(), 4);
-    s.remove_prefix(4);
-    if (partition < 0 || static_cast<uint32_t>(partition) >= num_partitions) {
-      return corrupt("engine state: client " + id + " holds partition " +
-                     std::to_string(partition) + " of a run with " +
-                     std::to_string(num_partitions) +
-                     " (data.partitions changed since the checkpoint?)");
-    }
-    out[id] = partition;
-  }
-  if (!s.empty()) return corrupt("engine state: trailing bytes after partitions");
-  return out;
-}
-
-}  // namespace
 
 Status RoundEngine::loadState(std::string_view blob) {
-  if (blob.substr(0, kStateMagic.size()) != kStateMagic) {
-    return corrupt("engine state: not a fedfleet engine state");
-  }
-  blob.remove_prefix(kStateMagic.size());
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view rng_text, takeSection(&blob, "generator"));
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, takeSection(&blob, "selector"));
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, takeSection(&blob, "optimiser"));
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, takeSection(&blob, "control"));
+  FEDFLEET_ASSIGN_OR_RETURN(EngineStateReader state, EngineStateReader::open(blob));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view rng_text, state.section("generator"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, state.section("selector"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, state.section("optimiser"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, state.section("control"));
   // The block section (absent in states saved without blocks: the block models start empty).
   std::optional<BlockCoordinator::SavedState> blocks;
-  if (blocksOn() && !blob.empty()) {
-    FEDFLEET_ASSIGN_OR_RETURN(std::string_view block_blob, takeSection(&blob, "blocks"));
+  if (blocksOn() && !state.atEnd()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view block_blob, state.section("blocks"));
     FEDFLEET_ASSIGN_OR_RETURN(BlockCoordinator::SavedState saved,
                               blocks_->parse(block_blob, params_.size()));
     blocks.emplace(std::move(saved));
   }
   // The partition section (absent in states saved before assignments were kept).
   std::map<ClientId, int32_t> partitions;
-  if (!blob.empty()) {
-    FEDFLEET_ASSIGN_OR_RETURN(std::string_view part_blob, takeSection(&blob, "partitions"));
+  if (!state.atEnd()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view part_blob, state.section("partitions"));
     if (!options_.sample_partitions) {
       FEDFLEET_ASSIGN_OR_RETURN(partitions, parsePartitions(part_blob, options_.num_partitions));
     }

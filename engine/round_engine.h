@@ -163,6 +163,7 @@
 #include "engine/block_models.h"
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
+#include "engine/engine_state.h"
 #include "engine/partial_log.h"
 #include "engine/participant.h"
 #include "engine/participant_table.h"
