@@ -7,6 +7,12 @@
 // can feed it virtual time. Given the same events at the same times and the same seed, it emits
 // the same actions.
 //
+// The engine core keeps clients, phases, task tokens, participants, the running sum and the
+// action queue; each policy is an object chosen once at construction (docs/ARCHITECTURE.md):
+// RoundMode (steps 2, 7, 9: synchronous or FedBuff), DeadlinePolicy (step 3's deadline),
+// WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
+// Aggregator and ServerOptimizer (steps 8a, 8), Selector (step 2) and BlockCoordinator (B1-B6).
+//
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
 //     not happened within `wait_clients_s`, the run ends (RunFinished with ok = false).
@@ -111,7 +117,8 @@
 //
 // Round 0 is the initial model's evaluation (status "initial"), requested by start().
 //
-// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; engine/block_models.h):
+// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; engine/block_coordinator.h,
+// engine/block_models.h):
 //  B1. Before sampling a round the engine fixes its block m (from the round number, or from
 //      `now` on a clock schedule). A new visit to m is recorded as a "block_started" event.
 //  B2. Only clients whose partition is available in block m are sampled (and the driver's
