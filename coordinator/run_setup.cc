@@ -50,11 +50,13 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.upload_idle_s = cc.upload_idle_s;
   eo.hparams.prox_mu = static_cast<float>(config.train.prox_mu);
   const auto& a = config.aggregation;
-  eo.aggregator = a.method;
+  if (auto kind = engine::parseAggregatorKind(a.method); kind.isOk()) eo.aggregator = *kind;
   eo.hparams.scaffold = a.method == "scaffold";
   eo.trim_fraction = a.trim_fraction;
   eo.clip_norm = a.clip_norm;
-  eo.server_optimizer = a.server_optimizer;
+  if (auto kind = engine::parseServerOptimizerKind(a.server_optimizer); kind.isOk()) {
+    eo.server_optimizer = *kind;
+  }
   eo.server_momentum = a.server_momentum;
   eo.beta1 = a.beta1;
   eo.beta2 = a.beta2;
@@ -70,7 +72,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.events_per_client_round = config.limits.events_per_client_round;
   const auto& p = config.policy;
   eo.async = p.mode == "async";
-  eo.deadline_mode = p.deadline;
+  if (auto mode = engine::parseDeadlineMode(p.deadline); mode.isOk()) eo.deadline_mode = *mode;
   eo.deadline_percentile = p.deadline_percentile;
   eo.deadline_window = p.deadline_window;
   eo.deadline_slack = p.deadline_slack;
@@ -83,7 +85,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.async_buffer = p.async_buffer;
   eo.max_staleness = p.max_staleness;
   const auto& sel = config.selection;
-  eo.selector.name = sel.selector;
+  if (auto kind = engine::parseSelectorKind(sel.selector); kind.isOk()) eo.selector.kind = *kind;
   eo.selector.explore_initial = sel.explore_initial;
   eo.selector.explore_decay = sel.explore_decay;
   eo.selector.explore_min = sel.explore_min;

@@ -40,12 +40,15 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       params_(std::move(initial_params)),
       rng_(options_.seed),
       version_(options_.model_version),
-      partial_(options_.partial_buffer_bytes) {
+      aggregator_(Aggregator::create(options_, params_.size())),
+      assembler_(options_, *aggregator_, params_.size()),
+      credits_(options_.max_concurrent_uploads, options_.upload_idle_s),
+      work_(options_) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
   round_ = options_.first_round - 1;
   refreshModelBytes();
-  if (options_.selector.name != "uniform") {
+  if (options_.selector.kind != SelectorKind::kUniform) {
     auto sel = Selector::create(options_.selector);
     FEDFLEET_CHECK(sel.isOk());  // checkEngineOptions() at start-up says why
     selector_ = std::move(*sel);
@@ -53,49 +56,12 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
   auto opt = ServerOptimizer::create(serverOptimizerOptions(options_));
   FEDFLEET_CHECK(opt.isOk());
   optimizer_ = std::move(*opt);
-  if (options_.aggregator == "median" || options_.aggregator == "trimmed_mean") {
-    auto agg = RobustAggregator::create(robustAggregatorOptions(options_, params_.size()));
-    FEDFLEET_CHECK(agg.isOk());
-    robust_ = std::move(*agg);
-  }
-  if (options_.aggregator == "scaffold") {
-    control_.assign(params_.size(), 0.0f);
-    control_bytes_.assign(params_.size() * sizeof(float), '\0');
-  }
+  deadline_ = DeadlinePolicy::create(options_);
+  mode_ = RoundMode::create(*this, options_);
   if (options_.blocks.count > 0) {
     FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
-    block_schedule_ = std::make_unique<BlockSchedule>(options_.blocks);
-    block_models_ = std::make_unique<BlockModels>(options_.block_mode, options_.blocks.count);
-    served_.resize(options_.blocks.count);
+    blocks_ = std::make_unique<BlockCoordinator>(options_.blocks, options_.block_mode);
   }
-}
-
-Result<NormBoundAction> parseNormBoundAction(const std::string& name) {
-  if (name == "clip") return NormBoundAction::kClip;
-  if (name == "reject") return NormBoundAction::kReject;
-  return invalidArgument("norm bound action '" + name + "': expected \"clip\" or \"reject\"");
-}
-
-ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& o) {
-  ServerOptimizerOptions so;
-  so.name = o.server_optimizer;
-  so.lr = o.server_lr;
-  so.beta1 = o.beta1;
-  so.beta2 = o.beta2;
-  so.tau = o.tau;
-  so.momentum = o.server_momentum;
-  return so;
-}
-
-RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& o, uint64_t n_params) {
-  RobustAggregatorOptions ro;
-  ro.kind = o.aggregator == "median" ? RobustKind::kMedian : RobustKind::kTrimmedMean;
-  ro.trim_fraction = o.trim_fraction;
-  ro.n_params = std::max<uint64_t>(n_params, 1);
-  ro.memory_bound_bytes = o.robust_buffer_bytes;
-  const char* tmp = std::getenv("TMPDIR");
-  ro.spill_dir = tmp && *tmp ? tmp : "/tmp";
-  return ro;
 }
 
 void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availability) {
@@ -104,131 +70,50 @@ void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availabilit
   selector_->setAvailabilityHint(std::move(availability));
 }
 
-namespace {
-
-// Engine state blob: "FFE1", then length-prefixed (u64 little endian) sections in a fixed order.
-constexpr std::string_view kStateMagic = "FFE1";
-
-void putSection(std::string* out, std::string_view bytes) {
-  const uint64_t n = bytes.size();
-  char len[8];
-  std::memcpy(len, &n, 8);
-  out->append(len, 8);
-  out->append(bytes);
-}
-
-Result<std::string_view> takeSection(std::string_view* in, const char* what) {
-  uint64_t n = 0;
-  if (in->size() < 8) return corrupt(std::string("engine state: truncated before ") + what);
-  std::memcpy(&n, in->data(), 8);
-  in->remove_prefix(8);
-  if (n > in->size()) return corrupt(std::string("engine state: truncated ") + what);
-  std::string_view s = in->substr(0, n);
-  in->remove_prefix(n);
-  return s;
-}
-
-}  // namespace
-
 std::string RoundEngine::saveState() const {
-  std::string out(kStateMagic);
+  EngineStateWriter out;  // engine/engine_state.h
   std::ostringstream rng;
   rng << rng_;
-  putSection(&out, rng.str());
-  putSection(&out, selector_ ? selector_->saveState() : std::string());
-  putSection(&out, optimizer_->saveState());
-  putSection(&out, control_bytes_);
-  if (blocksOn()) {
-    // Block section: the current visit (block, first round), then the block models.
-    std::string b(8, '\0');
-    std::memcpy(b.data(), &block_, 4);
-    std::memcpy(b.data() + 4, &block_first_round_, 4);
-    putSection(&out, b + block_models_->save());
-  }
-  // Partition section: which partition the coordinator assigned each client (u64 count, then
-  // per client a u32 id length, the id, and the i32 partition), so that a restart keeps every
-  // client on its data.
-  std::string parts(8, '\0');
-  uint64_t n = 0;
-  auto put = [&](const ClientId& id, int32_t partition) {
-    const uint32_t len = static_cast<uint32_t>(id.size());
-    parts.append(reinterpret_cast<const char*>(&len), 4);
-    parts.append(id);
-    parts.append(reinterpret_cast<const char*>(&partition), 4);
-    ++n;
-  };
-  // A client that asked for its partition asks again; only assigned ones need keeping.
+  out.section(rng.str());
+  out.section(selector_ ? selector_->saveState() : std::string());
+  out.section(optimizer_->saveState());
+  out.section(aggregator_->saveState());
+  // Block section: the current visit (block, first round), then the block models.
+  if (blocksOn()) out.section(blocks_->save());
+  // Partition section: which partition the coordinator assigned each client, so that a restart
+  // keeps every client on its data. A client that asked for its partition asks again; only
+  // assigned ones need keeping.
+  std::vector<std::pair<ClientId, int32_t>> assigned;
   for (const auto& [id, c] : clients_) {
-    if (c.partition >= 0 && c.hello.requested_partition != c.partition) put(id, c.partition);
+    if (c.partition >= 0 && c.hello.requested_partition != c.partition) {
+      assigned.emplace_back(id, c.partition);
+    }
   }
   for (const auto& [id, partition] : reserved_partitions_) {
-    if (!clients_.count(id)) put(id, partition);
+    if (!clients_.count(id)) assigned.emplace_back(id, partition);
   }
-  std::memcpy(parts.data(), &n, 8);
-  putSection(&out, parts);
-  return out;
+  out.section(encodePartitions(assigned));
+  return std::move(out).finish();
 }
-
-namespace {
-
-// The partition section of an engine state (saveState), checked against the run's partitions.
-Result<std::map<ClientId, int32_t>> parsePartitions(std::string_view s, uint32_t num_partitions) {
-  std::map<ClientId, int32_t> out;
-  uint64_t n = 0;
-  if (s.size() < 8) return corrupt("engine state: truncated partitions");
-  std::memcpy(&n, s.data(), 8);
-  s.remove_prefix(8);
-  for (uint64_t i = 0; i < n; ++i) {
-    uint32_t len = 0;
-    int32_t partition = 0;
-    if (s.size() < 4) return corrupt("engine state: truncated partitions");
-    std::memcpy(&len, s.data(), 4);
-    s.remove_prefix(4);
-    if (len == 0 || len > 128 || s.size() < uint64_t{len} + 4) {
-      return corrupt("engine state: bad client id in partitions");
-    }
-    ClientId id(s.substr(0, len));
-    s.remove_prefix(len);
-    std::memcpy(&partition, s.data(), 4);
-    s.remove_prefix(4);
-    if (partition < 0 || static_cast<uint32_t>(partition) >= num_partitions) {
-      return corrupt("engine state: client " + id + " holds partition " +
-                     std::to_string(partition) + " of a run with " +
-                     std::to_string(num_partitions) +
-                     " (data.partitions changed since the checkpoint?)");
-    }
-    out[id] = partition;
-  }
-  if (!s.empty()) return corrupt("engine state: trailing bytes after partitions");
-  return out;
-}
-
-}  // namespace
 
 Status RoundEngine::loadState(std::string_view blob) {
-  if (blob.substr(0, kStateMagic.size()) != kStateMagic) {
-    return corrupt("engine state: not a fedfleet engine state");
-  }
-  blob.remove_prefix(kStateMagic.size());
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view rng_text, takeSection(&blob, "generator"));
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, takeSection(&blob, "selector"));
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, takeSection(&blob, "optimiser"));
-  FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, takeSection(&blob, "control"));
+  FEDFLEET_ASSIGN_OR_RETURN(EngineStateReader state, EngineStateReader::open(blob));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view rng_text, state.section("generator"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view selector_blob, state.section("selector"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view optimizer_blob, state.section("optimiser"));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string_view control_blob, state.section("control"));
   // The block section (absent in states saved without blocks: the block models start empty).
-  std::optional<BlockModels> blocks;
-  uint32_t block = UINT32_MAX, block_first_round = 0;
-  if (blocksOn() && !blob.empty()) {
-    FEDFLEET_ASSIGN_OR_RETURN(std::string_view block_blob, takeSection(&blob, "blocks"));
-    if (block_blob.size() < 8) return corrupt("engine state: truncated blocks");
-    std::memcpy(&block, block_blob.data(), 4);
-    std::memcpy(&block_first_round, block_blob.data() + 4, 4);
-    blocks.emplace(options_.block_mode, options_.blocks.count);
-    FEDFLEET_RETURN_IF_ERROR(blocks->load(block_blob.substr(8), params_.size()));
+  std::optional<BlockCoordinator::SavedState> blocks;
+  if (blocksOn() && !state.atEnd()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view block_blob, state.section("blocks"));
+    FEDFLEET_ASSIGN_OR_RETURN(BlockCoordinator::SavedState saved,
+                              blocks_->parse(block_blob, params_.size()));
+    blocks.emplace(std::move(saved));
   }
   // The partition section (absent in states saved before assignments were kept).
   std::map<ClientId, int32_t> partitions;
-  if (!blob.empty()) {
-    FEDFLEET_ASSIGN_OR_RETURN(std::string_view part_blob, takeSection(&blob, "partitions"));
+  if (!state.atEnd()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view part_blob, state.section("partitions"));
     if (!options_.sample_partitions) {
       FEDFLEET_ASSIGN_OR_RETURN(partitions, parsePartitions(part_blob, options_.num_partitions));
     }
@@ -237,10 +122,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   std::istringstream in{std::string(rng_text)};
   in >> rng;
   if (in.fail()) return corrupt("engine state: bad generator state");
-  if (!control_blob.empty() && control_blob.size() != control_bytes_.size()) {
-    return corrupt("engine state: control variate of " + std::to_string(control_blob.size()) +
-                   " bytes, expected " + std::to_string(control_bytes_.size()));
-  }
+  FEDFLEET_RETURN_IF_ERROR(aggregator_->checkState(control_blob));
   // Everything checked that can be without changing state; the optimiser and selector leave
   // theirs unchanged when they refuse a blob.
   auto optimizer = ServerOptimizer::create(optimizer_->options());
@@ -255,19 +137,9 @@ Status RoundEngine::loadState(std::string_view blob) {
     FEDFLEET_RETURN_IF_ERROR(selector_->loadState(selector_blob));
   }
   optimizer_ = std::move(*optimizer);
-  if (!control_blob.empty()) {
-    control_bytes_.assign(control_blob);
-    std::memcpy(control_.data(), control_bytes_.data(), control_bytes_.size());
-  }
+  aggregator_->loadState(control_blob);
   rng_ = rng;
-  if (blocks) {
-    *block_models_ = std::move(*blocks);
-    block_ = block;
-    block_first_round_ = block_first_round;
-    block_visit_ =
-        block_schedule_->byRounds() ? block_schedule_->visitAt(block_first_round, 0) : INT64_MIN;
-    ++served_epoch_;
-  }
+  if (blocks) blocks_->restore(std::move(*blocks));
   for (auto& [id, partition] : partitions) {
     if (!clients_.count(id)) reserved_partitions_[id] = partition;
   }
@@ -478,7 +350,7 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
   rec.first_seen = now;
   emit(UpsertClient{rec});
   if (phase_ == Phase::kWaiting) tryStartRound(now);
-  if (phase_ == Phase::kRunning && options_.async) refillAsync(now);
+  if (phase_ == Phase::kRunning) mode_->clientsAvailable(now);
 }
 
 void RoundEngine::onHeartbeat(const ClientId& id, double now) {
@@ -505,18 +377,13 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
       takeBack(pit->second, c.task_token, now);
       finished_tokens_.insert(c.task_token);
       event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
-      if (options_.async) {
-        window_.push_back(updateRecord(pit->second, 0, now));
-        feedback(pit->second, now);
-        participants_.erase(pit);
-      }
+      mode_->taskEnded(c.task_token, now);
     }
     c.task_token = 0;
   } else {
     event("client_left", id, why, now);
   }
-  if (options_.async) return refillAsync(now);
-  maybeFinishEarly(now);
+  mode_->slotFreed(now);
 }
 
 std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
@@ -531,7 +398,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
     for (const ClientId& id : idle_) {
       if (ok(id)) candidates.push_back(id);
     }
-    return selector_->select(candidates, k, round_ + (options_.async ? 0 : 1), now, rng_);
+    return selector_->select(candidates, k, mode_->selectionRound(), now, rng_);
   }
   // Many idle clients: draw ranks uniformly and skip repeats and ineligible ones, which is
   // uniform sampling without replacement over the eligible clients at O(K log N). When that
@@ -567,7 +434,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
 
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
-  if (block_schedule_) block_wakeup_ = block_schedule_->nextBoundary(now);
+  if (blocks_) blocks_->noteWaiting(now);
   if (evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
 }
@@ -579,71 +446,7 @@ bool RoundEngine::evaluationsBehind() const {
   return static_cast<uint64_t>(behind) >= options_.max_evaluations_behind;
 }
 
-void RoundEngine::startRound(double now) {
-  if (options_.async) {
-    ++round_;
-    phase_ = Phase::kRunning;
-    round_start_ = now;
-    window_start_ = now;
-    sum_.assign(params_.size(), 0.0f);
-    buffered_ = 0;
-    window_loss_ = 0;
-    refillAsync(now);
-    return;
-  }
-  if (blocksOn()) prepareBlockRound(round_ + 1, now);
-  size_t want = options_.clients_per_round;
-  if (options_.over_selection > 0) {
-    want = static_cast<size_t>(
-        std::ceil(options_.clients_per_round * (1.0 + options_.over_selection) - 1e-9));
-  }
-  std::vector<ClientId> idle = sampleIdle(want, now);
-  if (idle.empty()) return;
-  const size_t k = idle.size();
-
-  std::vector<uint32_t> partitions;
-  if (options_.sample_partitions) {
-    std::vector<uint32_t> all(options_.num_partitions);
-    for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::shuffle(all.begin(), all.end(), rng_);
-    partitions.assign(all.begin(), all.begin() + std::min<size_t>(k, all.size()));
-  }
-
-  ++round_;
-  phase_ = Phase::kRunning;
-  round_start_ = now;
-  const double deadline_s = roundDeadlineSeconds();
-  round_deadline_ = now + deadline_s;
-  if (options_.deadline_mode == "percentile") {
-    recent_durations_.emplace_back();
-    while (recent_durations_.size() > options_.deadline_window + 1) recent_durations_.pop_front();
-  }
-  participants_.clear();
-  sum_.assign(updateSize(), 0.0f);
-  sum_weight_ = 0;
-
-  for (size_t i = 0; i < k; ++i) {
-    const ClientId& id = idle[i];
-    const uint32_t partition = options_.sample_partitions
-                                   ? partitions[i % partitions.size()]
-                                   : static_cast<uint32_t>(clients_.at(id).partition);
-    dispatch(id, partition, deadline_s, now);
-  }
-}
-
-double RoundEngine::roundDeadlineSeconds() const {
-  if (options_.deadline_mode != "percentile") return options_.deadline_s;
-  std::vector<double> d;
-  for (const auto& round : recent_durations_) d.insert(d.end(), round.begin(), round.end());
-  if (d.size() < options_.clients_per_round || d.empty()) return options_.deadline_s;
-  // The q-quantile by linear interpolation between order statistics (NumPy's default).
-  std::sort(d.begin(), d.end());
-  const double pos = options_.deadline_percentile * static_cast<double>(d.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, d.size() - 1);
-  const double q = d[lo] + (pos - static_cast<double>(lo)) * (d[hi] - d[lo]);
-  return std::min(options_.deadline_s, q * options_.deadline_slack);
-}
+void RoundEngine::startRound(double now) { mode_->startRound(now); }
 
 void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now) {
   auto& c = clients_.at(id);
@@ -664,9 +467,9 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   // chain of a multichain round) with every task.
   std::shared_ptr<const std::string> bytes = model_bytes_;
   task.model_sha256 = model_sha_;
-  if (round_chain_ >= 0) {  // multichain: this round trains block round_chain_'s chain
-    bytes = chain_bytes_;
-    task.model_sha256 = chain_sha_;
+  if (blocks_ && blocks_->roundChain() >= 0) {  // multichain: this round trains a chain
+    bytes = blocks_->chainBytes();
+    task.model_sha256 = blocks_->chainSha();
   }
   task.hparams = options_.hparams;
   task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
@@ -684,29 +487,8 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (auto spec = compress::parseCodecSpec(task.codec); spec.isOk()) {
     task.codec = compress::toString(compress::codecForRound(*spec, round_));
   }
-  if (options_.adaptive_steps && c.steps_per_s > 0 && c.overhead_s >= 0) {
-    // Work sized to finish at adaptive_target of the deadline, never above the configured
-    // work times adaptive_max_factor (unknown data size: no cap from it).
-    const auto& hp = options_.hparams;
-    double configured = hp.max_steps;
-    if (configured == 0 && c.hello.data_size > 0) {
-      configured = static_cast<double>(hp.epochs) *
-                   std::ceil(static_cast<double>(c.hello.data_size) / hp.batch_size);
-    }
-    const double budget = options_.adaptive_target * deadline_s - c.overhead_s;
-    double steps = std::floor(c.steps_per_s * budget);
-    if (configured > 0)
-      steps = std::min(steps, std::floor(configured * options_.adaptive_max_factor));
-    task.hparams.max_steps = static_cast<uint32_t>(std::clamp(steps, 1.0, 1e9));
-  }
-  if (options_.partial_work) {
-    // Stop training early enough to upload by the deadline: the non-compute time measured
-    // last time (download and upload), with a quarter more for safety; unknown: 80%.
-    task.hparams.stop_after_s = c.overhead_s >= 0
-                                    ? std::max(0.05 * deadline_s, deadline_s - 1.25 * c.overhead_s)
-                                    : 0.8 * deadline_s;
-  }
-  if (options_.aggregator == "scaffold") task.control_bytes = control_bytes_;
+  work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, c.hello.data_size}, deadline_s);
+  aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the
   // first chunk's (bounded) sample claim stands in for it.
   if (p.partition < options_.partition_sizes.size()) {
@@ -766,71 +548,12 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
-  if (options_.async) {
-    window_.push_back(updateRecord(p, 0, now));
-    feedback(p, now);
-    participants_.erase(token);  // p is gone from here on
-    return refillAsync(now);
-  }
-  maybeFinishEarly(now);
+  mode_->taskEnded(token, now);  // p may be gone from here on (asynchronous)
+  mode_->slotFreed(now);
 }
 
 void RoundEngine::takeBack(Participant& /*p*/, uint64_t token, double /*now*/) {
-  partial_.erase(token);  // nothing of it was folded: forgetting its payloads is enough
-}
-
-std::optional<std::string> RoundEngine::badClaims(Participant& p, const wire::Chunk& chunk) const {
-  const uint64_t n = chunk.n_samples;
-  if (p.partition < options_.partition_sizes.size()) {
-    const uint64_t size = options_.partition_sizes[p.partition];
-    if (n > size) {
-      return "claims " + std::to_string(n) + " samples, partition " + std::to_string(p.partition) +
-             " holds " + std::to_string(size);
-    }
-  } else if (options_.max_samples_per_update > 0 && n > options_.max_samples_per_update) {
-    return "claims " + std::to_string(n) + " samples, more than " +
-           "coordinator.max_samples_per_update = " +
-           std::to_string(options_.max_samples_per_update);
-  }
-  if (chunk.steps == 0) return std::string("claims 0 local steps");
-  if (p.max_steps == 0) {
-    p.max_steps = plannedSteps(p.planned.epochs, p.planned.max_steps, p.planned.batch_size, n);
-  }
-  if (chunk.steps > p.max_steps) {
-    return "claims " + std::to_string(chunk.steps) + " local steps, its task planned at most " +
-           std::to_string(p.max_steps);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> RoundEngine::badSummary(const Participant& p, wire::Summary& s,
-                                                   double now) const {
-  const double max_loss = options_.max_loss;
-  auto inRange = [](double v, double hi) { return std::isfinite(v) && v >= 0 && v <= hi; };
-  if (!inRange(s.mean_loss, max_loss)) {
-    return "summary's mean loss " + std::to_string(s.mean_loss) + " is not in [0, " +
-           std::to_string(max_loss) + "]";
-  }
-  // Each per-sample loss is in [0, max_loss], and the task saw at most max(n, steps x batch)
-  // samples, so their squares sum to at most that many max_loss^2.
-  const double seen = std::max(static_cast<double>(s.n_samples),
-                               static_cast<double>(s.steps) * std::max(p.planned.batch_size, 1u));
-  const double sq_bound = seen * max_loss * max_loss;
-  if (!inRange(s.sum_sq_loss, sq_bound)) {
-    return "summary's sum of squared losses " + std::to_string(s.sum_sq_loss) + " is not in [0, " +
-           std::to_string(sq_bound) + "]";
-  }
-  if (s.served_samples > 0 &&
-      (!inRange(s.served_loss, max_loss) || !inRange(s.served_accuracy, 1.0))) {
-    return "summary's served-model loss " + std::to_string(s.served_loss) + " or accuracy " +
-           std::to_string(s.served_accuracy) + " is out of range";
-  }
-  // Timings: each within [0, the time since the task was sent] (NaN counts as 0).
-  const double elapsed = std::max(0.0, now - p.sent_at);
-  for (double* t : {&s.compute_seconds, &s.upload_seconds, &s.encode_seconds}) {
-    *t = std::isnan(*t) ? 0.0 : std::clamp(*t, 0.0, elapsed);
-  }
-  return std::nullopt;
+  assembler_.takeBack(token);  // nothing of it was folded: forgetting its payloads is enough
 }
 
 void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t frame_bytes,
@@ -840,81 +563,13 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   Participant* p = participantFor(id, chunk.task_token, now);
   if (!p) return;
   const uint64_t token = chunk.task_token;
-  if (creditsBounded() && granted_.count(token) == 0) {
+  if (credits_.bounded() && !credits_.holds(token)) {
     return rejectUpdate(*p, token, "chunk sent before its upload grant", now);
   }
   p->bytes_up += frame_bytes;
   if (p->first_chunk_at < 0) p->first_chunk_at = now;
   p->last_chunk_at = now;
-  if (p->last_chunk) return rejectUpdate(*p, token, "chunk after the last chunk", now);
-  const uint64_t n = chunk.elements;
-  if (n == 0) return rejectUpdate(*p, token, "chunk of 0 elements", now);
-  if (chunk.offset != p->next_offset) {
-    return rejectUpdate(*p, token,
-                        "chunk at offset " + std::to_string(chunk.offset) + ", expected " +
-                            std::to_string(p->next_offset),
-                        now);
-  }
-  if (n > updateSize() - chunk.offset) {
-    return rejectUpdate(*p, token,
-                        "chunk ends at " + std::to_string(chunk.offset + n) +
-                            ", past the update's " + std::to_string(updateSize()) + " values",
-                        now);
-  }
-  if (chunk.n_samples == 0) return rejectUpdate(*p, token, "chunk reports 0 samples", now);
-  if (!p->weight_set) {
-    if (auto why = badClaims(*p, chunk)) return rejectUpdate(*p, token, *why, now);
-    p->weight = static_cast<double>(chunk.n_samples);
-    p->steps = chunk.steps;
-    p->fold_weight = p->weight;
-    if (options_.aggregator == "fednova") {
-      if (chunk.steps == 0) {
-        return rejectUpdate(*p, token, "FedNova needs the update's local steps (chunk says 0)",
-                            now);
-      }
-      p->fold_weight =
-          fednova_.foldWeight(p->weight, fedNovaNormaliser(chunk.steps, options_.hparams.momentum));
-    } else if (options_.aggregator == "scaffold") {
-      p->fold_weight = 1;  // SCAFFOLD averages without weights
-    }
-    p->weight_set = true;
-  } else if (static_cast<double>(chunk.n_samples) != p->weight || chunk.steps != p->steps) {
-    return rejectUpdate(*p, token,
-                        "chunk declares " + std::to_string(chunk.n_samples) + " samples and " +
-                            std::to_string(chunk.steps) + " steps, earlier chunks " +
-                            std::to_string(static_cast<uint64_t>(p->weight)) + " and " +
-                            std::to_string(p->steps),
-                        now);
-  }
-  auto header = compress::readPayloadHeader(chunk.payload);
-  if (!header.isOk()) {
-    return rejectUpdate(*p, token, "chunk payload: " + header.status().message(), now);
-  }
-  scratch_.resize(n);
-  Status st = compress::decodePayload(chunk.payload, n, scratch_.data());
-  if (!st.isOk()) return rejectUpdate(*p, token, "chunk payload: " + st.message(), now);
-  // w * x must stay far from overflow in the running sum: a client cannot poison the round.
-  float max_abs = 0;
-  for (float v : scratch_) max_abs = std::max(max_abs, std::fabs(v));
-  if (chunk.offset < params_.size()) {  // the delta part (not SCAFFOLD's control delta)
-    const uint64_t m = std::min<uint64_t>(n, params_.size() - chunk.offset);
-    for (uint64_t i = 0; i < m; ++i) p->sq_norm += static_cast<double>(scratch_[i]) * scratch_[i];
-  }
-  if (static_cast<double>(max_abs) * std::max({p->weight, p->fold_weight, 1.0}) > 1e30) {
-    return rejectUpdate(*p, token, "delta values too large to aggregate", now);
-  }
-  st = partial_.append(token, chunk.offset, n, chunk.payload);
-  if (!st.isOk()) return rejectUpdate(*p, token, "coordinator: " + st.message(), now);
-  // The update's codec as the history names it: that of its largest payload (a topk update
-  // with dense_below has fp16 chunks for its small tensors).
-  if (p->codec.empty() || n > p->codec_elements) {
-    p->codec = compress::codecKindName(header->kind);
-    p->codec_elements = n;
-  }
-  // Nothing is folded yet: the weight and scale of an update are known only when the round
-  // settles (synchronous), or when it completes (asynchronous, robust aggregators).
-  p->next_offset += n;
-  p->last_chunk = chunk.last;
+  if (auto why = assembler_.addChunk(*p, token, chunk)) return rejectUpdate(*p, token, *why, now);
 }
 
 void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
@@ -925,29 +580,15 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   if (!p) return;
   p->bytes_up += frame_bytes;
   const uint64_t token = summary.task_token;
-  if (!p->last_chunk || p->next_offset != updateSize()) {
-    return rejectUpdate(*p, token,
-                        "summary after " + std::to_string(p->next_offset) + " of " +
-                            std::to_string(updateSize()) + " values" +
-                            (p->last_chunk ? "" : " (no last chunk)"),
-                        now);
+  wire::Summary checked;
+  if (auto why = assembler_.checkSummary(*p, summary, checked, now)) {
+    return rejectUpdate(*p, token, *why, now);
   }
-  if (summary.n_samples == 0) return rejectUpdate(*p, token, "summary reports 0 samples", now);
-  if (static_cast<double>(summary.n_samples) != p->weight || summary.steps != p->steps) {
-    return rejectUpdate(*p, token,
-                        "summary reports " + std::to_string(summary.n_samples) + " samples and " +
-                            std::to_string(summary.steps) + " steps, the chunks " +
-                            std::to_string(static_cast<uint64_t>(p->weight)) + " and " +
-                            std::to_string(p->steps),
-                        now);
-  }
-  wire::Summary checked = summary;
-  if (auto why = badSummary(*p, checked, now)) return rejectUpdate(*p, token, *why, now);
   p->summary = checked;
   auto& client = clients_.at(id);
   takeServedReport(client, *p, checked, now);
-  if (!options_.async && robust()) {
-    Status counted = bufferRobust(*p, token);
+  if (mode_->buffersCompleted() && aggregator_->buffersUpdates()) {
+    Status counted = bufferComplete(*p, token);
     if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);
   }
   p->finished_at = now;
@@ -958,29 +599,18 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   }
   learnFromCompletion(client, *p, now);
   refreshIdle(id, client);
-  if (options_.async) return completeAsync(*p, token, now);
-  p->agg_weight = p->weight;
-  if (robust()) {
-    sum_weight_ += p->weight;
-    partial_.erase(token);  // in the robust aggregator's buffer now
-  }
-  // Linear aggregators keep the payloads in the PartialLog until the round settles.
-  p->state = UpdateState::kCompleted;
-  maybeFinishEarly(now);
+  mode_->completed(token, now);
 }
 
-Status RoundEngine::bufferRobust(Participant& p, uint64_t token) {
+Status RoundEngine::bufferComplete(Participant& p, uint64_t token) {
   const double clip =
       options_.clip_norm > 0 ? clipScale(std::sqrt(p.sq_norm), options_.clip_norm) : 1.0;
   std::vector<float> full(params_.size());
-  FEDFLEET_RETURN_IF_ERROR(partial_.forEach(
-      token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
-        return compress::decodePayload(payload, elements, full.data() + offset);
-      }));
+  FEDFLEET_RETURN_IF_ERROR(assembler_.decode(token, full.data()));
   if (clip < 1) {
     for (float& v : full) v = static_cast<float>(v * clip);
   }
-  return robust_->add(full.data(), full.size());
+  return aggregator_->buffer(full.data(), full.size());
 }
 
 std::optional<double> RoundEngine::normBoundScale(double norm, double median,
@@ -992,121 +622,21 @@ std::optional<double> RoundEngine::normBoundScale(double norm, double median,
   return bound / norm;
 }
 
-void RoundEngine::rejectAtSettlement(Participant& p, uint64_t token, const std::string& why,
-                                     double now) {
-  p.state = UpdateState::kRejected;
-  p.agg_weight = 0;
-  partial_.erase(token);
-  event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
-}
-
-void RoundEngine::settleRound(double now) {
-  const std::string round = "round " + std::to_string(round_) + ": ";
-  std::vector<double> norms;
-  for (const auto& [token, p] : participants_) {
-    if (p.state == UpdateState::kCompleted) norms.push_back(std::sqrt(p.sq_norm));
-  }
-  // The norm bound against the lower median of the completed updates' delta norms. SCAFFOLD's
-  // update is delta and control delta: scaling one with the other's norm is not defined, so an
-  // update beyond the bound is rejected there.
-  const double median_norm = lowerMedian(norms);
-  std::vector<double> scale;  // per completed update that stays, in dispatch order
-  std::vector<double> samples;
-  for (auto& [token, p] : participants_) {
-    if (p.state != UpdateState::kCompleted) continue;
-    const double norm = std::sqrt(p.sq_norm);
-    const std::optional<double> bounded =
-        normBoundScale(norm, median_norm, options_.aggregator != "scaffold");
-    if (!bounded) {
-      rejectAtSettlement(p, token,
-                         "update norm " + std::to_string(norm) +
-                             " exceeds aggregation.norm_bound " +
-                             std::to_string(options_.norm_bound) + " x the median norm " +
-                             std::to_string(median_norm),
-                         now);
-      continue;
-    }
-    if (*bounded < 1) {
-      event("update_clipped", p.client,
-            round + "norm " + std::to_string(norm) + " clipped to " +
-                std::to_string(options_.norm_bound * median_norm) + " (aggregation.norm_bound " +
-                std::to_string(options_.norm_bound) + " x the median norm " +
-                std::to_string(median_norm) + ")",
-            now);
-    }
-    const double clip = options_.clip_norm > 0 ? clipScale(norm, options_.clip_norm) : 1.0;
-    scale.push_back(std::min(*bounded, clip));
-    samples.push_back(p.weight);
-  }
-  // The weight cap against the lower median of the sample counts that stay.
-  const double cap = options_.weight_cap > 0 ? options_.weight_cap * lowerMedian(samples) : 0;
-  size_t i = 0;
-  for (auto& [token, p] : participants_) {
-    if (p.state != UpdateState::kCompleted) continue;
-    p.agg_weight = p.weight;
-    if (cap > 0 && p.weight > cap) {
-      p.agg_weight = cap;
-      event("weight_capped", p.client,
-            round + std::to_string(static_cast<uint64_t>(p.weight)) + " samples weighed as " +
-                std::to_string(cap) + " (aggregation.weight_cap " +
-                std::to_string(options_.weight_cap) + " x the median " +
-                std::to_string(cap / options_.weight_cap) + ")",
-            now);
-    }
-    double fold = p.agg_weight;
-    if (options_.aggregator == "fednova") {
-      const double a = fedNovaNormaliser(p.steps, options_.hparams.momentum);
-      fold = fednova_.foldWeight(p.agg_weight, a);
-      fednova_.add(p.agg_weight, a);
-    } else if (options_.aggregator == "scaffold") {
-      fold = 1;  // SCAFFOLD averages without weights
-    }
-    // Folded in dispatch order with its final weight: the sum does not depend on the order
-    // in which uploads arrived, and a clipped update enters it already scaled.
-    Status st = foldFromLog(token, static_cast<float>(fold * scale[i++]));
-    if (!st.isOk()) {
-      sum_tainted_ = true;
-      event("aggregation_error", p.client, round + "folding a kept update: " + st.message(), now);
-    }
-    sum_weight_ += p.agg_weight;
-    partial_.erase(token);
-  }
-}
-
 bool RoundEngine::applyServerStep(uint32_t completed) {
   const size_t n = params_.size();
   step_failure_.clear();
   // The pseudo-gradient G, computed in place in the first n values of sum_.
-  std::vector<float> next_c;
-  if (robust()) {
-    if (Status st = robust_->aggregate(sum_.data()); !st.isOk()) {
-      step_failure_ = "the robust aggregate failed: " + st.message();
-      return false;
-    }
-  } else if (options_.aggregator == "fednova") {
-    kernels::scale(sum_.data(), static_cast<float>(fednova_.finalScale()), n);
-  } else if (options_.aggregator == "scaffold") {
-    // x += eta_g mean_k D_k; c += (|S| / N) mean_k Dc_k = sum_k Dc_k / N.
-    const float total = static_cast<float>(std::max<size_t>(clients_.size(), 1));
-    next_c = control_;
-    kernels::weightedAccumulate(next_c.data(), sum_.data() + n, 1.0f / total, n);
-    if (!kernels::allFinite(next_c.data(), n)) {
-      step_failure_ = "the control variate would not be finite";
-      return false;
-    }
-    kernels::scale(sum_.data(), 1.0f / static_cast<float>(completed), n);
-  } else {
-    kernels::scale(sum_.data(), static_cast<float>(1.0 / sum_weight_), n);
-  }
+  RoundTotals totals;
+  totals.weight = sum_weight_;
+  totals.completed = completed;
+  totals.registered_clients = clients_.size();
+  if (!aggregator_->pseudoGradient(sum_.data(), totals, &step_failure_)) return false;
   if (!kernels::allFinite(sum_.data(), n)) {
     step_failure_ = "the aggregate is not finite";
     return false;
   }
   if (!stepModel(sum_.data())) return false;
-  if (!next_c.empty()) {
-    control_ = std::move(next_c);
-    std::memcpy(control_bytes_.data(), control_.data(), n * sizeof(float));
-  }
+  aggregator_->stepTaken();
   return true;
 }
 
@@ -1132,10 +662,7 @@ void RoundEngine::learnFromCompletion(ClientState& c, const Participant& p, doub
     c.steps_per_s = static_cast<double>(p.summary.steps) / p.summary.compute_seconds;
     c.overhead_s = std::max(0.0, duration - p.summary.compute_seconds);
   }
-  if (!options_.async && options_.deadline_mode == "percentile") {
-    if (recent_durations_.empty()) recent_durations_.emplace_back();
-    recent_durations_.back().push_back(duration);
-  }
+  deadline_->observe(duration);
 }
 
 void RoundEngine::onUploadRequest(const ClientId& id, uint64_t token, double now) {
@@ -1149,7 +676,7 @@ void RoundEngine::onUploadRequest(const ClientId& id, uint64_t token, double now
   }
   if (p->upload_asked_at >= 0) return;  // already waiting
   p->upload_asked_at = now;
-  upload_queue_.push_back(token);
+  credits_.request(token);
 }
 
 void RoundEngine::settleCredits(double now) {
@@ -1157,18 +684,17 @@ void RoundEngine::settleCredits(double now) {
     auto it = participants_.find(token);
     return it != participants_.end() && it->second.state == UpdateState::kPending;
   };
-  std::erase_if(granted_, [&](uint64_t token) { return !pending(token); });
-  std::erase_if(upload_queue_, [&](uint64_t token) { return !pending(token); });
-  while (!upload_queue_.empty() &&
-         (!creditsBounded() || granted_.size() < options_.max_concurrent_uploads)) {
-    const uint64_t token = upload_queue_.front();
-    upload_queue_.pop_front();
+  for (uint64_t token : credits_.settle(pending)) {
     Participant& p = participants_.at(token);
     p.granted_at = now;
-    granted_.insert(token);
-    peak_granted_ = std::max(peak_granted_, granted_.size());
     emit(SendGrant{p.client, wire::UploadGrant{token}});
   }
+}
+
+std::optional<double> RoundEngine::lastUploadActivity(uint64_t token) const {
+  auto it = participants_.find(token);
+  if (it == participants_.end() || it->second.state != UpdateState::kPending) return std::nullopt;
+  return std::max(it->second.granted_at, it->second.last_chunk_at);
 }
 
 void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, double now) {
@@ -1181,20 +707,6 @@ void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, do
   if (it != participants_.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
     rejectUpdate(it->second, error.task_token, "client reported: " + error.message, now);
-  }
-}
-
-void RoundEngine::maybeFinishEarly(double now) {
-  if (phase_ != Phase::kRunning || options_.async) return;
-  uint32_t completed = 0;
-  bool pending = false;
-  for (const auto& [token, p] : participants_) {
-    pending |= p.state == UpdateState::kPending;
-    completed += p.state == UpdateState::kCompleted;
-  }
-  // Over-selection: the first K completed updates end the round; the rest are cancelled.
-  if (!pending || (options_.over_selection > 0 && completed >= options_.clients_per_round)) {
-    finishRound(now);
   }
 }
 
@@ -1212,42 +724,18 @@ void RoundEngine::onTick(double now) {
     if (phase_ == Phase::kFinished) return;
     loseClient(id, "silent for more than " + formatDuration(options_.liveness_s), now);
   }
-  if (phase_ == Phase::kRunning && options_.async) {
-    std::vector<uint64_t> due;
-    for (const auto& [token, p] : participants_) {
-      if (p.state == UpdateState::kPending && now >= p.deadline) due.push_back(token);
-    }
-    for (uint64_t token : due) {
-      auto it = participants_.find(token);
-      if (it == participants_.end()) continue;
-      expire(it->second, token, "deadline passed", now);
-      window_.push_back(updateRecord(it->second, 0, now));
-      feedback(it->second, now);
-      participants_.erase(it);
-    }
-    if (!due.empty()) refillAsync(now);
-  } else if (phase_ == Phase::kRunning && now >= round_deadline_) {
-    finishRound(now);
-  }
-  if (creditsBounded() && options_.upload_idle_s > 0) {
-    // A stalled upload must not hold a credit others wait for.
-    std::vector<uint64_t> idle;
-    for (uint64_t token : granted_) {
-      auto it = participants_.find(token);
-      if (it == participants_.end() || it->second.state != UpdateState::kPending) continue;
-      if (now - lastUploadActivity(it->second) >= options_.upload_idle_s) idle.push_back(token);
-    }
-    for (uint64_t token : idle) {
-      auto it = participants_.find(token);
-      if (it == participants_.end() || it->second.state != UpdateState::kPending) continue;
-      rejectUpdate(it->second, token,
-                   "upload sent nothing for " +
-                       formatDuration(now - lastUploadActivity(it->second)) +
-                       " holding an upload credit (coordinator.upload_idle_s = " +
-                       formatDuration(options_.upload_idle_s) + ")",
-                   now);
-      maybeFinishEarly(now);
-    }
+  if (phase_ == Phase::kRunning) mode_->onTick(now);  // deadlines
+  // A stalled upload must not hold a credit others wait for.
+  const auto last = [this](uint64_t token) { return lastUploadActivity(token); };
+  for (uint64_t token : credits_.idleUploads(now, last)) {
+    const std::optional<double> at = lastUploadActivity(token);
+    if (!at) continue;
+    rejectUpdate(participants_.at(token), token,
+                 "upload sent nothing for " + formatDuration(now - *at) +
+                     " holding an upload credit (coordinator.upload_idle_s = " +
+                     formatDuration(credits_.idleSeconds()) + ")",
+                 now);
+    mode_->finishIfDone(now);
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
@@ -1272,25 +760,17 @@ std::optional<double> RoundEngine::nextWakeup() const {
       if (c.connected) consider(c.last_seen + options_.liveness_s);
     }
   }
-  if (phase_ == Phase::kRunning && options_.async) {
-    for (const auto& [token, p] : participants_) {
-      if (p.state == UpdateState::kPending) consider(p.deadline);
-    }
-  } else if (phase_ == Phase::kRunning) {
-    consider(round_deadline_);
+  if (phase_ == Phase::kRunning) {
+    if (auto deadline = mode_->nextDeadline()) consider(*deadline);
   }
   if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
-  if (creditsBounded() && options_.upload_idle_s > 0) {
-    for (uint64_t token : granted_) {
-      auto it = participants_.find(token);
-      if (it != participants_.end() && it->second.state == UpdateState::kPending) {
-        consider(lastUploadActivity(it->second) + options_.upload_idle_s);
-      }
-    }
+  if (auto idle =
+          credits_.nextIdleCheck([this](uint64_t token) { return lastUploadActivity(token); })) {
+    consider(*idle);
   }
-  if (phase_ == Phase::kWaiting && block_schedule_) {
+  if (phase_ == Phase::kWaiting && blocks_) {
     // A clock schedule may bring the next block's clients: look again at the boundary.
-    if (block_wakeup_) consider(*block_wakeup_);
+    if (auto wakeup = blocks_->wakeup()) consider(*wakeup);
   }
   return t;
 }
@@ -1307,12 +787,8 @@ void RoundEngine::expire(Participant& p, uint64_t token, const std::string& why,
   }
   takeBack(p, token, now);
   finished_tokens_.insert(token);
-  if (!options_.async && options_.deadline_mode == "percentile" && alive) {
-    // Censored: it took at least until now. Without this the quantile of completed durations
-    // alone could only shrink the deadline.
-    if (recent_durations_.empty()) recent_durations_.emplace_back();
-    recent_durations_.back().push_back(now - p.sent_at);
-  }
+  // Censored: it took at least until now (engine/deadline_policy.h).
+  if (alive) deadline_->observe(now - p.sent_at);
 }
 
 history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double weight,
@@ -1353,109 +829,15 @@ history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double wei
   return u;
 }
 
-Status RoundEngine::foldFromLog(uint64_t token, float w) {
-  return partial_.forEach(
-      token, [&](uint64_t offset, uint64_t elements, std::string_view payload) -> Status {
-        scratch_.resize(elements);
-        FEDFLEET_RETURN_IF_ERROR(compress::decodePayload(payload, elements, scratch_.data()));
-        kernels::weightedAccumulate(sum_.data() + offset, scratch_.data(), w, elements);
-        return Status::ok();
-      });
-}
-
-void RoundEngine::finishRound(double now, const std::string* abort_reason) {
-  FEDFLEET_CHECK(phase_ == Phase::kRunning);
-  CommitRound c;
-  auto& r = c.round;
-  r.run_id = options_.run_id;
-  r.round = round_;
-  r.start_time = round_start_;
-  r.end_time = now;
-  r.selected = static_cast<uint32_t>(participants_.size());
-
-  for (auto& [token, p] : participants_) {
-    if (p.state == UpdateState::kPending) {
-      expire(p, token, abort_reason ? *abort_reason : "deadline passed", now);
-    } else if (abort_reason && p.state == UpdateState::kCompleted) {
-      rejectAtSettlement(p, token, *abort_reason, now);
-    }
-  }
-  if (!robust() && !abort_reason) settleRound(now);
-  double loss_sum = 0;
-  for (auto& [token, p] : participants_) {
-    switch (p.state) {
-      case UpdateState::kCompleted:
-        ++r.completed;
-        loss_sum += p.agg_weight * p.summary.mean_loss;
-        break;
-      case UpdateState::kLate:
-        ++r.late;
-        break;
-      case UpdateState::kDropped:
-        ++r.dropped;
-        break;
-      case UpdateState::kRejected:
-        ++r.rejected;
-        break;
-      case UpdateState::kPending:
-        break;
-    }
-    r.bytes_up += p.bytes_up;
-    r.bytes_down += p.bytes_down;
-    c.updates.push_back(updateRecord(p, p.agg_weight / std::max(sum_weight_, 1.0), now));
-    feedback(p, now);
-  }
-
-  bool ok = !abort_reason && r.completed >= options_.quorum && r.completed > 0 && sum_weight_ > 0;
-  if (ok && (sum_tainted_ || !kernels::allFinite(sum_.data(), sum_.size()))) {
-    ok = false;  // recorded as failed below; the model is unchanged
-    event("aggregation_error", "",
-          "round " + std::to_string(round_) + ": the running sum is not usable", now);
-  }
-  std::optional<ModelSnapshot> before;  // kept only for a step whose evaluation is awaited
-  if (ok && evaluates(round_, round_ >= options_.rounds)) before = snapshotModel();
-  if (ok && !applyRoundStep(r.completed)) {
-    ok = false;
-    event("step_refused", "",
-          "round " + std::to_string(round_) + ": " + step_failure_ + " (" + options_.aggregator +
-              ", " + options_.server_optimizer + "); the model is unchanged",
-          now);
-  }
-  if (ok) {
-    ++version_;
-    refreshModelBytes();
-    r.train_loss = loss_sum / sum_weight_;
-  } else {
-    event("round_failed", "",
-          "round " + std::to_string(round_) + ": " +
-              (abort_reason ? *abort_reason
-                            : std::to_string(r.completed) + " updates, quorum " +
-                                  std::to_string(options_.quorum)),
-          now);
-  }
-  sum_.clear();
-  sum_.shrink_to_fit();
-  sum_tainted_ = false;
-  fednova_.clear();
-  if (robust_) robust_->clear();
-  partial_.clear();
-  participants_.clear();
-  flushLeftOutEvents(now);
-  if (blocksOn()) endBlockRound(round_ >= options_.rounds, now);
-  ++served_epoch_;  // x, a chain or z_m may have changed
-  endServerStep(std::move(c), ok, round_ >= options_.rounds, std::move(before), now);
-}
-
 RoundEngine::ModelSnapshot RoundEngine::snapshotModel() const {
-  return ModelSnapshot{params_, optimizer_->saveState(), control_, control_bytes_};
+  return ModelSnapshot{params_, optimizer_->saveState(), aggregator_->saveState()};
 }
 
 void RoundEngine::restoreModel(const ModelSnapshot& snapshot) {
   params_ = snapshot.params;
   Status st = optimizer_->loadState(snapshot.optimizer_state);
   FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
-  control_ = snapshot.control;
-  control_bytes_ = snapshot.control_bytes;
+  aggregator_->loadState(snapshot.aggregator_state);
 }
 
 bool RoundEngine::evaluates(uint32_t round, bool last) const {
@@ -1485,14 +867,8 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
   if (last) {
     last_round_done_ = true;
     phase_ = Phase::kDraining;  // nothing new starts; the run ends after the commit
-  } else if (options_.async) {
-    ++round_;
-    round_start_ = now;
-    window_start_ = now;
   } else {
-    phase_ = Phase::kWaiting;
-    wait_since_ = now;
-    tryStartRound(now);
+    mode_->afterStep(now);
   }
   if (ok && evaluates(round, last)) {
     // The model before the step, until the evaluation says the new one is usable.
@@ -1502,146 +878,6 @@ void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
   } else {
     commit(std::move(c), now);
   }
-}
-
-void RoundEngine::refillAsync(double now) {
-  if (phase_ != Phase::kRunning) return;
-  size_t pending = 0;
-  for (const auto& [token, p] : participants_) pending += p.state == UpdateState::kPending;
-  if (pending >= options_.async_concurrency) return;
-  const std::vector<ClientId> ids = sampleIdle(options_.async_concurrency - pending, now);
-  for (const ClientId& id : ids) {
-    uint32_t partition = static_cast<uint32_t>(std::max(clients_.at(id).partition, 0));
-    if (options_.sample_partitions) {
-      partition = std::uniform_int_distribution<uint32_t>(0, options_.num_partitions - 1)(rng_);
-    }
-    dispatch(id, partition, options_.deadline_s, now);
-  }
-}
-
-void RoundEngine::completeAsync(Participant& p, uint64_t token, double now) {
-  const uint64_t s = version_ - p.start_version;
-  p.staleness = static_cast<uint32_t>(std::min<uint64_t>(s, UINT32_MAX));
-  double weight = 0;
-  if (s > options_.max_staleness) {
-    p.state = UpdateState::kRejected;
-    partial_.erase(token);
-    event("stale_update", p.client,
-          "round " + std::to_string(round_) + ": " + std::to_string(s) +
-              " versions behind (max_staleness " + std::to_string(options_.max_staleness) + ")",
-          now);
-  } else if (std::optional<double> bounded = asyncNormBound(p, now); !bounded) {
-    p.state = UpdateState::kRejected;
-    partial_.erase(token);
-  } else {
-    // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
-    weight = stalenessWeight(s);
-    const double norm = std::sqrt(p.sq_norm);
-    const double clip = options_.clip_norm > 0 ? clipScale(norm, options_.clip_norm) : 1.0;
-    Status st = foldFromLog(token, static_cast<float>(weight * std::min(clip, *bounded)));
-    partial_.erase(token);
-    if (!st.isOk()) {
-      // A partly folded update cannot be taken out again reliably: this step is tainted.
-      sum_tainted_ = true;
-      p.state = UpdateState::kRejected;
-      event("aggregation_error", p.client,
-            "round " + std::to_string(round_) + ": folding a buffered update: " + st.message(),
-            now);
-    } else {
-      p.state = UpdateState::kCompleted;
-      ++buffered_;
-      window_loss_ += weight * p.summary.mean_loss;
-      sum_weight_ += weight;
-    }
-  }
-  window_.push_back(updateRecord(p, weight / options_.async_buffer, now));
-  feedback(p, now);
-  participants_.erase(token);
-  if (buffered_ >= options_.async_buffer) {
-    flushAsync(now);
-  } else {
-    refillAsync(now);
-  }
-}
-
-std::optional<double> RoundEngine::asyncNormBound(const Participant& p, double now) {
-  // Updates complete one at a time here, so the median is over the last completed updates
-  // (2 x async_buffer of them, this one included) instead of the round's.
-  const double norm = std::sqrt(p.sq_norm);
-  recent_norms_.push_back(norm);
-  while (recent_norms_.size() > 2 * size_t{options_.async_buffer}) recent_norms_.pop_front();
-  const double median = lowerMedian({recent_norms_.begin(), recent_norms_.end()});
-  const std::optional<double> scale = normBoundScale(norm, median, true);
-  const std::string what = "round " + std::to_string(round_) + ": update norm " +
-                           std::to_string(norm) + " exceeds aggregation.norm_bound " +
-                           std::to_string(options_.norm_bound) + " x the median norm " +
-                           std::to_string(median) + " of the last updates";
-  if (!scale) {
-    event("update_rejected", p.client, what, now);
-  } else if (*scale < 1) {
-    event("update_clipped", p.client, what + ": clipped", now);
-  }
-  return scale;
-}
-
-void RoundEngine::flushAsync(double now) {
-  const bool last = round_ >= options_.rounds;
-  if (last) {
-    // The run ends with this step: tasks still out are cancelled and recorded with it.
-    for (auto& [token, p] : participants_) {
-      if (p.state != UpdateState::kPending) continue;
-      expire(p, token, "run finished", now);
-      window_.push_back(updateRecord(p, 0, now));
-      feedback(p, now);
-    }
-    participants_.clear();
-  }
-  CommitRound c;
-  auto& r = c.round;
-  r.run_id = options_.run_id;
-  r.round = round_;
-  r.start_time = window_start_;
-  r.end_time = now;
-  for (const auto& u : window_) {
-    ++r.selected;
-    r.completed += u.status == "completed";
-    r.late += u.status == "late";
-    r.dropped += u.status == "dropped";
-    r.rejected += u.status == "rejected";
-    r.bytes_up += u.bytes_up;
-    r.bytes_down += u.bytes_down;
-  }
-  c.updates = std::move(window_);
-  window_.clear();
-  bool ok = buffered_ > 0 && !sum_tainted_ && kernels::allFinite(sum_.data(), sum_.size());
-  std::optional<ModelSnapshot> before;
-  if (ok && evaluates(round_, last)) before = snapshotModel();
-  if (ok) {
-    // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
-    kernels::scale(sum_.data(), 1.0f / static_cast<float>(options_.async_buffer), sum_.size());
-    if (!stepModel(sum_.data())) {
-      ok = false;
-      event("step_refused", "",
-            "round " + std::to_string(round_) + ": " + step_failure_ + "; the model is unchanged",
-            now);
-    }
-  }
-  if (ok) {
-    ++version_;
-    refreshModelBytes();
-    r.train_loss = window_loss_ / sum_weight_;
-  } else {
-    event("round_failed", "",
-          "round " + std::to_string(round_) + ": the buffered sum is not usable", now);
-  }
-  std::fill(sum_.begin(), sum_.end(), 0.0f);
-  sum_weight_ = 0;
-  sum_tainted_ = false;
-  buffered_ = 0;
-  window_loss_ = 0;
-  flushLeftOutEvents(now);
-  endServerStep(std::move(c), ok, last, std::move(before), now);
-  if (!last) refillAsync(now);
 }
 
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
@@ -1683,7 +919,7 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
     }
   }
   participants_.clear();
-  partial_.clear();
+  assembler_.clear();
   finishRun(true,
             "target accuracy " + std::to_string(options_.target_accuracy) + " reached in round " +
                 std::to_string(round),
@@ -1697,7 +933,7 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
     restoreModel(snap->second);
     ++version_;  // a new version holding the old parameters: caches keyed by version refresh
     refreshModelBytes();
-    ++served_epoch_;
+    if (blocks_) blocks_->modelsChanged();
   }
   snapshots_.clear();  // later ones are of models built on the refused one
   event("evaluation_refused", "",
@@ -1728,26 +964,7 @@ void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
   for (CommitRound& c : failed) commit(std::move(c), now);
   tryStartRound(now);      // one held back by the evaluations behind (step 9)
   if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
-  if (phase_ == Phase::kRunning && !options_.async) {
-    finishRound(now, &abort_reason);
-  } else if (phase_ == Phase::kRunning && options_.async) {
-    for (auto& [token, p] : participants_) {
-      if (p.state != UpdateState::kPending) continue;
-      expire(p, token, abort_reason, now);
-      window_.push_back(updateRecord(p, 0, now));
-      feedback(p, now);
-    }
-    participants_.clear();
-    for (auto& u : window_) {
-      if (u.status == "completed") u.status = "rejected";
-      u.weight = 0;
-    }
-    std::fill(sum_.begin(), sum_.end(), 0.0f);
-    sum_weight_ = 0;
-    buffered_ = 0;
-    window_loss_ = 0;
-    refillAsync(now);
-  }
+  mode_->abort(abort_reason, now);
 }
 
 history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,
@@ -1803,109 +1020,24 @@ void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
   emit(RunFinished{ok, message});
 }
 
-// ---- Blocks (block-cyclic training; protocol steps B1-B5 in round_engine.h) ----
-
-void RoundEngine::prepareBlockRound(uint32_t round, double now) {
-  const uint32_t m = block_schedule_->blockAt(round, now);
-  const int64_t visit = block_schedule_->visitAt(round, now);
-  const bool new_visit = m != block_ || (block_visit_ != INT64_MIN && visit != block_visit_);
-  block_visit_ = visit;
-  if (new_visit) {
-    block_ = m;
-    block_first_round_ = round;
-    event("block_started", "",
-          "block " + std::to_string(m) + " from round " + std::to_string(round) + " (" +
-              blockModeName(block_models_->mode()) + ")",
-          now);
-  }
-  round_chain_ = -1;
-  if (block_models_->mode() == BlockMode::kMultichain && (round - block_first_round_) % 2 == 1) {
-    round_chain_ = static_cast<int32_t>(m);
-    const std::vector<float>& y = block_models_->chain(m, params_);
-    auto bytes = std::make_shared<std::string>(y.size() * sizeof(float), '\0');
-    std::memcpy(bytes->data(), y.data(), bytes->size());
-    chain_sha_ = crypto::sha256(*bytes);
-    chain_bytes_ = std::move(bytes);
-  }
-}
+// ---- Blocks (block-cyclic training; protocol steps B1-B6 in round_engine.h) ----
 
 bool RoundEngine::inCurrentBlock(const ClientId& id) const {
   auto it = clients_.find(id);
-  if (it == clients_.end() || it->second.partition < 0) return false;
-  return block_schedule_->available(static_cast<uint32_t>(it->second.partition), block_);
+  return it != clients_.end() && blocks_->available(it->second.partition);
 }
 
 bool RoundEngine::applyRoundStep(uint32_t completed) {
-  if (round_chain_ < 0) return applyServerStep(completed);
-  // The step on y_m: the server step works on params_, so y_m takes its place for the step.
-  std::vector<float>& y = block_models_->chain(static_cast<uint32_t>(round_chain_), params_);
-  std::swap(params_, y);
-  const bool ok = applyServerStep(completed);
-  std::swap(params_, y);
-  return ok;
-}
-
-void RoundEngine::endBlockRound(bool last, double now) {
-  round_chain_ = -1;
-  const uint32_t m = block_;
-  if (!last && !block_schedule_->endsAfter(round_, block_visit_, now)) return;
-  block_models_->endVisit(m, params_);
-  EvaluateBlocks ev;
-  ev.round = round_;
-  ev.ended_block = m;
-  auto x = std::make_shared<const std::vector<float>>(params_);
-  for (uint32_t j = 0; j < block_models_->blocks(); ++j) {
-    ev.models.push_back({j, "shared", x});
-    if (!block_models_->average(j).empty()) {
-      ev.models.push_back({j, "pluralistic",
-                           std::make_shared<const std::vector<float>>(block_models_->average(j))});
-    }
-    if (!block_models_->chain(j).empty()) {
-      ev.models.push_back(
-          {j, "chain", std::make_shared<const std::vector<float>>(block_models_->chain(j))});
-    }
-  }
-  awaiting_blocks_.insert(round_);
-  emit(std::move(ev));
+  if (!blocks_) return applyServerStep(completed);
+  return blocks_->applyStep(params_, [&] { return applyServerStep(completed); });
 }
 
 void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalOutcome>& outcomes,
                                     double now) {
-  if (!blocksOn() || awaiting_blocks_.erase(round) == 0) return;
-  auto row = [&](const BlockEvalOutcome& o, const std::string& model) {
-    history::BlockMetricRecord b;
-    b.run_id = options_.run_id;
-    b.round = round;
-    b.block = std::to_string(o.block);
-    b.model = model;
-    b.accuracy = o.accuracy;
-    b.loss = o.loss;
-    return b;
-  };
-  RecordBlockMetrics rec;
-  std::map<std::pair<uint32_t, std::string>, const BlockEvalOutcome*> found;
-  for (const BlockEvalOutcome& o : outcomes) {
-    if (o.block >= block_models_->blocks()) continue;
-    found[{o.block, o.model}] = &o;
-    rec.rows.push_back(row(o, o.model));
-  }
-  auto lookup = [&](uint32_t j, const char* model) -> const BlockEvalOutcome* {
-    auto it = found.find({j, model});
-    return it == found.end() ? nullptr : it->second;
-  };
-  for (uint32_t j = 0; j < block_models_->blocks(); ++j) {
-    if (block_models_->mode() == BlockMode::kMultichain) {
-      const BlockEvalOutcome* z = lookup(j, "pluralistic");
-      const BlockEvalOutcome* y = lookup(j, "chain");
-      block_models_->choose(j, z ? z->validation_loss : std::nullopt,
-                            y ? y->validation_loss : std::nullopt);
-    }
-    if (const BlockEvalOutcome* s = lookup(j, BlockModels::servedName(block_models_->served(j)))) {
-      rec.rows.push_back(row(*s, "served"));
-    }
-  }
-  ++served_epoch_;  // multichain may serve another model now
-  emit(std::move(rec));
+  if (!blocksOn()) return;
+  std::optional<RecordBlockMetrics> rec = blocks_->onEvaluated(round, outcomes, options_.run_id);
+  if (!rec) return;
+  emit(std::move(*rec));
   if (last_round_done_ && awaiting_eval_.empty() && !blocksPending() &&
       phase_ != Phase::kFinished) {
     finishRun(true, "all rounds done", now);
@@ -1914,98 +1046,29 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
 
 const std::vector<float>& RoundEngine::servedModel(uint32_t block) const {
   if (!blocksOn()) return params_;
-  return block_models_->servedParams(block, params_);
+  return blocks_->servedModel(block, params_);
 }
 
 std::shared_ptr<const std::string> RoundEngine::serve(ClientState& c, Participant& p,
                                                       wire::Task& task) {
-  const uint32_t m = currentBlock();
-  ServedBuffer& s = served_.at(m);
-  if (s.epoch != served_epoch_) {
-    s.epoch = served_epoch_;
-    const std::vector<float>& params = servedModel(m);
-    std::shared_ptr<const std::string> bytes = model_bytes_;
-    wire::Sha256 sha = model_sha_;
-    if (&params != &params_) {
-      auto b = std::make_shared<std::string>(params.size() * sizeof(float), '\0');
-      std::memcpy(b->data(), params.data(), b->size());
-      sha = crypto::sha256(*b);
-      bytes = std::move(b);
-    }
-    if (!s.bytes || sha != s.sha) {
-      s.bytes = std::move(bytes);
-      s.sha = sha;
-      s.version = version_;
-    }
-    s.model = BlockModels::servedName(block_models_->served(m));
-  }
-  wire::ServedModel& sv = task.served;
-  sv.block = m;
-  sv.model = s.model;
-  sv.version = s.version;
-  sv.sha256 = s.sha;
-  std::shared_ptr<const std::string> attach;
-  if (c.served_sha == s.sha) {
-    sv.source = wire::ServedSource::kUnchanged;
-  } else if (s.sha == task.model_sha256) {
-    sv.source = wire::ServedSource::kTaskModel;
-  } else {
-    sv.source = wire::ServedSource::kAttached;
-    attach = s.bytes;
+  std::shared_ptr<const std::string> attach =
+      blocks_->serve(c.served_sha, task, SharedModel{params_, model_bytes_, model_sha_, version_});
+  if (attach) {
     p.served_bytes = attach->size();
     p.bytes_down += p.served_bytes;
   }
-  c.served_sha = s.sha;
-  p.served = sv;
+  p.served = task.served;
   return attach;
 }
 
 void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::Summary& summary,
                                    double now) {
-  if (p.served.source == wire::ServedSource::kNone) return;
-  if (summary.served_sha256 == p.served.sha256) return;
-  // The client does not hold the model the task named (it lost it, or never got it).
-  const bool none = summary.served_sha256 == wire::Sha256{};
-  event("served_mismatch", p.client,
-        "task named served model " + crypto::toHex(p.served.sha256).substr(0, 12) +
-            ", the client holds " +
-            (none ? "none" : crypto::toHex(summary.served_sha256).substr(0, 12)),
-        now);
+  std::optional<std::string> mismatch =
+      BlockCoordinator::servedMismatch(p.served, summary.served_sha256);
+  if (!mismatch) return;
+  event("served_mismatch", p.client, *mismatch, now);
   c.served_sha.reset();
   p.summary.served_samples = 0;
-}
-
-Status checkEngineOptions(const EngineOptions& options) {
-  if (options.max_samples_per_update == 0 && options.partition_sizes.empty()) {
-    return invalidArgument(
-        "config [coordinator]: max_samples_per_update = 0 (no bound on the samples an update "
-        "claims) needs the partition sizes, which are not known");
-  }
-  Status st = validateSelectorOptions(options.selector);
-  if (!st.isOk()) return st.withContext("config [selection]");
-  auto opt = ServerOptimizer::create(serverOptimizerOptions(options));
-  if (!opt.isOk()) return opt.status().withContext("config [aggregation]");
-  if (options.aggregator == "median" || options.aggregator == "trimmed_mean") {
-    auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
-    if (!agg.isOk()) return agg.status().withContext("config [aggregation]");
-  }
-  const auto& b = options.blocks;
-  if (b.count > 0) {
-    if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
-      return invalidArgument("config [blocks]: set exactly one of rounds_per_block and block_s");
-    }
-    if (options.async || options.sample_partitions) {
-      return invalidArgument(
-          "config [blocks]: blocks need synchronous rounds and sample_from = \"clients\"");
-    }
-    if (options.block_mode == BlockMode::kMultichain &&
-        (options.aggregator == "scaffold" || options.server_optimizer != "fedavg")) {
-      return invalidArgument(
-          "config [blocks]: multichain needs aggregation without state across rounds (no "
-          "scaffold, server_optimizer fedavg)");
-    }
-  }
-  return Status::ok();
 }
 
 }  // namespace fedfleet::engine

@@ -7,6 +7,12 @@
 // can feed it virtual time. Given the same events at the same times and the same seed, it emits
 // the same actions.
 //
+// The engine core keeps clients, phases, task tokens, participants, the running sum and the
+// action queue; each policy is an object chosen once at construction (docs/ARCHITECTURE.md):
+// RoundMode (steps 2, 7, 9: synchronous or FedBuff), DeadlinePolicy (step 3's deadline),
+// WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
+// Aggregator and ServerOptimizer (steps 8a, 8), Selector (step 2) and BlockCoordinator (B1-B6).
+//
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
 //     not happened within `wait_clients_s`, the run ends (RunFinished with ok = false).
@@ -111,7 +117,8 @@
 //
 // Round 0 is the initial model's evaluation (status "initial"), requested by start().
 //
-// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; engine/block_models.h):
+// Blocks (block-cyclic data, EngineOptions::blocks.count = M > 0; engine/block_coordinator.h,
+// engine/block_models.h):
 //  B1. Before sampling a round the engine fixes its block m (from the round number, or from
 //      `now` on a clock schedule). A new visit to m is recorded as a "block_started" event.
 //  B2. Only clients whose partition is available in block m are sampled (and the driver's
@@ -158,144 +165,26 @@
 
 #include "common/history/records.h"
 #include "common/wire/messages.h"
+#include "engine/aggregator.h"
+#include "engine/block_coordinator.h"
 #include "engine/block_models.h"
+#include "engine/deadline_policy.h"
+#include "engine/engine_options.h"
+#include "engine/engine_state.h"
 #include "engine/partial_log.h"
+#include "engine/participant.h"
 #include "engine/participant_table.h"
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
+#include "engine/round_mode.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
+#include "engine/update_assembler.h"
 #include "engine/update_weights.h"
+#include "engine/upload_credits.h"
+#include "engine/work_sizer.h"
 
 namespace fedfleet::engine {
-
-using ClientId = std::string;
-
-// What the norm bound does to an update beyond it (EngineOptions::norm_bound).
-enum class NormBoundAction { kClip, kReject };
-// "clip" / "reject"; anything else is kInvalidArgument.
-Result<NormBoundAction> parseNormBoundAction(const std::string& name);
-
-struct EngineOptions {
-  int64_t run_id = 0;
-  uint32_t rounds = 1;
-  uint32_t first_round = 1;  // > 1 when resuming
-  uint64_t model_version = 0;
-  uint32_t clients_per_round = 1;
-  uint32_t min_clients = 1;
-  uint32_t quorum = 1;
-  double deadline_s = 60;
-  double liveness_s = 6;  // <= 0: no liveness tracking (the simulator reports losses itself)
-  double wait_clients_s = 300;
-  bool sample_partitions = false;
-  uint32_t num_partitions = 1;
-  double server_lr = 1.0;
-  uint32_t checkpoint_every = 1;
-  uint64_t seed = 0;
-  std::string model_name = "mlp";
-  wire::HyperParams hparams;  // seed is derived per task
-  wire::DataSpec data;        // index is set per task
-  uint32_t chunk_bytes = 1 << 20;
-  std::string codec = "none";   // codec spec every task asks for (common/compress/codec_spec.h)
-  std::string slow_link_codec;  // when set: the codec for clients whose last measured uplink
-  double slow_link_mbps = 0;    // was below slow_link_mbps
-  uint64_t partial_buffer_bytes = 64ull << 20;  // payloads of the round's updates kept in
-                                                // memory until it settles; beyond this they
-                                                // spill to a temporary file
-  // Upload credits (protocol step 4): tasks whose client may send chunks at once (0: unbounded).
-  // Only granted tasks send chunks, so at most this many uploads are received at once.
-  uint32_t max_concurrent_uploads = 0;
-  // With credits bounded: a granted upload that sends nothing for this long (since its grant or
-  // its last chunk) is rejected, and its credit goes to the next in line (0: never).
-  double upload_idle_s = 30;
-  bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
-  uint32_t eval_every = 1;       // evaluate after every this many rounds (and after the last)
-  double target_accuracy = 0;    // > 0: the run ends at the first evaluation reaching it
-  bool bye_on_finish = true;     // say Bye to every connected client when the run ends (the
-                                 // simulator's virtual clients need no goodbye)
-  // Rounds before the last one awaiting evaluation at which no new synchronous round starts
-  // (protocol step 9; 0: no bound, for the simulator, which reports evaluations in virtual time).
-  uint32_t max_evaluations_behind = 0;
-
-  // ---- Claims (protocol step 5a): what an update may say about itself ----
-  // partition_sizes[p]: the samples partition p holds, as clients cut it (run_setup.h
-  // partitionSizes); an update of partition p may claim at most that many. Empty (or too short
-  // for p): unknown, and max_samples_per_update bounds the claim instead (0: no bound, allowed
-  // only with sizes known: checkEngineOptions).
-  std::vector<uint64_t> partition_sizes;
-  uint64_t max_samples_per_update = 1000000;
-  double max_loss = 1e6;                  // a summary's losses must lie in [0, max_loss]
-  uint32_t events_per_client_round = 20;  // event rows per client and round (then one
-                                          // "events_left_out" row)
-
-  // ---- Aggregation (the methods and their papers: docs/ARCHITECTURE.md) ----
-  // fedavg: weights n_k; fednova: d_k = D_k / a_k(tau_k, momentum), scaled by tau_eff;
-  // scaffold: unweighted mean of D_k, and c += |S|/N mean Dc_k (updates are 2P values long);
-  // median, trimmed_mean: coordinate-wise over complete updates, unweighted (buffered within
-  // robust_buffer_bytes, spilled to a temporary file beyond).
-  std::string aggregator = "fedavg";
-  double trim_fraction = 0.1;
-  double clip_norm = 0;  // > 0: each update is scaled to at most this L2 norm before averaging
-  // Norm bound (protocol step 8a): an update whose delta norm exceeds norm_bound x the median
-  // delta norm of the round's completed updates is clipped to that norm, or rejected (0: off).
-  double norm_bound = 5;
-  NormBoundAction norm_bound_action = NormBoundAction::kClip;
-  // Weight cap (step 8a): no update weighs more than weight_cap x the median sample count of
-  // the round's completed updates; a larger claim is capped to it (0: off).
-  double weight_cap = 10;
-  // Server optimiser on the pseudo-gradient G (engine/server_optimizer.h); its learning
-  // rate is server_lr.
-  std::string server_optimizer = "fedavg";
-  double server_momentum = 0.9;
-  double beta1 = 0.9;
-  double beta2 = 0.99;
-  double tau = 1e-3;
-  uint64_t robust_buffer_bytes = 256ull << 20;
-
-  // ---- Client selection ----
-  // uniform: the O(K log N) rank sampling described above. Others (engine/selector.h) see
-  // every idle eligible client and learn from each participant's outcome.
-  SelectorOptions selector;
-
-  // ---- Straggler policies (synchronous mode) ----
-  // Round deadline: "fixed" (deadline_s), or "percentile": the deadline_percentile quantile of
-  // the task durations (task sent -> summary) completed in the last deadline_window rounds,
-  // times deadline_slack, never more than deadline_s (deadline_s until enough durations, one
-  // round's worth, are known).
-  std::string deadline_mode = "fixed";
-  double deadline_percentile = 0.9;
-  uint32_t deadline_window = 5;
-  double deadline_slack = 1.2;
-  // Over-selection: select ceil(K (1 + b)) and aggregate the first K to complete; the rest are
-  // cancelled and recorded late.
-  double over_selection = 0;
-  // Partial work: tasks say stop_after_s (the deadline less the client's expected upload time,
-  // from its measured uplink) so a slow client uploads what it did by then with its true steps.
-  bool partial_work = false;
-  // Heterogeneity-aware work: each task's max_steps is sized from the client's measured speed
-  // (steps per compute second, and its non-compute overhead) so that it finishes at
-  // adaptive_target x the deadline; at most adaptive_max_factor x the configured work; clients
-  // not yet measured get the configured work.
-  bool adaptive_steps = false;
-  double adaptive_target = 0.8;
-  double adaptive_max_factor = 1.0;
-
-  // ---- Asynchronous buffered aggregation (FedBuff) ----
-  // async: at most async_concurrency clients train at once, each from the version it pulled;
-  // every async_buffer completed updates, x += server_lr (1/K) sum w(s_i) D_i with
-  // w(s) = 1/sqrt(1 + s), s = versions since the task's; staler than max_staleness: rejected.
-  // A "round" is one such server step. Each task has its own deadline (deadline_s).
-  bool async = false;
-  uint32_t async_concurrency = 10;
-  uint32_t async_buffer = 5;
-  uint32_t max_staleness = 10;
-
-  // ---- Block-cyclic data (engine/block_models.h; protocol "Blocks" above) ----
-  // blocks.count == 0: off. Synchronous rounds, sample_partitions off, and (multichain) an
-  // aggregation without state across rounds (no SCAFFOLD, server optimiser fedavg).
-  BlockScheduleOptions blocks;
-  BlockMode block_mode = BlockMode::kSingle;
-};
 
 struct EvalOutcome {
   double loss = 0;
@@ -350,44 +239,10 @@ struct RunFinished {
   bool ok = true;
   std::string message;
 };
-// Block-cyclic runs, at the end of every block: evaluate each model on its block's validation
-// and test sets (the driver's per-block evaluation sets) and report every outcome, in any order,
-// with onBlocksEvaluated(round, ...); a model that could not be evaluated is left out. The
-// driver must report even when it evaluated nothing (the run ends only after the report).
-struct BlockModelToEvaluate {
-  uint32_t block = 0;
-  std::string model;  // "shared" (x), "pluralistic" (z_m) or "chain" (y_m)
-  std::shared_ptr<const std::vector<float>> params;
-};
-struct EvaluateBlocks {
-  uint32_t round = 0;  // the last round of the block that ended
-  uint32_t ended_block = 0;
-  std::vector<BlockModelToEvaluate> models;
-};
-struct BlockEvalOutcome {
-  uint32_t block = 0;
-  std::string model;
-  std::optional<double> validation_loss;  // on the block's validation set
-  double loss = 0;                        // on the block's test set
-  double accuracy = 0;
-};
-// Rows for the history's block_metrics table (HistoryStore::recordBlockMetrics).
-struct RecordBlockMetrics {
-  std::vector<history::BlockMetricRecord> rows;
-};
+// (The block-cyclic actions EvaluateBlocks and RecordBlockMetrics: engine/block_coordinator.h.)
 using Action =
     std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent, Evaluate,
                  CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics, SendGrant>;
-
-// The server optimiser and robust aggregator `options` ask for (run_setup.h checks that they
-// can be built before an engine is).
-// What the engine's constructor would otherwise abort on: selector, server optimiser, robust
-// aggregator and block options it cannot build (kInvalidArgument naming the config section).
-// Drivers call it before constructing the engine.
-Status checkEngineOptions(const EngineOptions& options);
-
-ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& options);
-RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& options, uint64_t n_params);
 
 class RoundEngine {
  public:
@@ -450,9 +305,9 @@ class RoundEngine {
   void onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalOutcome>& outcomes, double now);
   // The block of the current round (0 without blocks), and the model block m is served for
   // evaluation and inference (the shared model without blocks).
-  uint32_t currentBlock() const { return block_ == UINT32_MAX ? 0 : block_; }
+  uint32_t currentBlock() const { return blocks_ ? blocks_->currentBlock() : 0; }
   const std::vector<float>& servedModel(uint32_t block) const;
-  const BlockModels* blockModels() const { return block_models_.get(); }
+  const BlockModels* blockModels() const { return blocks_ ? &blocks_->models() : nullptr; }
 
   // Time passed: fires deadlines, liveness expiries and the wait-for-clients limit.
   void onTick(double now);
@@ -484,14 +339,18 @@ class RoundEngine {
   int32_t partitionOf(const ClientId& id) const;
   // Upload credits: tasks holding a grant now, requests waiting for one, and the most grants
   // ever held at once in this run.
-  size_t uploadsInFlight() const { return granted_.size(); }
-  size_t uploadsWaiting() const { return upload_queue_.size(); }
-  size_t peakUploadsInFlight() const { return peak_granted_; }
+  size_t uploadsInFlight() const { return credits_.inFlight(); }
+  size_t uploadsWaiting() const { return credits_.waiting(); }
+  size_t peakUploadsInFlight() const { return credits_.peakInFlight(); }
   // Task tokens remembered as answered (stale or unknown): bounded by the tasks of recent rounds
   // and kUnknownTokensKept, whatever clients send.
   size_t answeredTokens() const { return answered_stale_.size() + answered_unknown_.size(); }
 
  private:
+  // The round modes (engine/round_mode.h) are part of the engine's implementation.
+  friend class SynchronousRounds;
+  friend class BufferedAsyncRounds;
+
   enum class Phase {
     kIdle,
     kWaiting,
@@ -500,7 +359,7 @@ class RoundEngine {
     kFinished
   };  // kDraining: last round
       // awaits its commit
-  enum class UpdateState { kPending, kCompleted, kLate, kDropped, kRejected };
+  using UpdateState = engine::UpdateState;
 
   struct ClientState {
     wire::Hello hello;
@@ -514,37 +373,7 @@ class RoundEngine {
     std::optional<wire::Sha256> served_sha;  // blocks: the served model it was last sent
   };
 
-  struct Participant {
-    ClientId client;
-    uint32_t partition = 0;
-    UpdateState state = UpdateState::kPending;
-    uint64_t next_offset = 0;  // next element offset expected
-    bool weight_set = false;   // the first chunk declared n_samples and steps
-    uint64_t steps = 0;
-    std::string codec;            // codec of the payload of the most elements so far
-    uint64_t codec_elements = 0;  // elements of that payload
-    bool last_chunk = false;
-    uint64_t bytes_up = 0;
-    uint64_t bytes_down = 0;
-    double first_chunk_at = -1;
-    double last_chunk_at = -1;
-    double finished_at = -1;  // summary, rejection, cancellation or loss
-    wire::Summary summary;
-    double weight = 0;           // n_k, as the chunks declare it
-    double agg_weight = 0;       // n_k as aggregated: capped at settlement (step 8a)
-    uint64_t max_steps = 0;      // the most local steps its task planned (0: not known yet)
-    wire::HyperParams planned;   // the hyper-parameters its task carried
-    double fold_weight = 0;      // what its chunks are folded into the running sum with
-    uint64_t start_version = 0;  // model version the task carried
-    double sent_at = 0;
-    double deadline = 0;          // this task's deadline (the round's, or its own when async)
-    uint32_t staleness = 0;       // async: versions behind when it completed
-    double sq_norm = 0;           // squared L2 norm of the delta part received so far
-    wire::ServedModel served;     // blocks: what the task named (no bytes)
-    uint64_t served_bytes = 0;    // served-model bytes the task carried
-    double upload_asked_at = -1;  // UploadRequest received (-1: not yet)
-    double granted_at = -1;       // UploadGrant sent (-1: not yet)
-  };
+  using Participant = engine::Participant;
 
   // Runs settleCredits() when an entry point returns, whichever way it returns.
   class SettleCreditsOnExit {
@@ -560,23 +389,19 @@ class RoundEngine {
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
-  // Upload credits: drops the grants and queued requests of tasks no longer pending, then grants
-  // queued requests in order while credits are free.
+  // Upload credits (engine/upload_credits.h): drops the grants and queued requests of tasks no
+  // longer pending, then grants queued requests in order while credits are free.
   void settleCredits(double now);
-  bool creditsBounded() const { return options_.max_concurrent_uploads > 0; }
-  // The last sign of an upload in progress: its grant or its last chunk.
-  static double lastUploadActivity(const Participant& p) {
-    return std::max(p.granted_at, p.last_chunk_at);
-  }
+  // The last sign of an upload in progress of a pending task: its grant or its last chunk
+  // (nothing: no such pending task).
+  std::optional<double> lastUploadActivity(uint64_t token) const;
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
              double now);
   void tryStartRound(double now);
   // max_evaluations_behind rounds await their evaluation: no round may start (step 9).
   bool evaluationsBehind() const;
+  // Starts a round (or, asynchronous, a server step's tasks): RoundMode::startRound.
   void startRound(double now);
-  // Ends the round in flight; with `abort_reason` every update (completed ones too) is refused
-  // with that reason and the round fails.
-  void finishRound(double now, const std::string* abort_reason = nullptr);
   void commit(CommitRound commit, double now);
   // The client row of `id` as the history keeps it, seen last at `now`.
   history::ClientRecord clientRecord(const ClientId& id, const ClientState& c, double now) const;
@@ -585,9 +410,6 @@ class RoundEngine {
   // Drops the kept payloads of an update that will not count (nothing of it was folded).
   void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
-  void maybeFinishEarly(double now);
-  // The deadline a round starting now gets (EngineOptions::deadline_mode).
-  double roundDeadlineSeconds() const;
   // Builds and emits one task for `id` (idle) and registers it as a participant.
   void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now);
   // Tells the selector how a finished participant fared.
@@ -596,23 +418,9 @@ class RoundEngine {
   history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
-  // Folds a complete update kept in the PartialLog into the running sum with weight `w`.
-  Status foldFromLog(uint64_t token, float w);
-  // Claims of a first chunk (step 5a): samples within the partition's size (or the bound),
-  // steps within what the task planned. Returns why not, or nothing when they hold.
-  std::optional<std::string> badClaims(Participant& p, const wire::Chunk& chunk) const;
-  // A summary's losses and timings (step 5a): why it is refused, or nothing; timings are
-  // clamped to [0, time since the task was sent].
-  std::optional<std::string> badSummary(const Participant& p, wire::Summary& s, double now) const;
-  // Synchronous linear aggregators, at the round's end (step 8a): norm bound, clip_norm and
-  // weight cap over the completed updates, then every kept update folded into sum_ in
-  // dispatch order with its final weight. An update the norm bound rejects is rejected here.
-  void settleRound(double now);
   // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
   // the scale to apply (1: within the bound), or nullopt when it must be rejected.
   std::optional<double> normBoundScale(double norm, double median, bool clippable) const;
-  // A rejection at settlement: like rejectUpdate, but the round is being settled already.
-  void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);
   // Events: the rows of one client past events_per_client_round are left out and counted;
   // at the end of a round (or server step) one "events_left_out" row per such client.
   void flushLeftOutEvents(double now);
@@ -621,8 +429,7 @@ class RoundEngine {
   struct ModelSnapshot {
     std::vector<float> params;
     std::string optimizer_state;
-    std::vector<float> control;
-    std::string control_bytes;
+    std::string aggregator_state;  // SCAFFOLD's c
   };
   ModelSnapshot snapshotModel() const;
   void restoreModel(const ModelSnapshot& snapshot);
@@ -631,14 +438,11 @@ class RoundEngine {
   // (trained from the refused model) is aborted.
   void rollBack(uint32_t round, const std::string& why, double now);
   // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
-  uint64_t updateSize() const {
-    return options_.aggregator == "scaffold" ? 2 * params_.size() : params_.size();
-  }
-  bool robust() const { return robust_ != nullptr; }
+  uint64_t updateSize() const { return aggregator_->updateSize(); }
   // Median and trimmed mean: a completed update goes to the aggregator's buffer (clip_norm
   // applied). An error (a spill that failed, a log that cannot be read back) is returned for
   // rejection.
-  Status bufferRobust(Participant& p, uint64_t token);
+  Status bufferComplete(Participant& p, uint64_t token);
   // x <- server optimiser step on this round's pseudo-gradient; false when it is not usable
   // (step_failure_ says why): an aggregate that is not finite, or a step that would make the
   // model (or SCAFFOLD's control variate) non-finite. Refused, it changes nothing: model,
@@ -649,13 +453,6 @@ class RoundEngine {
   bool stepModel(const float* g);
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
-  // Asynchronous mode: keep async_concurrency tasks in flight; one server step per buffer.
-  void refillAsync(double now);
-  void completeAsync(Participant& p, uint64_t token, double now);
-  // The norm bound on a completing asynchronous update: its scale, or nullopt to reject it
-  // (recorded either way).
-  std::optional<double> asyncNormBound(const Participant& p, double now);
-  void flushAsync(double now);
   // After a server step: evaluate (every eval_every) or commit, and finish after the last.
   // `before` is the model before the step, kept until its evaluation is reported.
   void endServerStep(CommitRound c, bool ok, bool last, std::optional<ModelSnapshot> before,
@@ -670,20 +467,15 @@ class RoundEngine {
   void refreshModelBytes();
   uint64_t newToken();
 
-  // ---- Block-cyclic training (round_engine.cc, section "Blocks") ----
-  bool blocksOn() const { return block_models_ != nullptr; }
-  // Before sampling round `round`: its block (a new visit: event, multichain chain started) and,
-  // multichain, which chain it trains.
-  void prepareBlockRound(uint32_t round, double now);
+  // ---- Block-cyclic training (engine/block_coordinator.h; round_engine.cc, section "Blocks") --
+  bool blocksOn() const { return blocks_ != nullptr; }
   // Whether `id` may train in the current block.
   bool inCurrentBlock(const ClientId& id) const;
   // The server step of this round, applied to the chain the round trains.
   bool applyRoundStep(uint32_t completed);
-  // After a round: at the end of a visit, pluralistic averaging and EvaluateBlocks.
-  void endBlockRound(bool last, double now);
-  bool blocksPending() const { return !awaiting_blocks_.empty(); }
-  // Serving (protocol step B6): names block_'s served model in `task` and, when client `c`
-  // does not have it and it is not the task's model, returns its bytes to attach.
+  bool blocksPending() const { return blocks_ && blocks_->pending(); }
+  // Serving (protocol step B6): names the current block's served model in `task` and, when
+  // client `c` does not have it and it is not the task's model, returns its bytes to attach.
   std::shared_ptr<const std::string> serve(ClientState& c, Participant& p, wire::Task& task);
   // A summary's report on the served model: into the participant's summary, or, when the
   // client holds another one, forget what it was sent (it gets it again next time).
@@ -698,7 +490,6 @@ class RoundEngine {
   uint64_t version_ = 0;
   double wait_since_ = 0;
   double round_start_ = 0;
-  double round_deadline_ = 0;
 
   std::map<ClientId, ClientState> clients_;
   // Partitions held by clients of a restored state that have not said Hello since.
@@ -711,10 +502,9 @@ class RoundEngine {
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
   std::unique_ptr<ServerOptimizer> optimizer_;
-  std::unique_ptr<RobustAggregator> robust_;  // median, trimmed_mean
-  FedNovaAccumulator fednova_;
-  std::vector<float> control_;                  // SCAFFOLD server control variate c
-  std::string control_bytes_;                   // c as sent in tasks
+  std::unique_ptr<Aggregator> aggregator_;
+  std::unique_ptr<DeadlinePolicy> deadline_;
+  std::unique_ptr<RoundMode> mode_;             // synchronous or buffered asynchronous rounds
   ParticipantTable<Participant> participants_;  // by task token, in dispatch order
   // Tokens of ended tasks (stale), and stale tokens already answered once: of the last
   // kStaleTokenRounds rounds only (engine/recent_tokens.h).
@@ -728,24 +518,14 @@ class RoundEngine {
   RecentTokens answered_unknown_{1};
   std::vector<float> sum_;  // running sum of n_k * D_k
   double sum_weight_ = 0;
-  PartialLog partial_;                 // kept payloads of the round's updates, until settled
-  std::vector<float> scratch_;         // one decoded chunk
-  bool sum_tainted_ = false;           // a kept update failed to fold: the sum is not usable
-  std::set<uint64_t> granted_;         // tasks holding an upload credit
-  std::deque<uint64_t> upload_queue_;  // tasks waiting for one, in the order they asked
-  size_t peak_granted_ = 0;
-
-  std::deque<std::vector<double>> recent_durations_;  // completed task durations per round
-  // Asynchronous mode: the server step being built.
-  uint32_t buffered_ = 0;                      // updates folded into sum_
-  std::vector<history::UpdateRecord> window_;  // updates that ended during this step
-  double window_start_ = 0;
-  double window_loss_ = 0;  // sum of w(s) x mean loss of the buffered
+  UpdateAssembler assembler_;  // chunk checks and the kept payloads, until settled
+  bool sum_tainted_ = false;   // a kept update failed to fold: the sum is not usable
+  UploadCredits credits_;
+  WorkSizer work_;  // adaptive steps, partial work
 
   std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
   std::map<uint32_t, ModelSnapshot> snapshots_;    // ... and the model before their step
   std::map<ClientId, uint32_t> client_events_;     // event rows per client, this round
-  std::deque<double> recent_norms_;                // async: norms of the last completed updates
   std::string step_failure_;                       // why the last server step was refused
   bool last_round_done_ = false;                   // finish the run after its commit
 
@@ -755,30 +535,7 @@ class RoundEngine {
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
 
-  // Block-cyclic training.
-  std::unique_ptr<BlockSchedule> block_schedule_;  // null: no blocks
-  std::unique_ptr<BlockModels> block_models_;
-  uint32_t block_ = UINT32_MAX;      // block of the current visit (UINT32_MAX: none yet)
-  uint32_t block_first_round_ = 0;   // first round of the current visit
-  int64_t block_visit_ = INT64_MIN;  // BlockSchedule::visitAt of the current visit (INT64_MIN:
-                                     // unknown, after a restore on a clock schedule)
-  int32_t round_chain_ = -1;         // multichain: the block chain this round trains (-1: x)
-  std::shared_ptr<const std::string> chain_bytes_;  // that chain as sent in tasks (shared)
-  wire::Sha256 chain_sha_{};
-  std::set<uint32_t> awaiting_blocks_;  // rounds whose EvaluateBlocks has no report yet
-  std::optional<double> block_wakeup_;  // clock schedule, waiting: the next block boundary
-  // Served models as sent, per block, rebuilt when served_epoch_ moved on (a server step, a
-  // block evaluation, a restored state): the bytes and SHA-256 (kept while they do not change),
-  // the version when first sent, and the kind.
-  struct ServedBuffer {
-    uint64_t epoch = UINT64_MAX;
-    std::shared_ptr<const std::string> bytes;
-    wire::Sha256 sha{};
-    uint64_t version = 0;
-    std::string model;
-  };
-  std::vector<ServedBuffer> served_;
-  uint64_t served_epoch_ = 0;
+  std::unique_ptr<BlockCoordinator> blocks_;  // null: no blocks
 };
 
 }  // namespace fedfleet::engine

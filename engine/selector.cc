@@ -218,13 +218,30 @@ void Selector::feedback(const ParticipationFeedback&) {}
 void Selector::setSpeedHint(SpeedHint) {}
 void Selector::setAvailabilityHint(AvailabilityHint) {}
 
-Status validateSelectorOptions(const SelectorOptions& o) {
-  if (o.name != "uniform" && o.name != "oort" && o.name != "availability") {
-    return invalidArgument(
-        "'selector.name' must be \"uniform\", \"oort\" or \"availability\", "
-        "got \"" +
-        o.name + "\"");
+Result<SelectorKind> parseSelectorKind(std::string_view name) {
+  for (SelectorKind k :
+       {SelectorKind::kUniform, SelectorKind::kOort, SelectorKind::kAvailability}) {
+    if (name == selectorName(k)) return k;
   }
+  return invalidArgument(
+      "'selector.name' must be \"uniform\", \"oort\" or \"availability\", "
+      "got \"" +
+      std::string(name) + "\"");
+}
+
+const char* selectorName(SelectorKind kind) {
+  switch (kind) {
+    case SelectorKind::kUniform:
+      return "uniform";
+    case SelectorKind::kOort:
+      return "oort";
+    case SelectorKind::kAvailability:
+      return "availability";
+  }
+  return "unknown";
+}
+
+Status validateSelectorOptions(const SelectorOptions& o) {
   FEDFLEET_RETURN_IF_ERROR(checkUnit("explore_initial", o.explore_initial));
   FEDFLEET_RETURN_IF_ERROR(checkUnit("explore_min", o.explore_min));
   if (!(o.explore_decay > 0 && o.explore_decay <= 1)) {
@@ -245,12 +262,16 @@ Status validateSelectorOptions(const SelectorOptions& o) {
 Result<std::unique_ptr<Selector>> Selector::create(const SelectorOptions& o) {
   FEDFLEET_RETURN_IF_ERROR(validateSelectorOptions(o));
   std::unique_ptr<Selector> s;
-  if (o.name == "uniform") {
-    s = std::make_unique<UniformSelector>();
-  } else if (o.name == "oort") {
-    s = std::make_unique<OortSelector>(o);
-  } else {
-    s = std::make_unique<AvailabilitySelector>(o);
+  switch (o.kind) {
+    case SelectorKind::kUniform:
+      s = std::make_unique<UniformSelector>();
+      break;
+    case SelectorKind::kOort:
+      s = std::make_unique<OortSelector>(o);
+      break;
+    case SelectorKind::kAvailability:
+      s = std::make_unique<AvailabilitySelector>(o);
+      break;
   }
   return s;
 }

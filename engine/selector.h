@@ -9,7 +9,7 @@
 // coordinator that restores them (and its generator) continues with the same selections.
 // A selector is owned by one thread (the engine's); nothing here locks.
 //
-// Selectors, by SelectorOptions::name:
+// Selectors, by SelectorOptions::kind:
 //  - "uniform": K clients uniformly without replacement (partial Fisher-Yates over the
 //    candidates: the draw the engine makes for small candidate sets). Probabilistic
 //    Synchronous Parallel sampling. No state.
@@ -54,8 +54,15 @@ using AvailabilityHint = std::function<double(const std::string& client, double 
 
 // Which selector, and its parameters. The keys are the field names; create() names a bad one
 // as "selector.<field>".
+enum class SelectorKind { kUniform, kOort, kAvailability };
+// "uniform", "oort", "availability" (the config's selection.selector); anything else is
+// kInvalidArgument naming the key "selector.name".
+Result<SelectorKind> parseSelectorKind(std::string_view name);
+// The config name of `kind`; also the name a selector's saved state carries.
+const char* selectorName(SelectorKind kind);
+
 struct SelectorOptions {
-  std::string name = "uniform";  // uniform, oort, availability
+  SelectorKind kind = SelectorKind::kUniform;
 
   // oort
   double explore_initial = 0.9;     // eps in the first round, in [0, 1]
@@ -107,7 +114,7 @@ class Selector {
   // "uniform", "oort" or "availability".
   virtual const char* name() const = 0;
 
-  // Builds the selector `o.name`. Unknown names and out-of-range values are kInvalidArgument
+  // Builds the selector `o.kind`. Out-of-range values are kInvalidArgument
   // naming the key ("selector.explore_decay ...").
   static Result<std::unique_ptr<Selector>> create(const SelectorOptions& o);
 };

@@ -165,6 +165,32 @@ Status checkPositive(const char* key, double value) {
 
 }  // namespace
 
+Result<ServerOptimizerKind> parseServerOptimizerKind(std::string_view name) {
+  for (ServerOptimizerKind k : {ServerOptimizerKind::kFedAvg, ServerOptimizerKind::kFedAvgM,
+                                ServerOptimizerKind::kFedAdagrad, ServerOptimizerKind::kFedAdam,
+                                ServerOptimizerKind::kFedYogi}) {
+    if (name == serverOptimizerName(k)) return k;
+  }
+  return invalidArgument("server optimizer: unknown name '" + std::string(name) +
+                         "' (expected fedavg, fedavgm, fedadagrad, fedadam or fedyogi)");
+}
+
+const char* serverOptimizerName(ServerOptimizerKind kind) {
+  switch (kind) {
+    case ServerOptimizerKind::kFedAvg:
+      return "fedavg";
+    case ServerOptimizerKind::kFedAvgM:
+      return "fedavgm";
+    case ServerOptimizerKind::kFedAdagrad:
+      return "fedadagrad";
+    case ServerOptimizerKind::kFedAdam:
+      return "fedadam";
+    case ServerOptimizerKind::kFedYogi:
+      return "fedyogi";
+  }
+  return "unknown";
+}
+
 Result<std::unique_ptr<ServerOptimizer>> ServerOptimizer::create(const ServerOptimizerOptions& o) {
   FEDFLEET_RETURN_IF_ERROR(checkPositive("lr", o.lr));
   FEDFLEET_RETURN_IF_ERROR(checkUnit("beta1", o.beta1));
@@ -172,20 +198,24 @@ Result<std::unique_ptr<ServerOptimizer>> ServerOptimizer::create(const ServerOpt
   FEDFLEET_RETURN_IF_ERROR(checkPositive("tau", o.tau));
   FEDFLEET_RETURN_IF_ERROR(checkUnit("momentum", o.momentum));
   std::unique_ptr<ServerOptimizer> opt;
-  if (o.name == "fedavg") {
-    opt = std::make_unique<FedAvg>(o);
-  } else if (o.name == "fedavgm") {
-    opt = std::make_unique<FedAvgM>(o);
-  } else if (o.name == "fedadagrad") {
-    opt = std::make_unique<Adaptive<SecondMoment::kAdagrad>>(o);
-  } else if (o.name == "fedadam") {
-    opt = std::make_unique<Adaptive<SecondMoment::kAdam>>(o);
-  } else if (o.name == "fedyogi") {
-    opt = std::make_unique<Adaptive<SecondMoment::kYogi>>(o);
-  } else {
-    return invalidArgument("server optimizer: unknown name '" + o.name +
-                           "' (expected fedavg, fedavgm, fedadagrad, fedadam or fedyogi)");
+  switch (o.kind) {
+    case ServerOptimizerKind::kFedAvg:
+      opt = std::make_unique<FedAvg>(o);
+      break;
+    case ServerOptimizerKind::kFedAvgM:
+      opt = std::make_unique<FedAvgM>(o);
+      break;
+    case ServerOptimizerKind::kFedAdagrad:
+      opt = std::make_unique<Adaptive<SecondMoment::kAdagrad>>(o);
+      break;
+    case ServerOptimizerKind::kFedAdam:
+      opt = std::make_unique<Adaptive<SecondMoment::kAdam>>(o);
+      break;
+    case ServerOptimizerKind::kFedYogi:
+      opt = std::make_unique<Adaptive<SecondMoment::kYogi>>(o);
+      break;
   }
+  if (!opt) return invalidArgument("server optimizer: unknown kind");
   return opt;
 }
 
@@ -201,13 +231,13 @@ void ServerOptimizer::apply(float* params, const float* pseudo_grad, size_t n) {
 }
 
 std::string ServerOptimizer::saveState() const {
+  const std::string_view own = name();
   std::string out;
-  out.reserve(4 + 4 + 4 + options_.name.size() + 8 + 4 +
-              buffers_.size() * state_size_ * sizeof(float));
+  out.reserve(4 + 4 + 4 + own.size() + 8 + 4 + buffers_.size() * state_size_ * sizeof(float));
   out.append(kMagic, sizeof(kMagic));
   putU32(out, kFormatVersion);
-  putU32(out, static_cast<uint32_t>(options_.name.size()));
-  out.append(options_.name);
+  putU32(out, static_cast<uint32_t>(own.size()));
+  out.append(own);
   putU64(out, state_size_);
   putU32(out, static_cast<uint32_t>(buffers_.size()));
   for (const auto& b : buffers_) {
@@ -230,13 +260,14 @@ Status ServerOptimizer::loadState(std::string_view blob) {
   if (!r.u32(name_bytes) || name_bytes > kMaxNameBytes || !r.bytes(name_bytes, name)) {
     return bad("bad or truncated optimizer name");
   }
-  if (name != options_.name) {
+  // The blob names the optimiser that saved it (a field of the state format).
+  if (name != this->name()) {
     return invalidArgument("server optimizer state: saved by '" + std::string(name) +
-                           "', cannot be loaded into '" + options_.name + "'");
+                           "', cannot be loaded into '" + this->name() + "'");
   }
   if (!r.u64(n) || !r.u32(buffers)) return bad("truncated header");
   if (buffers != buffers_.size()) {
-    return bad(std::to_string(buffers) + " state buffers where " + options_.name + " has " +
+    return bad(std::to_string(buffers) + " state buffers where " + this->name() + " has " +
                std::to_string(buffers_.size()));
   }
   // n floats per buffer must be exactly what is left (checked by division: no overflow).

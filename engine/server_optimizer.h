@@ -31,19 +31,26 @@
 
 namespace fedfleet::engine {
 
+enum class ServerOptimizerKind { kFedAvg, kFedAvgM, kFedAdagrad, kFedAdam, kFedYogi };
+// "fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi" (the config's
+// aggregation.server_optimizer); anything else is kInvalidArgument naming the expected ones.
+Result<ServerOptimizerKind> parseServerOptimizerKind(std::string_view name);
+// The config name of `kind`; also the name saveState() writes into its blob.
+const char* serverOptimizerName(ServerOptimizerKind kind);
+
 struct ServerOptimizerOptions {
-  std::string name = "fedavg";  // fedavg | fedavgm | fedadagrad | fedadam | fedyogi
-  double lr = 1.0;              // eta_g, > 0
-  double beta1 = 0.9;           // adaptive: first-moment decay, in [0, 1)
-  double beta2 = 0.99;          // fedadam, fedyogi: second-moment decay, in [0, 1)
-  double tau = 1e-3;            // adaptive: degree of adaptivity, > 0
-  double momentum = 0.9;        // fedavgm: server momentum beta, in [0, 1)
+  ServerOptimizerKind kind = ServerOptimizerKind::kFedAvg;
+  double lr = 1.0;        // eta_g, > 0
+  double beta1 = 0.9;     // adaptive: first-moment decay, in [0, 1)
+  double beta2 = 0.99;    // fedadam, fedyogi: second-moment decay, in [0, 1)
+  double tau = 1e-3;      // adaptive: degree of adaptivity, > 0
+  double momentum = 0.9;  // fedavgm: server momentum beta, in [0, 1)
 };
 
 class ServerOptimizer {
  public:
-  // Checks every option whatever the name (a value out of range is a config error even when
-  // that optimiser ignores it). kInvalidArgument naming the key for an unknown name, lr <= 0,
+  // Checks every option whatever the kind (a value out of range is a config error even when
+  // that optimiser ignores it). kInvalidArgument naming the key for lr <= 0,
   // beta1 / beta2 / momentum outside [0, 1), tau <= 0 or any non-finite value.
   static Result<std::unique_ptr<ServerOptimizer>> create(const ServerOptimizerOptions& options);
 
@@ -65,7 +72,7 @@ class ServerOptimizer {
   // Callers should compare stateSize() with the model's size after loading.
   Status loadState(std::string_view blob);
 
-  const std::string& name() const { return options_.name; }
+  const char* name() const { return serverOptimizerName(options_.kind); }
   const ServerOptimizerOptions& options() const { return options_; }
   // Parameters the state is sized for: 0 before the first apply() (or after loading such state).
   uint64_t stateSize() const { return state_size_; }

@@ -286,7 +286,7 @@ TEST(RoundEngineRobust, ClipNormIsExactEvenForAHugeUpdate) {
 
 TEST(RoundEngineRobust, ScaffoldRejectsRatherThanClips) {
   EngineOptions o = baseOptions(3, 3, 2);
-  o.aggregator = "scaffold";
+  o.aggregator = AggregatorKind::kScaffold;
   o.hparams.scaffold = true;
   Fixture f(o, {0, 0, 0});
   // 2P values: delta, then control delta. Delta norms 1, 1, 100: median 1, bound 5.
@@ -342,7 +342,7 @@ TEST(RoundEngineRefusal, ANonFiniteStepIsRefusedAndTheModelKept) {
 TEST(RoundEngineRefusal, ANonFiniteStepLeavesTheServerMomentumAsItWas) {
   EngineOptions o = baseOptions(1, 1, 1);
   o.rounds = 2;
-  o.server_optimizer = "fedavgm";
+  o.server_optimizer = ServerOptimizerKind::kFedAvgM;
   o.server_momentum = 0.5;
   o.server_lr = 1e30;
   Fixture f(o, {0, 0, 0});

@@ -732,7 +732,7 @@ TEST(RoundEnginePolicies, OverSelectionAggregatesTheFirstKAndCancelsTheRest) {
 
 TEST(RoundEnginePolicies, PercentileDeadlineFollowsRecentDurationsWithLateOnesCensored) {
   EngineOptions o = baseOptions(2, 2, 1);
-  o.deadline_mode = "percentile";
+  o.deadline_mode = DeadlineMode::kPercentile;
   o.deadline_percentile = 0.5;
   o.deadline_slack = 1.0;
   o.deadline_window = 2;
@@ -1201,7 +1201,7 @@ TEST(RoundEngine, TargetAccuracyEndsTheRunAndCancelsTheNextRound) {
 TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterARestart) {
   EngineOptions o = baseOptions(2, 6, 1);
   o.rounds = 3;
-  o.selector.name = "oort";
+  o.selector.kind = SelectorKind::kOort;
   o.selector.explore_initial = 0.5;
   const std::vector<std::string> ids = {"a", "b", "c", "d", "e", "f"};
   Fixture first(o, {0, 0, 0});
@@ -1239,7 +1239,7 @@ TEST(RoundEngineSelection, OortStateInTheCheckpointContinuesSelectionAfterAResta
 
 TEST(RoundEngineAggregation, FedNovaNormalisesByLocalSteps) {
   EngineOptions o = baseOptions(2, 2, 2);
-  o.aggregator = "fednova";
+  o.aggregator = AggregatorKind::kFedNova;
   Fixture f(o, {0, 0, 0});
   // n = 1, 3; tau = 2, 4: d_a = (1, 1, 1), d_b = (1, 0, 2); sum p d = (1, 0.25, 1.75);
   // tau_eff = (1 x 2 + 3 x 4) / 4 = 3.5; x = 3.5 x (1, 0.25, 1.75).
@@ -1253,7 +1253,7 @@ TEST(RoundEngineAggregation, FedNovaNormalisesByLocalSteps) {
 TEST(RoundEngineAggregation, FedNovaWithEqualStepsIsFedAvg) {
   EngineOptions o = baseOptions(2, 2, 2);
   Fixture avg(o, {1, 1, 1});
-  o.aggregator = "fednova";
+  o.aggregator = AggregatorKind::kFedNova;
   o.hparams.momentum = 0.9f;
   Fixture nova(o, {1, 1, 1});
   const std::vector<Upload> ups = {{"a", {2, -2, 2}, 1, 5}, {"b", {4, 0, 8}, 3, 5}};
@@ -1265,7 +1265,7 @@ TEST(RoundEngineAggregation, FedNovaWithEqualStepsIsFedAvg) {
 
 TEST(RoundEngineAggregation, CoordinateWiseMedianIgnoresAnOutlier) {
   EngineOptions o = baseOptions(3, 3, 3);
-  o.aggregator = "median";
+  o.aggregator = AggregatorKind::kMedian;
   Fixture f(o, {0, 0, 0});
   auto c = oneRound(f, {"a", "b", "c"},
                     {{"a", {1, 10, -1}, 1}, {"b", {2, 0, 5}, 50}, {"c", {1000, 5, 0}, 1}});
@@ -1275,7 +1275,7 @@ TEST(RoundEngineAggregation, CoordinateWiseMedianIgnoresAnOutlier) {
 
 TEST(RoundEngineAggregation, TrimmedMeanDropsTheEnds) {
   EngineOptions o = baseOptions(4, 4, 4);
-  o.aggregator = "trimmed_mean";
+  o.aggregator = AggregatorKind::kTrimmedMean;
   o.trim_fraction = 0.25;      // floor(0.25 x 4) = 1 dropped at each end
   o.robust_buffer_bytes = 16;  // forces the later updates to spill to a file
   Fixture f(o, {0, 0, 0});
@@ -1297,7 +1297,7 @@ TEST(RoundEngineAggregation, NormClippingScalesLargeUpdatesBeforeAveraging) {
 
 TEST(RoundEngineAggregation, ScaffoldAveragesDeltasAndUpdatesTheServerControlVariate) {
   EngineOptions o = baseOptions(2, 4, 2);
-  o.aggregator = "scaffold";
+  o.aggregator = AggregatorKind::kScaffold;
   o.hparams.scaffold = true;
   Fixture f(o, {0, 0, 0});
   f.engine->start(0);
@@ -1324,7 +1324,7 @@ TEST(RoundEngineAggregation, ScaffoldAveragesDeltasAndUpdatesTheServerControlVar
 
 TEST(RoundEngineAggregation, ServerMomentumCarriesAcrossRounds) {
   EngineOptions o = baseOptions(1, 1, 1);
-  o.server_optimizer = "fedavgm";
+  o.server_optimizer = ServerOptimizerKind::kFedAvgM;
   o.server_momentum = 0.5;
   o.rounds = 2;
   Fixture f(o, {0, 0, 0});
@@ -1719,13 +1719,13 @@ TEST(RoundEngineBlocks, WithoutBlocksNoServedModelIsNamed) {
 TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
   EngineOptions o = baseOptions(1, 1, 1);
   EXPECT_TRUE(checkEngineOptions(o).isOk());
-  o.selector.name = "oort";
+  o.selector.kind = SelectorKind::kOort;
   o.selector.explore_min = 1.5;
   Status st = checkEngineOptions(o);
   ASSERT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("explore_min"), std::string::npos) << st.message();
   o = baseOptions(1, 1, 1);
-  o.server_optimizer = "fedadam";
+  o.server_optimizer = ServerOptimizerKind::kFedAdam;
   o.tau = 0;
   st = checkEngineOptions(o);
   ASSERT_FALSE(st.isOk());

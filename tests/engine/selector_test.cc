@@ -51,7 +51,7 @@ std::unique_ptr<Selector> make(const SelectorOptions& o) {
 
 SelectorOptions oortOptions() {
   SelectorOptions o;
-  o.name = "oort";
+  o.kind = SelectorKind::kOort;
   return o;
 }
 
@@ -78,7 +78,7 @@ void feedUtilities(Selector& s, const std::vector<std::string>& clients,
 TEST(SelectorCreate, BuildsEachSelectorByName) {
   for (const char* name : {"uniform", "oort", "availability"}) {
     SelectorOptions o;
-    o.name = name;
+    o.kind = *parseSelectorKind(name);
     auto s = Selector::create(o);
     ASSERT_TRUE(s.isOk()) << s.status().toString();
     EXPECT_STREQ((*s)->name(), name);
@@ -86,9 +86,7 @@ TEST(SelectorCreate, BuildsEachSelectorByName) {
 }
 
 TEST(SelectorCreate, UnknownNameIsAnErrorNamingTheKey) {
-  SelectorOptions o;
-  o.name = "random";
-  auto s = Selector::create(o);
+  auto s = parseSelectorKind("random");
   ASSERT_FALSE(s.isOk());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("selector.name"), std::string::npos);
@@ -418,7 +416,7 @@ void runRound(Selector& s, const std::vector<std::string>& fleet, uint32_t round
 
 SelectorOptions restartOptions(const std::string& name) {
   SelectorOptions o;
-  o.name = name;
+  o.kind = *parseSelectorKind(name);
   o.explore_decay = 0.9;
   o.pacer_window = 3;
   o.recent_failure_rounds = 3;
@@ -534,7 +532,7 @@ INSTANTIATE_TEST_SUITE_P(Selectors, SelectorRestart,
 
 TEST(AvailabilitySelector, NeverPicksAClientLeavingTooSoonWhenEnoughStay) {
   SelectorOptions o;
-  o.name = "availability";
+  o.kind = SelectorKind::kAvailability;
   o.expected_round_s = 50;
   AvailabilitySelector s(o);
   // Even clients stay 100 s, odd ones 10 s (the engine's clock: remaining time shrinks).
@@ -560,7 +558,7 @@ TEST(AvailabilitySelector, NeverPicksAClientLeavingTooSoonWhenEnoughStay) {
 
 TEST(AvailabilitySelector, FallsBackToTheLongestStayingWhenTooFewQualify) {
   SelectorOptions o;
-  o.name = "availability";
+  o.kind = SelectorKind::kAvailability;
   o.expected_round_s = 50;
   AvailabilitySelector s(o);
   // c00..c04 stay 100 s; the others i seconds (c05 5 s ... c19 19 s).
@@ -576,7 +574,7 @@ TEST(AvailabilitySelector, FallsBackToTheLongestStayingWhenTooFewQualify) {
 
 TEST(AvailabilitySelector, WithoutAHintRecentFailuresWaitTheirTurn) {
   SelectorOptions o;
-  o.name = "availability";
+  o.kind = SelectorKind::kAvailability;
   o.recent_failure_rounds = 3;
   AvailabilitySelector s(o);
   const auto candidates = ids("c", 10);
@@ -614,7 +612,7 @@ TEST(AvailabilitySelector, WithoutAHintRecentFailuresWaitTheirTurn) {
 
 TEST(AvailabilitySelector, EstimatesTheRoundDurationFromCompletions) {
   SelectorOptions o;
-  o.name = "availability";
+  o.kind = SelectorKind::kAvailability;
   AvailabilitySelector s(o);
   EXPECT_EQ(s.requiredOnlineSeconds(), 0);
   s.feedback(fb("a", 1, true, 1, 1, 10));
@@ -650,7 +648,7 @@ TEST(SelectorCost, LinearInTheCandidates) {
   }
   for (const char* name : {"uniform", "oort", "availability"}) {
     SelectorOptions o;
-    o.name = name;
+    o.kind = *parseSelectorKind(name);
     auto s = make(o);
     for (size_t i = 0; i < n; i += 2) {
       s->feedback(fb(candidates[i], 1, i % 6 != 0, 10 + i % 50, double(i % 97), 1.0 + i % 30));

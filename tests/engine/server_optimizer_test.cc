@@ -19,7 +19,9 @@ std::unique_ptr<ServerOptimizer> make(ServerOptimizerOptions o) {
 
 ServerOptimizerOptions named(const std::string& name) {
   ServerOptimizerOptions o;
-  o.name = name;
+  auto kind = parseServerOptimizerKind(name);
+  EXPECT_TRUE(kind.isOk()) << name;
+  if (kind.isOk()) o.kind = *kind;
   return o;
 }
 
@@ -120,6 +122,19 @@ TEST(ServerOptimizer, VectorsFollowTheScalarRuleElementByElement) {
   }
 }
 
+TEST(ServerOptimizer, NamesParseToKindsAndBack) {
+  for (const char* name : {"fedavg", "fedavgm", "fedadagrad", "fedadam", "fedyogi"}) {
+    auto kind = parseServerOptimizerKind(name);
+    ASSERT_TRUE(kind.isOk()) << name;
+    EXPECT_STREQ(serverOptimizerName(*kind), name);
+    EXPECT_STREQ(make(named(name))->name(), name);
+  }
+  auto bad = parseServerOptimizerKind("fedsgd");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("unknown name 'fedsgd'"), std::string::npos);
+}
+
 TEST(ServerOptimizer, CreateRejectsBadOptionsNamingTheKey) {
   struct Case {
     const char* key;
@@ -133,7 +148,6 @@ TEST(ServerOptimizer, CreateRejectsBadOptionsNamingTheKey) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<Case> cases = {
-      {"unknown name 'fedsgd'", with([](auto& o) { o.name = "fedsgd"; })},
       {"lr", with([](auto& o) { o.lr = 0; })},
       {"lr", with([](auto& o) { o.lr = -1; })},
       {"lr", with([&](auto& o) { o.lr = nan; })},

@@ -1,0 +1,134 @@
+// RoundMode: how rounds begin and end (protocol steps 2, 7 and 9 in round_engine.h), chosen
+// once from EngineOptions::async:
+//   SynchronousRounds    a round samples K clients (over-selected when asked), gives them the
+//                        DeadlinePolicy's deadline, and ends when every participant is done, at
+//                        the K-th completion with over-selection, or at the deadline; the round
+//                        settled (step 8a: norm bound, clip_norm, weight cap, then every kept
+//                        update folded in dispatch order) and stepped; the next round starts
+//                        once this one ended.
+//   BufferedAsyncRounds  FedBuff (Nguyen et al., AISTATS 2022): at most async_concurrency tasks
+//                        in flight, each with its own deadline; a completed update is weighed by
+//                        its staleness and folded at once; every async_buffer updates make one
+//                        server step, recorded as a "round".
+// The engine core keeps the clients, participants, tokens and actions and calls the mode at the
+// points where the two differ. Both modes are part of the engine's implementation (friends of
+// RoundEngine): they work on its participants and running sum rather than copies of them.
+// A further mode (several message rounds per training round for secure aggregation, an
+// evaluation-only round) is a further subclass. One owner: not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/history/records.h"
+#include "common/status.h"
+#include "engine/participant.h"
+
+namespace fedfleet::engine {
+
+class RoundEngine;
+struct EngineOptions;
+
+class RoundMode {
+ public:
+  // The mode of `options` for `engine` (which outlives it).
+  static std::unique_ptr<RoundMode> create(RoundEngine& engine, const EngineOptions& options);
+  virtual ~RoundMode() = default;
+
+  // The engine may start a round (it waits, enough clients are idle): starts one at `now`.
+  virtual void startRound(double now) = 0;
+  // A client became idle and connected while a round runs (asynchronous: a task can go out).
+  virtual void clientsAvailable(double /*now*/) {}
+  // The round number the selector is told for a task sent now.
+  virtual uint32_t selectionRound() const = 0;
+  // Task `token` (pending until a moment ago) was dropped or rejected: its record and feedback
+  // where the mode keeps them at once (asynchronous), which may end the participant.
+  virtual void taskEnded(uint64_t /*token*/, double /*now*/) {}
+  // A task's slot is free (a task ended, a client left): refill (asynchronous) or see whether
+  // the round is over (synchronous).
+  virtual void slotFreed(double now) = 0;
+  // Synchronous: ends the round when no participant is pending, or at the K-th completion with
+  // over-selection.
+  virtual void finishIfDone(double /*now*/) {}
+  // A summary completed task `token`'s update (its client already idle again): counts it.
+  virtual void completed(uint64_t token, double now) = 0;
+  // Whether a completed update goes to a buffering aggregator at once (synchronous rounds).
+  virtual bool buffersCompleted() const = 0;
+  // Time passed while running: deadlines.
+  virtual void onTick(double now) = 0;
+  // The next deadline while running (nothing: none).
+  virtual std::optional<double> nextDeadline() const = 0;
+  // A server step ended, and the run goes on: the next round (or step) begins.
+  virtual void afterStep(double now) = 0;
+  // The model the running round trained from was refused (step 10a): abort it with `reason`.
+  virtual void abort(const std::string& reason, double now) = 0;
+};
+
+class SynchronousRounds : public RoundMode {
+ public:
+  explicit SynchronousRounds(RoundEngine& engine) : e_(engine) {}
+  void startRound(double now) override;
+  uint32_t selectionRound() const override;
+  void slotFreed(double now) override { finishIfDone(now); }
+  void finishIfDone(double now) override;
+  void completed(uint64_t token, double now) override;
+  bool buffersCompleted() const override { return true; }
+  void onTick(double now) override;
+  std::optional<double> nextDeadline() const override { return round_deadline_; }
+  void afterStep(double now) override;
+  void abort(const std::string& reason, double now) override;
+
+ private:
+  // Ends the round in flight (steps 7, 8a, 8): expires what is pending, settles, steps and
+  // hands the commit to the engine. With `abort_reason` every update (completed ones too) is
+  // refused with that reason and the round fails.
+  void finish(double now, const std::string* abort_reason = nullptr);
+  // Linear aggregators, at the round's end (step 8a): norm bound, clip_norm and weight cap over
+  // the completed updates, then every kept update folded into the running sum in dispatch order
+  // with its final weight. An update the norm bound rejects is rejected here.
+  void settle(double now);
+  // A rejection at settlement: like RoundEngine::rejectUpdate, but the round is being settled
+  // already.
+  void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);
+
+  RoundEngine& e_;
+  double round_deadline_ = 0;
+};
+
+class BufferedAsyncRounds : public RoundMode {
+ public:
+  explicit BufferedAsyncRounds(RoundEngine& engine) : e_(engine) {}
+  void startRound(double now) override;
+  void clientsAvailable(double now) override { refill(now); }
+  uint32_t selectionRound() const override;
+  void taskEnded(uint64_t token, double now) override;
+  void slotFreed(double now) override { refill(now); }
+  void completed(uint64_t token, double now) override;
+  bool buffersCompleted() const override { return false; }
+  void onTick(double now) override;
+  std::optional<double> nextDeadline() const override;
+  void afterStep(double now) override;
+  void abort(const std::string& reason, double now) override;
+
+ private:
+  // Keeps async_concurrency tasks in flight.
+  void refill(double now);
+  // The norm bound on a completing update against the last 2 x async_buffer completed norms:
+  // its scale, or nothing to reject it (recorded either way).
+  std::optional<double> normBound(uint64_t token, double now);
+  // One server step from the buffer.
+  void flush(double now);
+
+  RoundEngine& e_;
+  uint32_t buffered_ = 0;                      // updates folded into the running sum
+  std::vector<history::UpdateRecord> window_;  // updates that ended during this step
+  double window_start_ = 0;
+  double window_loss_ = 0;           // sum of w(s) x mean loss of the buffered
+  std::deque<double> recent_norms_;  // norms of the last completed updates
+};
+
+}  // namespace fedfleet::engine
