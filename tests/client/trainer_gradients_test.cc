@@ -97,8 +97,11 @@ class ManualGradientsTest : public ::testing::TestWithParam<std::tuple<std::stri
 // pass): the two paths compute the same function in a different order of float operations, so
 // they differ by rounding only. The deltas here reach 0.02 to 1.5; the paths' results differ by
 // 1e-8 to 1.2e-7 (a few float ulp of the weights) and their losses by < 2e-8 relative. We allow
-// 1e-6 on the deltas and 1e-7 relative on the losses; a wrong gradient (a missing 1/B, a missing
-// ReLU mask, weight decay or momentum left out) is off by 1e-3 or more.
+// 1e-6 on the deltas and 1e-6 relative on the losses; a wrong gradient (a missing 1/B, a missing
+// ReLU mask, weight decay or momentum left out) is off by 1e-3 or more. The losses are fp32
+// sums whose rounding depends on the SIMD width LibTorch picks for the CPU: on an AVX-512
+// machine running the AVX2 kernels the sum of squared losses of logreg with momentum differed
+// by 1.3e-7 relative, so 1e-7 was a test of the CPU, not of the gradient.
 TEST_P(ManualGradientsTest, MatchesAutograd) {
   const auto& [name, on_images, momentum] = GetParam();
   const TrainOptions opts = twoPassOptions(momentum);
@@ -112,8 +115,8 @@ TEST_P(ManualGradientsTest, MatchesAutograd) {
   EXPECT_EQ(manual.n_samples, autograd.n_samples);
   EXPECT_LT(maxAbsDiff(manual.delta, autograd.delta), 1e-6);
   EXPECT_GT(maxAbsDiff(autograd.delta, std::vector<float>(autograd.delta.size(), 0.0f)), 1e-3);
-  EXPECT_NEAR(manual.mean_loss, autograd.mean_loss, 1e-7 * autograd.mean_loss);
-  EXPECT_NEAR(manual.sum_sq_loss, autograd.sum_sq_loss, 1e-7 * autograd.sum_sq_loss);
+  EXPECT_NEAR(manual.mean_loss, autograd.mean_loss, 1e-6 * autograd.mean_loss);
+  EXPECT_NEAR(manual.sum_sq_loss, autograd.sum_sq_loss, 1e-6 * autograd.sum_sq_loss);
 
   // Same inputs, same bits; and kAuto takes the manual path for these models.
   const TrainResult again = mustTrain(GradientPath::kManual, name, *ds_, idx, opts);
