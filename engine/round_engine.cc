@@ -240,17 +240,7 @@ std::vector<Action> RoundEngine::takeActions() {
 
 void RoundEngine::start(double now) {
   FEDFLEET_CHECK(phase_ == Phase::kIdle);
-  if (options_.first_round == 1 && options_.evaluate_initial) {
-    CommitRound c;
-    c.round.run_id = options_.run_id;
-    c.round.round = 0;
-    c.round.start_time = now;
-    c.round.end_time = now;
-    c.round.status = "initial";
-    c.round.model_version = version_;
-    awaiting_eval_.emplace(0, std::move(c));
-    emit(Evaluate{0, std::make_shared<const std::vector<float>>(params_)});
-  }
+  if (options_.first_round == 1 && options_.evaluate_initial) commits_.evaluateInitial(now);
   phase_ = Phase::kWaiting;
   wait_since_ = now;
   if (round_ >= options_.rounds) {
@@ -435,15 +425,8 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
   if (blocks_) blocks_->noteWaiting(now);
-  if (evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
+  if (commits_.evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
-}
-
-bool RoundEngine::evaluationsBehind() const {
-  if (options_.max_evaluations_behind == 0) return false;
-  // The last round ended (round_) is not counted: its evaluation overlaps the next round.
-  const auto behind = std::distance(awaiting_eval_.begin(), awaiting_eval_.lower_bound(round_));
-  return static_cast<uint64_t>(behind) >= options_.max_evaluations_behind;
 }
 
 void RoundEngine::startRound(double now) { mode_->startRound(now); }
@@ -739,7 +722,7 @@ void RoundEngine::onTick(double now) {
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
-    if (phase_ == Phase::kWaiting && !evaluationsBehind() &&
+    if (phase_ == Phase::kWaiting && !commits_.evaluationsBehind() &&
         now - wait_since_ > options_.wait_clients_s) {
       finishRun(false,
                 "only " + std::to_string(idle_.size()) + " of " +
@@ -829,142 +812,9 @@ history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double wei
   return u;
 }
 
-RoundEngine::ModelSnapshot RoundEngine::snapshotModel() const {
-  return ModelSnapshot{params_, optimizer_->saveState(), aggregator_->saveState()};
-}
-
-void RoundEngine::restoreModel(const ModelSnapshot& snapshot) {
-  params_ = snapshot.params;
-  Status st = optimizer_->loadState(snapshot.optimizer_state);
-  FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
-  aggregator_->loadState(snapshot.aggregator_state);
-}
-
-bool RoundEngine::evaluates(uint32_t round, bool last) const {
-  return options_.eval_every <= 1 || round % options_.eval_every == 0 || last;
-}
-
-void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
-                                std::optional<ModelSnapshot> before, double now) {
-  finished_tokens_.advance(round_);
-  answered_stale_.advance(round_);
-  answered_unknown_.advance(round_);
-  auto& r = c.round;
-  r.status = ok ? "ok" : "failed";
-  r.model_version = version_;
-  if (ok && options_.checkpoint_every > 0 && (round_ % options_.checkpoint_every == 0 || last)) {
-    history::CheckpointRecord cp;
-    cp.run_id = options_.run_id;
-    cp.round = round_;
-    cp.model_version = version_;
-    cp.sha256_hex = crypto::toHex(model_sha_);
-    cp.blob = *model_bytes_;
-    cp.engine_state = saveState();
-    c.checkpoint = std::move(cp);
-  }
-  // The next round goes out before this round's model is evaluated (protocol step 9).
-  const uint32_t round = round_;
-  if (last) {
-    last_round_done_ = true;
-    phase_ = Phase::kDraining;  // nothing new starts; the run ends after the commit
-  } else {
-    mode_->afterStep(now);
-  }
-  if (ok && evaluates(round, last)) {
-    // The model before the step, until the evaluation says the new one is usable.
-    if (before) snapshots_[round] = std::move(*before);
-    awaiting_eval_.emplace(round, std::move(c));
-    emit(Evaluate{round, std::make_shared<const std::vector<float>>(params_)});
-  } else {
-    commit(std::move(c), now);
-  }
-}
-
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
   SettleCreditsOnExit settle(this, now);
-  auto it = awaiting_eval_.find(round);
-  if (it == awaiting_eval_.end()) return;
-  if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy))) {
-    return rollBack(round,
-                    "its evaluation is not finite (loss " + std::to_string(outcome->loss) +
-                        ", accuracy " + std::to_string(outcome->accuracy) + ")",
-                    now);
-  }
-  snapshots_.erase(round);  // the model is usable: no way back to before it is needed
-  CommitRound c = std::move(it->second);
-  awaiting_eval_.erase(it);
-  if (outcome) {
-    c.round.test_loss = outcome->loss;
-    c.round.test_accuracy = outcome->accuracy;
-  }
-  const bool reached = options_.target_accuracy > 0 && outcome && round > 0 &&
-                       outcome->accuracy >= options_.target_accuracy && phase_ != Phase::kFinished;
-  commit(std::move(c), now);
-  if (!reached || phase_ == Phase::kFinished) {
-    tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
-    return;
-  }
-  // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
-  // in flight are cancelled (their round is never recorded), and the run ends.
-  for (auto& [r, pending] : awaiting_eval_) emit(std::move(pending));
-  awaiting_eval_.clear();
-  for (auto& [token, p] : participants_) {
-    if (p.state != UpdateState::kPending) continue;
-    finished_tokens_.insert(token);
-    auto cit = clients_.find(p.client);
-    if (cit != clients_.end() && cit->second.connected) {
-      emit(SendCancel{p.client, wire::Cancel{token, "target accuracy reached"}});
-      cit->second.task_token = 0;
-      refreshIdle(p.client, cit->second);
-    }
-  }
-  participants_.clear();
-  assembler_.clear();
-  finishRun(true,
-            "target accuracy " + std::to_string(options_.target_accuracy) + " reached in round " +
-                std::to_string(round),
-            now);
-}
-
-void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
-  const std::string refused = "round " + std::to_string(round) + ": " + why;
-  // Round 0 (the initial model) has no step to undo; its row is recorded failed all the same.
-  if (auto snap = snapshots_.find(round); snap != snapshots_.end()) {
-    restoreModel(snap->second);
-    ++version_;  // a new version holding the old parameters: caches keyed by version refresh
-    refreshModelBytes();
-    if (blocks_) blocks_->modelsChanged();
-  }
-  snapshots_.clear();  // later ones are of models built on the refused one
-  event("evaluation_refused", "",
-        refused + "; the model is rolled back to the one before that round (now version " +
-            std::to_string(version_) + ")",
-        now);
-  // The refused round and every later one awaiting its evaluation are recorded failed (they
-  // hold the refused model or models built on it), in round order.
-  std::vector<CommitRound> failed;
-  for (auto it = awaiting_eval_.find(round); it != awaiting_eval_.end();) {
-    CommitRound c = std::move(it->second);
-    c.round.status = "failed";
-    c.round.model_version = version_;
-    c.checkpoint.reset();
-    event("round_failed", "",
-          c.round.round == round ? refused
-                                 : "round " + std::to_string(c.round.round) + ": built on round " +
-                                       std::to_string(round) + "'s refused model",
-          now);
-    failed.push_back(std::move(c));
-    it = awaiting_eval_.erase(it);
-  }
-  // The round in flight trained from the refused model: it is aborted (pending tasks
-  // cancelled, completed updates refused) and recorded failed; the next one starts from the
-  // restored model. Asynchronous mode: the step being buffered is emptied likewise.
-  const std::string abort_reason =
-      "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
-  for (CommitRound& c : failed) commit(std::move(c), now);
-  tryStartRound(now);      // one held back by the evaluations behind (step 9)
-  if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
-  mode_->abort(abort_reason, now);
+  commits_.onEvaluated(round, std::move(outcome), now);
 }
 
 history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,
@@ -984,29 +834,6 @@ history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const Client
   rec.first_seen = now;  // the store keeps the first one
   rec.last_seen = now;
   return rec;
-}
-
-void RoundEngine::commit(CommitRound c, double now) {
-  const bool was_last = last_round_done_ && c.round.round == round_;
-  // The round's participants were seen up to now: their client rows say so.
-  // (A completed or rejected update ended with something it sent; a late or dropped one says
-  // nothing of when its client was last heard from.)
-  std::map<ClientId, double> seen;
-  for (const auto& u : c.updates) {
-    auto it = clients_.find(u.client_id);
-    if (it == clients_.end()) continue;
-    const bool sent = u.status == "completed" || u.status == "rejected";
-    const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
-    double& last = seen[u.client_id];
-    last = std::max(last, at);
-  }
-  for (const auto& [id, at] : seen) {
-    if (at > 0) emit(UpsertClient{clientRecord(id, clients_.at(id), at)});
-  }
-  emit(std::move(c));
-  if (was_last && awaiting_eval_.empty() && !blocksPending()) {
-    finishRun(true, "all rounds done", now);
-  }
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
@@ -1038,8 +865,7 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
   std::optional<RecordBlockMetrics> rec = blocks_->onEvaluated(round, outcomes, options_.run_id);
   if (!rec) return;
   emit(std::move(*rec));
-  if (last_round_done_ && awaiting_eval_.empty() && !blocksPending() &&
-      phase_ != Phase::kFinished) {
+  if (commits_.drained() && !blocksPending() && phase_ != Phase::kFinished) {
     finishRun(true, "all rounds done", now);
   }
 }
