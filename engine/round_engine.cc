@@ -7,7 +7,6 @@
 #include <iterator>
 #include <map>
 #include <sstream>
-#include <unordered_set>
 
 #include "common/check.h"
 #include "common/compress/codec_spec.h"
@@ -19,11 +18,6 @@
 
 namespace fedfleet::engine {
 namespace {
-
-const char* stateName(int state) {
-  static const char* kNames[] = {"pending", "completed", "late", "dropped", "rejected"};
-  return kNames[state];
-}
 
 // Mixes run seed, round and partition into one task seed (splitmix64 finaliser).
 uint64_t taskSeed(uint64_t seed, uint32_t round, uint32_t partition) {
@@ -289,11 +283,7 @@ void RoundEngine::registerClient(const ClientId& id, const wire::Hello& hello, d
 }
 
 void RoundEngine::refreshIdle(const ClientId& id, const ClientState& c) {
-  if (c.connected && c.task_token == 0) {
-    idle_.insert(id);
-  } else {
-    idle_.erase(id);
-  }
+  idle_.set(id, c.connected && c.task_token == 0);
 }
 
 void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
@@ -377,9 +367,6 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
 }
 
 std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
-  const size_t n = idle_.size();
-  std::vector<ClientId> out;
-  out.reserve(std::min(k, n));
   auto ok = [&](const ClientId& id) {
     return (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id));
   };
@@ -390,36 +377,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
     }
     return selector_->select(candidates, k, mode_->selectionRound(), now, rng_);
   }
-  // Many idle clients: draw ranks uniformly and skip repeats and ineligible ones, which is
-  // uniform sampling without replacement over the eligible clients at O(K log N). When that
-  // keeps missing (few eligible), or there are few idle clients, list them all instead.
-  if (n > 4 * k + 64) {
-    std::uniform_int_distribution<size_t> rank(0, n - 1);
-    std::unordered_set<size_t> seen;
-    size_t budget = 50 * k + 1000;
-    while (out.size() < k && budget-- > 0) {
-      const size_t r = rank(rng_);
-      if (!seen.insert(r).second) continue;
-      const ClientId& id = *idle_.find_by_order(r);
-      if (ok(id)) out.push_back(id);
-    }
-    if (out.size() == k) {
-      std::sort(out.begin(), out.end());
-      return out;
-    }
-    out.clear();
-  }
-  for (const ClientId& id : idle_) {
-    if (ok(id)) out.push_back(id);
-  }
-  const size_t take = std::min(k, out.size());
-  for (size_t i = 0; i < take; ++i) {  // partial Fisher-Yates
-    std::uniform_int_distribution<size_t> pick(i, out.size() - 1);
-    std::swap(out[i], out[pick(rng_)]);
-  }
-  out.resize(take);
-  std::sort(out.begin(), out.end());
-  return out;
+  return idle_.sample(k, ok, rng_);
 }
 
 void RoundEngine::tryStartRound(double now) {
@@ -772,44 +730,6 @@ void RoundEngine::expire(Participant& p, uint64_t token, const std::string& why,
   finished_tokens_.insert(token);
   // Censored: it took at least until now (engine/deadline_policy.h).
   if (alive) deadline_->observe(now - p.sent_at);
-}
-
-history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double weight,
-                                                double now) const {
-  history::UpdateRecord u;
-  u.run_id = options_.run_id;
-  u.round = round_;
-  u.client_id = p.client;
-  u.partition = static_cast<int32_t>(p.partition);
-  u.n_samples = p.summary.n_samples;
-  u.steps = p.summary.steps;
-  u.loss = p.summary.mean_loss;
-  u.compute_s = p.summary.compute_seconds;
-  u.upload_s = p.summary.upload_seconds;
-  u.bytes_up = p.bytes_up;
-  u.bytes_down = p.bytes_down;
-  u.weight = p.state == UpdateState::kCompleted ? weight : 0.0;
-  u.codec = p.codec;
-  u.encode_s = p.summary.encode_seconds;
-  u.start_time = p.sent_at;
-  u.end_time = p.finished_at >= 0 ? p.finished_at : now;
-  if (p.upload_asked_at >= 0) {  // waited for its grant until granted, else until it ended
-    u.grant_wait_s = (p.granted_at >= 0 ? p.granted_at : u.end_time) - p.upload_asked_at;
-  }
-  u.status = stateName(static_cast<int>(p.state));
-  if (p.served.source != wire::ServedSource::kNone) {
-    u.served_block = static_cast<int32_t>(p.served.block);
-    u.served_model = p.served.model;
-    u.served_version = p.served.version;
-    u.served_sha256_hex = crypto::toHex(p.served.sha256);
-    u.served_bytes = p.served_bytes;
-    u.served_samples = p.summary.served_samples;
-    if (p.summary.served_samples > 0) {
-      u.served_loss = p.summary.served_loss;
-      u.served_accuracy = p.summary.served_accuracy;
-    }
-  }
-  return u;
 }
 
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {

@@ -11,9 +11,9 @@
 // action queue; each policy is an object chosen once at construction (docs/ARCHITECTURE.md):
 // RoundMode (steps 2, 7, 9: synchronous or FedBuff), DeadlinePolicy (step 3's deadline),
 // WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
-// Aggregator and ServerOptimizer (steps 8a, 8), Selector (step 2), CommitPipeline (steps 9's
-// evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their evaluation) and
-// BlockCoordinator (B1-B6).
+// Aggregator and ServerOptimizer (steps 8a, 8), Selector and IdleClients (step 2), CommitPipeline
+// (steps 9's evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their
+// evaluation) and BlockCoordinator (B1-B6).
 //
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
@@ -153,8 +153,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <ext/pb_ds/assoc_container.hpp>
-#include <ext/pb_ds/tree_policy.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -175,6 +173,7 @@
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
 #include "engine/engine_state.h"
+#include "engine/idle_clients.h"
 #include "engine/partial_log.h"
 #include "engine/participant.h"
 #include "engine/participant_table.h"
@@ -366,7 +365,9 @@ class RoundEngine {
   // Tells the selector how a finished participant fared.
   void feedback(const Participant& p, double now);
   // History row of a finished participant; `weight` is its share of the aggregate.
-  history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
+  history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const {
+    return engine::updateRecord(p, options_.run_id, round_, weight, now);
+  }
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
   // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
@@ -426,11 +427,7 @@ class RoundEngine {
   std::map<ClientId, ClientState> clients_;
   // Partitions held by clients of a restored state that have not said Hello since.
   std::map<ClientId, int32_t> reserved_partitions_;
-  // Connected clients without a task, ordered by id, with rank lookup (find_by_order).
-  using IdleSet =
-      __gnu_pbds::tree<ClientId, __gnu_pbds::null_type, std::less<ClientId>,
-                       __gnu_pbds::rb_tree_tag, __gnu_pbds::tree_order_statistics_node_update>;
-  IdleSet idle_;
+  IdleClients idle_;  // connected clients without a task, and the uniform draw among them
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
   std::unique_ptr<ServerOptimizer> optimizer_;

@@ -396,7 +396,7 @@ void BufferedAsyncRounds::flush(double now) {
   r.round = e_.round_;
   r.start_time = window_start_;
   r.end_time = now;
-  // Counted from the rows' status as the history spells it (stateName in round_engine.cc).
+  // Counted from the rows' status as the history spells it (stateName in engine/participant.h).
   for (const auto& u : window_) {
     ++r.selected;
     r.completed += u.status == "completed";
