@@ -1,12 +1,13 @@
 // Participant: one task of a round as the engine tracks it, from dispatch to its end
 // (round_engine.h protocol steps 3-8): what the task carried and planned, what its chunks and
 // summary declared, and when each thing happened. A plain value; the engine's participant table
-// holds one per task token, in dispatch order.
+// holds one per task token, in dispatch order; updateRecord() is the history row it ends as.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "common/history/records.h"
 #include "common/wire/messages.h"
 
 namespace fedfleet::engine {
@@ -48,5 +49,13 @@ struct Participant {
   double upload_asked_at = -1;  // UploadRequest received (-1: not yet)
   double granted_at = -1;       // UploadGrant sent (-1: not yet)
 };
+
+// How the history spells `state` (UpdateRecord::status).
+const char* stateName(UpdateState state);
+// The history row of participant `p` of round `round` of run `run_id`, seen at `now` (its end
+// time while it is still pending); `weight` is its share of the aggregate, recorded only for a
+// completed update.
+history::UpdateRecord updateRecord(const Participant& p, int64_t run_id, uint32_t round,
+                                   double weight, double now);
 
 }  // namespace fedfleet::engine

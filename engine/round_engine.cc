@@ -7,7 +7,6 @@
 #include <iterator>
 #include <map>
 #include <sstream>
-#include <unordered_set>
 
 #include "common/check.h"
 #include "common/compress/codec_spec.h"
@@ -19,11 +18,6 @@
 
 namespace fedfleet::engine {
 namespace {
-
-const char* stateName(int state) {
-  static const char* kNames[] = {"pending", "completed", "late", "dropped", "rejected"};
-  return kNames[state];
-}
 
 // Mixes run seed, round and partition into one task seed (splitmix64 finaliser).
 uint64_t taskSeed(uint64_t seed, uint32_t round, uint32_t partition) {
@@ -240,17 +234,7 @@ std::vector<Action> RoundEngine::takeActions() {
 
 void RoundEngine::start(double now) {
   FEDFLEET_CHECK(phase_ == Phase::kIdle);
-  if (options_.first_round == 1 && options_.evaluate_initial) {
-    CommitRound c;
-    c.round.run_id = options_.run_id;
-    c.round.round = 0;
-    c.round.start_time = now;
-    c.round.end_time = now;
-    c.round.status = "initial";
-    c.round.model_version = version_;
-    awaiting_eval_.emplace(0, std::move(c));
-    emit(Evaluate{0, std::make_shared<const std::vector<float>>(params_)});
-  }
+  if (options_.first_round == 1 && options_.evaluate_initial) commits_.evaluateInitial(now);
   phase_ = Phase::kWaiting;
   wait_since_ = now;
   if (round_ >= options_.rounds) {
@@ -299,11 +283,7 @@ void RoundEngine::registerClient(const ClientId& id, const wire::Hello& hello, d
 }
 
 void RoundEngine::refreshIdle(const ClientId& id, const ClientState& c) {
-  if (c.connected && c.task_token == 0) {
-    idle_.insert(id);
-  } else {
-    idle_.erase(id);
-  }
+  idle_.set(id, c.connected && c.task_token == 0);
 }
 
 void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
@@ -387,9 +367,6 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
 }
 
 std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
-  const size_t n = idle_.size();
-  std::vector<ClientId> out;
-  out.reserve(std::min(k, n));
   auto ok = [&](const ClientId& id) {
     return (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id));
   };
@@ -400,50 +377,14 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
     }
     return selector_->select(candidates, k, mode_->selectionRound(), now, rng_);
   }
-  // Many idle clients: draw ranks uniformly and skip repeats and ineligible ones, which is
-  // uniform sampling without replacement over the eligible clients at O(K log N). When that
-  // keeps missing (few eligible), or there are few idle clients, list them all instead.
-  if (n > 4 * k + 64) {
-    std::uniform_int_distribution<size_t> rank(0, n - 1);
-    std::unordered_set<size_t> seen;
-    size_t budget = 50 * k + 1000;
-    while (out.size() < k && budget-- > 0) {
-      const size_t r = rank(rng_);
-      if (!seen.insert(r).second) continue;
-      const ClientId& id = *idle_.find_by_order(r);
-      if (ok(id)) out.push_back(id);
-    }
-    if (out.size() == k) {
-      std::sort(out.begin(), out.end());
-      return out;
-    }
-    out.clear();
-  }
-  for (const ClientId& id : idle_) {
-    if (ok(id)) out.push_back(id);
-  }
-  const size_t take = std::min(k, out.size());
-  for (size_t i = 0; i < take; ++i) {  // partial Fisher-Yates
-    std::uniform_int_distribution<size_t> pick(i, out.size() - 1);
-    std::swap(out[i], out[pick(rng_)]);
-  }
-  out.resize(take);
-  std::sort(out.begin(), out.end());
-  return out;
+  return idle_.sample(k, ok, rng_);
 }
 
 void RoundEngine::tryStartRound(double now) {
   if (phase_ != Phase::kWaiting) return;
   if (blocks_) blocks_->noteWaiting(now);
-  if (evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
+  if (commits_.evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
-}
-
-bool RoundEngine::evaluationsBehind() const {
-  if (options_.max_evaluations_behind == 0) return false;
-  // The last round ended (round_) is not counted: its evaluation overlaps the next round.
-  const auto behind = std::distance(awaiting_eval_.begin(), awaiting_eval_.lower_bound(round_));
-  return static_cast<uint64_t>(behind) >= options_.max_evaluations_behind;
 }
 
 void RoundEngine::startRound(double now) { mode_->startRound(now); }
@@ -739,7 +680,7 @@ void RoundEngine::onTick(double now) {
   }
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
-    if (phase_ == Phase::kWaiting && !evaluationsBehind() &&
+    if (phase_ == Phase::kWaiting && !commits_.evaluationsBehind() &&
         now - wait_since_ > options_.wait_clients_s) {
       finishRun(false,
                 "only " + std::to_string(idle_.size()) + " of " +
@@ -791,180 +732,9 @@ void RoundEngine::expire(Participant& p, uint64_t token, const std::string& why,
   if (alive) deadline_->observe(now - p.sent_at);
 }
 
-history::UpdateRecord RoundEngine::updateRecord(const Participant& p, double weight,
-                                                double now) const {
-  history::UpdateRecord u;
-  u.run_id = options_.run_id;
-  u.round = round_;
-  u.client_id = p.client;
-  u.partition = static_cast<int32_t>(p.partition);
-  u.n_samples = p.summary.n_samples;
-  u.steps = p.summary.steps;
-  u.loss = p.summary.mean_loss;
-  u.compute_s = p.summary.compute_seconds;
-  u.upload_s = p.summary.upload_seconds;
-  u.bytes_up = p.bytes_up;
-  u.bytes_down = p.bytes_down;
-  u.weight = p.state == UpdateState::kCompleted ? weight : 0.0;
-  u.codec = p.codec;
-  u.encode_s = p.summary.encode_seconds;
-  u.start_time = p.sent_at;
-  u.end_time = p.finished_at >= 0 ? p.finished_at : now;
-  if (p.upload_asked_at >= 0) {  // waited for its grant until granted, else until it ended
-    u.grant_wait_s = (p.granted_at >= 0 ? p.granted_at : u.end_time) - p.upload_asked_at;
-  }
-  u.status = stateName(static_cast<int>(p.state));
-  if (p.served.source != wire::ServedSource::kNone) {
-    u.served_block = static_cast<int32_t>(p.served.block);
-    u.served_model = p.served.model;
-    u.served_version = p.served.version;
-    u.served_sha256_hex = crypto::toHex(p.served.sha256);
-    u.served_bytes = p.served_bytes;
-    u.served_samples = p.summary.served_samples;
-    if (p.summary.served_samples > 0) {
-      u.served_loss = p.summary.served_loss;
-      u.served_accuracy = p.summary.served_accuracy;
-    }
-  }
-  return u;
-}
-
-RoundEngine::ModelSnapshot RoundEngine::snapshotModel() const {
-  return ModelSnapshot{params_, optimizer_->saveState(), aggregator_->saveState()};
-}
-
-void RoundEngine::restoreModel(const ModelSnapshot& snapshot) {
-  params_ = snapshot.params;
-  Status st = optimizer_->loadState(snapshot.optimizer_state);
-  FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
-  aggregator_->loadState(snapshot.aggregator_state);
-}
-
-bool RoundEngine::evaluates(uint32_t round, bool last) const {
-  return options_.eval_every <= 1 || round % options_.eval_every == 0 || last;
-}
-
-void RoundEngine::endServerStep(CommitRound c, bool ok, bool last,
-                                std::optional<ModelSnapshot> before, double now) {
-  finished_tokens_.advance(round_);
-  answered_stale_.advance(round_);
-  answered_unknown_.advance(round_);
-  auto& r = c.round;
-  r.status = ok ? "ok" : "failed";
-  r.model_version = version_;
-  if (ok && options_.checkpoint_every > 0 && (round_ % options_.checkpoint_every == 0 || last)) {
-    history::CheckpointRecord cp;
-    cp.run_id = options_.run_id;
-    cp.round = round_;
-    cp.model_version = version_;
-    cp.sha256_hex = crypto::toHex(model_sha_);
-    cp.blob = *model_bytes_;
-    cp.engine_state = saveState();
-    c.checkpoint = std::move(cp);
-  }
-  // The next round goes out before this round's model is evaluated (protocol step 9).
-  const uint32_t round = round_;
-  if (last) {
-    last_round_done_ = true;
-    phase_ = Phase::kDraining;  // nothing new starts; the run ends after the commit
-  } else {
-    mode_->afterStep(now);
-  }
-  if (ok && evaluates(round, last)) {
-    // The model before the step, until the evaluation says the new one is usable.
-    if (before) snapshots_[round] = std::move(*before);
-    awaiting_eval_.emplace(round, std::move(c));
-    emit(Evaluate{round, std::make_shared<const std::vector<float>>(params_)});
-  } else {
-    commit(std::move(c), now);
-  }
-}
-
 void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
   SettleCreditsOnExit settle(this, now);
-  auto it = awaiting_eval_.find(round);
-  if (it == awaiting_eval_.end()) return;
-  if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy))) {
-    return rollBack(round,
-                    "its evaluation is not finite (loss " + std::to_string(outcome->loss) +
-                        ", accuracy " + std::to_string(outcome->accuracy) + ")",
-                    now);
-  }
-  snapshots_.erase(round);  // the model is usable: no way back to before it is needed
-  CommitRound c = std::move(it->second);
-  awaiting_eval_.erase(it);
-  if (outcome) {
-    c.round.test_loss = outcome->loss;
-    c.round.test_accuracy = outcome->accuracy;
-  }
-  const bool reached = options_.target_accuracy > 0 && outcome && round > 0 &&
-                       outcome->accuracy >= options_.target_accuracy && phase_ != Phase::kFinished;
-  commit(std::move(c), now);
-  if (!reached || phase_ == Phase::kFinished) {
-    tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
-    return;
-  }
-  // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
-  // in flight are cancelled (their round is never recorded), and the run ends.
-  for (auto& [r, pending] : awaiting_eval_) emit(std::move(pending));
-  awaiting_eval_.clear();
-  for (auto& [token, p] : participants_) {
-    if (p.state != UpdateState::kPending) continue;
-    finished_tokens_.insert(token);
-    auto cit = clients_.find(p.client);
-    if (cit != clients_.end() && cit->second.connected) {
-      emit(SendCancel{p.client, wire::Cancel{token, "target accuracy reached"}});
-      cit->second.task_token = 0;
-      refreshIdle(p.client, cit->second);
-    }
-  }
-  participants_.clear();
-  assembler_.clear();
-  finishRun(true,
-            "target accuracy " + std::to_string(options_.target_accuracy) + " reached in round " +
-                std::to_string(round),
-            now);
-}
-
-void RoundEngine::rollBack(uint32_t round, const std::string& why, double now) {
-  const std::string refused = "round " + std::to_string(round) + ": " + why;
-  // Round 0 (the initial model) has no step to undo; its row is recorded failed all the same.
-  if (auto snap = snapshots_.find(round); snap != snapshots_.end()) {
-    restoreModel(snap->second);
-    ++version_;  // a new version holding the old parameters: caches keyed by version refresh
-    refreshModelBytes();
-    if (blocks_) blocks_->modelsChanged();
-  }
-  snapshots_.clear();  // later ones are of models built on the refused one
-  event("evaluation_refused", "",
-        refused + "; the model is rolled back to the one before that round (now version " +
-            std::to_string(version_) + ")",
-        now);
-  // The refused round and every later one awaiting its evaluation are recorded failed (they
-  // hold the refused model or models built on it), in round order.
-  std::vector<CommitRound> failed;
-  for (auto it = awaiting_eval_.find(round); it != awaiting_eval_.end();) {
-    CommitRound c = std::move(it->second);
-    c.round.status = "failed";
-    c.round.model_version = version_;
-    c.checkpoint.reset();
-    event("round_failed", "",
-          c.round.round == round ? refused
-                                 : "round " + std::to_string(c.round.round) + ": built on round " +
-                                       std::to_string(round) + "'s refused model",
-          now);
-    failed.push_back(std::move(c));
-    it = awaiting_eval_.erase(it);
-  }
-  // The round in flight trained from the refused model: it is aborted (pending tasks
-  // cancelled, completed updates refused) and recorded failed; the next one starts from the
-  // restored model. Asynchronous mode: the step being buffered is emptied likewise.
-  const std::string abort_reason =
-      "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
-  for (CommitRound& c : failed) commit(std::move(c), now);
-  tryStartRound(now);      // one held back by the evaluations behind (step 9)
-  if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
-  mode_->abort(abort_reason, now);
+  commits_.onEvaluated(round, std::move(outcome), now);
 }
 
 history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,
@@ -984,29 +754,6 @@ history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const Client
   rec.first_seen = now;  // the store keeps the first one
   rec.last_seen = now;
   return rec;
-}
-
-void RoundEngine::commit(CommitRound c, double now) {
-  const bool was_last = last_round_done_ && c.round.round == round_;
-  // The round's participants were seen up to now: their client rows say so.
-  // (A completed or rejected update ended with something it sent; a late or dropped one says
-  // nothing of when its client was last heard from.)
-  std::map<ClientId, double> seen;
-  for (const auto& u : c.updates) {
-    auto it = clients_.find(u.client_id);
-    if (it == clients_.end()) continue;
-    const bool sent = u.status == "completed" || u.status == "rejected";
-    const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
-    double& last = seen[u.client_id];
-    last = std::max(last, at);
-  }
-  for (const auto& [id, at] : seen) {
-    if (at > 0) emit(UpsertClient{clientRecord(id, clients_.at(id), at)});
-  }
-  emit(std::move(c));
-  if (was_last && awaiting_eval_.empty() && !blocksPending()) {
-    finishRun(true, "all rounds done", now);
-  }
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
@@ -1038,8 +785,7 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
   std::optional<RecordBlockMetrics> rec = blocks_->onEvaluated(round, outcomes, options_.run_id);
   if (!rec) return;
   emit(std::move(*rec));
-  if (last_round_done_ && awaiting_eval_.empty() && !blocksPending() &&
-      phase_ != Phase::kFinished) {
+  if (commits_.drained() && !blocksPending() && phase_ != Phase::kFinished) {
     finishRun(true, "all rounds done", now);
   }
 }

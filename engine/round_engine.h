@@ -11,7 +11,9 @@
 // action queue; each policy is an object chosen once at construction (docs/ARCHITECTURE.md):
 // RoundMode (steps 2, 7, 9: synchronous or FedBuff), DeadlinePolicy (step 3's deadline),
 // WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
-// Aggregator and ServerOptimizer (steps 8a, 8), Selector (step 2) and BlockCoordinator (B1-B6).
+// Aggregator and ServerOptimizer (steps 8a, 8), Selector and IdleClients (step 2), CommitPipeline
+// (steps 9's evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their
+// evaluation) and BlockCoordinator (B1-B6).
 //
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
@@ -151,8 +153,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <ext/pb_ds/assoc_container.hpp>
-#include <ext/pb_ds/tree_policy.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -165,12 +165,15 @@
 
 #include "common/history/records.h"
 #include "common/wire/messages.h"
+#include "engine/actions.h"
 #include "engine/aggregator.h"
 #include "engine/block_coordinator.h"
 #include "engine/block_models.h"
+#include "engine/commit_pipeline.h"
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
 #include "engine/engine_state.h"
+#include "engine/idle_clients.h"
 #include "engine/partial_log.h"
 #include "engine/participant.h"
 #include "engine/participant_table.h"
@@ -191,59 +194,7 @@ struct EvalOutcome {
   double accuracy = 0;
 };
 
-// Actions the driver must carry out, in the order given.
-// The task's model_bytes is empty: `model_bytes` holds them, one immutable buffer shared by
-// every task of the same model version, which the driver sends as the Task's model frame.
-struct SendTask {
-  ClientId client;
-  wire::Task task;
-  std::shared_ptr<const std::string> model_bytes;
-  // task.served.source == kAttached: the served model's bytes (shared like model_bytes), sent
-  // after model_bytes in the model frame; null otherwise.
-  std::shared_ptr<const std::string> served_bytes;
-};
-struct SendCancel {
-  ClientId client;
-  wire::Cancel cancel;
-};
-struct SendGrant {
-  ClientId client;
-  wire::UploadGrant grant;
-};
-struct SendError {
-  ClientId client;
-  wire::Error error;
-};
-struct SendBye {
-  ClientId client;
-  std::string reason;
-};
-struct UpsertClient {
-  history::ClientRecord client;
-};
-struct RecordEvent {
-  history::EventRecord event;
-};
-struct CommitRound {
-  history::RoundRecord round;
-  std::vector<history::UpdateRecord> updates;
-  std::optional<history::CheckpointRecord> checkpoint;
-};
-// Evaluate `params` (the model after `round`) on the server's test set and report the outcome
-// with onEvaluated(round, ...); std::nullopt there when there is no test set or it failed.
-struct Evaluate {
-  uint32_t round = 0;
-  std::shared_ptr<const std::vector<float>> params;
-};
-struct RunFinished {
-  bool ok = true;
-  std::string message;
-};
-// (The block-cyclic actions EvaluateBlocks and RecordBlockMetrics: engine/block_coordinator.h.)
-using Action =
-    std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent, Evaluate,
-                 CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics, SendGrant>;
-
+// (The actions it emits, SendTask to RunFinished: engine/actions.h.)
 class RoundEngine {
  public:
   // `initial_params` is the flat model the run starts from (fresh or from a checkpoint).
@@ -350,6 +301,8 @@ class RoundEngine {
   // The round modes (engine/round_mode.h) are part of the engine's implementation.
   friend class SynchronousRounds;
   friend class BufferedAsyncRounds;
+  // So is the commit pipeline (engine/commit_pipeline.h: steps 9, 10 and 10a).
+  friend class CommitPipeline;
 
   enum class Phase {
     kIdle,
@@ -398,11 +351,8 @@ class RoundEngine {
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
              double now);
   void tryStartRound(double now);
-  // max_evaluations_behind rounds await their evaluation: no round may start (step 9).
-  bool evaluationsBehind() const;
   // Starts a round (or, asynchronous, a server step's tasks): RoundMode::startRound.
   void startRound(double now);
-  void commit(CommitRound commit, double now);
   // The client row of `id` as the history keeps it, seen last at `now`.
   history::ClientRecord clientRecord(const ClientId& id, const ClientState& c, double now) const;
   void finishRun(bool ok, const std::string& message, double now);
@@ -415,7 +365,9 @@ class RoundEngine {
   // Tells the selector how a finished participant fared.
   void feedback(const Participant& p, double now);
   // History row of a finished participant; `weight` is its share of the aggregate.
-  history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const;
+  history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const {
+    return engine::updateRecord(p, options_.run_id, round_, weight, now);
+  }
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
   void expire(Participant& p, uint64_t token, const std::string& why, double now);
   // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
@@ -424,19 +376,6 @@ class RoundEngine {
   // Events: the rows of one client past events_per_client_round are left out and counted;
   // at the end of a round (or server step) one "events_left_out" row per such client.
   void flushLeftOutEvents(double now);
-  // Model, server-optimiser state and control variate before a server step, kept until the
-  // step's model is evaluated (step 10a).
-  struct ModelSnapshot {
-    std::vector<float> params;
-    std::string optimizer_state;
-    std::string aggregator_state;  // SCAFFOLD's c
-  };
-  ModelSnapshot snapshotModel() const;
-  void restoreModel(const ModelSnapshot& snapshot);
-  // A refused evaluation of `round` (step 10a): the model goes back to its snapshot, the
-  // rounds awaiting their evaluation after it are recorded failed, and the round in flight
-  // (trained from the refused model) is aborted.
-  void rollBack(uint32_t round, const std::string& why, double now);
   // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
   uint64_t updateSize() const { return aggregator_->updateSize(); }
   // Median and trimmed mean: a completed update goes to the aggregator's buffer (clip_norm
@@ -453,12 +392,6 @@ class RoundEngine {
   bool stepModel(const float* g);
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
-  // After a server step: evaluate (every eval_every) or commit, and finish after the last.
-  // `before` is the model before the step, kept until its evaluation is reported.
-  void endServerStep(CommitRound c, bool ok, bool last, std::optional<ModelSnapshot> before,
-                     double now);
-  // Whether the model after server step `round` is evaluated (every eval_every, and the last).
-  bool evaluates(uint32_t round, bool last) const;
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
   std::vector<ClientId> sampleIdle(size_t k, double now);
   void refreshIdle(const ClientId& id, const ClientState& c);
@@ -494,11 +427,7 @@ class RoundEngine {
   std::map<ClientId, ClientState> clients_;
   // Partitions held by clients of a restored state that have not said Hello since.
   std::map<ClientId, int32_t> reserved_partitions_;
-  // Connected clients without a task, ordered by id, with rank lookup (find_by_order).
-  using IdleSet =
-      __gnu_pbds::tree<ClientId, __gnu_pbds::null_type, std::less<ClientId>,
-                       __gnu_pbds::rb_tree_tag, __gnu_pbds::tree_order_statistics_node_update>;
-  IdleSet idle_;
+  IdleClients idle_;  // connected clients without a task, and the uniform draw among them
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
   std::unique_ptr<ServerOptimizer> optimizer_;
@@ -523,11 +452,8 @@ class RoundEngine {
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
 
-  std::map<uint32_t, CommitRound> awaiting_eval_;  // rounds whose evaluation is pending
-  std::map<uint32_t, ModelSnapshot> snapshots_;    // ... and the model before their step
-  std::map<ClientId, uint32_t> client_events_;     // event rows per client, this round
-  std::string step_failure_;                       // why the last server step was refused
-  bool last_round_done_ = false;                   // finish the run after its commit
+  std::map<ClientId, uint32_t> client_events_;  // event rows per client, this round
+  std::string step_failure_;                    // why the last server step was refused
 
   // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
   // still reference the old one).
@@ -536,6 +462,8 @@ class RoundEngine {
   std::vector<Action> actions_;
 
   std::unique_ptr<BlockCoordinator> blocks_;  // null: no blocks
+  // Evaluations awaited, snapshots, commits and roll-backs (steps 9, 10, 10a).
+  CommitPipeline commits_{*this, options_};
 };
 
 }  // namespace fedfleet::engine

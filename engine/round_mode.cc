@@ -225,9 +225,9 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     e_.event("aggregation_error", "",
              "round " + std::to_string(e_.round_) + ": the running sum is not usable", now);
   }
-  std::optional<RoundEngine::ModelSnapshot>
-      before;  // kept only for a step whose evaluation is awaited
-  if (ok && e_.evaluates(e_.round_, e_.round_ >= e_.options_.rounds)) before = e_.snapshotModel();
+  std::optional<ModelSnapshot> before;  // kept only for a step whose evaluation is awaited
+  if (ok && e_.commits_.evaluates(e_.round_, e_.round_ >= e_.options_.rounds))
+    before = e_.commits_.snapshotModel();
   if (ok && !e_.applyRoundStep(r.completed)) {
     ok = false;
     e_.event("step_refused", "",
@@ -262,7 +262,8 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     }
     e_.blocks_->modelsChanged();  // x, a chain or z_m may have changed
   }
-  e_.endServerStep(std::move(c), ok, e_.round_ >= e_.options_.rounds, std::move(before), now);
+  e_.commits_.endServerStep(std::move(c), ok, e_.round_ >= e_.options_.rounds, std::move(before),
+                            now);
 }
 
 // ---- BufferedAsyncRounds --------------------------------------------------------------------
@@ -395,7 +396,7 @@ void BufferedAsyncRounds::flush(double now) {
   r.round = e_.round_;
   r.start_time = window_start_;
   r.end_time = now;
-  // Counted from the rows' status as the history spells it (stateName in round_engine.cc).
+  // Counted from the rows' status as the history spells it (stateName in engine/participant.h).
   for (const auto& u : window_) {
     ++r.selected;
     r.completed += u.status == "completed";
@@ -409,8 +410,8 @@ void BufferedAsyncRounds::flush(double now) {
   window_.clear();
   std::vector<float>& sum = e_.sum_;
   bool ok = buffered_ > 0 && !e_.sum_tainted_ && kernels::allFinite(sum.data(), sum.size());
-  std::optional<RoundEngine::ModelSnapshot> before;
-  if (ok && e_.evaluates(e_.round_, last)) before = e_.snapshotModel();
+  std::optional<ModelSnapshot> before;
+  if (ok && e_.commits_.evaluates(e_.round_, last)) before = e_.commits_.snapshotModel();
   if (ok) {
     // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
     kernels::scale(sum.data(), 1.0f / static_cast<float>(o.async_buffer), sum.size());
@@ -436,7 +437,7 @@ void BufferedAsyncRounds::flush(double now) {
   buffered_ = 0;
   window_loss_ = 0;
   e_.flushLeftOutEvents(now);
-  e_.endServerStep(std::move(c), ok, last, std::move(before), now);
+  e_.commits_.endServerStep(std::move(c), ok, last, std::move(before), now);
   if (!last) refill(now);
 }
 

@@ -1,0 +1,189 @@
+#include "engine/commit_pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "common/check.h"
+#include "common/crypto/sha256.h"
+#include "engine/round_engine.h"
+
+namespace fedfleet::engine {
+
+CommitPipeline::CommitPipeline(RoundEngine& engine, const EngineOptions& options)
+    : e_(engine), backlog_(options.max_evaluations_behind) {}
+
+void CommitPipeline::evaluateInitial(double now) {
+  CommitRound c;
+  c.round.run_id = e_.options_.run_id;
+  c.round.round = 0;
+  c.round.start_time = now;
+  c.round.end_time = now;
+  c.round.status = "initial";
+  c.round.model_version = e_.version_;
+  backlog_.hold(0, std::move(c), std::nullopt);
+  e_.emit(Evaluate{0, std::make_shared<const std::vector<float>>(e_.params_)});
+}
+
+bool CommitPipeline::evaluationsBehind() const { return backlog_.full(e_.round_); }
+
+ModelSnapshot CommitPipeline::snapshotModel() const {
+  return ModelSnapshot{e_.params_, e_.optimizer_->saveState(), e_.aggregator_->saveState()};
+}
+
+void CommitPipeline::restoreModel(const ModelSnapshot& snapshot) {
+  e_.params_ = snapshot.params;
+  Status st = e_.optimizer_->loadState(snapshot.optimizer_state);
+  FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
+  e_.aggregator_->loadState(snapshot.aggregator_state);
+}
+
+bool CommitPipeline::evaluates(uint32_t round, bool last) const {
+  const EngineOptions& o = e_.options_;
+  return o.eval_every <= 1 || round % o.eval_every == 0 || last;
+}
+
+void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
+                                   std::optional<ModelSnapshot> before, double now) {
+  const EngineOptions& o = e_.options_;
+  e_.finished_tokens_.advance(e_.round_);
+  e_.answered_stale_.advance(e_.round_);
+  e_.answered_unknown_.advance(e_.round_);
+  auto& r = c.round;
+  r.status = ok ? "ok" : "failed";
+  r.model_version = e_.version_;
+  if (ok && o.checkpoint_every > 0 && (e_.round_ % o.checkpoint_every == 0 || last)) {
+    history::CheckpointRecord cp;
+    cp.run_id = o.run_id;
+    cp.round = e_.round_;
+    cp.model_version = e_.version_;
+    cp.sha256_hex = crypto::toHex(e_.model_sha_);
+    cp.blob = *e_.model_bytes_;
+    cp.engine_state = e_.saveState();
+    c.checkpoint = std::move(cp);
+  }
+  // The next round goes out before this round's model is evaluated (protocol step 9).
+  const uint32_t round = e_.round_;
+  if (last) {
+    last_round_done_ = true;
+    e_.phase_ = RoundEngine::Phase::kDraining;  // nothing new starts; the run ends after the commit
+  } else {
+    e_.mode_->afterStep(now);
+  }
+  if (ok && evaluates(round, last)) {
+    // The model before the step, until the evaluation says the new one is usable.
+    backlog_.hold(round, std::move(c), std::move(before));
+    e_.emit(Evaluate{round, std::make_shared<const std::vector<float>>(e_.params_)});
+  } else {
+    commit(std::move(c), now);
+  }
+}
+
+void CommitPipeline::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
+  const EngineOptions& o = e_.options_;
+  if (!backlog_.awaiting(round)) return;
+  if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy))) {
+    return rollBack(round,
+                    "its evaluation is not finite (loss " + std::to_string(outcome->loss) +
+                        ", accuracy " + std::to_string(outcome->accuracy) + ")",
+                    now);
+  }
+  CommitRound c = backlog_.accept(round);
+  if (outcome) {
+    c.round.test_loss = outcome->loss;
+    c.round.test_accuracy = outcome->accuracy;
+  }
+  const bool reached = o.target_accuracy > 0 && outcome && round > 0 &&
+                       outcome->accuracy >= o.target_accuracy &&
+                       e_.phase_ != RoundEngine::Phase::kFinished;
+  commit(std::move(c), now);
+  if (!reached || e_.phase_ == RoundEngine::Phase::kFinished) {
+    e_.tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
+    return;
+  }
+  // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
+  // in flight are cancelled (their round is never recorded), and the run ends.
+  for (CommitRound& pending : backlog_.takeAll()) e_.emit(std::move(pending));
+  for (auto& [token, p] : e_.participants_) {
+    if (p.state != UpdateState::kPending) continue;
+    e_.finished_tokens_.insert(token);
+    auto cit = e_.clients_.find(p.client);
+    if (cit != e_.clients_.end() && cit->second.connected) {
+      e_.emit(SendCancel{p.client, wire::Cancel{token, "target accuracy reached"}});
+      cit->second.task_token = 0;
+      e_.refreshIdle(p.client, cit->second);
+    }
+  }
+  e_.participants_.clear();
+  e_.assembler_.clear();
+  e_.finishRun(true,
+               "target accuracy " + std::to_string(o.target_accuracy) + " reached in round " +
+                   std::to_string(round),
+               now);
+}
+
+void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now) {
+  const std::string refused = "round " + std::to_string(round) + ": " + why;
+  EvaluationBacklog::Refusal refusal = backlog_.refuse(round);
+  // Round 0 (the initial model) has no step to undo; its row is recorded failed all the same.
+  if (refusal.before) {
+    restoreModel(*refusal.before);
+    ++e_.version_;  // a new version holding the old parameters: caches keyed by version refresh
+    e_.refreshModelBytes();
+    if (e_.blocks_) e_.blocks_->modelsChanged();
+  }
+  e_.event("evaluation_refused", "",
+           refused + "; the model is rolled back to the one before that round (now version " +
+               std::to_string(e_.version_) + ")",
+           now);
+  // The refused round and every later one awaiting its evaluation are recorded failed (they
+  // hold the refused model or models built on it), in round order.
+  for (CommitRound& c : refusal.rounds) {
+    c.round.status = "failed";
+    c.round.model_version = e_.version_;
+    c.checkpoint.reset();
+    e_.event("round_failed", "",
+             c.round.round == round
+                 ? refused
+                 : "round " + std::to_string(c.round.round) + ": built on round " +
+                       std::to_string(round) + "'s refused model",
+             now);
+  }
+  // The round in flight trained from the refused model: it is aborted (pending tasks
+  // cancelled, completed updates refused) and recorded failed; the next one starts from the
+  // restored model. Asynchronous mode: the step being buffered is emptied likewise.
+  const std::string abort_reason =
+      "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
+  for (CommitRound& c : refusal.rounds) commit(std::move(c), now);
+  e_.tryStartRound(now);   // one held back by the evaluations behind (step 9)
+  if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
+  e_.mode_->abort(abort_reason, now);
+}
+
+void CommitPipeline::commit(CommitRound c, double now) {
+  const bool was_last = last_round_done_ && c.round.round == e_.round_;
+  // The round's participants were seen up to now: their client rows say so.
+  // (A completed or rejected update ended with something it sent; a late or dropped one says
+  // nothing of when its client was last heard from.)
+  std::map<ClientId, double> seen;
+  for (const auto& u : c.updates) {
+    auto it = e_.clients_.find(u.client_id);
+    if (it == e_.clients_.end()) continue;
+    const bool sent = u.status == "completed" || u.status == "rejected";
+    const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
+    double& last = seen[u.client_id];
+    last = std::max(last, at);
+  }
+  for (const auto& [id, at] : seen) {
+    if (at > 0) e_.emit(UpsertClient{e_.clientRecord(id, e_.clients_.at(id), at)});
+  }
+  e_.emit(std::move(c));
+  if (was_last && backlog_.empty() && !e_.blocksPending()) {
+    e_.finishRun(true, "all rounds done", now);
+  }
+}
+
+}  // namespace fedfleet::engine
