@@ -262,8 +262,10 @@ class ZmqServerTransport final : public ServerTransport {
 
   Result<std::optional<Envelope>> receive(int timeout_ms) override {
     housekeeping();
-    FEDFLEET_ASSIGN_OR_RETURN(std::optional<Frames> frames,
-                              receiveFrames(socket_, timeout_ms, /*keep_parts=*/2));
+    std::optional<Frames> frames;
+    if (waitForMessage(timeout_ms)) {
+      FEDFLEET_ASSIGN_OR_RETURN(frames, receiveFrames(socket_, 0, /*keep_parts=*/2));
+    }
     housekeeping();
     if (!frames) return std::optional<Envelope>();
     if (frames->count != 2) {
@@ -401,6 +403,35 @@ class ZmqServerTransport final : public ServerTransport {
     if (!c->second.peer.empty()) fd_of_peer_.erase(c->second.peer);
     c->second.peer = peer;
     fd_of_peer_[peer] = fd;
+  }
+
+  // Waits up to `timeout_ms` (< 0: no limit) for a message on the socket, taking connection
+  // reports as they come rather than only between messages: a connection's descriptor has to
+  // be duplicated before ZeroMQ closes it, and a refused frame closes it within milliseconds
+  // of its handshake. A loop that slept through that (200 ms between messages) missed the
+  // connection, and with it the report of the refused frame. True when a message is there,
+  // or when the poll failed (receiveFrames then says why).
+  bool waitForMessage(int timeout_ms) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+    while (true) {
+      zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {monitor_ ? monitor_.handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      int wait = -1;
+      if (timeout_ms >= 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        wait = static_cast<int>(std::max<int64_t>(left.count(), 0));
+      }
+      const int rc = zmq_poll(items, monitor_ ? 2 : 1, wait);
+      if (rc < 0) return true;
+      if (items[0].revents & ZMQ_POLLIN) return true;
+      if (monitor_ && (items[1].revents & ZMQ_POLLIN)) {
+        drainMonitor();
+        if (wait != 0) continue;
+      }
+      return false;
+    }
   }
 
   void housekeeping() {
