@@ -83,9 +83,7 @@ std::string RoundEngine::saveState() const {
       assigned.emplace_back(id, c.partition);
     }
   }
-  for (const auto& [id, partition] : reserved_partitions_) {
-    if (!clients_.count(id)) assigned.emplace_back(id, partition);
-  }
+  for (const auto& [id, partition] : partitions_.reserved()) assigned.emplace_back(id, partition);
   out.section(encodePartitions(assigned));
   return std::move(out).finish();
 }
@@ -135,7 +133,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   rng_ = rng;
   if (blocks) blocks_->restore(std::move(*blocks));
   for (auto& [id, partition] : partitions) {
-    if (!clients_.count(id)) reserved_partitions_[id] = partition;
+    if (!clients_.count(id)) partitions_.reserve(id, partition);
   }
   return Status::ok();
 }
@@ -195,10 +193,7 @@ uint64_t RoundEngine::newToken() {
 
 void RoundEngine::event(const std::string& kind, const ClientId& client, const std::string& detail,
                         double now) {
-  if (!client.empty() && options_.events_per_client_round > 0 &&
-      ++client_events_[client] > options_.events_per_client_round) {
-    return;  // counted; flushLeftOutEvents says how many at the end of the round
-  }
+  if (!event_budget_.admit(client)) return;  // counted; flushLeftOutEvents says how many
   history::EventRecord e;
   e.run_id = options_.run_id;
   e.time = now;
@@ -209,19 +204,7 @@ void RoundEngine::event(const std::string& kind, const ClientId& client, const s
 }
 
 void RoundEngine::flushLeftOutEvents(double now) {
-  std::map<ClientId, uint32_t> counts;
-  counts.swap(client_events_);
-  const uint32_t cap = options_.events_per_client_round;
-  for (const auto& [client, n] : counts) {
-    if (n <= cap) continue;
-    history::EventRecord e;
-    e.run_id = options_.run_id;
-    e.time = now;
-    e.kind = "events_left_out";
-    e.client_id = client;
-    e.detail = "round " + std::to_string(round_) + ": " + std::to_string(n - cap) +
-               " more events of this client left out (limits.events_per_client_round = " +
-               std::to_string(cap) + ")";
+  for (auto& e : event_budget_.closeRound(options_.run_id, round_, now)) {
     emit(RecordEvent{std::move(e)});
   }
 }
@@ -244,32 +227,18 @@ void RoundEngine::start(double now) {
   tryStartRound(now);
 }
 
-int32_t RoundEngine::assignPartition(const ClientId& id, const wire::Hello& hello) const {
-  const uint32_t n = options_.num_partitions;
-  if (hello.requested_partition >= 0 && static_cast<uint32_t>(hello.requested_partition) < n) {
-    return hello.requested_partition;
-  }
-  // A client of a restored state keeps the partition it had before the restart.
-  if (auto r = reserved_partitions_.find(id); r != reserved_partitions_.end()) return r->second;
-  std::vector<bool> taken(n, false);
-  for (const auto& [other, c] : clients_) {
-    if (c.partition >= 0 && static_cast<uint32_t>(c.partition) < n) taken[c.partition] = true;
-  }
-  for (const auto& [other, partition] : reserved_partitions_) {
-    if (static_cast<uint32_t>(partition) < n) taken[partition] = true;
-  }
-  for (uint32_t i = 0; i < n; ++i) {
-    if (!taken[i]) return static_cast<int32_t>(i);
-  }
-  return static_cast<int32_t>(clients_.size() % n);  // more clients than partitions: share
-}
-
 RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire::Hello& hello,
                                                  double now) {
   ClientState state;
   state.hello = hello;
-  state.partition = options_.sample_partitions ? -1 : assignPartition(id, hello);
-  reserved_partitions_.erase(id);
+  if (!options_.sample_partitions) {
+    state.partition = partitions_.join(id, hello.requested_partition, [this] {
+      std::vector<int32_t> held;
+      held.reserve(clients_.size());
+      for (const auto& [other, known] : clients_) held.push_back(known.partition);
+      return held;
+    });
+  }
   state.connected = true;
   state.last_seen = now;
   auto& c = clients_.emplace(id, std::move(state)).first->second;

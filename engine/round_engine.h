@@ -173,10 +173,12 @@
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
 #include "engine/engine_state.h"
+#include "engine/event_budget.h"
 #include "engine/idle_clients.h"
 #include "engine/partial_log.h"
 #include "engine/participant.h"
 #include "engine/participant_table.h"
+#include "engine/partition_book.h"
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
 #include "engine/round_mode.h"
@@ -396,7 +398,6 @@ class RoundEngine {
   std::vector<ClientId> sampleIdle(size_t k, double now);
   void refreshIdle(const ClientId& id, const ClientState& c);
   ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
-  int32_t assignPartition(const ClientId& id, const wire::Hello& hello) const;
   void refreshModelBytes();
   uint64_t newToken();
 
@@ -425,8 +426,7 @@ class RoundEngine {
   double round_start_ = 0;
 
   std::map<ClientId, ClientState> clients_;
-  // Partitions held by clients of a restored state that have not said Hello since.
-  std::map<ClientId, int32_t> reserved_partitions_;
+  PartitionBook partitions_{options_.num_partitions};  // assigned at Hello, kept over restarts
   IdleClients idle_;  // connected clients without a task, and the uniform draw among them
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
@@ -452,8 +452,8 @@ class RoundEngine {
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
 
-  std::map<ClientId, uint32_t> client_events_;  // event rows per client, this round
-  std::string step_failure_;                    // why the last server step was refused
+  EventBudget event_budget_{options_.events_per_client_round};
+  std::string step_failure_;  // why the last server step was refused
 
   // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
   // still reference the old one).
