@@ -204,6 +204,12 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
     std::cerr << "fedfleet client: " << st.message() << "\n";
     return 2;
   }
+  if (config.dataFormat() != "fashion-mnist") {
+    std::cerr << "fedfleet client: data.format = \"" << config.dataFormat()
+              << "\" is read by the simulator (fedfleet sim) in this version; a client process "
+                 "trains on fashion-mnist\n";
+    return 2;
+  }
   const auto& cc = config.client;
   client::ClientRuntimeOptions o;
   o.client_id = cc.id.empty() ? "client-" + std::to_string(getpid()) : cc.id;

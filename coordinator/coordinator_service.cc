@@ -155,10 +155,15 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
 Status ZmqCoordinator::init(const config::Config& config) {
   config_ = config;
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
-  if (config_.data.dataset != "fashion-mnist") {
-    return invalidArgument("data.dataset = \"" + config_.data.dataset +
-                           "\" is generated per device by the simulator (fedfleet sim); a "
-                           "coordinator serves fashion-mnist");
+  if (config_.dataFormat() == "synthetic") {
+    return invalidArgument(
+        "data.format = \"synthetic\" is generated per device by the simulator "
+        "(fedfleet sim); a coordinator serves fashion-mnist");
+  }
+  if (config_.dataFormat() != "fashion-mnist") {
+    return invalidArgument("data.format = \"" + config_.dataFormat() +
+                           "\" is read by the simulator (fedfleet sim) in this version; a "
+                           "coordinator and its clients train on fashion-mnist");
   }
   const auto& cc = config_.coordinator;
 

@@ -34,7 +34,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.hparams.lr = static_cast<float>(config.train.lr);
   eo.hparams.momentum = static_cast<float>(config.train.momentum);
   eo.hparams.weight_decay = static_cast<float>(config.train.weight_decay);
-  eo.data.dataset = config.data.dataset;
+  eo.data.dataset = config.dataFormat();
   eo.data.scheme = config.data.partition;
   eo.data.alpha = config.data.alpha;
   eo.data.labels_per_client = config.data.labels_per_client;

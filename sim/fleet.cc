@@ -1,7 +1,5 @@
 #include "sim/fleet.h"
 
-#include <csv.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -9,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/data/csv_reader.h"
 #include "sim/hash.h"
 
 namespace fedfleet::sim {
@@ -32,48 +31,14 @@ Status validateTier(const Tier& t, const std::string& where) {
   return Status::ok();
 }
 
-struct CsvRows {
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> current;
-};
-
-void onField(void* data, size_t len, void* rows) {
-  static_cast<CsvRows*>(rows)->current.emplace_back(static_cast<const char*>(data), len);
-}
-
-void onRowEnd(int, void* rows) {
-  auto* r = static_cast<CsvRows*>(rows);
-  r->rows.push_back(std::move(r->current));
-  r->current.clear();
-}
-
 Result<std::vector<Tier>> readTiersCsv(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return notFound("fleet file '" + path + "' cannot be opened");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return ioError("fleet file '" + path + "': read failed");
-  const std::string text = buffer.str();
+  FEDFLEET_ASSIGN_OR_RETURN(auto rows, data::readCsvRows(path, "fleet file"));
+  if (rows.empty()) return invalidArgument("fleet file '" + path + "' is empty");
 
-  csv_parser parser;
-  if (csv_init(&parser, CSV_STRICT | CSV_STRICT_FINI | CSV_APPEND_NULL) != 0) {
-    return internalError("csv_init failed");
-  }
-  CsvRows rows;
-  const size_t used = csv_parse(&parser, text.data(), text.size(), onField, onRowEnd, &rows);
-  int fini = csv_fini(&parser, onField, onRowEnd, &rows);
-  const int err = csv_error(&parser);
-  csv_free(&parser);
-  if (used != text.size() || fini != 0) {
-    return invalidArgument("fleet file '" + path + "': not valid CSV (" +
-                           csv_strerror(err) + ") near row " + std::to_string(rows.rows.size() + 1));
-  }
-  if (rows.rows.empty()) return invalidArgument("fleet file '" + path + "' is empty");
-
-  static const char* kRequired[] = {"name",      "share",   "device",    "speed",
+  static const char* kRequired[] = {"name",       "share",   "device",    "speed",
                                     "memory_mib", "up_mbps", "down_mbps", "latency_ms"};
   static const char* kOptional[] = {"spread", "online_hours", "dropout"};
-  const auto& header = rows.rows[0];
+  const auto& header = rows[0];
   std::map<std::string, size_t> col;
   for (size_t i = 0; i < header.size(); ++i) {
     const std::string& h = header[i];
@@ -82,9 +47,10 @@ Result<std::vector<Tier>> readTiersCsv(const std::string& path) {
                  std::find_if(std::begin(kOptional), std::end(kOptional),
                               [&](const char* k) { return h == k; }) != std::end(kOptional);
     if (!known) {
-      return invalidArgument("fleet file '" + path + "': unknown column '" + h +
-                             "' (columns: name, share, device, speed, memory_mib, up_mbps, "
-                             "down_mbps, latency_ms, and optionally spread, online_hours, dropout)");
+      return invalidArgument(
+          "fleet file '" + path + "': unknown column '" + h +
+          "' (columns: name, share, device, speed, memory_mib, up_mbps, "
+          "down_mbps, latency_ms, and optionally spread, online_hours, dropout)");
     }
     if (!col.emplace(h, i).second) {
       return invalidArgument("fleet file '" + path + "': column '" + h + "' appears twice");
@@ -97,8 +63,8 @@ Result<std::vector<Tier>> readTiersCsv(const std::string& path) {
   }
 
   std::vector<Tier> tiers;
-  for (size_t r = 1; r < rows.rows.size(); ++r) {
-    const auto& row = rows.rows[r];
+  for (size_t r = 1; r < rows.size(); ++r) {
+    const auto& row = rows[r];
     const std::string where = "fleet file '" + path + "' line " + std::to_string(r + 1);
     if (row.size() == 1 && row[0].empty()) continue;  // blank line
     if (row.size() != header.size()) {

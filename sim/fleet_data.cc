@@ -4,6 +4,7 @@
 
 #include "common/data/block_cyclic.h"
 #include "common/data/partition.h"
+#include "common/data/source.h"
 
 namespace fedfleet::sim {
 
@@ -11,7 +12,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
                                                      uint64_t clients) {
   std::unique_ptr<FleetData> fd(new FleetData());
   const auto& dc = config.data;
-  if (dc.dataset == "synthetic") {
+  if (config.dataFormat() == "synthetic") {
     data::SyntheticSpec spec;
     spec.alpha = dc.synthetic_alpha;
     spec.beta = dc.synthetic_beta;
@@ -67,13 +68,34 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   }
 
   const std::string dir = dc.dir.empty() ? data::defaultFashionMnistDir() : dc.dir;
-  FEDFLEET_ASSIGN_OR_RETURN(data::Dataset train,
-                            data::loadFashionMnist(dir, /*train=*/true, dc.train_subset));
-  FEDFLEET_ASSIGN_OR_RETURN(data::Dataset test,
-                            data::loadFashionMnist(dir, /*train=*/false, dc.test_subset));
+  data::Dataset train, test;
+  std::string source_name = "Fashion-MNIST";
+  if (config.dataFormat() == "idx" || config.dataFormat() == "csv") {
+    // The user's files: one training set split over the clients, and the server's test set
+    // (a test file, or a seeded hold-out of the training file).
+    data::FileSource source;
+    FEDFLEET_ASSIGN_OR_RETURN(source.format, data::parseDataFormat(config.dataFormat()));
+    source.path = dc.path;
+    source.labels_path = dc.labels_path;
+    source.test_path = dc.test_path;
+    source.test_labels_path = dc.test_labels_path;
+    source.csv.label = dc.label_column;
+    source.csv.features = dc.feature_columns;
+    source.holdout_fraction = dc.holdout_fraction;
+    source.seed = config.run.seed;
+    source.train_limit = dc.train_subset;
+    source.test_limit = dc.test_subset;
+    FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
+    train = std::move(both.train);
+    test = std::move(both.test);
+    source_name = "'" + dc.path + "'";
+  } else {
+    FEDFLEET_ASSIGN_OR_RETURN(train, data::loadFashionMnist(dir, /*train=*/true, dc.train_subset));
+    FEDFLEET_ASSIGN_OR_RETURN(test, data::loadFashionMnist(dir, /*train=*/false, dc.test_subset));
+  }
   if (clients > train.size()) {
     return invalidArgument("sim.clients = " + std::to_string(clients) + " is more than the " +
-                           std::to_string(train.size()) + " training samples of Fashion-MNIST");
+                           std::to_string(train.size()) + " training samples of " + source_name);
   }
   data::PartitionSpec ps;
   ps.scheme = dc.partition;
@@ -96,7 +118,8 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     bs.seed = config.run.seed;
     FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionBlockCyclic(train.labels, 10, bs));
   } else {
-    FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionIndices(train.labels, 10, ps));
+    FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_,
+                              data::partitionIndices(train.labels, train.num_classes, ps));
   }
   fd->shape_ = model::inputShapeOf(train);
   fd->train_ = std::make_shared<const data::Dataset>(std::move(train));
@@ -126,8 +149,8 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
       fd->held_out_data_ = std::move(all_test);
       fd->held_out_status_ = Status::ok();
     } else {
-      fd->held_out_status_ = failedPrecondition("no held-out data for the served models: " +
-                                                held.status().message());
+      fd->held_out_status_ =
+          failedPrecondition("no held-out data for the served models: " + held.status().message());
     }
   }
   return fd;

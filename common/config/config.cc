@@ -90,7 +90,15 @@ void forEachField(C& c, F&& f) {
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("data.dataset", c.data.dataset);
+  f("data.format", c.data.format);
   f("data.dir", c.data.dir);
+  f("data.path", c.data.path);
+  f("data.labels_path", c.data.labels_path);
+  f("data.test_path", c.data.test_path);
+  f("data.test_labels_path", c.data.test_labels_path);
+  f("data.label_column", c.data.label_column);
+  f("data.feature_columns", c.data.feature_columns);
+  f("data.holdout_fraction", c.data.holdout_fraction);
   f("data.partition", c.data.partition);
   f("data.alpha", c.data.alpha);
   f("data.labels_per_client", c.data.labels_per_client);
@@ -163,6 +171,8 @@ const char* typeName() {
     return "a boolean";
   else if constexpr (std::is_same_v<T, std::string>)
     return "a string";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return "an array of strings";
   else if constexpr (std::is_floating_point_v<T>)
     return "a number";
   else if constexpr (std::is_unsigned_v<T>)
@@ -205,6 +215,20 @@ Status assign(const toml::node& node, T& out, const std::string& key) {
     auto v = node.value_exact<std::string>();
     if (!v) return wrongType();
     out = *v;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    const toml::array* array = node.as_array();
+    if (!array) return wrongType();
+    std::vector<std::string> values;
+    for (const toml::node& item : *array) {
+      auto v = item.value_exact<std::string>();
+      if (!v) {
+        return invalidArgument("'" + key +
+                               "' must be an array of strings, got an element that is " +
+                               nodeTypeName(item));
+      }
+      values.push_back(*v);
+    }
+    out = std::move(values);
   } else if constexpr (std::is_floating_point_v<T>) {
     auto v = node.value<double>();  // accepts integers too
     if (!v || node.is_boolean()) return wrongType();
@@ -395,6 +419,69 @@ std::string Config::allowDir() const {
   return coordinator.allow_dir.empty() ? coordinator.keys_dir + "/clients" : coordinator.allow_dir;
 }
 
+Status Config::validateDataSource() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return invalidArgument("'" + key + "' " + why);
+  };
+  if (data.dataset != "fashion-mnist" && data.dataset != "synthetic") {
+    return bad("data.dataset",
+               "must be \"fashion-mnist\" or \"synthetic\" (or set data.format), "
+               "got \"" +
+                   data.dataset + "\"");
+  }
+  const std::string& format = dataFormat();
+  if (!data.format.empty()) {
+    FEDFLEET_RETURN_IF_ERROR(
+        oneOf("data.format", data.format, {"fashion-mnist", "idx", "csv", "synthetic"}));
+    if (data.dataset != "fashion-mnist" && data.dataset != data.format) {
+      return bad("data.dataset", "(\"" + data.dataset + "\") and data.format (\"" + data.format +
+                                     "\") disagree: set data.format alone");
+    }
+  }
+  const bool files = format == "idx" || format == "csv";
+  // Keys a format does not read are refused rather than ignored.
+  auto unused = [&](const char* key, bool set) -> Status {
+    if (!set) return Status::ok();
+    return bad(key, "is not read with data.format = \"" + format + "\"");
+  };
+  FEDFLEET_RETURN_IF_ERROR(unused("data.path", !files && !data.path.empty()));
+  FEDFLEET_RETURN_IF_ERROR(unused("data.test_path", !files && !data.test_path.empty()));
+  FEDFLEET_RETURN_IF_ERROR(
+      unused("data.labels_path", format != "idx" && !data.labels_path.empty()));
+  FEDFLEET_RETURN_IF_ERROR(
+      unused("data.test_labels_path", format != "idx" && !data.test_labels_path.empty()));
+  FEDFLEET_RETURN_IF_ERROR(
+      unused("data.feature_columns", format != "csv" && !data.feature_columns.empty()));
+  FEDFLEET_RETURN_IF_ERROR(
+      unused("data.label_column", format != "csv" && data.label_column != "label"));
+  FEDFLEET_RETURN_IF_ERROR(unused("data.holdout_fraction", !files && data.holdout_fraction != 0));
+  FEDFLEET_RETURN_IF_ERROR(unused("data.dir", files && !data.dir.empty()));
+  if (!files) return Status::ok();
+  if (data.path.empty())
+    return bad("data.path", "is required with data.format = \"" + format + "\"");
+  if (format == "idx" && data.labels_path.empty()) {
+    return bad("data.labels_path", "is required with data.format = \"idx\" (the IDX label file)");
+  }
+  if (format == "idx" && !data.test_path.empty() && data.test_labels_path.empty()) {
+    return bad("data.test_labels_path", "is required when data.test_path names IDX test images");
+  }
+  if (!(data.holdout_fraction >= 0 && data.holdout_fraction < 1)) {
+    return bad("data.holdout_fraction", "must be in [0, 1)");
+  }
+  if (data.test_path.empty() && data.holdout_fraction == 0) {
+    return bad("data.test_path",
+               "or data.holdout_fraction is needed: the server evaluates on a "
+               "test file, or on a held-out share of the training file");
+  }
+  if (!data.test_path.empty() && data.holdout_fraction != 0) {
+    return bad("data.holdout_fraction", "must be 0 when data.test_path names a test file");
+  }
+  if (format == "csv" && data.label_column.empty()) {
+    return bad("data.label_column", "must name the label column");
+  }
+  return Status::ok();
+}
+
 Status Config::validate() const {
   auto bad = [](const std::string& key, const std::string& why) {
     return invalidArgument("'" + key + "' " + why);
@@ -482,10 +569,7 @@ Status Config::validate() const {
   if (model.name == "torchscript" && model.path.empty()) {
     return bad("model.path", "is required when model.name = \"torchscript\"");
   }
-  if (data.dataset != "fashion-mnist" && data.dataset != "synthetic") {
-    return bad("data.dataset",
-               "must be \"fashion-mnist\" or \"synthetic\", got \"" + data.dataset + "\"");
-  }
+  FEDFLEET_RETURN_IF_ERROR(validateDataSource());
   if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels" &&
       data.partition != "shards" && data.partition != "quantity") {
     return bad("data.partition", "must be iid, dirichlet, labels, shards or quantity; got \"" +
@@ -571,7 +655,11 @@ Status Config::validateBlocks() const {
     return bad("blocks.rounds_per_block",
                "or blocks.block_s (exactly one of them) must be set when blocks.count > 0");
   }
-  if (data.dataset != "synthetic" && b.count > 10) {
+  if (dataFormat() == "idx" || dataFormat() == "csv") {
+    return bad("blocks.count", "must be 0 with data.format = \"" + dataFormat() +
+                                   "\": block-cyclic runs use fashion-mnist or synthetic data");
+  }
+  if (dataFormat() != "synthetic" && b.count > 10) {
     return bad("blocks.count", "must be at most 10 with fashion-mnist (one class group a block)");
   }
   if (b.test_samples == 0) return bad("blocks.test_samples", "must be at least 1");

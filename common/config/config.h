@@ -129,23 +129,31 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string dataset = "fashion-mnist";  // fashion-mnist, or synthetic (FedProx's
-                                          // Synthetic(alpha, beta); simulator only)
-  std::string dir;                        // IDX files; default: the dataset-fashion-mnist package
-  std::string partition = "dirichlet";    // iid, dirichlet, labels, shards, quantity
-  double alpha = 0.5;                     // Dirichlet concentration (dirichlet, quantity)
-  uint32_t labels_per_client = 2;         // for partition = "labels"
-  uint32_t shards_per_client = 2;         // for partition = "shards" (FedAvg: 2 of 300 samples)
-  double synthetic_alpha = 1;             // synthetic: spread of the per-device models
-  double synthetic_beta = 1;              // synthetic: spread of the per-device inputs
-  bool synthetic_iid = false;             // synthetic: FedProx's IID variant
-  uint32_t synthetic_dim = 60;            // synthetic: input dimension
-  uint64_t max_samples = 0;               // synthetic: cap on a device's samples (0: none)
-  uint32_t eval_devices = 1000;           // synthetic: the server evaluates on the test splits
-                                          // of this many devices (the first ones)
-  uint32_t partitions = 0;                // number of partitions; 0: min_clients
-  uint32_t train_subset = 0;              // use the first N training samples (0: all)
-  uint32_t test_subset = 0;               // evaluate on the first N test samples (0: all 10k)
+  std::string dataset = "fashion-mnist";  // the older name of `format` (used when format is "")
+  std::string format;  // fashion-mnist, idx, csv or synthetic (FedProx's Synthetic(alpha, beta));
+                       // "": data.dataset. idx and csv: simulator only, for now
+  std::string dir;     // fashion-mnist's IDX files; default: the dataset-fashion-mnist package
+  std::string path;    // idx: training images; csv: the training file
+  std::string labels_path;                   // idx: training labels
+  std::string test_path;                     // idx: test images; csv: the test file
+  std::string test_labels_path;              // idx: test labels
+  std::string label_column = "label";        // csv: the column of class ids 0..255
+  std::vector<std::string> feature_columns;  // csv: feature columns ([]: all but the label)
+  double holdout_fraction = 0;  // idx, csv without a test file: the share held out for testing
+  std::string partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
+  double alpha = 0.5;                   // Dirichlet concentration (dirichlet, quantity)
+  uint32_t labels_per_client = 2;       // for partition = "labels"
+  uint32_t shards_per_client = 2;       // for partition = "shards" (FedAvg: 2 of 300 samples)
+  double synthetic_alpha = 1;           // synthetic: spread of the per-device models
+  double synthetic_beta = 1;            // synthetic: spread of the per-device inputs
+  bool synthetic_iid = false;           // synthetic: FedProx's IID variant
+  uint32_t synthetic_dim = 60;          // synthetic: input dimension
+  uint64_t max_samples = 0;             // synthetic: cap on a device's samples (0: none)
+  uint32_t eval_devices = 1000;         // synthetic: the server evaluates on the test splits
+                                        // of this many devices (the first ones)
+  uint32_t partitions = 0;              // number of partitions; 0: min_clients
+  uint32_t train_subset = 0;            // use the first N training samples (0: all)
+  uint32_t test_subset = 0;             // evaluate on the first N test samples (0: all 10k)
 };
 
 struct TrainSection {
@@ -266,6 +274,10 @@ struct Config {
   uint32_t minClients() const;
   uint32_t quorum() const;
   uint32_t partitions() const;
+  // The data section alone (validate() runs it).
+  Status validateDataSource() const;
+  // data.format, or data.dataset when format is "".
+  const std::string& dataFormat() const { return data.format.empty() ? data.dataset : data.format; }
   std::string allowDir() const;
 
   nlohmann::json toJson() const;

@@ -261,7 +261,7 @@ Dataset assembleIdx(IdxFile images, IdxFile labels) {
   ds.labels = std::move(labels.payload);
   uint32_t max_label = 0;
   for (uint8_t l : ds.labels) max_label = std::max<uint32_t>(max_label, l);
-  ds.num_classes = std::max<uint32_t>(10, max_label + 1);
+  ds.num_classes = std::max<uint32_t>(2, max_label + 1);
   return ds;
 }
 
@@ -341,8 +341,15 @@ Result<Dataset> loadIdx(const std::string& images_path, const std::string& label
 
 Result<Dataset> loadFashionMnist(const std::string& dir, bool train, size_t limit) {
   const std::string base = dir.empty() ? std::string(".") : dir;
-  return loadIdx(base + "/" + (train ? kFashionMnistTrainImages : kFashionMnistTestImages),
-                 base + "/" + (train ? kFashionMnistTrainLabels : kFashionMnistTestLabels), limit);
+  auto ds =
+      loadIdx(base + "/" + (train ? kFashionMnistTrainImages : kFashionMnistTestImages),
+              base + "/" + (train ? kFashionMnistTrainLabels : kFashionMnistTestLabels), limit);
+  if (!ds.isOk()) return ds;
+  if (ds->num_classes > 10) {
+    return corrupt("the Fashion-MNIST files in " + base + " hold a label above 9");
+  }
+  ds->num_classes = 10;  // also when a subset happens to miss the last classes
+  return ds;
 }
 
 std::string defaultCacheDir() {

@@ -64,7 +64,8 @@ std::string defaultFashionMnistDir();
 // plain (zlib reads both). Validates the magic numbers, that dimensions are non-zero, that both
 // files hold the same count, that each file holds exactly the bytes its header announces (no
 // less, no more). `limit` > 0 keeps only the first `limit` samples (the whole files are still
-// read and validated). num_classes is max(10, largest kept label + 1).
+// read and validated). num_classes is largest kept label + 1 (at least 2); loadFashionMnist sets
+// it to 10 and refuses a label above 9.
 // Failures: kNotFound when a file does not exist; kCorrupt (message names the file) for a bad
 // magic number, zero or absurd dimensions, a count mismatch, a truncated or over-long file, or a
 // damaged gzip stream; kIoError when a file exists but cannot be read.

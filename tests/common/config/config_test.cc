@@ -328,3 +328,79 @@ TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
 
 }  // namespace
 }  // namespace fedfleet::config
+
+namespace fedfleet::config {
+namespace {
+
+Status dataConfig(const std::string& toml, Config* out = nullptr) {
+  Config c;
+  Status st = c.loadString("[data]\n" + toml, "d.toml");
+  if (st.isOk()) st = c.validate();
+  if (out) *out = c;
+  return st;
+}
+
+TEST(ConfigData, FileFormatsNeedTheirFilesAndATestSet) {
+  Config c;
+  ASSERT_TRUE(dataConfig("format = \"csv\"\npath = \"t.csv\"\ntest_path = \"e.csv\"\n"
+                         "label_column = \"y\"\nfeature_columns = [\"a\", \"b\"]\n",
+                         &c)
+                  .isOk());
+  EXPECT_EQ(c.dataFormat(), "csv");
+  EXPECT_EQ(c.data.feature_columns, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.toJson()["data"]["feature_columns"], nlohmann::json::array({"a", "b"}));
+  EXPECT_TRUE(dataConfig("format = \"csv\"\npath = \"t.csv\"\nholdout_fraction = 0.2\n").isOk());
+  EXPECT_TRUE(dataConfig("format = \"idx\"\npath = \"i\"\nlabels_path = \"l\"\n"
+                         "test_path = \"ti\"\ntest_labels_path = \"tl\"\n")
+                  .isOk());
+  // The older key still names the format.
+  ASSERT_TRUE(dataConfig("dataset = \"synthetic\"\n", &c).isOk());
+  EXPECT_EQ(c.dataFormat(), "synthetic");
+
+  struct Case {
+    const char* toml;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"format = \"parquet\"\n", "'data.format' must be one of fashion-mnist, idx, csv"},
+      {"format = \"csv\"\n", "'data.path' is required"},
+      {"format = \"csv\"\npath = \"t.csv\"\n", "data.test_path' or data.holdout_fraction"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 1\n", "must be in [0, 1)"},
+      {"format = \"csv\"\npath = \"t\"\ntest_path = \"e\"\nholdout_fraction = 0.1\n",
+       "must be 0 when data.test_path"},
+      {"format = \"idx\"\npath = \"i\"\ntest_path = \"t\"\n", "'data.labels_path' is required"},
+      {"format = \"idx\"\npath = \"i\"\nlabels_path = \"l\"\ntest_path = \"t\"\n",
+       "'data.test_labels_path' is required"},
+      {"format = \"idx\"\npath = \"i\"\nlabels_path = \"l\"\nholdout_fraction = 0.1\n"
+       "feature_columns = [\"a\"]\n",
+       "'data.feature_columns' is not read with data.format = \"idx\""},
+      {"path = \"t.csv\"\n", "'data.path' is not read with data.format = \"fashion-mnist\""},
+      {"format = \"csv\"\ndataset = \"synthetic\"\n", "disagree"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nfeature_columns = [1]\n",
+       "must be an array of strings"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nfeature_columns = \"a\"\n",
+       "must be an array of strings, got a string"},
+  };
+  for (const Case& k : cases) {
+    Status st = dataConfig(k.toml);
+    EXPECT_FALSE(st.isOk()) << k.toml;
+    EXPECT_NE(st.message().find(k.expected), std::string::npos) << k.toml << "\n" << st.message();
+  }
+}
+
+TEST(ConfigData, BlocksAreRefusedWithTheUsersFiles) {
+  Config c;
+  Status st = c.loadString(
+      "[data]\nformat = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\n"
+      "[blocks]\ncount = 2\nrounds_per_block = 1\n",
+      "b.toml");
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  st = c.validate();
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("block-cyclic runs use fashion-mnist or synthetic"),
+            std::string::npos)
+      << st.message();
+}
+
+}  // namespace
+}  // namespace fedfleet::config

@@ -80,10 +80,17 @@ TEST_F(IdxTest, ReadsPlainFiles) {
   EXPECT_EQ(ds->size(), 5u);
   EXPECT_EQ(ds->rows, 3u);
   EXPECT_EQ(ds->cols, 4u);
-  EXPECT_EQ(ds->num_classes, 10u);
+  EXPECT_EQ(ds->num_classes, 10u) << "labels 0 3 6 9 2: the largest is 9";
   EXPECT_EQ(ds->images, std::vector<uint8_t>(images.begin() + 16, images.end()));
   EXPECT_EQ(ds->labels, std::vector<uint8_t>(labels.begin() + 8, labels.end()));
   EXPECT_EQ(ds->image(2)[0], images[16 + 2 * 12]);
+}
+
+TEST_F(IdxTest, TheClassCountIsTheLargestLabelPlusOneNotTen) {
+  // Labels 0 and 3: four classes, not Fashion-MNIST's ten.
+  auto ds = loadIdx(writePlain("img", idxImages(2, 2, 2)), writePlain("lbl", idxLabels(2)));
+  ASSERT_TRUE(ds.isOk()) << ds.status().toString();
+  EXPECT_EQ(ds->num_classes, 4u);
 }
 
 TEST_F(IdxTest, ReadsGzipFilesAndKeepsLimit) {

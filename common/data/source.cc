@@ -1,0 +1,141 @@
+#include "common/data/source.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+namespace fedfleet::data {
+
+Result<DataFormat> parseDataFormat(std::string_view name) {
+  if (name == "fashion-mnist") return DataFormat::kFashionMnist;
+  if (name == "idx") return DataFormat::kIdx;
+  if (name == "csv") return DataFormat::kCsv;
+  if (name == "synthetic") return DataFormat::kSynthetic;
+  return invalidArgument("data format must be fashion-mnist, idx, csv or synthetic; got \"" +
+                         std::string(name) + "\"");
+}
+
+const char* dataFormatName(DataFormat format) {
+  switch (format) {
+    case DataFormat::kFashionMnist:
+      return "fashion-mnist";
+    case DataFormat::kIdx:
+      return "idx";
+    case DataFormat::kCsv:
+      return "csv";
+    case DataFormat::kSynthetic:
+      return "synthetic";
+  }
+  return "?";
+}
+
+Dataset subsetOf(const Dataset& ds, const std::vector<uint32_t>& indices) {
+  Dataset out;
+  out.rows = ds.rows;
+  out.cols = ds.cols;
+  out.num_classes = ds.num_classes;
+  out.feature_dim = ds.feature_dim;
+  out.labels.reserve(indices.size());
+  if (ds.hasFeatures()) {
+    out.features.resize(indices.size() * ds.feature_dim);
+  } else {
+    out.images.resize(indices.size() * ds.imageBytes());
+  }
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const uint32_t i = indices[j];
+    out.labels.push_back(ds.labels[i]);
+    if (ds.hasFeatures()) {
+      std::memcpy(out.features.data() + j * ds.feature_dim, ds.feature(i),
+                  ds.feature_dim * sizeof(float));
+    } else {
+      std::memcpy(out.images.data() + j * ds.imageBytes(), ds.image(i), ds.imageBytes());
+    }
+  }
+  return out;
+}
+
+Result<TrainTest> holdOut(const Dataset& ds, double fraction, uint64_t seed) {
+  const size_t n = ds.size();
+  const size_t n_test = static_cast<size_t>(std::llround(fraction * static_cast<double>(n)));
+  if (!(fraction > 0) || n_test == 0 || n_test >= n) {
+    return invalidArgument("holding out " + std::to_string(fraction) + " of " + std::to_string(n) +
+                           " samples leaves " +
+                           (n_test == 0 ? "no test samples" : "no training samples") +
+                           ": choose data.holdout_fraction in (0, 1) so that both keep some, or "
+                           "name a test file (data.test_path)");
+  }
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  std::mt19937_64 rng(seed ^ 0x686f6c646f7574ull);  // "holdout"
+  for (size_t i = 0; i < n_test; ++i) {  // partial Fisher-Yates: the first n_test are the draw
+    std::uniform_int_distribution<size_t> pick(i, n - 1);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  std::vector<uint32_t> test(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n_test));
+  std::vector<uint32_t> train(order.begin() + static_cast<std::ptrdiff_t>(n_test), order.end());
+  std::sort(test.begin(), test.end());
+  std::sort(train.begin(), train.end());
+  TrainTest out;
+  out.train = subsetOf(ds, train);
+  out.test = subsetOf(ds, test);
+  return out;
+}
+
+namespace {
+
+Result<Dataset> readSplit(const FileSource& s, bool train) {
+  const size_t limit = train ? s.train_limit : 0;
+  switch (s.format) {
+    case DataFormat::kFashionMnist:
+      return loadFashionMnist(s.dir.empty() ? defaultFashionMnistDir() : s.dir, train, limit);
+    case DataFormat::kIdx:
+      return train ? loadIdx(s.path, s.labels_path, limit)
+                   : loadIdx(s.test_path, s.test_labels_path, limit);
+    case DataFormat::kCsv:
+      return loadCsv(train ? s.path : s.test_path, s.csv, limit);
+    case DataFormat::kSynthetic:
+      break;
+  }
+  return invalidArgument(std::string("data format ") + dataFormatName(s.format) +
+                         " is not read from files");
+}
+
+std::string shapeOf(const Dataset& ds) {
+  if (ds.hasFeatures()) return std::to_string(ds.feature_dim) + " features";
+  return std::to_string(ds.rows) + "x" + std::to_string(ds.cols) + " images";
+}
+
+}  // namespace
+
+Result<TrainTest> loadTrainTest(const FileSource& source) {
+  TrainTest out;
+  FEDFLEET_ASSIGN_OR_RETURN(out.train, readSplit(source, /*train=*/true));
+  const bool test_file = source.format == DataFormat::kFashionMnist || !source.test_path.empty();
+  if (test_file) {
+    FEDFLEET_ASSIGN_OR_RETURN(out.test, readSplit(source, /*train=*/false));
+    const Dataset& a = out.train;
+    const Dataset& b = out.test;
+    if (a.feature_dim != b.feature_dim || a.rows != b.rows || a.cols != b.cols) {
+      return invalidArgument("the training data ('" + source.path + "') holds " + shapeOf(a) +
+                             ", the test data ('" + source.test_path + "') " + shapeOf(b) +
+                             ": both must have the same sample shape");
+    }
+  } else if (source.holdout_fraction > 0) {
+    FEDFLEET_ASSIGN_OR_RETURN(out, holdOut(out.train, source.holdout_fraction, source.seed));
+  }
+  if (source.test_limit > 0 && out.test.size() > source.test_limit) {
+    std::vector<uint32_t> first(source.test_limit);
+    std::iota(first.begin(), first.end(), 0u);
+    out.test = subsetOf(out.test, first);
+  }
+  const uint32_t classes = out.test.size() > 0
+                               ? std::max(out.train.num_classes, out.test.num_classes)
+                               : out.train.num_classes;
+  out.train.num_classes = classes;
+  out.test.num_classes = classes;
+  return out;
+}
+
+}  // namespace fedfleet::data

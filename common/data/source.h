@@ -1,0 +1,66 @@
+// Data sources read from files: which format (data.format), where the training and test data
+// are, and the held-out split when there is no test file. The simulator partitions the
+// training set over its virtual clients and evaluates on the test set.
+//
+//   fashion-mnist  the Debian package dataset-fashion-mnist (or data.dir): IDX files
+//   idx            any IDX image/label pair (uint8 images of any size, up to 256 classes)
+//   csv            numeric feature columns and a label column under a header (csv_source.h)
+//   synthetic      FedProx's Synthetic(alpha, beta), generated per client (synthetic.h)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/data/csv_source.h"
+#include "common/data/dataset.h"
+#include "common/status.h"
+
+namespace fedfleet::data {
+
+enum class DataFormat { kFashionMnist, kIdx, kCsv, kSynthetic };
+
+// "fashion-mnist", "idx", "csv", "synthetic"; kInvalidArgument listing them otherwise.
+Result<DataFormat> parseDataFormat(std::string_view name);
+const char* dataFormatName(DataFormat format);
+// Whether the format is read from files the user names (idx, csv).
+inline bool readsUserFiles(DataFormat f) { return f == DataFormat::kIdx || f == DataFormat::kCsv; }
+
+struct FileSource {
+  DataFormat format = DataFormat::kFashionMnist;  // kFashionMnist, kIdx or kCsv
+  std::string dir;               // fashion-mnist: the package's directory ("": the default)
+  std::string path;              // idx: training images; csv: the training file
+  std::string labels_path;       // idx: training labels
+  std::string test_path;         // idx: test images; csv: the test file ("": see holdout)
+  std::string test_labels_path;  // idx: test labels
+  CsvColumns csv;
+  // No test file: this fraction of the training samples, drawn with `seed`, is held out as
+  // the test set (0: no test set).
+  double holdout_fraction = 0;
+  uint64_t seed = 0;
+  size_t train_limit = 0;  // > 0: only the first train_limit training samples
+  size_t test_limit = 0;   // > 0: only the first test_limit test samples
+};
+
+struct TrainTest {
+  Dataset train;
+  Dataset test;  // empty when there is no test file and nothing is held out
+};
+
+// Reads the training and test sets `source` names. Both get the same num_classes (the larger)
+// and must agree on the sample shape (image size or feature count). train_limit applies before
+// the hold-out split, test_limit after it. Errors: the reader's (each naming the file), a shape
+// mismatch naming both files, a hold-out that leaves either side empty.
+Result<TrainTest> loadTrainTest(const FileSource& source);
+
+// The samples `indices` of `ds` (in that order) as a data set of their own.
+Dataset subsetOf(const Dataset& ds, const std::vector<uint32_t>& indices);
+
+// The hold-out split: round(fraction * size) samples drawn uniformly without replacement with
+// `seed` go to `.test`, the rest to `.train`, each in the original order. kInvalidArgument
+// when either side would be empty.
+Result<TrainTest> holdOut(const Dataset& ds, double fraction, uint64_t seed);
+
+}  // namespace fedfleet::data
