@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/history_command.h"
+#include "cli/model_command.h"
 #include "client/client_runtime.h"
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
@@ -482,6 +483,45 @@ int main(int argc, char** argv) {
       "--timeline-round", [&report_args](const uint32_t& r) { report_args.timeline_round = r; },
       "Round of the per-client timeline (default: the one with the worst stragglers)");
 
+  // model: `fedfleet model info|export`, a run's model out of its history.
+  ModelArgs model_args;
+  auto* modelc = app.add_subcommand(
+      "model",
+      "A run's trained model: its layout and checkpoints (info), or a file PyTorch loads "
+      "(export)");
+  modelc->require_subcommand(1);
+  auto* model_info = modelc->add_subcommand(
+      "info",
+      "The run's model: name, input, classes, checkpoints (the best marked) and each "
+      "tensor's name, shape and offset in the flat buffer");
+  auto* model_export = modelc->add_subcommand(
+      "export",
+      "Write a checkpoint as a model file: a TorchScript model as the trained module "
+      "(torch.jit.load), a built-in one as a state_dict (torch.load; keys as in "
+      "examples/models/fedfleet_models.py), or --format flat (raw float32 and FILE.json)");
+  for (auto* sub : {model_info, model_export}) {
+    sub->add_option("--db", model_args.db, "SQLite history file");
+    sub->add_option("--run", model_args.run, "Run id (default: the latest)");
+  }
+  model_info->add_flag("--json", model_args.json, "Print the model's description as JSON");
+  auto* round_opt = model_export->add_option_function<uint32_t>(
+      "--round", [&model_args](const uint32_t& r) { model_args.round = r; },
+      "The checkpoint of this round");
+  auto* best_opt = model_export->add_flag(
+      "--best", model_args.best,
+      "The checkpoint of the best test accuracy (coordinator.keep_best keeps it)");
+  bool export_last = false;
+  auto* last_opt =
+      model_export->add_flag("--last", export_last, "The latest checkpoint (the default)");
+  round_opt->excludes(best_opt)->excludes(last_opt);
+  best_opt->excludes(last_opt);
+  model_export->add_option("-o,--output", model_args.output, "File to write")->required();
+  model_export->add_option("--format", model_args.format,
+                           "auto (TorchScript module or state_dict), torchscript, state_dict, "
+                           "flat");
+  model_export->add_option("--module", model_args.module,
+                           "The TorchScript file to fill (default: the one the run loaded)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -511,6 +551,10 @@ int main(int argc, char** argv) {
     return runHistoryCommand(hist_args);
   }
   if (report->parsed()) return runReportCommand(report_args);
+  if (modelc->parsed()) {
+    model_args.what = model_export->parsed() ? "export" : "info";
+    return runModelCommand(model_args);
+  }
   return 2;
 }
 

@@ -17,6 +17,7 @@
 #include "common/format.h"
 #include "common/history/history.h"
 #include "common/model/evaluate.h"
+#include "common/model/export.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/limits.h"
@@ -171,6 +172,9 @@ Status ZmqCoordinator::init(const config::Config& config) {
   at::set_num_threads(static_cast<int>(cc.threads));
   FEDFLEET_ASSIGN_OR_RETURN(
       auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path));
+  if (!config_.model.init.empty()) {
+    FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
+  }
   const std::string data_dir =
       config_.data.dir.empty() ? data::defaultFashionMnistDir() : config_.data.dir;
   FEDFLEET_ASSIGN_OR_RETURN(
@@ -190,7 +194,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
   driver_ = std::make_unique<EngineDriver>(*history_, static_cast<DriverPort&>(*this),
-                                           cc.keep_checkpoints, "s");
+                                           checkpointKeepFromConfig(config_), "s");
   engine::EngineOptions eo;
   std::string engine_state;  // from the checkpoint resumed from
   if (cc.resume) {
@@ -231,6 +235,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
     run.config_json = config_.toJson().dump();
     run.started_at = unixNow();
     run.seed = config_.run.seed;
+    run.model_json = model::describeModel(*model, model::InputShape(), config_.model.path);
     FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
   }
 

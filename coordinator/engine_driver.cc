@@ -7,12 +7,9 @@
 
 namespace fedfleet::coordinator {
 
-EngineDriver::EngineDriver(history::HistoryStore& history, DriverPort& port,
-                           uint32_t keep_checkpoints, const char* clock_unit)
-    : history_(history),
-      port_(port),
-      keep_checkpoints_(keep_checkpoints),
-      clock_unit_(clock_unit) {}
+EngineDriver::EngineDriver(history::HistoryStore& history, DriverPort& port, CheckpointKeep keep,
+                           const char* clock_unit)
+    : history_(history), port_(port), keep_(keep), clock_unit_(clock_unit) {}
 
 Status EngineDriver::carryOut(engine::RoundEngine& engine) {
   std::vector<engine::Action> actions;
@@ -62,7 +59,7 @@ void EngineDriver::carryOut(engine::Action& action) {
           recordEvent(a.event);
         } else if constexpr (std::is_same_v<T, engine::CommitRound>) {
           port_.stampRound(a);
-          Status st = commitRoundToHistory(history_, a, keep_checkpoints_, clock_unit_);
+          Status st = commitRoundToHistory(history_, a, keep_, clock_unit_);
           if (!st.isOk()) return fail(st, nullptr);  // it says what failed
           port_.roundCommitted(a);
         } else if constexpr (std::is_same_v<T, engine::Evaluate>) {

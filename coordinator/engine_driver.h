@@ -18,6 +18,7 @@
 
 #include "common/history/history.h"
 #include "common/status.h"
+#include "coordinator/run_setup.h"
 #include "engine/round_engine.h"
 
 namespace fedfleet::coordinator {
@@ -54,8 +55,8 @@ class DriverPort {
 class EngineDriver {
  public:
   // `clock_unit` labels round durations in the log ("s", or "s virtual"); old checkpoints are
-  // pruned down to `keep_checkpoints` after each commit (commitRoundToHistory).
-  EngineDriver(history::HistoryStore& history, DriverPort& port, uint32_t keep_checkpoints,
+  // pruned down to what `keep` says after each commit (commitRoundToHistory).
+  EngineDriver(history::HistoryStore& history, DriverPort& port, CheckpointKeep keep,
                const char* clock_unit);
 
   // Carries out the engine's actions until it has none. Returns the fatal error, once there is
@@ -80,7 +81,7 @@ class EngineDriver {
 
   history::HistoryStore& history_;
   DriverPort& port_;
-  uint32_t keep_checkpoints_;
+  CheckpointKeep keep_;
   const char* clock_unit_;
   Status fatal_;
   bool finished_ = false;

@@ -11,7 +11,7 @@ bool isOperationalConfigKey(std::string_view key) {
   for (std::string_view section : {"client.", "sim.", "history.", "metrics."}) {
     if (key.starts_with(section)) return true;
   }
-  static constexpr std::array<std::string_view, 16> kKeys = {
+  static constexpr std::array<std::string_view, 17> kKeys = {
       "run.name",
       "coordinator.bind",
       "coordinator.insecure",
@@ -24,6 +24,7 @@ bool isOperationalConfigKey(std::string_view key) {
       "coordinator.liveness_s",
       "coordinator.checkpoint_every",
       "coordinator.keep_checkpoints",
+      "coordinator.keep_best",
       "coordinator.partial_buffer_mib",
       "coordinator.max_message_mib",
       "aggregation.buffer_mib",

@@ -137,8 +137,12 @@ Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
   return partitionSizes(options, *train);
 }
 
+CheckpointKeep checkpointKeepFromConfig(const config::Config& config) {
+  return {config.coordinator.keep_checkpoints, config.coordinator.keep_best};
+}
+
 Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRound& commit,
-                            uint32_t keep_checkpoints, const char* clock_unit) {
+                            CheckpointKeep keep, const char* clock_unit) {
   const auto& r = commit.round;
   Status st = store.commitRound(commit.round, commit.updates, commit.checkpoint);
   if (!st.isOk()) {
@@ -156,8 +160,8 @@ Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRo
     spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped, {} rejected", r.round,
                  r.status, r.completed, r.selected, r.late, r.dropped, r.rejected);
   }
-  if (commit.checkpoint && keep_checkpoints > 0) {
-    Status pr = store.pruneCheckpoints(r.run_id, keep_checkpoints);
+  if (commit.checkpoint && keep.last > 0) {
+    Status pr = store.pruneCheckpoints(r.run_id, keep.last, keep.best);
     if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
   }
   return Status::ok();

@@ -40,11 +40,18 @@ Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& option
 Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
                                              const engine::EngineOptions& options);
 
+// Which checkpoints of a run the history keeps (coordinator.keep_checkpoints and keep_best).
+struct CheckpointKeep {
+  uint32_t last = 3;  // the latest `last`; 0: all
+  bool best = false;  // and the one of the best test accuracy (HistoryStore::pruneCheckpoints)
+};
+CheckpointKeep checkpointKeepFromConfig(const config::Config& config);
+
 // Logs one line for the round and writes it (round, updates, checkpoint) in one transaction,
-// then prunes old checkpoints down to `keep_checkpoints` (a pruning failure is only logged: the
+// then prunes old checkpoints down to what `keep` says (a pruning failure is only logged: the
 // round is safe). `clock_unit` labels the round's duration in the log ("s", or "s virtual").
 // A failed write returns the Status with context; the round is then not in the database.
 Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRound& commit,
-                            uint32_t keep_checkpoints, const char* clock_unit = "s");
+                            CheckpointKeep keep, const char* clock_unit = "s");
 
 }  // namespace fedfleet::coordinator

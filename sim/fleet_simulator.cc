@@ -22,6 +22,7 @@
 #include "common/compress/codec.h"
 #include "common/compress/error_feedback.h"
 #include "common/model/evaluate.h"
+#include "common/model/export.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
 #include "coordinator/engine_driver.h"
@@ -230,9 +231,10 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
     return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
   }
 
-  // Opens the history; with coordinator.resume, the interrupted run's file behind a
-  // ReplayHistory (sim/replay_history.h).
-  Status openHistory();
+  // Opens the history and begins a new run (its model described as `model_json`); with
+  // coordinator.resume, the interrupted run's file behind a ReplayHistory
+  // (sim/replay_history.h).
+  Status openHistory(const std::string& model_json);
 
   config::Config config_;
   std::unique_ptr<history::HistoryStore> file_;  // --resume: the file history_ replays
@@ -315,15 +317,19 @@ Status Simulator::init(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(
       auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path,
                                      data_->inputShape()));
+  if (!config_.model.init.empty()) {
+    FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
+  }
   std::vector<float> params = model->flatParameters();
   num_params_ = params.size();
   ref_samples_per_s_ =
       sc.reference_gflops * 1e9 / trainFlopsPerSample(config_.model.name, num_params_);
 
-  FEDFLEET_RETURN_IF_ERROR(openHistory());
+  FEDFLEET_RETURN_IF_ERROR(
+      openHistory(model::describeModel(*model, data_->inputShape(), config_.model.path)));
   driver_ = std::make_unique<coordinator::EngineDriver>(
-      *history_, static_cast<coordinator::DriverPort&>(*this), config_.coordinator.keep_checkpoints,
-      "s virtual");
+      *history_, static_cast<coordinator::DriverPort&>(*this),
+      coordinator::checkpointKeepFromConfig(config_), "s virtual");
 
   engine::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
   eo.liveness_s = 0;  // virtual clients send no heartbeats; losses are reported as goodbyes
@@ -376,7 +382,7 @@ Status Simulator::init(const config::Config& config) {
   return Status::ok();
 }
 
-Status Simulator::openHistory() {
+Status Simulator::openHistory(const std::string& model_json) {
   const std::string& db = config_.history.db;
   if (!config_.coordinator.resume) {
     if (db == ":memory:") {
@@ -390,6 +396,7 @@ Status Simulator::openHistory() {
     run.started_at = unixNow();
     run.seed = config_.run.seed;
     run.clock = "virtual";
+    run.model_json = model_json;
     FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
     return Status::ok();
   }

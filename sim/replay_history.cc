@@ -212,10 +212,10 @@ Status ReplayHistory::recordBlockMetrics(const std::vector<history::BlockMetricR
   return Status::ok();
 }
 
-Status ReplayHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last) {
-  // Keeping the latest `keep_last` of a file that already kept them is a no-op, so the file's
-  // checkpoints end as an uninterrupted run's.
-  return store_.pruneCheckpoints(run_id, keep_last);
+Status ReplayHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) {
+  // Keeping the latest `keep_last` (and the best) of a file that already kept them is a no-op,
+  // so the file's checkpoints end as an uninterrupted run's.
+  return store_.pruneCheckpoints(run_id, keep_last, keep_best);
 }
 
 }  // namespace fedfleet::sim

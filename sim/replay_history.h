@@ -47,7 +47,7 @@ class ReplayHistory final : public history::HistoryStore {
                      const std::optional<history::CheckpointRecord>& checkpoint) override;
   Status recordEvent(const history::EventRecord& event) override;
   Status recordBlockMetrics(const std::vector<history::BlockMetricRecord>& rows) override;
-  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override;
+  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) override;
 
   // Reads go to the store.
   Result<std::vector<history::RunRecord>> runs() override { return store_.runs(); }
@@ -64,6 +64,9 @@ class ReplayHistory final : public history::HistoryStore {
   }
   Result<history::CheckpointRecord> latestCheckpoint(int64_t run_id) override {
     return store_.latestCheckpoint(run_id);
+  }
+  Result<history::CheckpointRecord> checkpointAt(int64_t run_id, uint32_t round) override {
+    return store_.checkpointAt(run_id, round);
   }
   Result<std::vector<history::BlockMetricRecord>> blockMetrics(int64_t run_id) override {
     return store_.blockMetrics(run_id);

@@ -38,6 +38,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.server_lr", c.coordinator.server_lr);
   f("coordinator.checkpoint_every", c.coordinator.checkpoint_every);
   f("coordinator.keep_checkpoints", c.coordinator.keep_checkpoints);
+  f("coordinator.keep_best", c.coordinator.keep_best);
   f("coordinator.chunk_kib", c.coordinator.chunk_kib);
   f("coordinator.resume", c.coordinator.resume);
   f("coordinator.resume_changes", c.coordinator.resume_changes);
@@ -89,6 +90,7 @@ void forEachField(C& c, F&& f) {
   f("selection.recent_failure_rounds", c.selection.recent_failure_rounds);
   f("model.name", c.model.name);
   f("model.path", c.model.path);
+  f("model.init", c.model.init);
   f("data.dataset", c.data.dataset);
   f("data.format", c.data.format);
   f("data.dir", c.data.dir);

@@ -39,7 +39,8 @@ struct CoordinatorSection {
                                         // trains the partition named in its task
   double server_lr = 1.0;               // eta_g
   uint32_t checkpoint_every = 1;        // rounds between checkpoints in the history (0: never)
-  uint32_t keep_checkpoints = 3;        // checkpoints kept per run
+  uint32_t keep_checkpoints = 3;        // checkpoints kept per run (the latest)
+  bool keep_best = false;               // and the one of the best test accuracy
   uint32_t chunk_kib = 1024;            // upload chunk size asked of clients
   bool resume = false;                  // continue the latest run of this name from its checkpoint
   bool resume_changes = false;          // resume: accept a config that changes the run's meaning
@@ -126,6 +127,7 @@ struct SelectionSection {
 struct ModelSection {
   std::string name = "mlp";  // logreg, mlp, cnn, lenet, torchscript
   std::string path;          // TorchScript file when name = "torchscript"
+  std::string init;  // start from these weights (a file `fedfleet model export` wrote); "": seed
 };
 
 struct DataSection {

@@ -311,6 +311,7 @@ std::string formatRuns(const std::vector<RunRecord>& runs, Format format) {
       {"started_at", [](const R& r) -> Value { return r.started_at; }},
       {"seed", [](const R& r) -> Value { return r.seed; }},
       {"clock", [](const R& r) -> Value { return r.clock; }},
+      {"model_json", [](const R& r) -> Value { return r.model_json; }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"run_id", true, [](const R& r) { return std::to_string(r.run_id); }},

@@ -90,11 +90,19 @@ class HistoryStore {
   virtual Result<std::vector<uint32_t>> checkpointRounds(int64_t /*run_id*/) {
     return failedPrecondition("checkpointRounds is not supported by this history backend");
   }
-  // Deletes the checkpoints of `run_id` except the `keep_last` with the highest rounds (rounds
-  // and updates stay). keep_last == 0 is kInvalidArgument: resume needs the latest checkpoint.
-  // A run with fewer checkpoints, or an unknown run, is left alone and gives OK. The default
-  // implementation (for test doubles) returns kFailedPrecondition; both backends override it.
-  virtual Status pruneCheckpoints(int64_t /*run_id*/, uint32_t /*keep_last*/) {
+  // The checkpoint of `run_id` at `round`; kNotFound when there is none (never written, or
+  // pruned). The default implementation (for test doubles) returns kFailedPrecondition; both
+  // backends override it.
+  virtual Result<CheckpointRecord> checkpointAt(int64_t /*run_id*/, uint32_t /*round*/) {
+    return failedPrecondition("checkpointAt is not supported by this history backend");
+  }
+  // Deletes the checkpoints of `run_id` except the `keep_last` with the highest rounds and, when
+  // `keep_best`, the best one: of the checkpointed rounds whose test accuracy is recorded, the
+  // one with the highest (the earliest of equals) (rounds and updates stay). keep_last == 0 is
+  // kInvalidArgument: resume needs the latest checkpoint. A run with fewer checkpoints, or an
+  // unknown run, is left alone and gives OK. The default implementation (for test doubles)
+  // returns kFailedPrecondition; both backends override it.
+  virtual Status pruneCheckpoints(int64_t /*run_id*/, uint32_t /*keep_last*/, bool /*keep_best*/) {
     return failedPrecondition("pruneCheckpoints is not supported by this history backend");
   }
 };

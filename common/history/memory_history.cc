@@ -175,7 +175,16 @@ class MemoryHistory final : public HistoryStore {
     return out;
   }
 
-  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override {
+  Result<CheckpointRecord> checkpointAt(int64_t run_id, uint32_t round) override {
+    auto it = checkpoints_.find({run_id, round});
+    if (it == checkpoints_.end()) {
+      return notFound("checkpointAt(" + std::to_string(run_id) + ", " + std::to_string(round) +
+                      "): no checkpoint of that round");
+    }
+    return it->second;
+  }
+
+  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) override {
     if (keep_last == 0) {
       return invalidArgument("pruneCheckpoints(" + std::to_string(run_id) +
                              ", 0): keep_last must be at least 1");
@@ -184,8 +193,19 @@ class MemoryHistory final : public HistoryStore {
     auto end = checkpoints_.upper_bound({run_id, UINT32_MAX});
     size_t count = static_cast<size_t>(std::distance(first, end));
     if (count <= keep_last) return Status::ok();
+    // The best: the highest recorded test accuracy, the earliest of equals.
+    std::optional<uint32_t> best;
+    double best_accuracy = 0;
+    for (auto it = first; keep_best && it != end; ++it) {
+      auto round = rounds_.find(it->first);
+      if (round == rounds_.end() || !round->second.test_accuracy) continue;
+      const double a = *round->second.test_accuracy;
+      if (!best || a > best_accuracy) best = it->first.second, best_accuracy = a;
+    }
     auto last_erased = std::next(first, static_cast<std::ptrdiff_t>(count - keep_last));
-    checkpoints_.erase(first, last_erased);
+    for (auto it = first; it != last_erased;) {
+      it = best && it->first.second == *best ? std::next(it) : checkpoints_.erase(it);
+    }
     return Status::ok();
   }
 

@@ -18,6 +18,10 @@ struct RunRecord {
   std::string clock = "wall";  // "wall": round and update times are unix seconds (a real
                                // coordinator); "virtual": seconds of simulated time from the
                                // start of the run (the fleet simulator)
+  // The model the checkpoints' flat buffers belong to, as JSON (common/model/export.h): its
+  // name, the input shape and classes it was built for, and every tensor's name, shape and
+  // offset. "" in runs recorded before the column existed.
+  std::string model_json;
 };
 
 struct RoundRecord {

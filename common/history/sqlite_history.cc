@@ -46,7 +46,8 @@ class SqliteHistory final : public HistoryStore {
   Result<std::vector<uint32_t>> checkpointRounds(int64_t run_id) override;
   Result<std::vector<BlockMetricRecord>> blockMetrics(int64_t run_id) override;
   Status recordBlockMetrics(const std::vector<BlockMetricRecord>& rows) override;
-  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override;
+  Result<CheckpointRecord> checkpointAt(int64_t run_id, uint32_t round) override;
+  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) override;
 
  private:
   explicit SqliteHistory(DbPtr db) : db_(std::move(db)) {}
@@ -83,6 +84,7 @@ class SqliteHistory final : public HistoryStore {
   RecordSelect<EventRecord> select_run_events_;
   RecordSelect<EventRecord> select_unattached_events_;
   RecordSelect<CheckpointRecord> select_latest_checkpoint_;
+  RecordSelect<CheckpointRecord> select_checkpoint_at_;
   StatementPtr select_checkpoint_rounds_;
   StatementPtr prune_checkpoints_;
 };
@@ -239,16 +241,23 @@ Status SqliteHistory::prepareStatements() {
   FEDFLEET_RETURN_IF_ERROR(
       records(select_latest_checkpoint_, kCheckpointsTable,
               selectSql(kCheckpointsTable, "WHERE run_id = :run_id ORDER BY round DESC LIMIT 1")));
+  FEDFLEET_RETURN_IF_ERROR(
+      records(select_checkpoint_at_, kCheckpointsTable,
+              selectSql(kCheckpointsTable, "WHERE run_id = :run_id AND round = :round")));
   FEDFLEET_RETURN_IF_ERROR(plain(run_exists_, "SELECT 1 FROM runs WHERE run_id = :run_id"));
   FEDFLEET_RETURN_IF_ERROR(
       plain(round_exists_, "SELECT 1 FROM rounds WHERE run_id = :run_id AND round = :round"));
   FEDFLEET_RETURN_IF_ERROR(
       plain(select_checkpoint_rounds_,
             "SELECT round FROM checkpoints WHERE run_id = :run_id ORDER BY round"));
-  FEDFLEET_RETURN_IF_ERROR(plain(prune_checkpoints_,
-                                 "DELETE FROM checkpoints WHERE run_id = :run_id AND round NOT IN "
-                                 "(SELECT round FROM checkpoints WHERE run_id = :run_id ORDER BY "
-                                 "round DESC LIMIT :keep_last)"));
+  FEDFLEET_RETURN_IF_ERROR(plain(
+      prune_checkpoints_,
+      "DELETE FROM checkpoints WHERE run_id = :run_id AND round NOT IN (SELECT round FROM "
+      "checkpoints WHERE run_id = :run_id ORDER BY round DESC LIMIT :keep_last) AND NOT "
+      "(:keep_best "
+      "AND round IS (SELECT c.round FROM checkpoints c JOIN rounds r ON r.run_id = c.run_id AND "
+      "r.round = c.round WHERE c.run_id = :run_id AND r.test_accuracy IS NOT NULL ORDER BY "
+      "r.test_accuracy DESC, c.round LIMIT 1))"));
   return Status::ok();
 }
 
@@ -382,6 +391,17 @@ Result<CheckpointRecord> SqliteHistory::latestCheckpoint(int64_t run_id) {
   return select_latest_checkpoint_.read(q);
 }
 
+Result<CheckpointRecord> SqliteHistory::checkpointAt(int64_t run_id, uint32_t round) {
+  const std::string ctx =
+      "checkpointAt(" + std::to_string(run_id) + ", " + std::to_string(round) + ")";
+  Query q = query(select_checkpoint_at_, ctx);
+  q.parameter(":run_id").integer(run_id);
+  q.parameter(":round").integer(round);
+  FEDFLEET_ASSIGN_OR_RETURN(bool row, q.step());
+  if (!row) return notFound(ctx + ": no checkpoint of that round");
+  return select_checkpoint_at_.read(q);
+}
+
 Result<std::vector<uint32_t>> SqliteHistory::checkpointRounds(int64_t run_id) {
   Query q = query(select_checkpoint_rounds_, "checkpointRounds(" + std::to_string(run_id) + ")");
   q.parameter(":run_id").integer(run_id);
@@ -435,13 +455,14 @@ Status SqliteHistory::recordBlockMetrics(const std::vector<BlockMetricRecord>& r
   return Status::ok();
 }
 
-Status SqliteHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last) {
-  const std::string ctx =
-      "pruneCheckpoints(" + std::to_string(run_id) + ", " + std::to_string(keep_last) + ")";
+Status SqliteHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) {
+  const std::string ctx = "pruneCheckpoints(" + std::to_string(run_id) + ", " +
+                          std::to_string(keep_last) + (keep_best ? ", best" : "") + ")";
   if (keep_last == 0) return invalidArgument(ctx + ": keep_last must be at least 1");
   Query q = query(prune_checkpoints_, ctx);
   q.parameter(":run_id").integer(run_id);
   q.parameter(":keep_last").integer(keep_last);
+  q.parameter(":keep_best").integer(keep_best ? 1 : 0);
   return q.run();
 }
 

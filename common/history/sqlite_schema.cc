@@ -43,6 +43,7 @@ constexpr Column<RunRecord> kRunColumns[] = {
     field<&RunRecord::started_at>("started_at", "REAL"),
     field<&RunRecord::seed>("seed", "INTEGER", "NOT NULL"),
     field<&RunRecord::clock>("clock", "TEXT", "NOT NULL DEFAULT 'wall'"),
+    field<&RunRecord::model_json>("model_json", "TEXT", "NOT NULL DEFAULT ''"),
 };
 
 constexpr Column<RoundRecord> kRoundColumns[] = {
@@ -208,6 +209,12 @@ ALTER TABLE updates ADD COLUMN served_samples INTEGER;
 ALTER TABLE updates ADD COLUMN served_loss REAL;
 ALTER TABLE updates ADD COLUMN served_accuracy REAL;
 ALTER TABLE updates ADD COLUMN grant_wait_s REAL;
+)sql"},
+    {5, 6,
+     "the layout of the run's model (names, shapes and offsets of its tensors), so that a "
+     "checkpoint can be exported as a model file",
+     R"sql(
+ALTER TABLE runs ADD COLUMN model_json TEXT NOT NULL DEFAULT '';
 )sql"},
 };
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 
 #include "common/check.h"
 
@@ -32,6 +33,19 @@ class BuiltinModel final : public Model {
   bool isTraining() override { return net_->is_training(); }
   void to(const c10::Device& device) override { net_->to(device); }
   std::string name() const override { return name_; }
+  Result<std::string> exportBytes() override {
+    try {
+      c10::Dict<std::string, at::Tensor> state;
+      for (const auto& p : net_->named_parameters()) {
+        state.insert(p.key(), p.value().detach().to(torch::kCPU).clone());
+      }
+      const std::vector<char> bytes = torch::pickle_save(state);
+      return std::string(bytes.begin(), bytes.end());
+    } catch (const c10::Error& e) {
+      return internalError("writing the state_dict of model '" + name_ +
+                           "': " + e.what_without_backtrace());
+    }
+  }
 
   // PyTorch's default init for Linear and Conv2d (kaiming_uniform with a = sqrt(5), and the
   // bias rule) is uniform in +-1/sqrt(fan_in) for weight and bias alike; redrawn here from a
@@ -120,6 +134,16 @@ class TorchScriptModel final : public Model {
   bool isTraining() override { return module_.is_training(); }
   void to(const c10::Device& device) override { module_.to(device); }
   std::string name() const override { return "torchscript"; }
+  Result<std::string> exportBytes() override {
+    try {
+      std::ostringstream out;
+      module_.save(out);
+      return std::move(out).str();
+    } catch (const c10::Error& e) {
+      return internalError(std::string("saving the TorchScript module: ") +
+                           e.what_without_backtrace());
+    }
+  }
 
  private:
   torch::jit::script::Module module_;

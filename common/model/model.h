@@ -57,6 +57,10 @@ class Model {
   virtual void to(const c10::Device& device) = 0;
   // "logreg", "mlp", "cnn", "lenet" or "torchscript".
   virtual std::string name() const = 0;
+  // The model with its current weights as the bytes of a file PyTorch loads: a TorchScript
+  // module (torch.jit.load) for "torchscript", the state_dict (torch.load: a dict of
+  // parameterNames() to CPU tensors) for a built-in model. kInternal if LibTorch fails.
+  virtual Result<std::string> exportBytes() = 0;
 
   // The device of the first parameter (CPU for a model without parameters).
   c10::Device device();

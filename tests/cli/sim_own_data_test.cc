@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <random>
 
 #include "common/history/history.h"
+#include "tests/cli/blobs.h"
 #include "tests/integration/process.h"
 
 namespace fedfleet {
@@ -16,50 +16,13 @@ namespace {
 using ::testing::HasSubstr;
 const std::string kBinary = FEDFLEET_BINARY;
 
-// n samples of three Gaussian blobs in 4 dimensions (centres 3 apart, unit spread), with an
-// unused "id" column first; class c's centre is +3 in coordinate c, -3 in coordinate 3.
-void writeBlobs(const std::string& path, int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> noise(0, 1);
-  std::ofstream out(path);
-  out << "id,f0,f1,f2,f3,class\n";
-  for (int i = 0; i < n; ++i) {
-    const int c = i % 3;
-    out << "s" << i;
-    for (int d = 0; d < 4; ++d) {
-      const double centre = d == c ? 3 : (d == 3 ? -3 : 0);
-      out << "," << centre + noise(rng);
-    }
-    out << "," << c << "\n";
-  }
-}
+using testing::writeBlobs;
 
 std::vector<std::string> simArgs(const std::string& db, const std::vector<std::string>& sets) {
-  std::vector<std::string> args = {kBinary,
-                                   "sim",
-                                   "--clients",
-                                   "6",
-                                   "--clients-per-round",
-                                   "3",
-                                   "--rounds",
-                                   "5",
-                                   "--model",
-                                   "logreg",
-                                   "--progress",
-                                   "off",
-                                   "--db",
-                                   db,
-                                   "--set",
-                                   "data.partition=iid",
-                                   "--set",
-                                   "train.epochs=2",
-                                   "--set",
-                                   "train.lr=0.1"};
-  for (const auto& s : sets) {
-    args.push_back("--set");
-    args.push_back(s);
-  }
-  return args;
+  std::vector<std::string> all = {"model.name=logreg", "data.partition=iid", "train.epochs=2",
+                                  "train.lr=0.1"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return testing::smallSimArgs(kBinary, db, 5, all);
 }
 
 std::vector<history::RoundRecord> roundsOf(const std::string& db) {

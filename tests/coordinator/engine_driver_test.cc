@@ -49,8 +49,8 @@ class FailingHistory final : public history::HistoryStore {
   Result<std::vector<uint32_t>> checkpointRounds(int64_t run_id) override {
     return inner_->checkpointRounds(run_id);
   }
-  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last) override {
-    return inner_->pruneCheckpoints(run_id, keep_last);
+  Status pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) override {
+    return inner_->pruneCheckpoints(run_id, keep_last, keep_best);
   }
   uint64_t eventWrites() const { return event_writes_; }
 
@@ -109,7 +109,7 @@ struct DrivenRun {
     o.bye_on_finish = false;
     engine = std::make_unique<engine::RoundEngine>(o, std::vector<float>{0, 0, 0});
     port.engine = engine.get();
-    driver = std::make_unique<EngineDriver>(*history, port, 3, "s");
+    driver = std::make_unique<EngineDriver>(*history, port, CheckpointKeep{3, false}, "s");
   }
 };
 

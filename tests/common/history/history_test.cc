@@ -22,8 +22,8 @@ void PrintTo(Backend b, std::ostream* os) { *os << (b == Backend::kSqlite ? "sql
 // Every field of each record, for comparing. The structured bindings name every member, so a
 // field added to a record stops this file compiling until it is compared here too.
 auto fields(const RunRecord& r) {
-  const auto& [run_id, name, config_json, started_at, seed, clock] = r;
-  return std::tie(run_id, name, config_json, started_at, seed, clock);
+  const auto& [run_id, name, config_json, started_at, seed, clock, model_json] = r;
+  return std::tie(run_id, name, config_json, started_at, seed, clock, model_json);
 }
 auto fields(const RoundRecord& r) {
   const auto& [run_id, round, start_time, end_time, wall_start, wall_end, selected, completed, late,
@@ -452,13 +452,13 @@ TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheLatest) {
   }
   ASSERT_TRUE(store_->commitRound(makeRound(other, 0), {}, makeCheckpoint(other, 0)).isOk());
 
-  EXPECT_EQ(store_->pruneCheckpoints(run, 0).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(store_->pruneCheckpoints(run, 10).isOk());
+  EXPECT_EQ(store_->pruneCheckpoints(run, 0, false).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 10, false).isOk());
   auto kept = store_->checkpointRounds(run);
   ASSERT_TRUE(kept.isOk()) << kept.status().toString();
   EXPECT_EQ(*kept, (std::vector<uint32_t>{0, 1, 2, 3, 4}));
 
-  ASSERT_TRUE(store_->pruneCheckpoints(run, 2).isOk());
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2, false).isOk());
   kept = store_->checkpointRounds(run);
   ASSERT_TRUE(kept.isOk());
   EXPECT_EQ(*kept, (std::vector<uint32_t>{3, 4}));
@@ -473,7 +473,43 @@ TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheLatest) {
   auto other_kept = store_->checkpointRounds(other);
   ASSERT_TRUE(other_kept.isOk());
   EXPECT_EQ(*other_kept, (std::vector<uint32_t>{0}));
-  EXPECT_TRUE(store_->pruneCheckpoints(other + 99, 1).isOk());
+  EXPECT_TRUE(store_->pruneCheckpoints(other + 99, 1, false).isOk());
+}
+
+// With keep_best the checkpoint of the best test accuracy (the earliest of equals) stays beside
+// the latest ones; rounds without an accuracy never count as best.
+TEST_P(HistoryStoreTest, PruneCheckpointsCanKeepTheBestBesideTheLatest) {
+  const int64_t run = newRun();
+  // Accuracies of rounds 0..6; round 5 has none.
+  const std::vector<std::optional<double>> accuracy = {0.5, 0.8, 0.9, 0.9, 0.7, std::nullopt, 0.6};
+  for (uint32_t r = 0; r < accuracy.size(); ++r) {
+    RoundRecord round = makeRound(run, r);
+    round.test_accuracy = accuracy[r];
+    ASSERT_TRUE(store_->commitRound(round, {}, makeCheckpoint(run, r)).isOk());
+  }
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2, true).isOk());
+  auto kept = store_->checkpointRounds(run);
+  ASSERT_TRUE(kept.isOk()) << kept.status().toString();
+  EXPECT_EQ(*kept, (std::vector<uint32_t>{2, 5, 6})) << "round 2: 0.9 first; 5 and 6 the latest";
+  // Pruning again keeps the same; without keep_best the best goes.
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2, true).isOk());
+  EXPECT_EQ(store_->checkpointRounds(run).value(), (std::vector<uint32_t>{2, 5, 6}));
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2, false).isOk());
+  EXPECT_EQ(store_->checkpointRounds(run).value(), (std::vector<uint32_t>{5, 6}));
+}
+
+TEST_P(HistoryStoreTest, CheckpointAtReadsOneRoundsCheckpoint) {
+  const int64_t run = newRun();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(store_->commitRound(makeRound(run, r), {}, makeCheckpoint(run, r)).isOk());
+  }
+  auto one = store_->checkpointAt(run, 1);
+  ASSERT_TRUE(one.isOk()) << one.status().toString();
+  EXPECT_EQ(fields(*one), fields(makeCheckpoint(run, 1)));
+  EXPECT_EQ(store_->checkpointAt(run, 3).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->checkpointAt(run + 1, 1).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 1, false).isOk());
+  EXPECT_EQ(store_->checkpointAt(run, 1).status().code(), StatusCode::kNotFound);
 }
 
 TEST_P(HistoryStoreTest, BlockMetricsRoundTripInOrderAllOrNone) {
@@ -531,7 +567,7 @@ TEST_P(HistoryStoreTest, EveryFieldOfEveryRecordRoundTripsAtTheEdges) {
   constexpr double kTiny = std::numeric_limits<double>::denorm_min();
   constexpr double kHuge = std::numeric_limits<double>::max();
 
-  RunRecord run{0, "", "{\"k\": \"v\xc3\xa9\"}", -kHuge, kMaxU64, "virtual"};
+  RunRecord run{0, "", "{\"k\": \"v\xc3\xa9\"}", -kHuge, kMaxU64, "virtual", "{\"total\": 0}"};
   auto id = store_->beginRun(run);
   ASSERT_TRUE(id.isOk()) << id.status().toString();
   run.run_id = *id;

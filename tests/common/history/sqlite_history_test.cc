@@ -197,7 +197,7 @@ TEST_F(SqliteHistoryTest, UsesWalJournal) {
   ASSERT_EQ(header.size(), 100u);
   EXPECT_EQ(header[18], 2);
   EXPECT_EQ(header[19], 2);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), std::to_string(kSqliteSchemaVersion));
   EXPECT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
                      "('updates_by_round', 'events_by_run')"),
             "2");
@@ -278,7 +278,7 @@ TEST_F(SqliteHistoryTest, OtherSchemaVersionsAreRefusedAndLeftAlone) {
     std::vector<std::string> says;
   };
   const Case cases[] = {
-      {99, {"schema version 99", "knows up to schema version 5", "newer", "upgrade fedfleet"}},
+      {99, {"schema version 99", "knows up to schema version 6", "newer", "upgrade fedfleet"}},
       {0, {"schema version 0, which no fedfleet writes", "damaged"}},
   };
   { ASSERT_TRUE(open()); }
@@ -480,7 +480,7 @@ TEST_F(SqliteHistoryTest, LockHeldPastBusyTimeoutIsTimeout) {
 
 // A version-3 file that a tool gave a block_metrics table of its own (the report's readers
 // accept any column types) keeps the table and its rows when upgraded to version 4 (and on to
-// 5); a fresh file has the table, and the writer adds to it.
+// the latest); a fresh file has the table, and the writer adds to it.
 TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
   {
     auto store = open();
@@ -504,6 +504,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
                            "round INTEGER, block INTEGER, model TEXT, accuracy REAL, loss REAL); "
                            "INSERT INTO block_metrics VALUES (1, 4, 2, 'm', 0.5, 1.0); "
                            "ALTER TABLE updates DROP COLUMN grant_wait_s; "
+                           "ALTER TABLE runs DROP COLUMN model_json; "
                            "UPDATE schema_version SET version = 3",
                            nullptr, nullptr, &err),
               SQLITE_OK)
@@ -513,7 +514,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), std::to_string(kSqliteSchemaVersion));
   auto rows = store->blockMetrics(1);
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();
   ASSERT_EQ(rows->size(), 1u);
@@ -558,14 +559,14 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
           "served_samples", "served_loss", "served_accuracy", "grant_wait_s"}) {
       sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
     }
-    sql += "UPDATE schema_version SET version = 4";
+    sql += "ALTER TABLE runs DROP COLUMN model_json; UPDATE schema_version SET version = 4";
     EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
     sqlite3_free(err);
     sqlite3_close(db);
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), std::to_string(kSqliteSchemaVersion));
   UpdateRecord u = completed(1, "c1");
   u.served_block = 1;
   u.served_model = "chain";
@@ -632,7 +633,7 @@ INSERT INTO updates VALUES (1, 1, 1, 'c1', 0, 60, 2, 0.5, 3.25, 0.5, 10, 20, 1.0
   }
   auto store = open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "5");
+  EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), std::to_string(kSqliteSchemaVersion));
   auto runs = store->runs();
   ASSERT_TRUE(runs.isOk());
   ASSERT_EQ(runs->size(), 1u);
