@@ -43,7 +43,7 @@ Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
 // Which checkpoints of a run the history keeps (coordinator.keep_checkpoints and keep_best).
 struct CheckpointKeep {
   uint32_t last = 3;  // the latest `last`; 0: all
-  bool best = false;  // and the one of the best test accuracy (HistoryStore::pruneCheckpoints)
+  bool best = true;   // and the one of the best test accuracy (HistoryStore::pruneCheckpoints)
 };
 CheckpointKeep checkpointKeepFromConfig(const config::Config& config);
 

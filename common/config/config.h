@@ -40,7 +40,7 @@ struct CoordinatorSection {
   double server_lr = 1.0;               // eta_g
   uint32_t checkpoint_every = 1;        // rounds between checkpoints in the history (0: never)
   uint32_t keep_checkpoints = 3;        // checkpoints kept per run (the latest)
-  bool keep_best = false;               // and the one of the best test accuracy
+  bool keep_best = true;                // and the one of the best test accuracy
   uint32_t chunk_kib = 1024;            // upload chunk size asked of clients
   bool resume = false;                  // continue the latest run of this name from its checkpoint
   bool resume_changes = false;          // resume: accept a config that changes the run's meaning
