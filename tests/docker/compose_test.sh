@@ -133,6 +133,33 @@ dump_logs() {
   done
 }
 
+# Freeze a container: `docker pause` (the cgroup freezer), or where the machine's runtime cannot
+# freeze ("OCI runtime pause failed: unable to freeze"), SIGSTOP to each of its processes from
+# the host (docker top lists their host PIDs; this test runs as root, as dockerd does).
+# FEDFLEET_TEST_NO_PAUSE=1 takes the second way on any machine.
+frozen_by=""
+freeze() {
+  if [ -z "${FEDFLEET_TEST_NO_PAUSE:-}" ] && docker pause "$1" > /dev/null 2>&1; then
+    frozen_by=pause
+    return 0
+  fi
+  local pids
+  pids=$(docker top "$1" -eo pid | tail -n +2) || return 1
+  [ -n "$pids" ] || return 1
+  # shellcheck disable=SC2086
+  kill -STOP $pids || return 1
+  [ "$frozen_by" = sigstop ] || step "docker pause is not available here; freezing with SIGSTOP"
+  frozen_by=sigstop
+}
+unfreeze() {
+  if [ "$frozen_by" = pause ]; then
+    docker unpause "$1" > /dev/null
+  else
+    # shellcheck disable=SC2046
+    kill -CONT $(docker top "$1" -eo pid | tail -n +2)
+  fi
+}
+
 # ---- 5. kill one slow client while it trains (round 2, or 3 if it joined late) ----------------
 step "waiting for $(docker inspect -f '{{.Name}}' "$victim") to receive a task of round 2 or 3"
 victim_id="" kill_round=""
@@ -147,19 +174,19 @@ for _ in $(seq 1 600); do
     if ! grep -q "$id: round $r uploaded" <<<"$logs"; then
       # Freeze it, then look again: the upload may have finished since the logs were read, and
       # a frozen client cannot finish it between this check and the kill.
-      docker pause "$victim" > /dev/null || fail "docker pause failed"
+      freeze "$victim" || fail "could not freeze $victim (docker pause, then SIGSTOP from the host)"
       if ! docker logs "$victim" 2>&1 | grep -q "$id: round $r uploaded"; then
         victim_id=$id kill_round=$r
         break
       fi
-      docker unpause "$victim" > /dev/null || fail "docker unpause failed"
+      unfreeze "$victim" || fail "could not unfreeze $victim"
     fi
   fi
   [ "$(docker inspect -f '{{.State.Running}}' "$victim")" = true ] || break
   sleep 0.2
 done
 [ -n "$victim_id" ] || { dump_logs; fail "the slow client never got a task in round 2 or 3"; }
-docker kill "$victim" > /dev/null || fail "docker kill failed"  # SIGKILL reaches a paused one
+docker kill "$victim" > /dev/null || fail "docker kill failed"  # SIGKILL reaches a frozen one
 step "killed $victim_id mid-round $kill_round: $line"
 docker logs "$victim" 2>&1 | grep -q "$victim_id: round $kill_round uploaded" &&
   fail "$victim_id had already uploaded round $kill_round when it was killed; the kill was not mid-round"
