@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/check.h"
 #include "common/model/batch.h"
@@ -37,6 +38,11 @@ class ShardBatches {
       float* xp = x.data_ptr<float>();
       for (size_t i = 0; i < indices.size(); ++i) {
         std::copy_n(ds.feature(indices[i]), dim, xp + i * dim);
+      }
+      if (!ds.sample_shape.empty()) {
+        std::vector<int64_t> shape = {m};
+        shape.insert(shape.end(), ds.sample_shape.begin(), ds.sample_shape.end());
+        x = x.view(shape);
       }
     } else {
       const size_t pixels = ds.imageBytes();

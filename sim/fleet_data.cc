@@ -5,6 +5,7 @@
 #include "common/data/block_cyclic.h"
 #include "common/data/partition.h"
 #include "common/data/source.h"
+#include "common/model/tensor_data.h"
 
 namespace fedfleet::sim {
 
@@ -70,7 +71,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   const std::string dir = dc.dir.empty() ? data::defaultFashionMnistDir() : dc.dir;
   data::Dataset train, test;
   std::string source_name = "Fashion-MNIST";
-  if (config.dataFormat() == "idx" || config.dataFormat() == "csv") {
+  if (config.readsDataFiles()) {
     // The user's files: one training set split over the clients, and the server's test set
     // (a test file, or a seeded hold-out of the training file).
     data::FileSource source;
@@ -81,6 +82,9 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     source.test_labels_path = dc.test_labels_path;
     source.csv.label = dc.label_column;
     source.csv.features = dc.feature_columns;
+    source.read_tensors = [](const std::string& path, size_t limit) {
+      return model::loadTensorFile(path, limit);
+    };
     source.holdout_fraction = dc.holdout_fraction;
     source.seed = config.run.seed;
     source.train_limit = dc.train_subset;

@@ -434,13 +434,13 @@ Status Config::validateDataSource() const {
   const std::string& format = dataFormat();
   if (!data.format.empty()) {
     FEDFLEET_RETURN_IF_ERROR(
-        oneOf("data.format", data.format, {"fashion-mnist", "idx", "csv", "synthetic"}));
+        oneOf("data.format", data.format, {"fashion-mnist", "idx", "csv", "tensors", "synthetic"}));
     if (data.dataset != "fashion-mnist" && data.dataset != data.format) {
       return bad("data.dataset", "(\"" + data.dataset + "\") and data.format (\"" + data.format +
                                      "\") disagree: set data.format alone");
     }
   }
-  const bool files = format == "idx" || format == "csv";
+  const bool files = readsDataFiles();
   // Keys a format does not read are refused rather than ignored.
   auto unused = [&](const char* key, bool set) -> Status {
     if (!set) return Status::ok();
@@ -657,7 +657,7 @@ Status Config::validateBlocks() const {
     return bad("blocks.rounds_per_block",
                "or blocks.block_s (exactly one of them) must be set when blocks.count > 0");
   }
-  if (dataFormat() == "idx" || dataFormat() == "csv") {
+  if (readsDataFiles()) {
     return bad("blocks.count", "must be 0 with data.format = \"" + dataFormat() +
                                    "\": block-cyclic runs use fashion-mnist or synthetic data");
   }

@@ -280,6 +280,11 @@ struct Config {
   Status validateDataSource() const;
   // data.format, or data.dataset when format is "".
   const std::string& dataFormat() const { return data.format.empty() ? data.dataset : data.format; }
+  // Whether the data come from files the user names (data.format idx, csv or tensors).
+  bool readsDataFiles() const {
+    const std::string& f = dataFormat();
+    return f == "idx" || f == "csv" || f == "tensors";
+  }
   std::string allowDir() const;
 
   nlohmann::json toJson() const;

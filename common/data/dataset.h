@@ -26,6 +26,9 @@ namespace fedfleet::data {
 struct Dataset {
   uint32_t rows = 0, cols = 0, num_classes = 10;
   uint32_t feature_dim = 0;     // > 0: this is a feature-vector data set
+  // Feature-vector sets: the shape one sample has for the model (a tensors file's [3, 32, 32],
+  // say), its product feature_dim; empty: a plain vector, [feature_dim].
+  std::vector<uint32_t> sample_shape;
   std::vector<float> features;  // size() * feature_dim floats, sample after sample
   std::vector<uint8_t> images;  // size() * rows * cols bytes, row-major, sample after sample;
                                 // empty when the pixels are shared (see shareImages)

@@ -12,9 +12,11 @@ Result<DataFormat> parseDataFormat(std::string_view name) {
   if (name == "fashion-mnist") return DataFormat::kFashionMnist;
   if (name == "idx") return DataFormat::kIdx;
   if (name == "csv") return DataFormat::kCsv;
+  if (name == "tensors") return DataFormat::kTensors;
   if (name == "synthetic") return DataFormat::kSynthetic;
-  return invalidArgument("data format must be fashion-mnist, idx, csv or synthetic; got \"" +
-                         std::string(name) + "\"");
+  return invalidArgument(
+      "data format must be fashion-mnist, idx, csv, tensors or synthetic; got \"" +
+      std::string(name) + "\"");
 }
 
 const char* dataFormatName(DataFormat format) {
@@ -25,6 +27,8 @@ const char* dataFormatName(DataFormat format) {
       return "idx";
     case DataFormat::kCsv:
       return "csv";
+    case DataFormat::kTensors:
+      return "tensors";
     case DataFormat::kSynthetic:
       return "synthetic";
   }
@@ -37,6 +41,7 @@ Dataset subsetOf(const Dataset& ds, const std::vector<uint32_t>& indices) {
   out.cols = ds.cols;
   out.num_classes = ds.num_classes;
   out.feature_dim = ds.feature_dim;
+  out.sample_shape = ds.sample_shape;
   out.labels.reserve(indices.size());
   if (ds.hasFeatures()) {
     out.features.resize(indices.size() * ds.feature_dim);
@@ -95,6 +100,9 @@ Result<Dataset> readSplit(const FileSource& s, bool train) {
                    : loadIdx(s.test_path, s.test_labels_path, limit);
     case DataFormat::kCsv:
       return loadCsv(train ? s.path : s.test_path, s.csv, limit);
+    case DataFormat::kTensors:
+      if (!s.read_tensors) return internalError("no reader for the tensors format");
+      return s.read_tensors(train ? s.path : s.test_path, limit);
     case DataFormat::kSynthetic:
       break;
   }
@@ -103,6 +111,13 @@ Result<Dataset> readSplit(const FileSource& s, bool train) {
 }
 
 std::string shapeOf(const Dataset& ds) {
+  if (!ds.sample_shape.empty()) {
+    std::string s = "samples of shape [";
+    for (size_t i = 0; i < ds.sample_shape.size(); ++i) {
+      s += (i ? ", " : "") + std::to_string(ds.sample_shape[i]);
+    }
+    return s + "]";
+  }
   if (ds.hasFeatures()) return std::to_string(ds.feature_dim) + " features";
   return std::to_string(ds.rows) + "x" + std::to_string(ds.cols) + " images";
 }
@@ -117,7 +132,8 @@ Result<TrainTest> loadTrainTest(const FileSource& source) {
     FEDFLEET_ASSIGN_OR_RETURN(out.test, readSplit(source, /*train=*/false));
     const Dataset& a = out.train;
     const Dataset& b = out.test;
-    if (a.feature_dim != b.feature_dim || a.rows != b.rows || a.cols != b.cols) {
+    if (a.feature_dim != b.feature_dim || a.rows != b.rows || a.cols != b.cols ||
+        a.sample_shape != b.sample_shape) {
       return invalidArgument("the training data ('" + source.path + "') holds " + shapeOf(a) +
                              ", the test data ('" + source.test_path + "') " + shapeOf(b) +
                              ": both must have the same sample shape");

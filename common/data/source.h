@@ -5,11 +5,14 @@
 //   fashion-mnist  the Debian package dataset-fashion-mnist (or data.dir): IDX files
 //   idx            any IDX image/label pair (uint8 images of any size, up to 256 classes)
 //   csv            numeric feature columns and a label column under a header (csv_source.h)
+//   tensors        a torch.save({"x": X, "y": Y}) file, any sample shape (read through
+//                  FileSource::read_tensors: LibTorch's unpickler lives in common/model)
 //   synthetic      FedProx's Synthetic(alpha, beta), generated per client (synthetic.h)
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,22 +23,30 @@
 
 namespace fedfleet::data {
 
-enum class DataFormat { kFashionMnist, kIdx, kCsv, kSynthetic };
+enum class DataFormat { kFashionMnist, kIdx, kCsv, kTensors, kSynthetic };
 
-// "fashion-mnist", "idx", "csv", "synthetic"; kInvalidArgument listing them otherwise.
+// "fashion-mnist", "idx", "csv", "tensors", "synthetic"; kInvalidArgument listing them
+// otherwise.
 Result<DataFormat> parseDataFormat(std::string_view name);
 const char* dataFormatName(DataFormat format);
-// Whether the format is read from files the user names (idx, csv).
-inline bool readsUserFiles(DataFormat f) { return f == DataFormat::kIdx || f == DataFormat::kCsv; }
+// Whether the format is read from files the user names (idx, csv, tensors).
+inline bool readsUserFiles(DataFormat f) {
+  return f == DataFormat::kIdx || f == DataFormat::kCsv || f == DataFormat::kTensors;
+}
+
+// Reads one data file of the tensors format: (path, limit) -> the data set, as
+// model::loadTensorFile does.
+using TensorFileReader = std::function<Result<Dataset>(const std::string&, size_t)>;
 
 struct FileSource {
-  DataFormat format = DataFormat::kFashionMnist;  // kFashionMnist, kIdx or kCsv
+  DataFormat format = DataFormat::kFashionMnist;  // kFashionMnist, kIdx, kCsv or kTensors
   std::string dir;               // fashion-mnist: the package's directory ("": the default)
-  std::string path;              // idx: training images; csv: the training file
+  std::string path;              // idx: training images; csv, tensors: the training file
   std::string labels_path;       // idx: training labels
   std::string test_path;         // idx: test images; csv: the test file ("": see holdout)
   std::string test_labels_path;  // idx: test labels
   CsvColumns csv;
+  TensorFileReader read_tensors;  // tensors: the reader (required for that format)
   // No test file: this fraction of the training samples, drawn with `seed`, is held out as
   // the test set (0: no test set).
   double holdout_fraction = 0;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <vector>
 
 #include "common/check.h"
 
@@ -46,6 +47,11 @@ std::pair<at::Tensor, at::Tensor> BatchBuilder::build(const uint32_t* indices, s
       y[i] = ds_.labels[s];
     }
     at::Tensor xs = x_host_.narrow(0, 0, len), ys = y_host_.narrow(0, 0, len);
+    if (!ds_.sample_shape.empty()) {
+      std::vector<int64_t> shape = {len};
+      shape.insert(shape.end(), ds_.sample_shape.begin(), ds_.sample_shape.end());
+      xs = xs.view(shape);
+    }
     if (device_.is_cpu()) return {xs, ys};
     return {xs.to(device_), ys.to(device_)};
   }

@@ -5,10 +5,11 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "common/atomic_file.h"
 
 namespace fedfleet::model {
 namespace {
@@ -31,23 +32,14 @@ Result<std::vector<int64_t>> dims(const json& j, const std::string& field, bool 
   return out;
 }
 
-Result<std::string> readAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ioError("cannot read " + path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return ioError("cannot read " + path);
-  return std::move(out).str();
-}
-
 // The file's tensors by name, in whichever of loadWeights' formats it is.
 Result<std::map<std::string, at::Tensor>> tensorsOf(const std::string& path) {
   std::map<std::string, at::Tensor> out;
   std::error_code ec;
   if (std::filesystem::exists(path + ".json", ec)) {
-    FEDFLEET_ASSIGN_OR_RETURN(std::string text, readAll(path + ".json"));
+    FEDFLEET_ASSIGN_OR_RETURN(std::string text, readWholeFile(path + ".json"));
     FEDFLEET_ASSIGN_OR_RETURN(ModelDescription d, parseModelDescription(text));
-    FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, readAll(path));
+    FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, readWholeFile(path));
     if (bytes.size() != d.layout.total * sizeof(float)) {
       return invalidArgument(path + " holds " + std::to_string(bytes.size()) + " bytes, " + path +
                              ".json describes " + std::to_string(d.layout.total) +
@@ -62,7 +54,7 @@ Result<std::map<std::string, at::Tensor>> tensorsOf(const std::string& path) {
     }
     return out;
   }
-  FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, readAll(path));
+  FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, readWholeFile(path));
   std::string why;
   try {
     const c10::IValue v = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));

@@ -354,7 +354,9 @@ std::vector<std::string> builtinModelNames() { return {"logreg", "mlp", "cnn", "
 
 InputShape inputShapeOf(const data::Dataset& ds) {
   InputShape shape;
-  if (ds.hasFeatures()) {
+  if (!ds.sample_shape.empty()) {
+    shape.sample.assign(ds.sample_shape.begin(), ds.sample_shape.end());
+  } else if (ds.hasFeatures()) {
     shape.sample = {static_cast<int64_t>(ds.feature_dim)};
   } else {
     shape.sample = {1, static_cast<int64_t>(ds.rows), static_cast<int64_t>(ds.cols)};

@@ -94,8 +94,9 @@ struct InputShape {
   int64_t classes = 10;
 };
 
-// The input shape of samples of `ds` as common/model/batch.h batches them: {feature_dim} for a
-// feature-vector set, else {1, rows, cols}; classes = ds.num_classes.
+// The input shape of samples of `ds` as common/model/batch.h batches them: ds.sample_shape where
+// set, else {feature_dim} for a feature-vector set, else {1, rows, cols}; classes =
+// ds.num_classes.
 InputShape inputShapeOf(const data::Dataset& ds);
 
 // Builds a model on the CPU. Built-in models get PyTorch's default initialisation (every weight
