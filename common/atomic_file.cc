@@ -54,10 +54,15 @@ Result<std::string> readWholeFile(const std::string& path) {
     if (err == ENOENT) return notFound("no such file " + path);
     return ioError("cannot open " + path + ": " + std::strerror(err));
   }
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+  // Sized from the file (one byte more, so the read that finds the end needs no growth);
+  // doubled when a file grows while it is read or is not a regular file.
+  struct stat info {};
+  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  std::string bytes(regular ? static_cast<size_t>(info.st_size) + 1 : size_t{4} << 10, '\0');
+  size_t size = 0;
+  while (true) {
+    if (size == bytes.size()) bytes.resize(2 * bytes.size());
+    const ssize_t n = ::read(fd, bytes.data() + size, bytes.size() - size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const std::string why = std::strerror(errno);
@@ -65,10 +70,11 @@ Result<std::string> readWholeFile(const std::string& path) {
       return ioError("reading " + path + ": " + why);
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    size += static_cast<size_t>(n);
   }
   ::close(fd);
-  return out;
+  bytes.resize(size);
+  return bytes;
 }
 
 }  // namespace fedfleet

@@ -16,6 +16,8 @@
 #include <optional>
 #include <string_view>
 
+#include "common/atomic_file.h"
+
 namespace fedfleet::data {
 namespace {
 
@@ -227,28 +229,8 @@ Result<std::string> readFileBytes(const std::string& path) {
   const auto st = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(st)) return notFound("IDX file not found: " + path);
   if (std::filesystem::is_directory(st)) return ioError("IDX path is a directory: " + path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ioError("cannot open IDX file " + path + ": " + std::strerror(errno));
-  // Sized from the file (one byte more, so the read that finds the end needs no growth);
-  // doubled when a file grows while it is read or is not a regular file.
-  struct stat info {};
-  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
-  std::string bytes(regular ? static_cast<size_t>(info.st_size) + 1 : kFirstReadChunk, '\0');
-  size_t size = 0;
-  while (true) {
-    if (size == bytes.size()) bytes.resize(2 * bytes.size());
-    const ssize_t n = ::read(fd, bytes.data() + size, bytes.size() - size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      return ioError("cannot read IDX file " + path + ": " + why);
-    }
-    if (n == 0) break;
-    size += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  bytes.resize(size);
+  auto bytes = readWholeFile(path);
+  if (!bytes.isOk()) return Status(bytes.status().code(), "IDX file: " + bytes.status().message());
   return bytes;
 }
 
