@@ -290,6 +290,12 @@ void ZmqClient::train(TrainingJob& job) {
     if (mit == models_.end()) {
       FEDFLEET_ASSIGN_OR_RETURN(auto m,
                                 model::createModel(t.model_name, 0, options_.torchscript_path));
+      // Start-up check, before the first training: a model that does not fit this client's
+      // data is one clear error (the task fails with it; the model is not kept).
+      std::string model_name = "'" + t.model_name + "'";
+      if (!options_.torchscript_path.empty()) model_name += " (" + options_.torchscript_path + ")";
+      FEDFLEET_RETURN_IF_ERROR(model::checkModelFitsData(
+          *m, *train_set_, model_name, "'" + t.data.dataset + "' (this client's training set)"));
       m->to(device_);
       mit = models_.emplace(t.model_name, std::move(m)).first;
     }

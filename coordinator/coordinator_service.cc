@@ -179,6 +179,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
       config_.data.dir.empty() ? data::defaultFashionMnistDir() : config_.data.dir;
   FEDFLEET_ASSIGN_OR_RETURN(
       auto test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
+  FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, test_set, config_, "test"));
   std::vector<float> params = model->flatParameters();
   if (const auto& bc = config_.blocks; bc.count > 0) {
     // Per-block validation and test sets from the test split (common/data/block_cyclic.h).
@@ -764,6 +765,7 @@ Status ZmqCoordinator::run() {
   metrics_snapshot_.state = driver_->runOk() ? "finished" : "failed";
   publishMetrics(unixNow(), true);
   if (!driver_->runOk()) return timeoutError(driver_->finishMessage());
+  if (driver_->everyRoundFailed()) return driver_->everyRoundFailedError(config_.history.db);
   return Status::ok();
 }
 

@@ -24,9 +24,22 @@ Status EngineDriver::carryOut(engine::RoundEngine& engine) {
 
 void EngineDriver::recordEvent(const history::EventRecord& event) {
   if (!fatal_.isOk()) return;
+  if (event.kind == "round_failed") last_round_failure_ = event.detail;
+  if (event.kind == "update_rejected" || event.kind == "client_error") {
+    last_update_failure_ = event.client_id + ": " + event.detail;
+  }
   Status st = history_.recordEvent(event);
   if (!st.isOk()) return fail(st, "history: event");
   port_.eventRecorded(event);
+}
+
+Status EngineDriver::everyRoundFailedError(const std::string& history_db) const {
+  std::string msg = "every one of the " + std::to_string(committed_rounds_) +
+                    " training rounds failed, so the model never changed";
+  if (!last_round_failure_.empty()) msg += " (the last: " + last_round_failure_ + ")";
+  if (!last_update_failure_.empty()) msg += "; the last update refused: " + last_update_failure_;
+  msg += "; the events say why: fedfleet history --db " + history_db + " events";
+  return failedPrecondition(msg);
 }
 
 void EngineDriver::upsertClient(const history::ClientRecord& client) {
@@ -61,6 +74,10 @@ void EngineDriver::carryOut(engine::Action& action) {
           port_.stampRound(a);
           Status st = commitRoundToHistory(history_, a, keep_, clock_unit_);
           if (!st.isOk()) return fail(st, nullptr);  // it says what failed
+          if (a.round.round > 0) {
+            ++committed_rounds_;
+            if (a.round.status == "failed") ++failed_rounds_;
+          }
           port_.roundCommitted(a);
         } else if constexpr (std::is_same_v<T, engine::Evaluate>) {
           port_.evaluate(a);

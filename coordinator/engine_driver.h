@@ -73,6 +73,19 @@ class EngineDriver {
   bool finished() const { return finished_; }
   bool runOk() const { return run_ok_; }
   const std::string& finishMessage() const { return finish_message_; }
+  // Training rounds (round > 0) committed through this driver, and how many of them failed.
+  // everyRoundFailed(): at least one committed and none succeeded: a run that ends so exits
+  // non-zero; lastRoundFailure() is the last round_failed event's detail ("" if none).
+  // everyRoundFailedError() also names the last refused update (client and reason).
+  uint32_t committedRounds() const { return committed_rounds_; }
+  uint32_t failedRounds() const { return failed_rounds_; }
+  bool everyRoundFailed() const {
+    return committed_rounds_ > 0 && failed_rounds_ == committed_rounds_;
+  }
+  const std::string& lastRoundFailure() const { return last_round_failure_; }
+  // The error a run that ended with everyRoundFailed() returns: how many rounds, the last
+  // reason, and where to look. `history_db` is the history file.
+  Status everyRoundFailedError(const std::string& history_db) const;
 
  private:
   void carryOut(engine::Action& action);
@@ -87,6 +100,10 @@ class EngineDriver {
   bool finished_ = false;
   bool run_ok_ = false;
   std::string finish_message_;
+  uint32_t committed_rounds_ = 0;
+  uint32_t failed_rounds_ = 0;
+  std::string last_round_failure_;
+  std::string last_update_failure_;  // the last update_rejected or client_error event
 };
 
 }  // namespace fedfleet::coordinator

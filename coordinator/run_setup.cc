@@ -7,6 +7,7 @@
 
 #include "common/data/dataset.h"
 #include "common/data/split.h"
+#include "common/model/evaluate.h"
 
 namespace fedfleet::coordinator {
 
@@ -165,6 +166,18 @@ Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRo
     if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());
   }
   return Status::ok();
+}
+
+Status checkModelFitsConfigData(model::Model& model, const data::Dataset& ds,
+                                const config::Config& config, const std::string& role) {
+  std::string model_name = "'" + config.model.name + "'";
+  if (!config.model.path.empty()) model_name += " (" + config.model.path + ")";
+  std::string data_name = "'" + config.dataFormat() + "'";
+  const std::string& file =
+      role == "test" && !config.data.test_path.empty() ? config.data.test_path : config.data.path;
+  if (config.readsDataFiles() && !file.empty()) data_name += " (" + file + ")";
+  data_name += ", " + role + " set";
+  return model::checkModelFitsData(model, ds, model_name, data_name);
 }
 
 }  // namespace fedfleet::coordinator

@@ -10,6 +10,7 @@
 #include "common/config/config.h"
 #include "common/data/dataset.h"
 #include "common/history/history.h"
+#include "common/model/model.h"
 #include "common/status.h"
 #include "engine/round_engine.h"
 
@@ -53,5 +54,11 @@ CheckpointKeep checkpointKeepFromConfig(const config::Config& config);
 // A failed write returns the Status with context; the round is then not in the database.
 Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRound& commit,
                             CheckpointKeep keep, const char* clock_unit = "s");
+
+// The start-up check before the first round: one batch of `ds` (the run's `role` data:
+// "training" or "test") through `model` (model::checkModelFitsData), the error naming the
+// config's model (its name, and the TorchScript file) and data (data.format and its file).
+Status checkModelFitsConfigData(model::Model& model, const data::Dataset& ds,
+                                const config::Config& config, const std::string& role);
 
 }  // namespace fedfleet::coordinator

@@ -320,6 +320,16 @@ Status Simulator::init(const config::Config& config) {
   if (!config_.model.init.empty()) {
     FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
   }
+  // Start-up check: a model that does not fit the data fails here, once, not in every round.
+  {
+    FEDFLEET_ASSIGN_OR_RETURN(const ClientShard first, data_->shard(0));
+    FEDFLEET_RETURN_IF_ERROR(
+        coordinator::checkModelFitsConfigData(*model, *first.data, config_, "training"));
+    if (data_->testSet()) {
+      FEDFLEET_RETURN_IF_ERROR(
+          coordinator::checkModelFitsConfigData(*model, *data_->testSet(), config_, "test"));
+    }
+  }
   std::vector<float> params = model->flatParameters();
   num_params_ = params.size();
   ref_samples_per_s_ =
@@ -1038,6 +1048,7 @@ Result<SimSummary> Simulator::run() {
                               " recorded rows it never wrote: the file is not this simulation's");
   }
   if (!driver_->runOk()) return failedPrecondition("run failed: " + driver_->finishMessage());
+  if (driver_->everyRoundFailed()) return driver_->everyRoundFailedError(config_.history.db);
   return summary_;
 }
 

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <string>
 
+#include "common/model/export.h"
+
 namespace fedfleet::model {
 namespace {
 
@@ -65,7 +67,68 @@ Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const 
   }
 }
 
+// The line of a LibTorch message that says what went wrong: the last non-empty one (a
+// TorchScript interpreter error ends its tracebacks with "RuntimeError: ...").
+std::string causeLine(const std::string& text) {
+  const size_t end = text.find_last_not_of("\n ");
+  if (end == std::string::npos) return text;
+  const size_t newline = text.rfind('\n', end);
+  const size_t start = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(start, end + 1 - start);
+}
+
 }  // namespace
+
+Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::string& model_name,
+                          const std::string& data_name, size_t batch_size) {
+  if (ds.size() == 0) return Status::ok();
+  if (Status st = data::checkSampleStorage(ds); !st.isOk()) {
+    return invalidArgument(data_name + ": " + st.message());
+  }
+  const size_t n = std::min(std::max<size_t>(batch_size, 1), ds.size());
+  std::vector<uint32_t> indices(n);
+  std::iota(indices.begin(), indices.end(), 0u);
+  std::vector<int64_t> input_shape{static_cast<int64_t>(n)};
+  for (int64_t d : inputShapeOf(ds).sample) input_shape.push_back(d);
+  const std::string what = "model " + model_name + " and data " + data_name;
+  const auto rejects = [&](const std::string& message) {
+    return invalidArgument(what + " do not fit: the model rejects a batch of shape " +
+                           shapeText(input_shape) + ": " + causeLine(message));
+  };
+  at::Tensor logits;
+  try {
+    const c10::Device device = model.device();
+    EvalScope scope(model, device);
+    c10::NoGradGuard no_grad;
+    BatchBuilder builder(ds, device);
+    auto [x, y] = builder.build(indices.data(), n);
+    try {
+      logits = model.forward(x);
+    } catch (const c10::Error& e) {
+      return rejects(e.what_without_backtrace());
+    } catch (const std::exception& e) {  // the TorchScript interpreter throws runtime_error
+      return rejects(e.what());
+    }
+  } catch (const c10::Error& e) {
+    return internalError("start-up check of " + what + ": " + e.what_without_backtrace());
+  }
+  if (!logits.defined() || logits.dim() != 2 || logits.size(0) != static_cast<int64_t>(n)) {
+    const std::vector<int64_t> out =
+        logits.defined() ? logits.sizes().vec() : std::vector<int64_t>{};
+    return invalidArgument(what + " do not fit: a batch of shape " + shapeText(input_shape) +
+                           " gives an output of shape " + shapeText(out) + ", not [" +
+                           std::to_string(n) + ", classes]");
+  }
+  const int64_t classes = logits.size(1);
+  const uint8_t top = *std::max_element(ds.labels.begin(), ds.labels.end());
+  if (static_cast<int64_t>(top) >= classes) {
+    return invalidArgument(
+        what + " do not fit: the data has label " + std::to_string(top) + " but the model has " +
+        std::to_string(classes) + " outputs (labels 0.." + std::to_string(classes - 1) +
+        "): give the model at least " + std::to_string(top + 1) + " outputs, or check the labels");
+  }
+  return Status::ok();
+}
 
 Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit, size_t batch_size,
                             const c10::Device& device) {

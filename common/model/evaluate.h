@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/data/dataset.h"
@@ -36,5 +37,15 @@ Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit 
 Result<EvalResult> evaluateIndices(Model& model, const data::Dataset& ds,
                                    const std::vector<uint32_t>& indices, size_t batch_size = 1000,
                                    const c10::Device& device = c10::kCPU);
+
+// The start-up check: one batch (the first min(batch_size, size) samples) of `ds` goes through
+// `model` in eval mode under a no-grad guard, on the model's device (weights, buffers and mode
+// unchanged afterwards), before any round trains. OK when the model takes the input and returns
+// logits [n, C] with every label of `ds` (all of them are scanned) below C. Otherwise
+// kInvalidArgument naming `model_name`, `data_name` and the shapes: the input shape the model
+// rejected (with the first line of LibTorch's message), an output of another shape, or the
+// largest label and the model's C. An empty `ds` passes (nothing to check).
+Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::string& model_name,
+                          const std::string& data_name, size_t batch_size = 8);
 
 }  // namespace fedfleet::model

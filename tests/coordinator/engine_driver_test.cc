@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/history/history.h"
 #include "tests/engine/round_engine_fixture.h"
 
@@ -155,6 +157,37 @@ TEST(EngineDriver, ARoundGoesIntoTheHistoryWithThePortsClockAndHooksAfterTheWrit
   EXPECT_TRUE(r.driver->finished());
   EXPECT_TRUE(r.driver->runOk());
   EXPECT_TRUE(r.driver->fatal().isOk());
+  EXPECT_EQ(r.driver->committedRounds(), 1u);  // round 0 is not a training round
+  EXPECT_EQ(r.driver->failedRounds(), 0u);
+  EXPECT_FALSE(r.driver->everyRoundFailed());
+}
+
+// The only round fails (its one update holds NaN and is refused): the run ends, and the driver
+// says every round failed, with the round's and the update's reasons, for a non-zero exit.
+TEST(EngineDriver, ARunWhoseEveryRoundFailedIsToldApartWithTheReasons) {
+  DrivenRun r(/*fail_events_from=*/UINT64_MAX);
+  r.engine->start(0);
+  r.engine->onHello("a", hello("a"), 0);
+  ASSERT_TRUE(r.driver->carryOut(*r.engine).isOk());
+  ASSERT_EQ(r.port.tasks.size(), 1u);
+  const uint64_t token = r.port.tasks[0].task.task_token;
+  r.engine->onChunk("a", chunkOf(token, 0, {0.5f, std::nanf(""), 2.0f}, true), 100, 1);
+  ASSERT_TRUE(r.driver->carryOut(*r.engine).isOk());
+  auto rounds = r.history->rounds(r.run_id).value();
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[1].status, "failed");
+  EXPECT_EQ(r.driver->committedRounds(), 1u);
+  EXPECT_EQ(r.driver->failedRounds(), 1u);
+  EXPECT_TRUE(r.driver->everyRoundFailed());
+  const Status st = r.driver->everyRoundFailedError("h.db");
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("every one of the 1 training rounds failed"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("(the last: " + r.driver->lastRoundFailure() + ")"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("the last update refused: a: "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("fedfleet history --db h.db events"), std::string::npos);
 }
 
 TEST(EngineDriver, TheFirstFailedWriteStopsEveryActionAfterItAndStaysTheAnswer) {
