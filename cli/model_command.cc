@@ -105,10 +105,10 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
               << (best && *best == r ? ", best" : "") << ")";
   }
   std::cout << "\n";
-  std::printf("%-32s %-20s %12s %12s\n", "tensor", "shape", "elements", "offset");
+  std::printf("%-32s %-20s %12s %12s  %s\n", "tensor", "shape", "elements", "offset", "kind");
   for (const auto& t : d.layout.tensors) {
-    std::printf("%-32s %-20s %12zu %12zu\n", t.name.c_str(), model::shapeText(t.shape).c_str(),
-                t.numel, t.offset);
+    std::printf("%-32s %-20s %12zu %12zu  %s\n", t.name.c_str(), model::shapeText(t.shape).c_str(),
+                t.numel, t.offset, t.buffer ? "buffer" : "parameter");
   }
   return 0;
 }

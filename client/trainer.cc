@@ -639,11 +639,15 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     }
     if (opts.usesScaffold()) {
       // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0.
+      // Buffers (after the parameters in the flat layout) get no gradient and no correction:
+      // their control variates stay 0.
       const std::vector<float>& c = *opts.scaffold.c;
       result.control_delta.assign(result.delta.size(), 0.0f);
+      size_t parameter_values = 0;
+      for (const auto& p : params) parameter_values += static_cast<size_t>(p.numel());
       if (result.steps > 0) {
         const double inv = 1.0 / (static_cast<double>(result.steps) * opts.lr);
-        for (size_t i = 0; i < result.delta.size(); ++i) {
+        for (size_t i = 0; i < parameter_values; ++i) {
           result.control_delta[i] = static_cast<float>(-static_cast<double>(c[i]) -
                                                        static_cast<double>(result.delta[i]) * inv);
         }

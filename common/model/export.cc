@@ -77,6 +77,7 @@ Result<std::map<std::string, at::Tensor>> tensorsOf(const std::string& path) {
     std::istringstream in(bytes);
     torch::jit::script::Module module = torch::jit::load(in, torch::kCPU);
     for (const auto& p : module.named_parameters()) out[p.name] = p.value;
+    for (const auto& b : module.named_buffers()) out[b.name] = b.value;
     return out;
   } catch (const c10::Error& e) {
     return invalidArgument(
@@ -120,6 +121,10 @@ Status loadWeights(Model& model, const std::string& path) {
     std::memcpy(flat.data() + t.offset, c.data_ptr<float>(), t.numel * sizeof(float));
     tensors.erase(it);
   }
+  // Integer buffers (BatchNorm's num_batches_tracked) are each copy's own: not weights.
+  for (auto it = tensors.begin(); it != tensors.end();) {
+    it = it->second.is_floating_point() ? std::next(it) : tensors.erase(it);
+  }
   if (!tensors.empty()) {
     return invalidArgument("model.init: " + path + " has tensor " + tensors.begin()->first +
                            ", which model '" + model.name() +
@@ -137,7 +142,9 @@ std::string shapeText(const std::vector<int64_t>& shape) {
 std::string descriptionJson(const ModelDescription& d) {
   json tensors = json::array();
   for (const TensorSpec& t : d.layout.tensors) {
-    tensors.push_back(json{{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+    json entry = {{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}};
+    if (t.buffer) entry["buffer"] = true;
+    tensors.push_back(std::move(entry));
   }
   const json j = {{"name", d.name},          {"path", d.path},
                   {"input", d.shape.sample}, {"classes", d.shape.classes},
@@ -192,6 +199,7 @@ Result<ModelDescription> parseModelDescription(const std::string& text) {
     }
     TensorSpec spec;
     spec.name = t["name"].get<std::string>();
+    spec.buffer = t.value("buffer", false) == true;
     FEDFLEET_ASSIGN_OR_RETURN(spec.shape,
                               dims(t.value("shape", json()), "tensors." + spec.name + ".shape",
                                    /*allow_empty=*/true));

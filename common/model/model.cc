@@ -29,6 +29,20 @@ class BuiltinModel final : public Model {
   at::Tensor forward(const at::Tensor& x) override { return net_->forward(x); }
   std::vector<at::Tensor> parameters() override { return net_->parameters(); }
   std::vector<std::string> parameterNames() override { return net_->named_parameters().keys(); }
+  std::vector<at::Tensor> buffers() override {
+    std::vector<at::Tensor> out;
+    for (const auto& b : net_->named_buffers()) {
+      if (b.value().is_floating_point()) out.push_back(b.value());
+    }
+    return out;
+  }
+  std::vector<std::string> bufferNames() override {
+    std::vector<std::string> out;
+    for (const auto& b : net_->named_buffers()) {
+      if (b.value().is_floating_point()) out.push_back(b.key());
+    }
+    return out;
+  }
   void train(bool on) override { net_->train(on); }
   bool isTraining() override { return net_->is_training(); }
   void to(const c10::Device& device) override { net_->to(device); }
@@ -38,6 +52,9 @@ class BuiltinModel final : public Model {
       c10::Dict<std::string, at::Tensor> state;
       for (const auto& p : net_->named_parameters()) {
         state.insert(p.key(), p.value().detach().to(torch::kCPU).clone());
+      }
+      for (const auto& b : net_->named_buffers()) {
+        state.insert(b.key(), b.value().detach().to(torch::kCPU).clone());
       }
       const std::vector<char> bytes = torch::pickle_save(state);
       return std::string(bytes.begin(), bytes.end());
@@ -128,6 +145,20 @@ class TorchScriptModel final : public Model {
   std::vector<std::string> parameterNames() override {
     std::vector<std::string> out;
     for (const auto& np : module_.named_parameters()) out.push_back(np.name);
+    return out;
+  }
+  std::vector<at::Tensor> buffers() override {
+    std::vector<at::Tensor> out;
+    for (const auto& nb : module_.named_buffers()) {
+      if (nb.value.is_floating_point()) out.push_back(nb.value);
+    }
+    return out;
+  }
+  std::vector<std::string> bufferNames() override {
+    std::vector<std::string> out;
+    for (const auto& nb : module_.named_buffers()) {
+      if (nb.value.is_floating_point()) out.push_back(nb.name);
+    }
     return out;
   }
   void train(bool on) override { module_.train(on); }
@@ -238,27 +269,39 @@ c10::Device Model::device() {
   return params.empty() ? c10::Device(c10::kCPU) : params.front().device();
 }
 
+std::vector<at::Tensor> Model::stateTensors() {
+  std::vector<at::Tensor> out = parameters();
+  for (auto& b : buffers()) out.push_back(std::move(b));
+  return out;
+}
+
 Layout Model::layout() {
   Layout out;
   const auto params = parameters();
   const auto names = parameterNames();
+  const auto bufs = buffers();
+  const auto buf_names = bufferNames();
   FEDFLEET_CHECK_MSG(params.size() == names.size(), "parameter names do not match parameters");
-  out.tensors.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
+  FEDFLEET_CHECK_MSG(bufs.size() == buf_names.size(), "buffer names do not match buffers");
+  out.tensors.reserve(params.size() + bufs.size());
+  const auto add = [&out](const std::string& name, const at::Tensor& t, bool buffer) {
     TensorSpec spec;
-    spec.name = names[i];
-    spec.shape = params[i].sizes().vec();
-    spec.numel = static_cast<size_t>(params[i].numel());
+    spec.name = name;
+    spec.shape = t.sizes().vec();
+    spec.numel = static_cast<size_t>(t.numel());
     spec.offset = out.total;
+    spec.buffer = buffer;
     out.total += spec.numel;
     out.tensors.push_back(std::move(spec));
-  }
+  };
+  for (size_t i = 0; i < params.size(); ++i) add(names[i], params[i], false);
+  for (size_t i = 0; i < bufs.size(); ++i) add(buf_names[i], bufs[i], true);
   return out;
 }
 
 size_t Model::numParameters() {
   size_t total = 0;
-  for (const auto& p : parameters()) total += static_cast<size_t>(p.numel());
+  for (const auto& p : stateTensors()) total += static_cast<size_t>(p.numel());
   return total;
 }
 
@@ -271,7 +314,7 @@ std::vector<float> Model::flatParameters() {
 void Model::flatParameters(std::vector<float>& out) {
   try {
     torch::NoGradGuard no_grad;
-    const auto params = parameters();
+    const auto params = stateTensors();
     size_t total = 0;
     bool all_cpu_float = true;
     for (const auto& p : params) {
@@ -305,7 +348,7 @@ void Model::flatParameters(std::vector<float>& out) {
 at::Tensor Model::flatParametersOnDevice() {
   try {
     torch::NoGradGuard no_grad;
-    const auto params = parameters();
+    const auto params = stateTensors();
     if (params.empty()) return torch::zeros({0}, torch::kFloat);
     std::vector<at::Tensor> flat;
     flat.reserve(params.size());
@@ -321,7 +364,7 @@ at::Tensor Model::flatParametersOnDevice() {
 
 Status Model::setFlatParameters(const float* data, size_t n) {
   try {
-    const auto params = parameters();
+    const auto params = stateTensors();
     size_t total = 0;
     bool all_cpu = true;
     for (const auto& p : params) {

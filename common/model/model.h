@@ -30,7 +30,8 @@ struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
   size_t numel = 0;
-  size_t offset = 0;  // in elements, within the flat buffer
+  size_t offset = 0;    // in elements, within the flat buffer
+  bool buffer = false;  // a floating-point buffer (BatchNorm statistics), not a parameter
 };
 
 struct Layout {
@@ -51,6 +52,14 @@ class Model {
   virtual std::vector<at::Tensor> parameters() = 0;
   // Names matching parameters() one to one ("fc1.weight", ...).
   virtual std::vector<std::string> parameterNames() = 0;
+  // The floating-point buffers (BatchNorm's running_mean and running_var), the same tensors in
+  // the same order on every call, and their names ("bn1.running_mean", ...). They travel after
+  // the parameters in the flat buffer, so they are set, averaged and checkpointed as parameters
+  // are, but no optimiser touches them: training in train mode updates them as the module says.
+  // Integer buffers (BatchNorm's num_batches_tracked) are not among them: every copy of the
+  // model keeps its own count (it only matters to a BatchNorm with momentum None).
+  virtual std::vector<at::Tensor> buffers() { return {}; }
+  virtual std::vector<std::string> bufferNames() { return {}; }
   virtual void train(bool on) = 0;
   virtual bool isTraining() = 0;
   // Moves the parameters (in place: tensors from parameters() stay valid handles) to `device`.
@@ -64,19 +73,24 @@ class Model {
 
   // The device of the first parameter (CPU for a model without parameters).
   c10::Device device();
-  // The names, shapes and offsets of parameters() in the flat buffer.
+  // The tensors of the flat buffer: parameters(), then buffers().
+  std::vector<at::Tensor> stateTensors();
+  // The names, shapes and offsets of stateTensors() in the flat buffer (parameters first, each
+  // buffer marked as one).
   Layout layout();
-  // Number of elements in the flat buffer (layout().total).
+  // Number of elements in the flat buffer (layout().total), buffers included.
   size_t numParameters();
-  // Copies all parameters (from any device, any floating dtype) into one fp32 CPU buffer in
-  // layout order. A LibTorch failure here (device lost) is a broken invariant: it aborts.
+  // Copies all parameters and buffers (from any device, any floating dtype) into one fp32 CPU
+  // buffer in layout order. A LibTorch failure here (device lost) is a broken invariant: it
+  // aborts.
   std::vector<float> flatParameters();
   // As flatParameters(), into `out` (resized to the total).
   void flatParameters(std::vector<float>& out);
   // The same values as one contiguous fp32 tensor on the parameters' device (a copy; no
   // autograd history). Aborts as flatParameters() on a LibTorch failure.
   at::Tensor flatParametersOnDevice();
-  // Copies `n` floats into the parameters (on their device), without recording autograd.
+  // Copies `n` floats into the parameters and buffers (on their device), without recording
+  // autograd.
   // kInvalidArgument if n != layout().total; kInternal if LibTorch fails.
   Status setFlatParameters(const float* data, size_t n);
   Status setFlatParameters(const std::vector<float>& flat) {

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Exports a small Fashion-MNIST classifier as TorchScript for fedfleet.
 
-fedfleet trains any TorchScript module that maps float images [N, 1, 28, 28] to logits [N, 10]
-and whose trainable state is its parameters (no buffers such as BatchNorm running statistics:
-only parameters travel in the flat buffer). Use the saved file with model name "torchscript"
+fedfleet trains any TorchScript module that maps float inputs [N, ...] to logits [N, classes]
+(here Fashion-MNIST's images [N, 1, 28, 28] to [N, 10]). Its parameters and its floating-point
+buffers (BatchNorm running statistics) travel in the flat model and are averaged alike;
+integer buffers (num_batches_tracked) stay with each copy. Use the saved file with model name "torchscript"
 and its path in model.path (`--model-path`; `--model FILE.pt` sets both):
 
     /usr/bin/python3 examples/models/export_torchscript.py /tmp/tiny_cnn.pt --seed 1
