@@ -85,6 +85,11 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     source.read_tensors = [](const std::string& path, size_t limit) {
       return model::loadTensorFile(path, limit);
     };
+    source.image_folder.channels = dc.image_channels;
+    if (!dc.image_size.empty()) {
+      source.image_folder.rows = dc.image_size[0];
+      source.image_folder.cols = dc.image_size[1];
+    }
     source.holdout_fraction = dc.holdout_fraction;
     source.seed = config.run.seed;
     source.train_limit = dc.train_subset;

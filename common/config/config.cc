@@ -12,6 +12,7 @@
 
 #include "common/compress/codec_spec.h"
 #include "common/compress/error_feedback.h"
+#include "common/data/image_codec.h"  // kMaxImageSide (a constant: no link)
 
 namespace fedfleet::config {
 namespace {
@@ -100,6 +101,8 @@ void forEachField(C& c, F&& f) {
   f("data.test_labels_path", c.data.test_labels_path);
   f("data.label_column", c.data.label_column);
   f("data.feature_columns", c.data.feature_columns);
+  f("data.image_channels", c.data.image_channels);
+  f("data.image_size", c.data.image_size);
   f("data.holdout_fraction", c.data.holdout_fraction);
   f("data.partition", c.data.partition);
   f("data.alpha", c.data.alpha);
@@ -175,6 +178,8 @@ const char* typeName() {
     return "a string";
   else if constexpr (std::is_same_v<T, std::vector<std::string>>)
     return "an array of strings";
+  else if constexpr (std::is_same_v<T, std::vector<uint32_t>>)
+    return "a non-negative integer or an array of them";
   else if constexpr (std::is_floating_point_v<T>)
     return "a number";
   else if constexpr (std::is_unsigned_v<T>)
@@ -230,6 +235,23 @@ Status assign(const toml::node& node, T& out, const std::string& key) {
       }
       values.push_back(*v);
     }
+    out = std::move(values);
+  } else if constexpr (std::is_same_v<T, std::vector<uint32_t>>) {
+    // data.image_size, the one field of this type: an integer n stands for [n, n].
+    const toml::array* array = node.as_array();
+    if (!array && !node.is_integer()) return wrongType();
+    std::vector<uint32_t> values;
+    for (size_t i = 0; i < (array ? array->size() : 1); ++i) {
+      const toml::node& item = array ? *array->get(i) : node;
+      if (!item.is_integer()) {
+        return invalidArgument("'" + key + "' must be " + typeName<T>() +
+                               ", got an element that is " + nodeTypeName(item));
+      }
+      uint32_t v = 0;
+      FEDFLEET_RETURN_IF_ERROR(assign(item, v, key));
+      values.push_back(v);
+    }
+    if (!array) values.push_back(values.front());
     out = std::move(values);
   } else if constexpr (std::is_floating_point_v<T>) {
     auto v = node.value<double>();  // accepts integers too
@@ -434,7 +456,8 @@ Status Config::validateDataSource() const {
   const std::string& format = dataFormat();
   if (!data.format.empty()) {
     FEDFLEET_RETURN_IF_ERROR(
-        oneOf("data.format", data.format, {"fashion-mnist", "idx", "csv", "tensors", "synthetic"}));
+        oneOf("data.format", data.format,
+              {"fashion-mnist", "idx", "csv", "tensors", "image-folder", "synthetic"}));
     if (data.dataset != "fashion-mnist" && data.dataset != data.format) {
       return bad("data.dataset", "(\"" + data.dataset + "\") and data.format (\"" + data.format +
                                      "\") disagree: set data.format alone");
@@ -456,6 +479,10 @@ Status Config::validateDataSource() const {
       unused("data.feature_columns", format != "csv" && !data.feature_columns.empty()));
   FEDFLEET_RETURN_IF_ERROR(
       unused("data.label_column", format != "csv" && data.label_column != "label"));
+  FEDFLEET_RETURN_IF_ERROR(
+      unused("data.image_channels", format != "image-folder" && data.image_channels != 1));
+  FEDFLEET_RETURN_IF_ERROR(
+      unused("data.image_size", format != "image-folder" && !data.image_size.empty()));
   FEDFLEET_RETURN_IF_ERROR(unused("data.holdout_fraction", !files && data.holdout_fraction != 0));
   FEDFLEET_RETURN_IF_ERROR(unused("data.dir", files && !data.dir.empty()));
   if (!files) return Status::ok();
@@ -480,6 +507,18 @@ Status Config::validateDataSource() const {
   }
   if (format == "csv" && data.label_column.empty()) {
     return bad("data.label_column", "must name the label column");
+  }
+  if (data.image_channels != 1 && data.image_channels != 3) {
+    return bad("data.image_channels",
+               "must be 1 (grey) or 3 (RGB), got " + std::to_string(data.image_channels));
+  }
+  if (!data.image_size.empty()) {
+    const uint32_t max = data::kMaxImageSide;
+    const auto& size = data.image_size;
+    if (size.size() != 2 || size[0] == 0 || size[1] == 0 || size[0] > max || size[1] > max) {
+      return bad("data.image_size", "must be [rows, cols] or one integer n ([n, n]), each 1 to " +
+                                        std::to_string(max));
+    }
   }
   return Status::ok();
 }

@@ -132,16 +132,23 @@ struct ModelSection {
 
 struct DataSection {
   std::string dataset = "fashion-mnist";  // the older name of `format` (used when format is "")
-  std::string format;  // fashion-mnist, idx, csv or synthetic (FedProx's Synthetic(alpha, beta));
-                       // "": data.dataset. idx and csv: simulator only, for now
+  std::string format;  // fashion-mnist, idx, csv, tensors, image-folder or synthetic (FedProx's
+                       // Synthetic(alpha, beta)); "": data.dataset. idx, csv, tensors and
+                       // image-folder: simulator only, for now
   std::string dir;     // fashion-mnist's IDX files; default: the dataset-fashion-mnist package
-  std::string path;    // idx: training images; csv: the training file
+  std::string path;    // idx: training images; csv, tensors: the training file; image-folder:
+                       // the training folder (root/<class name>/<image>)
   std::string labels_path;                   // idx: training labels
-  std::string test_path;                     // idx: test images; csv: the test file
+  std::string test_path;                     // idx: test images; csv, tensors: the test file;
+                                             // image-folder: the test folder
   std::string test_labels_path;              // idx: test labels
   std::string label_column = "label";        // csv: the column of class ids 0..255
   std::vector<std::string> feature_columns;  // csv: feature columns ([]: all but the label)
-  double holdout_fraction = 0;  // idx, csv without a test file: the share held out for testing
+  uint32_t image_channels = 1;               // image-folder: 1 (grey) or 3 (RGB)
+  // image-folder: [rows, cols] every image is resampled to (an integer n: [n, n]); []: the
+  // first training image's size.
+  std::vector<uint32_t> image_size;
+  double holdout_fraction = 0;          // files without a test file: the share held out for testing
   std::string partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
   double alpha = 0.5;                   // Dirichlet concentration (dirichlet, quantity)
   uint32_t labels_per_client = 2;       // for partition = "labels"
@@ -280,10 +287,11 @@ struct Config {
   Status validateDataSource() const;
   // data.format, or data.dataset when format is "".
   const std::string& dataFormat() const { return data.format.empty() ? data.dataset : data.format; }
-  // Whether the data come from files the user names (data.format idx, csv or tensors).
+  // Whether the data come from files the user names (data.format idx, csv, tensors or
+  // image-folder).
   bool readsDataFiles() const {
     const std::string& f = dataFormat();
-    return f == "idx" || f == "csv" || f == "tensors";
+    return f == "idx" || f == "csv" || f == "tensors" || f == "image-folder";
   }
   std::string allowDir() const;
 

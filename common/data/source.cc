@@ -13,9 +13,10 @@ Result<DataFormat> parseDataFormat(std::string_view name) {
   if (name == "idx") return DataFormat::kIdx;
   if (name == "csv") return DataFormat::kCsv;
   if (name == "tensors") return DataFormat::kTensors;
+  if (name == "image-folder") return DataFormat::kImageFolder;
   if (name == "synthetic") return DataFormat::kSynthetic;
   return invalidArgument(
-      "data format must be fashion-mnist, idx, csv, tensors or synthetic; got \"" +
+      "data format must be fashion-mnist, idx, csv, tensors, image-folder or synthetic; got \"" +
       std::string(name) + "\"");
 }
 
@@ -29,6 +30,8 @@ const char* dataFormatName(DataFormat format) {
       return "csv";
     case DataFormat::kTensors:
       return "tensors";
+    case DataFormat::kImageFolder:
+      return "image-folder";
     case DataFormat::kSynthetic:
       return "synthetic";
   }
@@ -90,7 +93,54 @@ Result<TrainTest> holdOut(const Dataset& ds, double fraction, uint64_t seed) {
 
 namespace {
 
-Result<Dataset> readSplit(const FileSource& s, bool train) {
+// image-folder: what the training folder fixes for the test folder.
+struct TrainingFolder {
+  std::vector<std::string> classes;
+  uint32_t rows = 0, cols = 0;
+};
+
+// "" when both folders hold the same class names, else what differs.
+std::string classDifference(const std::vector<std::string>& train,
+                            const std::vector<std::string>& test) {
+  const size_t n = std::min(train.size(), test.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (train[i] != test[i]) {
+      return "class " + std::to_string(i) + " is '" + train[i] + "' in the one, '" + test[i] +
+             "' in the other";
+    }
+  }
+  if (train.size() == test.size()) return "";
+  const bool train_longer = train.size() > test.size();
+  return "only the " + std::string(train_longer ? "training" : "test") + " folder has '" +
+         (train_longer ? train : test)[n] + "'";
+}
+
+Result<Dataset> readImageFolder(const FileSource& s, bool train, TrainingFolder& training) {
+  ImageFolderOptions options = s.image_folder;
+  if (!train && options.rows == 0) {
+    options.rows = training.rows;
+    options.cols = training.cols;
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(
+      ImageFolder folder,
+      loadImageFolder(train ? s.path : s.test_path, options, train ? s.train_limit : 0));
+  const Dataset& ds = folder.data;
+  if (train) {
+    training.classes = std::move(folder.classes);
+    training.rows = ds.hasFeatures() ? ds.sample_shape[1] : ds.rows;
+    training.cols = ds.hasFeatures() ? ds.sample_shape[2] : ds.cols;
+    return std::move(folder.data);
+  }
+  const std::string difference = classDifference(training.classes, folder.classes);
+  if (!difference.empty()) {
+    return invalidArgument("the training folder ('" + s.path + "') and the test folder ('" +
+                           s.test_path + "') must hold class folders of the same names (" +
+                           "their order gives the labels): " + difference);
+  }
+  return std::move(folder.data);
+}
+
+Result<Dataset> readSplit(const FileSource& s, bool train, TrainingFolder& training) {
   const size_t limit = train ? s.train_limit : 0;
   switch (s.format) {
     case DataFormat::kFashionMnist:
@@ -103,6 +153,8 @@ Result<Dataset> readSplit(const FileSource& s, bool train) {
     case DataFormat::kTensors:
       if (!s.read_tensors) return internalError("no reader for the tensors format");
       return s.read_tensors(train ? s.path : s.test_path, limit);
+    case DataFormat::kImageFolder:
+      return readImageFolder(s, train, training);
     case DataFormat::kSynthetic:
       break;
   }
@@ -126,10 +178,11 @@ std::string shapeOf(const Dataset& ds) {
 
 Result<TrainTest> loadTrainTest(const FileSource& source) {
   TrainTest out;
-  FEDFLEET_ASSIGN_OR_RETURN(out.train, readSplit(source, /*train=*/true));
+  TrainingFolder training;
+  FEDFLEET_ASSIGN_OR_RETURN(out.train, readSplit(source, /*train=*/true, training));
   const bool test_file = source.format == DataFormat::kFashionMnist || !source.test_path.empty();
   if (test_file) {
-    FEDFLEET_ASSIGN_OR_RETURN(out.test, readSplit(source, /*train=*/false));
+    FEDFLEET_ASSIGN_OR_RETURN(out.test, readSplit(source, /*train=*/false, training));
     const Dataset& a = out.train;
     const Dataset& b = out.test;
     if (a.feature_dim != b.feature_dim || a.rows != b.rows || a.cols != b.cols ||

@@ -7,6 +7,8 @@
 //   csv            numeric feature columns and a label column under a header (csv_source.h)
 //   tensors        a torch.save({"x": X, "y": Y}) file, any sample shape (read through
 //                  FileSource::read_tensors: LibTorch's unpickler lives in common/model)
+//   image-folder   root/<class name>/<image>.png|.jpg|.jpeg, as torchvision's ImageFolder
+//                  (image_folder.h)
 //   synthetic      FedProx's Synthetic(alpha, beta), generated per client (synthetic.h)
 #pragma once
 
@@ -19,19 +21,21 @@
 
 #include "common/data/csv_source.h"
 #include "common/data/dataset.h"
+#include "common/data/image_folder.h"
 #include "common/status.h"
 
 namespace fedfleet::data {
 
-enum class DataFormat { kFashionMnist, kIdx, kCsv, kTensors, kSynthetic };
+enum class DataFormat { kFashionMnist, kIdx, kCsv, kTensors, kImageFolder, kSynthetic };
 
-// "fashion-mnist", "idx", "csv", "tensors", "synthetic"; kInvalidArgument listing them
-// otherwise.
+// "fashion-mnist", "idx", "csv", "tensors", "image-folder", "synthetic"; kInvalidArgument
+// listing them otherwise.
 Result<DataFormat> parseDataFormat(std::string_view name);
 const char* dataFormatName(DataFormat format);
-// Whether the format is read from files the user names (idx, csv, tensors).
+// Whether the format is read from files the user names (idx, csv, tensors, image-folder).
 inline bool readsUserFiles(DataFormat f) {
-  return f == DataFormat::kIdx || f == DataFormat::kCsv || f == DataFormat::kTensors;
+  return f == DataFormat::kIdx || f == DataFormat::kCsv || f == DataFormat::kTensors ||
+         f == DataFormat::kImageFolder;
 }
 
 // Reads one data file of the tensors format: (path, limit) -> the data set, as
@@ -39,14 +43,18 @@ inline bool readsUserFiles(DataFormat f) {
 using TensorFileReader = std::function<Result<Dataset>(const std::string&, size_t)>;
 
 struct FileSource {
-  DataFormat format = DataFormat::kFashionMnist;  // kFashionMnist, kIdx, kCsv or kTensors
+  DataFormat format = DataFormat::kFashionMnist;  // any but kSynthetic
   std::string dir;               // fashion-mnist: the package's directory ("": the default)
-  std::string path;              // idx: training images; csv, tensors: the training file
+  std::string path;              // idx: training images; csv, tensors: the training file;
+                                 // image-folder: the training folder
   std::string labels_path;       // idx: training labels
-  std::string test_path;         // idx: test images; csv: the test file ("": see holdout)
+  std::string test_path;         // idx: test images; csv, tensors: the test file; image-folder: the
+                                 // test folder ("": see holdout)
   std::string test_labels_path;  // idx: test labels
   CsvColumns csv;
   TensorFileReader read_tensors;  // tensors: the reader (required for that format)
+  // image-folder: channels and size. Unset size: the test folder takes the training images'.
+  ImageFolderOptions image_folder;
   // No test file: this fraction of the training samples, drawn with `seed`, is held out as
   // the test set (0: no test set).
   double holdout_fraction = 0;
@@ -61,9 +69,10 @@ struct TrainTest {
 };
 
 // Reads the training and test sets `source` names. Both get the same num_classes (the larger)
-// and must agree on the sample shape (image size or feature count). train_limit applies before
+// and must agree on the sample shape (image size or feature count); an image-folder test folder
+// must hold the training folder's class folders, by the same names. train_limit applies before
 // the hold-out split, test_limit after it. Errors: the reader's (each naming the file), a shape
-// mismatch naming both files, a hold-out that leaves either side empty.
+// or class-name mismatch naming both files or folders, a hold-out that leaves either side empty.
 Result<TrainTest> loadTrainTest(const FileSource& source);
 
 // The samples `indices` of `ds` (in that order) as a data set of their own.

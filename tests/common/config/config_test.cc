@@ -388,6 +388,46 @@ TEST(ConfigData, FileFormatsNeedTheirFilesAndATestSet) {
   }
 }
 
+// data.image_size is one integer (a square) or [rows, cols]; the image keys belong to
+// image-folder alone.
+TEST(ConfigData, AnImageFolderTakesChannelsAndASize) {
+  Config c;
+  ASSERT_TRUE(dataConfig("format = \"image-folder\"\npath = \"train\"\ntest_path = \"test\"\n"
+                         "image_channels = 3\nimage_size = [24, 32]\n",
+                         &c)
+                  .isOk());
+  EXPECT_EQ(c.data.image_channels, 3u);
+  EXPECT_EQ(c.data.image_size, (std::vector<uint32_t>{24, 32}));
+  EXPECT_EQ(c.toJson()["data"]["image_size"], nlohmann::json::array({24, 32}));
+  EXPECT_TRUE(c.readsDataFiles());
+  ASSERT_TRUE(c.set("data.image_size=28").isOk());
+  EXPECT_EQ(c.data.image_size, (std::vector<uint32_t>{28, 28}));
+  ASSERT_TRUE(
+      dataConfig("format = \"image-folder\"\npath = \"all\"\nholdout_fraction = 0.2\n", &c).isOk());
+  EXPECT_EQ(c.data.image_channels, 1u);
+  EXPECT_TRUE(c.data.image_size.empty());
+
+  const std::string folder = "format = \"image-folder\"\npath = \"p\"\ntest_path = \"t\"\n";
+  const std::pair<std::string, const char*> cases[] = {
+      {folder + "image_channels = 2\n", "'data.image_channels' must be 1 (grey) or 3 (RGB), got 2"},
+      {folder + "image_size = [1, 2, 3]\n", "'data.image_size' must be [rows, cols] or one"},
+      {folder + "image_size = 0\n", "each 1 to 16384"},
+      {folder + "image_size = [32, 20000]\n", "each 1 to 16384"},
+      {folder + "image_size = [32, -1]\n", "must not be negative"},
+      {folder + "image_size = [32, \"a\"]\n", "got an element that is a string"},
+      {folder + "image_size = \"big\"\n", "must be a non-negative integer or an array of them"},
+      {"format = \"image-folder\"\npath = \"p\"\n", "data.test_path' or data.holdout_fraction"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nimage_size = 8\n",
+       "'data.image_size' is not read with data.format = \"csv\""},
+      {"image_channels = 3\n", "'data.image_channels' is not read with data.format"},
+  };
+  for (const auto& [toml, expected] : cases) {
+    Status st = dataConfig(toml);
+    EXPECT_FALSE(st.isOk()) << toml;
+    EXPECT_NE(st.message().find(expected), std::string::npos) << toml << "\n" << st.message();
+  }
+}
+
 TEST(ConfigData, BlocksAreRefusedWithTheUsersFiles) {
   Config c;
   Status st = c.loadString(

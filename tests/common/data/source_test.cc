@@ -44,14 +44,15 @@ class SourceTest : public testing::ScratchDirTest {
 };
 
 TEST(DataFormat, NamesRoundTripAndUnknownNamesAreRefused) {
-  for (const char* n : {"fashion-mnist", "idx", "csv", "tensors", "synthetic"}) {
+  for (const char* n : {"fashion-mnist", "idx", "csv", "tensors", "image-folder", "synthetic"}) {
     auto f = parseDataFormat(n);
     ASSERT_TRUE(f.isOk()) << n;
     EXPECT_STREQ(dataFormatName(*f), n);
   }
   auto bad = parseDataFormat("parquet");
   ASSERT_FALSE(bad.isOk());
-  EXPECT_THAT(bad.status().message(), HasSubstr("fashion-mnist, idx, csv, tensors or synthetic"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("fashion-mnist, idx, csv, tensors, image-folder or synthetic"));
 }
 
 TEST_F(SourceTest, HoldOutIsASeededPartitionOfTheSamples) {
