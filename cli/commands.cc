@@ -228,6 +228,8 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.compress_on_gpu = cc.compress_on_gpu;
   o.residual_storage = compress::parseResidualStorage(cc.residual_storage).value();
   o.scaffold_state_path = cc.scaffold_state;
+  o.local_patterns = config.model.local;
+  o.local_state_path = cc.local_state;
   o.scaffold_storage = compress::parseResidualStorage(cc.scaffold_storage).value();
   o.served_model_path = cc.served_model_path;
   o.transport.endpoint = cc.coordinator;

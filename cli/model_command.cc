@@ -12,6 +12,7 @@
 #include "common/crypto/sha256.h"
 #include "common/history/history.h"
 #include "common/model/export.h"
+#include "common/model/local_part.h"
 #include "common/model/model.h"
 
 namespace fedfleet::cli {
@@ -105,10 +106,23 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
               << (best && *best == r ? ", best" : "") << ")";
   }
   std::cout << "\n";
+  // model.local of the run's config: which tensors its clients kept to themselves.
+  model::LocalPart local;
+  const auto config = nlohmann::json::parse(run.config_json, nullptr, false);
+  if (config.is_object() && config.contains("model") && config["model"].contains("local") &&
+      config["model"]["local"].is_array()) {
+    std::vector<std::string> patterns;
+    for (const auto& p : config["model"]["local"]) {
+      if (p.is_string()) patterns.push_back(p.get<std::string>());
+    }
+    if (auto part = model::LocalPart::of(d.layout, patterns); part.isOk()) local = *part;
+  }
   std::printf("%-32s %-20s %12s %12s  %s\n", "tensor", "shape", "elements", "offset", "kind");
   for (const auto& t : d.layout.tensors) {
+    const std::string kind =
+        std::string(t.buffer ? "buffer" : "parameter") + (local.isLocal(t.name) ? ", local" : "");
     std::printf("%-32s %-20s %12zu %12zu  %s\n", t.name.c_str(), model::shapeText(t.shape).c_str(),
-                t.numel, t.offset, t.buffer ? "buffer" : "parameter");
+                t.numel, t.offset, kind.c_str());
   }
   return 0;
 }

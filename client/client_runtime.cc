@@ -27,6 +27,7 @@
 #include "common/data/split.h"
 #include "common/format.h"
 #include "common/model/evaluate.h"
+#include "common/model/local_part.h"
 #include "common/model/model.h"
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
@@ -183,6 +184,7 @@ class ZmqClient final : public ClientRuntime {
   std::optional<data::Dataset> test_set_;  // held-out data for the served model
   std::map<std::string, std::vector<std::vector<uint32_t>>> held_out_;
   std::map<std::string, std::unique_ptr<model::Model>> models_;
+  std::optional<model::LocalState> local_;  // model.local: opened with the first model
 };
 
 Status ZmqClient::init(const ClientRuntimeOptions& options) {
@@ -296,19 +298,30 @@ void ZmqClient::train(TrainingJob& job) {
       if (!options_.torchscript_path.empty()) model_name += " (" + options_.torchscript_path + ")";
       FEDFLEET_RETURN_IF_ERROR(model::checkModelFitsData(
           *m, *train_set_, model_name, "'" + t.data.dataset + "' (this client's training set)"));
+      if (!local_) {
+        FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart part,
+                                  model::LocalPart::of(m->layout(), options_.local_patterns));
+        FEDFLEET_ASSIGN_OR_RETURN(
+            local_, model::LocalState::open(std::move(part), options_.local_state_path));
+      }
       m->to(device_);
       mit = models_.emplace(t.model_name, std::move(m)).first;
     }
-    const std::vector<float> start = floatsOf(*req.model_bytes);
+    std::vector<float> start = floatsOf(*req.model_bytes);
+    if (local_) local_->applyTo(start);
     TrainOptions o = trainOptionsFrom(t.hparams);
     std::vector<float> control_c;
     if (t.hparams.scaffold) {
       control_c = floatsOf(*req.control_c);
       o.scaffold = {&control_c, &req.control_ck};
     }
-    o.delta_on_device = gpu_ != nullptr;  // the trainer ignores it for SCAFFOLD
+    // The trainer ignores it for SCAFFOLD; a local part is taken out of the delta on the host.
+    o.delta_on_device = gpu_ != nullptr && (!local_ || local_->part.empty());
     Trainer trainer(device_);
     auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
+    if (result.isOk() && local_) {
+      if (Status st = local_->absorb(start, result->delta); !st.isOk()) result = st;
+    }
     job.trained_at = steadyNow();
     Status status = result.status();
     if (result.isOk()) {

@@ -109,6 +109,10 @@ struct ClientRuntimeOptions {
   // only, zero at every start), and how c_k is stored in memory.
   std::string scaffold_state_path;
   compress::ResidualStorage scaffold_storage = compress::ResidualStorage::kFp32;
+  // model.local: name patterns of the tensors this client keeps to itself (its local part,
+  // common/model/local_part.h), and the file that part lives in across runs (empty: memory).
+  std::vector<std::string> local_patterns;
+  std::string local_state_path;
   // Block-cyclic serving: where the served model is published (client/served_model.h; empty:
   // kept in memory only).
   std::string served_model_path;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -508,10 +509,14 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
   FEDFLEET_RETURN_IF_ERROR(validate(model, start, ds, indices, opts));
   bool was_training = true;
   try {
-    const bool manual = gradients_ != GradientPath::kAutograd && supportsManualGradients(model);
+    const bool sgd_only = opts.optimizer == wire::Optimizer::kSgd;
+    const bool manual =
+        gradients_ != GradientPath::kAutograd && sgd_only && supportsManualGradients(model);
     if (gradients_ == GradientPath::kManual && !manual) {
       return invalidArgument("train: no manual gradients for model '" + model.name() + "' on " +
-                             device_.str() + " (only the built-in logreg and mlp on the CPU)");
+                             device_.str() + " with optimizer " +
+                             wire::optimizerName(opts.optimizer) +
+                             " (only SGD on the built-in logreg and mlp on the CPU)");
     }
     was_training = model.isTraining();
     if (model.device() != device_) model.to(device_);
@@ -523,7 +528,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     if (GradientCorrection::needed(opts)) {
       correction.emplace(start, opts.prox_mu, opts.scaffold.c, opts.scaffold.ck);
     }
-    std::optional<torch::optim::SGD> sgd;
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
     std::optional<FullyConnectedSgd> fc;
     // Autograd path with a correction: x_t and c - c_k per parameter on the device, and a
     // buffer per parameter for w - x_t.
@@ -533,9 +538,22 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
       FEDFLEET_CHECK_MSG(!chain.empty(), "a model's layer chain changed when it moved");
       fc.emplace(std::move(chain), opts, correction ? &*correction : nullptr);
     } else {
-      sgd.emplace(params, torch::optim::SGDOptions(opts.lr)
-                              .momentum(opts.momentum)
-                              .weight_decay(opts.weight_decay));
+      switch (opts.optimizer) {
+        case wire::Optimizer::kSgd:
+          optimizer =
+              std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(opts.lr)
+                                                              .momentum(opts.momentum)
+                                                              .weight_decay(opts.weight_decay));
+          break;
+        case wire::Optimizer::kAdam:
+          optimizer = std::make_unique<torch::optim::Adam>(
+              params, torch::optim::AdamOptions(opts.lr).weight_decay(opts.weight_decay));
+          break;
+        case wire::Optimizer::kAdamW:
+          optimizer = std::make_unique<torch::optim::AdamW>(
+              params, torch::optim::AdamWOptions(opts.lr).weight_decay(opts.weight_decay));
+          break;
+      }
       if (correction) {
         const auto flat = [&](const std::vector<float>& v) {
           return at::from_blob(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())},
@@ -559,7 +577,10 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     if (manual) no_grad.emplace();
 
     const size_t m = indices.size(), bsz = opts.batch_size;
-    const uint64_t steps_per_pass = (m + bsz - 1) / bsz;
+    // A batch norm cannot train on a batch of one sample (PyTorch refuses it): for a model with
+    // buffers, a pass's last batch of one joins the batch before it (bsz + 1 samples).
+    const bool fold_single = !model.buffers().empty() && m > bsz && m % bsz == 1;
+    const uint64_t steps_per_pass = (m + bsz - 1) / bsz - (fold_single ? 1 : 0);
     const uint64_t planned_steps =
         opts.max_steps > 0 ? opts.max_steps : uint64_t{opts.epochs} * steps_per_pass;
     const uint64_t planned_samples =
@@ -584,7 +605,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
         std::shuffle(order.begin(), order.end(), rng);
         batches.startPass(order);
       }
-      const size_t b = std::min(bsz, m - pos);
+      const size_t b = fold_single && m - pos == bsz + 1 ? bsz + 1 : std::min(bsz, m - pos);
       auto [x, y] = batches.batch(pos, b);
       if (fc) {
         fc->step(x, y, losses.appendOnHost(static_cast<int64_t>(b)));
@@ -608,7 +629,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
             if (!shift_of.empty()) g.add_(shift_of[i]);
           }
         }
-        sgd->step();
+        optimizer->step();
         losses.add(per_sample.detach());
       }
       result.n_samples += b;
@@ -660,9 +681,9 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
   } catch (const c10::Error& e) {
     model.train(was_training);
     return internalError(std::string("train: ") + e.what_without_backtrace());
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // the TorchScript interpreter's: its cause, one line
     model.train(was_training);
-    return internalError(std::string("train: ") + e.what());
+    return internalError("train: " + model::errorCause(e.what()));
   }
 }
 
@@ -674,6 +695,7 @@ TrainOptions trainOptionsFrom(const wire::HyperParams& hp) {
   o.lr = hp.lr;
   o.momentum = hp.momentum;
   o.weight_decay = hp.weight_decay;
+  o.optimizer = hp.optimizer;
   o.seed = hp.seed;
   o.prox_mu = hp.prox_mu;
   return o;

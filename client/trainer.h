@@ -52,6 +52,9 @@ struct TrainOptions {
   float lr = 0.05f;
   float momentum = 0;
   float weight_decay = 0;
+  // SGD, or Adam / AdamW (lr, weight_decay; betas 0.9, 0.999; fresh moments every task). Adam
+  // trains through autograd (the manual-gradient path is SGD's).
+  wire::Optimizer optimizer = wire::Optimizer::kSgd;
   uint64_t seed = 0;  // seeds the per-epoch shuffle (std::mt19937_64)
   // FedProx: every gradient g becomes g + prox_mu (w - start) (>= 0; 0: off).
   float prox_mu = 0;

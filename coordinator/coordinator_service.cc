@@ -18,6 +18,7 @@
 #include "common/history/history.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
+#include "common/model/local_part.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
 #include "common/wire/limits.h"
@@ -180,6 +181,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(
       auto test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
   FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, test_set, config_, "test"));
+  // model.local names tensors of this model (each client keeps them; a typo stops here).
+  FEDFLEET_RETURN_IF_ERROR(model::LocalPart::of(model->layout(), config_.model.local).status());
   std::vector<float> params = model->flatParameters();
   if (const auto& bc = config_.blocks; bc.count > 0) {
     // Per-block validation and test sets from the test split (common/data/block_cyclic.h).

@@ -34,6 +34,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.hparams.batch_size = config.train.batch;
   eo.hparams.lr = static_cast<float>(config.train.lr);
   eo.hparams.momentum = static_cast<float>(config.train.momentum);
+  eo.hparams.optimizer = wire::parseOptimizer(config.train.optimizer).value();  // validated
   eo.hparams.weight_decay = static_cast<float>(config.train.weight_decay);
   eo.data.dataset = config.dataFormat();
   eo.data.scheme = config.data.partition;

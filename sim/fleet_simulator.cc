@@ -23,6 +23,7 @@
 #include "common/compress/error_feedback.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
+#include "common/model/local_part.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
 #include "coordinator/engine_driver.h"
@@ -100,6 +101,25 @@ class Residuals {
   compress::ResidualStorage storage_;
   std::mutex mu_;
   std::unordered_map<uint64_t, compress::ErrorFeedback> map_;  // GUARDED_BY(mu_)
+};
+
+// model.local: every virtual client's own local part, kept in memory (a client that never
+// trained holds nothing). The worker training client k uses its entry alone.
+class LocalParts {
+ public:
+  explicit LocalParts(model::LocalPart part) : part_(std::move(part)) {}
+  bool empty() const { return part_.empty(); }
+  model::LocalState& of(uint64_t client) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(client);
+    if (it == map_.end()) it = map_.emplace(client, model::LocalState{part_, {}, ""}).first;
+    return it->second;  // a reference into an unordered_map stays valid as it grows
+  }
+
+ private:
+  model::LocalPart part_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, model::LocalState> map_;  // GUARDED_BY(mu_)
 };
 
 struct EvalPiece {
@@ -246,6 +266,7 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Residuals> residuals_;
+  std::unique_ptr<LocalParts> local_parts_;  // model.local
   compress::ResidualStorage residual_storage_ = compress::ResidualStorage::kBf16;
   // The virtual clients' sessions (their protocol state: c_k, the served model, uploads), and
   // the server c of the latest SCAFFOLD task, shared by every task of that model version.
@@ -330,6 +351,9 @@ Status Simulator::init(const config::Config& config) {
           coordinator::checkModelFitsConfigData(*model, *data_->testSet(), config_, "test"));
     }
   }
+  FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart local_part,
+                            model::LocalPart::of(model->layout(), config_.model.local));
+  local_parts_ = std::make_unique<LocalParts>(std::move(local_part));
   std::vector<float> params = model->flatParameters();
   num_params_ = params.size();
   ref_samples_per_s_ =
@@ -560,62 +584,65 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
   const ModelRecipe recipe = modelRecipe();
   compress::ErrorFeedback* residual =
       compress::usesErrorFeedback(r.codec->spec()) ? &residuals_->of(k) : nullptr;
+  model::LocalState* local = local_parts_->empty() ? nullptr : &local_parts_->of(k);
   auto request = std::make_shared<const client::TrainingRequest>(r);
-  f.result = pool_->submit(
-      [data, k, request, o = f.options, stop = f.stop, recipe, residual]() -> Result<TrainOutcome> {
-        FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
-        const auto t0 = std::chrono::steady_clock::now();
-        FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
-        const client::TrainingRequest& req = *request;
-        const bool scaffold = req.task.hparams.scaffold;
-        client::Trainer trainer(c10::kCPU);
-        client::TrainOptions opts = o;
-        const std::vector<float> start = client::floatsOf(*req.model_bytes);
-        std::vector<float> server_c;
-        if (scaffold) {
-          server_c = client::floatsOf(*req.control_c);
-          opts.scaffold = {&server_c, &req.control_ck};
-        }
-        FEDFLEET_ASSIGN_OR_RETURN(
-            client::TrainResult r,
-            trainer.train(*model, start, *shard.data, shard.indices, opts, stop.get()));
-        TrainOutcome out;
-        out.session.steps = r.steps;
-        out.session.stopped_early = r.stopped_early;
-        out.session.mean_loss = r.mean_loss;
-        out.session.sum_sq_loss = r.sum_sq_loss;
-        out.session.control_delta = r.control_delta;
-        const auto t1 = std::chrono::steady_clock::now();
-        out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
-        // Compress as a client's encoder does: the same chunks and per-chunk seeds
-        // (client/upload_pipeline.h), through this client's residual.
-        const std::vector<float> delta = client::takeUpload(r);
-        const auto plan = client::planUploadChunks(model->layout(), req.task.chunk_bytes, scaffold,
-                                                   req.codec->spec());
-        for (size_t j = 0; j < plan.size(); ++j) {
-          client::EncodedChunk c;
-          c.index = j;
-          c.range = plan[j];
-          c.last = j + 1 == plan.size();
-          const uint64_t seed = client::chunkSeed(req.task.hparams.seed, j);
-          FEDFLEET_RETURN_IF_ERROR(client::encodeUploadChunk(
-              *req.codec, plan[j], delta.data() + plan[j].offset, residual, seed, &c.payload));
-          out.chunks.push_back(std::move(c));
-        }
-        out.encode_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-        if (req.served_to_evaluate) {
-          out.session.served_evaluation = [&]() -> Result<client::ServedEvaluation> {
-            FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
-            FEDFLEET_RETURN_IF_ERROR(
-                model->setFlatParameters(client::floatsOf(*req.served_to_evaluate)));
-            FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
-                                      model::evaluateIndices(*model, *held.data, held.indices));
-            return client::ServedEvaluation{e.n, e.loss, e.accuracy};
-          }();
-        }
-        return out;  // the delta is gone: only the payloads travel on
-      });
+  f.result = pool_->submit([data, k, request, o = f.options, stop = f.stop, recipe, residual,
+                            local]() -> Result<TrainOutcome> {
+    FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
+    const auto t0 = std::chrono::steady_clock::now();
+    FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
+    const client::TrainingRequest& req = *request;
+    const bool scaffold = req.task.hparams.scaffold;
+    client::Trainer trainer(c10::kCPU);
+    client::TrainOptions opts = o;
+    std::vector<float> start = client::floatsOf(*req.model_bytes);
+    if (local != nullptr) local->applyTo(start);
+    std::vector<float> server_c;
+    if (scaffold) {
+      server_c = client::floatsOf(*req.control_c);
+      opts.scaffold = {&server_c, &req.control_ck};
+    }
+    FEDFLEET_ASSIGN_OR_RETURN(
+        client::TrainResult r,
+        trainer.train(*model, start, *shard.data, shard.indices, opts, stop.get()));
+    if (local != nullptr) FEDFLEET_RETURN_IF_ERROR(local->absorb(start, r.delta));
+    TrainOutcome out;
+    out.session.steps = r.steps;
+    out.session.stopped_early = r.stopped_early;
+    out.session.mean_loss = r.mean_loss;
+    out.session.sum_sq_loss = r.sum_sq_loss;
+    out.session.control_delta = r.control_delta;
+    const auto t1 = std::chrono::steady_clock::now();
+    out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
+    // Compress as a client's encoder does: the same chunks and per-chunk seeds
+    // (client/upload_pipeline.h), through this client's residual.
+    const std::vector<float> delta = client::takeUpload(r);
+    const auto plan = client::planUploadChunks(model->layout(), req.task.chunk_bytes, scaffold,
+                                               req.codec->spec());
+    for (size_t j = 0; j < plan.size(); ++j) {
+      client::EncodedChunk c;
+      c.index = j;
+      c.range = plan[j];
+      c.last = j + 1 == plan.size();
+      const uint64_t seed = client::chunkSeed(req.task.hparams.seed, j);
+      FEDFLEET_RETURN_IF_ERROR(client::encodeUploadChunk(
+          *req.codec, plan[j], delta.data() + plan[j].offset, residual, seed, &c.payload));
+      out.chunks.push_back(std::move(c));
+    }
+    out.encode_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    if (req.served_to_evaluate) {
+      out.session.served_evaluation = [&]() -> Result<client::ServedEvaluation> {
+        FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
+        FEDFLEET_RETURN_IF_ERROR(
+            model->setFlatParameters(client::floatsOf(*req.served_to_evaluate)));
+        FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
+                                  model::evaluateIndices(*model, *held.data, held.indices));
+        return client::ServedEvaluation{e.n, e.loss, e.accuracy};
+      }();
+    }
+    return out;  // the delta is gone: only the payloads travel on
+  });
   push(f.done_at, EventKind::kTrainDone, token, k);
 }
 

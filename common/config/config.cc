@@ -92,6 +92,7 @@ void forEachField(C& c, F&& f) {
   f("model.name", c.model.name);
   f("model.path", c.model.path);
   f("model.init", c.model.init);
+  f("model.local", c.model.local);
   f("data.dataset", c.data.dataset);
   f("data.format", c.data.format);
   f("data.dir", c.data.dir);
@@ -122,6 +123,7 @@ void forEachField(C& c, F&& f) {
   f("train.batch", c.train.batch);
   f("train.lr", c.train.lr);
   f("train.momentum", c.train.momentum);
+  f("train.optimizer", c.train.optimizer);
   f("train.weight_decay", c.train.weight_decay);
   f("train.prox_mu", c.train.prox_mu);
   f("client.coordinator", c.client.coordinator);
@@ -137,6 +139,7 @@ void forEachField(C& c, F&& f) {
   f("client.upload_pipelined", c.client.upload_pipelined);
   f("client.compress_on_gpu", c.client.compress_on_gpu);
   f("client.residual_storage", c.client.residual_storage);
+  f("client.local_state", c.client.local_state);
   f("client.scaffold_state", c.client.scaffold_state);
   f("client.scaffold_storage", c.client.scaffold_storage);
   f("client.served_model_path", c.client.served_model_path);
@@ -610,6 +613,14 @@ Status Config::validate() const {
   if (model.name == "torchscript" && model.path.empty()) {
     return bad("model.path", "is required when model.name = \"torchscript\"");
   }
+  for (const std::string& pattern : model.local) {
+    if (pattern.empty()) return bad("model.local", "holds an empty pattern");
+  }
+  if (!model.local.empty() && aggregation.method == "scaffold") {
+    return bad("model.local",
+               "cannot be used with aggregation.method = \"scaffold\": SCAFFOLD's control "
+               "variates correct every parameter towards the global model");
+  }
   FEDFLEET_RETURN_IF_ERROR(validateDataSource());
   if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels" &&
       data.partition != "shards" && data.partition != "quantity") {
@@ -655,6 +666,14 @@ Status Config::validate() const {
   if (!(train.lr > 0)) return bad("train.lr", "must be > 0");
   if (train.momentum < 0 || train.momentum >= 1) return bad("train.momentum", "must be in [0, 1)");
   if (train.weight_decay < 0) return bad("train.weight_decay", "must be >= 0");
+  FEDFLEET_RETURN_IF_ERROR(oneOf("train.optimizer", train.optimizer, {"sgd", "adam", "adamw"}));
+  if (train.optimizer != "sgd" && train.momentum != 0) {
+    return bad("train.momentum", "is SGD's; Adam and AdamW keep their own moments (set it to 0)");
+  }
+  if (train.optimizer != "sgd" && aggregation.method == "fednova") {
+    return bad("train.optimizer",
+               "must be sgd with aggregation.method = \"fednova\" (FedNova normalises SGD steps)");
+  }
   if (client.device != "auto" && client.device != "cpu" && client.device != "cuda") {
     return bad("client.device", "must be auto, cpu or cuda; got \"" + client.device + "\"");
   }

@@ -128,6 +128,9 @@ struct ModelSection {
   std::string name = "mlp";  // logreg, mlp, cnn, lenet, torchscript
   std::string path;          // TorchScript file when name = "torchscript"
   std::string init;  // start from these weights (a file `fedfleet model export` wrote); "": seed
+  // Name patterns (fnmatch globs) of parameters and buffers each client keeps to itself, out
+  // of aggregation (FedBN: ["*bn*"]; FedPer: ["head.*"]); []: everything is federated.
+  std::vector<std::string> local;
 };
 
 struct DataSection {
@@ -171,6 +174,7 @@ struct TrainSection {
   uint32_t batch = 32;
   double lr = 0.05;
   double momentum = 0;
+  std::string optimizer = "sgd";  // sgd, adam or adamw (momentum: SGD only)
   double weight_decay = 0;
   double prox_mu = 0;  // FedProx proximal term mu (0: off)
 };
@@ -190,7 +194,8 @@ struct ClientSection {
                                    // then send; the benchmark's baseline)
   bool compress_on_gpu = true;     // training on a CUDA device: compress there, on its own stream
   std::string residual_storage = "fp32";  // error-feedback residual: fp32, bf16, fp16
-  std::string scaffold_state;             // SCAFFOLD: file keeping c_k across restarts ("": none)
+  std::string local_state;     // model.local: file keeping this client's local part ("": memory)
+  std::string scaffold_state;  // SCAFFOLD: file keeping c_k across restarts ("": none)
   std::string scaffold_storage = "fp32";  // SCAFFOLD: c_k held as fp32, bf16 or fp16
   std::string served_model_path;          // blocks: publish the served model here (and <path>.json;
                                           // written atomically; "": memory only)

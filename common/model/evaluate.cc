@@ -67,16 +67,6 @@ Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const 
   }
 }
 
-// The line of a LibTorch message that says what went wrong: the last non-empty one (a
-// TorchScript interpreter error ends its tracebacks with "RuntimeError: ...").
-std::string causeLine(const std::string& text) {
-  const size_t end = text.find_last_not_of("\n ");
-  if (end == std::string::npos) return text;
-  const size_t newline = text.rfind('\n', end);
-  const size_t start = newline == std::string::npos ? 0 : newline + 1;
-  return text.substr(start, end + 1 - start);
-}
-
 }  // namespace
 
 Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::string& model_name,
@@ -93,7 +83,7 @@ Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::stri
   const std::string what = "model " + model_name + " and data " + data_name;
   const auto rejects = [&](const std::string& message) {
     return invalidArgument(what + " do not fit: the model rejects a batch of shape " +
-                           shapeText(input_shape) + ": " + causeLine(message));
+                           shapeText(input_shape) + ": " + errorCause(message));
   };
   at::Tensor logits;
   try {

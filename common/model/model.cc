@@ -393,6 +393,14 @@ Status Model::setFlatParameters(const float* data, size_t n) {
   }
 }
 
+std::string errorCause(const std::string& what) {
+  const size_t end = what.find_last_not_of("\n ");
+  if (end == std::string::npos) return what;
+  const size_t newline = what.rfind('\n', end);
+  const size_t start = newline == std::string::npos ? 0 : newline + 1;
+  return what.substr(start, end + 1 - start);
+}
+
 std::vector<std::string> builtinModelNames() { return {"logreg", "mlp", "cnn", "lenet"}; }
 
 InputShape inputShapeOf(const data::Dataset& ds) {

@@ -98,6 +98,11 @@ class Model {
   }
 };
 
+// The line of a LibTorch error message that says what went wrong: the last non-empty one (a
+// TorchScript interpreter error ends its two tracebacks with "RuntimeError: ..." or
+// "builtins.ValueError: ..."); the message itself when it is one line.
+std::string errorCause(const std::string& what);
+
 // {"logreg", "mlp", "cnn", "lenet"}.
 std::vector<std::string> builtinModelNames();
 

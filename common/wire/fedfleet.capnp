@@ -15,6 +15,12 @@ enum DeviceKind {
   cuda @1;
 }
 
+enum Optimizer {
+  sgd @0;
+  adam @1;
+  adamw @2;
+}
+
 enum ErrorCode {
   unknown @0;
   malformed @1;
@@ -49,6 +55,7 @@ struct HyperParams {
   proxMu @7 :Float32;       # FedProx mu (0: off)
   scaffold @8 :Bool;        # SCAFFOLD: the update is 2P values (delta, then control delta)
   stopAfterS @9 :Float64;   # partial work: stop training this long after receipt (0: off)
+  optimizer @10 :Optimizer; # the local optimiser (sgd: momentum and weight decay as given)
 }
 
 struct DataSpec {

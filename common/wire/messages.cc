@@ -8,6 +8,8 @@
 // caller's traversal and nesting limits; every Cap'n Proto exception becomes a kCorrupt Status.
 // Bytes fields are copied into std::string once.
 
+#include "common/wire/messages.h"
+
 #include <capnp/message.h>
 #include <capnp/orphan.h>
 #include <capnp/serialize.h>
@@ -28,7 +30,6 @@
 
 #include "common/check.h"
 #include "common/wire/fedfleet.capnp.h"
-#include "common/wire/messages.h"
 
 namespace fedfleet::wire {
 namespace {
@@ -107,6 +108,8 @@ static_assert(static_cast<uint16_t>(schema::ErrorCode::MALFORMED) ==
               static_cast<uint16_t>(ErrorCode::kMalformed));
 static_assert(static_cast<uint16_t>(schema::ErrorCode::INTERNAL) ==
               static_cast<uint16_t>(ErrorCode::kInternal));
+static_assert(static_cast<uint16_t>(schema::Optimizer::ADAMW) ==
+              static_cast<uint16_t>(Optimizer::kAdamW));
 static_assert(static_cast<uint16_t>(schema::ServedSource::ATTACHED) ==
               static_cast<uint16_t>(ServedSource::kAttached));
 
@@ -149,6 +152,7 @@ void fill(schema::Task::Builder b, const Task& m) {
   h.setProxMu(m.hparams.prox_mu);
   h.setScaffold(m.hparams.scaffold);
   h.setStopAfterS(m.hparams.stop_after_s);
+  h.setOptimizer(static_cast<schema::Optimizer>(static_cast<uint16_t>(m.hparams.optimizer)));
   auto d = b.initData();
   d.setDataset(asText(m.data.dataset));
   d.setScheme(asText(m.data.scheme));
@@ -313,6 +317,11 @@ Result<Message> read(schema::Task::Reader r) {
   m.hparams.prox_mu = h.getProxMu();
   m.hparams.scaffold = h.getScaffold();
   m.hparams.stop_after_s = h.getStopAfterS();
+  const auto optimizer = static_cast<uint16_t>(h.getOptimizer());
+  if (optimizer > static_cast<uint16_t>(Optimizer::kAdamW)) {
+    return corrupt("Task: unknown optimizer " + std::to_string(optimizer));
+  }
+  m.hparams.optimizer = static_cast<Optimizer>(optimizer);
   auto d = r.getData();
   m.data.dataset = toString(d.getDataset());
   m.data.scheme = toString(d.getScheme());
@@ -466,6 +475,25 @@ const char* deviceKindName(DeviceKind kind) {
       return "cuda";
   }
   return "unknown";
+}
+
+const char* optimizerName(Optimizer o) {
+  switch (o) {
+    case Optimizer::kSgd:
+      return "sgd";
+    case Optimizer::kAdam:
+      return "adam";
+    case Optimizer::kAdamW:
+      return "adamw";
+  }
+  return "unknown";
+}
+
+Result<Optimizer> parseOptimizer(std::string_view name) {
+  for (Optimizer o : {Optimizer::kSgd, Optimizer::kAdam, Optimizer::kAdamW}) {
+    if (name == optimizerName(o)) return o;
+  }
+  return invalidArgument("unknown optimizer \"" + std::string(name) + "\" (sgd, adam or adamw)");
 }
 
 const char* messageName(const Message& message) {

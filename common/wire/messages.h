@@ -35,6 +35,12 @@ constexpr uint32_t kProtocolVersion = 5;
 enum class DeviceKind : uint8_t { kCpu = 0, kCuda = 1 };
 const char* deviceKindName(DeviceKind kind);  // "cpu" or "cuda"
 
+// The client's local optimiser (train.optimizer).
+enum class Optimizer : uint8_t { kSgd = 0, kAdam = 1, kAdamW = 2 };
+const char* optimizerName(Optimizer o);  // "sgd", "adam" or "adamw"
+// The optimiser of that name; kInvalidArgument listing the names otherwise.
+Result<Optimizer> parseOptimizer(std::string_view name);
+
 using Sha256 = std::array<uint8_t, 32>;
 
 // Client -> coordinator, first message on a connection (and again after a coordinator restart).
@@ -71,6 +77,10 @@ struct HyperParams {
   // task and uploads what it did, with its true step count and samples (0: off; train all the
   // planned steps). Unlike deadline_s, which abandons the task, this yields an update.
   double stop_after_s = 0;
+  // The local optimiser: SGD (with momentum and weight_decay), Adam (weight_decay as L2 added
+  // to the gradient) or AdamW (decoupled weight decay); Adam's betas are (0.9, 0.999), eps 1e-8,
+  // and its moments start from zero at every task.
+  Optimizer optimizer = Optimizer::kSgd;
 };
 
 // Which samples the client trains on: partition `index` of the data set split `scheme` ways.

@@ -390,5 +390,64 @@ TEST_F(TrainerTest, RestoresModeAndRejectsBadInput) {
   EXPECT_FALSE(m->isTraining());
 }
 
+// One full-batch step of Adam from fresh moments is w -= lr g / (|g| + eps) (the bias-corrected
+// moments are g and g^2), AdamW first shrinks w by lr * weight_decay, and Adam with weight decay
+// adds it to the gradient: each checked against the gradient LibTorch's autograd computes on a
+// copy of the model.
+TEST(TrainerOptimizers, OneAdamAndAdamWStepMatchTheirDefinitions) {
+  data::Dataset ds;
+  ds.feature_dim = 3;
+  ds.num_classes = 2;
+  ds.features = {0.5f, -1.0f, 2.0f, 1.5f, 0.25f, -0.5f, -2.0f, 1.0f, 0.75f, 0.0f, 0.5f, -1.25f};
+  ds.labels = {0, 1, 1, 0};
+  const model::InputShape shape{{3}, 2};
+  auto reference = model::createModel("logreg", 5, "", shape).value();
+  const std::vector<float> start = reference->flatParameters();
+  const at::Tensor x = torch::from_blob(ds.features.data(), {4, 3}, torch::kFloat).clone();
+  const at::Tensor y = torch::tensor({0, 1, 1, 0}, torch::kLong);
+  torch::nn::functional::cross_entropy(reference->forward(x), y).backward();
+  std::vector<float> g;
+  for (const auto& p : reference->parameters()) {
+    const at::Tensor flat = p.grad().reshape({-1}).contiguous();
+    g.insert(g.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+  }
+  ASSERT_EQ(g.size(), start.size());
+
+  struct Case {
+    wire::Optimizer optimizer;
+    float weight_decay;
+  };
+  for (const Case c : {Case{wire::Optimizer::kAdam, 0.0f}, Case{wire::Optimizer::kAdam, 0.1f},
+                       Case{wire::Optimizer::kAdamW, 0.1f}}) {
+    auto m = model::createModel("logreg", 5, "", shape).value();
+    TrainOptions o;
+    o.batch_size = 4;
+    o.max_steps = 1;
+    o.lr = 0.01f;
+    o.optimizer = c.optimizer;
+    o.weight_decay = c.weight_decay;
+    Trainer trainer(c10::kCPU);
+    auto r = trainer.train(*m, start, ds, {0, 1, 2, 3}, o);
+    ASSERT_TRUE(r.isOk()) << r.status().toString();
+    for (size_t i = 0; i < start.size(); ++i) {
+      const bool adamw = c.optimizer == wire::Optimizer::kAdamW;
+      const double gi = g[i] + (adamw ? 0.0 : c.weight_decay * start[i]);
+      const double expected =
+          -o.lr * gi / (std::abs(gi) + 1e-8) - (adamw ? o.lr * c.weight_decay * start[i] : 0.0);
+      EXPECT_NEAR(r->delta[i], expected, 1e-6)
+          << wire::optimizerName(c.optimizer) << " weight_decay " << c.weight_decay << " i " << i;
+    }
+  }
+  // SGD's step is -lr g: a different update.
+  auto m = model::createModel("logreg", 5, "", shape).value();
+  TrainOptions o;
+  o.batch_size = 4;
+  o.max_steps = 1;
+  o.lr = 0.01f;
+  auto r = Trainer(c10::kCPU).train(*m, start, ds, {0, 1, 2, 3}, o);
+  ASSERT_TRUE(r.isOk());
+  for (size_t i = 0; i < start.size(); ++i) EXPECT_NEAR(r->delta[i], -o.lr * g[i], 1e-6) << i;
+}
+
 }  // namespace
 }  // namespace fedfleet::client

@@ -4,7 +4,6 @@
 // global statistics are the sample-weighted means of the clients', checked here against
 // values computed by hand from the clients' data.
 #include <gtest/gtest.h>
-#include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -12,34 +11,17 @@
 #include "common/data/dataset.h"
 #include "common/model/model.h"
 #include "tests/engine/round_engine_fixture.h"
+#include "tests/integration/batchnorm_module.h"
 
 namespace fedfleet {
 namespace {
 
 constexpr int kFeatures = 4;
 
-// Linear(4 -> 3) after a BatchNorm1d(4) without affine weights (momentum 0.1, eps 1e-5), built
-// in C++ as Python's torch.jit.script would build it.
 std::string writeBatchNormModule() {
-  torch::jit::Module m("BatchNormNet");
-  m.register_attribute("training", c10::BoolType::get(), true);
-  m.register_parameter("w", torch::full({kFeatures, 3}, 0.1).requires_grad_(true), false);
-  m.register_parameter("b", torch::zeros({3}).requires_grad_(true), false);
-  m.register_buffer("running_mean", torch::zeros({kFeatures}));
-  m.register_buffer("running_var", torch::ones({kFeatures}));
-  m.register_buffer("num_batches_tracked", torch::zeros({}, torch::kLong));
-  m.define(R"(
-def forward(self, x):
-    if self.training:
-        self.num_batches_tracked += 1
-    y = torch.batch_norm(x, None, None, self.running_mean, self.running_var, self.training,
-                         0.1, 1e-5, False)
-    return y.matmul(self.w) + self.b
-)");
-  const std::string path =
-      std::string(FEDFLEET_TEST_TMP) + "/batchnorm." + std::to_string(::getpid()) + ".pt";
-  m.save(path);
-  return path;
+  return testing::writeBatchNormModule(
+      std::string(FEDFLEET_TEST_TMP) + "/batchnorm." + std::to_string(::getpid()) + ".pt",
+      kFeatures, 3);
 }
 
 // `n` samples, feature j of sample i = (i + 1) * (j + 1) + offset; labels i % 3.
@@ -134,6 +116,32 @@ TEST(BatchNormBuffers, RunningStatisticsTravelAndAreAveragedWithTheUpdatesWeight
     EXPECT_FLOAT_EQ(bufs[0][j].item<float>(), global[15 + j]);
     EXPECT_FLOAT_EQ(bufs[1][j].item<float>(), global[19 + j]);
   }
+}
+
+// PyTorch's batch norm refuses a batch of one sample in training: a pass whose last batch would
+// hold one sample folds it into the batch before (9 samples in batches of 4: 4 and 5), so every
+// sample is trained on and nothing fails.
+TEST(BatchNormBuffers, APassNeverEndsWithABatchOfOneSample) {
+  auto model = model::createModel("torchscript", 0, writeBatchNormModule());
+  ASSERT_TRUE(model.isOk()) << model.status().toString();
+  const data::Dataset ds = samples(9, 0.0f);
+  std::vector<uint32_t> all(ds.size());
+  std::iota(all.begin(), all.end(), 0u);
+  client::TrainOptions o;
+  o.batch_size = 4;
+  o.epochs = 2;
+  client::Trainer trainer(c10::kCPU);
+  auto r = trainer.train(**model, (*model)->flatParameters(), ds, all, o);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_EQ(r->steps, 4u);
+  EXPECT_EQ(r->n_samples, 18u);
+
+  // A built-in model (no buffers) keeps its batch of one: 3 steps a pass.
+  auto logreg = model::createModel("logreg", 1, "", model::InputShape{{kFeatures}, 3});
+  ASSERT_TRUE(logreg.isOk());
+  auto plain = trainer.train(**logreg, (*logreg)->flatParameters(), ds, all, o);
+  ASSERT_TRUE(plain.isOk());
+  EXPECT_EQ(plain->steps, 6u);
 }
 
 }  // namespace

@@ -93,6 +93,32 @@ TEST(Config, WrongTypesAndRangesAreErrors) {
   EXPECT_FALSE(g.validate().isOk());
 }
 
+// train.optimizer and model.local: names, and the combinations that cannot work, are start-up
+// errors naming the key.
+TEST(Config, OptimizerAndLocalPartCombinationsAreChecked) {
+  const auto invalid = [](std::vector<std::string> sets) {
+    Config c;
+    for (const auto& s : sets) EXPECT_TRUE(c.set(s).isOk()) << s;
+    return c.validate();
+  };
+  EXPECT_TRUE(invalid({"train.optimizer=adamw", "train.weight_decay=0.01"}).isOk());
+  EXPECT_NE(invalid({"train.optimizer=rmsprop"}).message().find("train.optimizer"),
+            std::string::npos);
+  EXPECT_NE(
+      invalid({"train.optimizer=adam", "train.momentum=0.9"}).message().find("train.momentum"),
+      std::string::npos);
+  EXPECT_NE(invalid({"train.optimizer=adam", "aggregation.method=fednova"})
+                .message()
+                .find("FedNova normalises SGD steps"),
+            std::string::npos);
+  EXPECT_TRUE(invalid({"model.local=[\"fc3.*\"]"}).isOk());
+  EXPECT_NE(invalid({"model.local=[\"\"]"}).message().find("empty pattern"), std::string::npos);
+  EXPECT_NE(invalid({"model.local=[\"fc3.*\"]", "aggregation.method=scaffold"})
+                .message()
+                .find("model.local"),
+            std::string::npos);
+}
+
 TEST(Config, MetricsSectionIsOffAndLoopbackByDefaultAndChecked) {
   Config c;
   EXPECT_EQ(c.metrics.port, 0u);

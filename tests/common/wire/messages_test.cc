@@ -1,6 +1,8 @@
-// Tests of common/wire/messages.cc: every message round-trips field by field, and decode() turns any
-// bad input (random, truncated, bit-flipped, oversized, over the traversal limit) into a non-OK
+// Tests of common/wire/messages.cc: every message round-trips field by field, and decode() turns
+// any bad input (random, truncated, bit-flipped, oversized, over the traversal limit) into a non-OK
 // Status without crashing.
+
+#include "common/wire/messages.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +13,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "common/wire/messages.h"
 
 namespace fedfleet::wire {
 namespace {
@@ -54,6 +54,7 @@ Task sampleTask(size_t model_bytes = 40) {
   m.hparams.prox_mu = 0.01f;
   m.hparams.scaffold = true;
   m.hparams.stop_after_s = 2.75;
+  m.hparams.optimizer = Optimizer::kAdamW;
   m.data.dataset = "mnist";
   m.data.scheme = "dirichlet";
   m.data.alpha = 0.25;
@@ -150,6 +151,7 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.hparams.prox_mu, b.hparams.prox_mu);
   EXPECT_EQ(a.hparams.scaffold, b.hparams.scaffold);
   EXPECT_EQ(a.hparams.stop_after_s, b.hparams.stop_after_s);
+  EXPECT_EQ(a.hparams.optimizer, b.hparams.optimizer);
   EXPECT_EQ(a.data.dataset, b.data.dataset);
   EXPECT_EQ(a.data.scheme, b.data.scheme);
   EXPECT_EQ(a.data.alpha, b.data.alpha);
@@ -344,6 +346,22 @@ TEST(WireCodecTest, TaskWithoutScaffoldHasNoControlBytes) {
   EXPECT_EQ(plain.hparams.prox_mu, 0.0f);
   EXPECT_FALSE(plain.hparams.scaffold);
   EXPECT_EQ(plain.hparams.stop_after_s, 0.0);
+  EXPECT_EQ(plain.hparams.optimizer, Optimizer::kSgd);
+}
+
+// The optimiser travels in a hole of the hyper-parameters' data section: choosing one costs no
+// byte on the wire, and every name parses back.
+TEST(WireCodecTest, TheOptimizerCostsNoBytesAndItsNamesRoundTrip) {
+  Task t = sampleTask();
+  t.hparams.optimizer = Optimizer::kSgd;
+  const size_t sgd = encode(t).size();
+  t.hparams.optimizer = Optimizer::kAdam;
+  EXPECT_EQ(encode(t).size(), sgd);
+  EXPECT_EQ(std::get<Task>(decode(encode(t)).value()).hparams.optimizer, Optimizer::kAdam);
+  for (Optimizer o : {Optimizer::kSgd, Optimizer::kAdam, Optimizer::kAdamW}) {
+    EXPECT_EQ(parseOptimizer(optimizerName(o)).value(), o);
+  }
+  EXPECT_EQ(parseOptimizer("rmsprop").status().code(), StatusCode::kInvalidArgument);
 }
 
 // control_bytes is c in the model's layout: empty or exactly as long as model_bytes.
