@@ -16,6 +16,7 @@
 #include "client/client_runtime.h"
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
+#include "common/model/data_files.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "sim/fleet_simulator.h"
@@ -205,14 +206,26 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
     std::cerr << "fedfleet client: " << st.message() << "\n";
     return 2;
   }
-  if (config.dataFormat() != "fashion-mnist") {
-    std::cerr << "fedfleet client: data.format = \"" << config.dataFormat()
-              << "\" is read by the simulator (fedfleet sim) in this version; a client process "
-                 "trains on fashion-mnist\n";
+  if (config.dataFormat() == "synthetic") {
+    std::cerr << "fedfleet client: data.format = \"synthetic\" is generated per device by the "
+                 "simulator (fedfleet sim); a client process trains fashion-mnist or its own "
+                 "files\n";
     return 2;
   }
   const auto& cc = config.client;
   client::ClientRuntimeOptions o;
+  if (config.readsDataFiles()) {
+    // This client's own files: it trains all of them (data.partition = "none").
+    auto own = model::loadOwnTrainingData(config);
+    if (!own.isOk()) {
+      std::cerr << "fedfleet client: " << own.status().toString() << "\n";
+      return own.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    spdlog::info("client: {} samples of its own ({} {})", own->size(), config.dataFormat(),
+                 config.data.path);
+    o.own_data = std::make_shared<const data::Dataset>(std::move(own).value());
+    o.own_format = config.dataFormat();
+  }
   o.client_id = cc.id.empty() ? "client-" + std::to_string(getpid()) : cc.id;
   o.device = cc.device;
   o.data_dir = config.data.dir;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <thread>
@@ -180,6 +181,11 @@ class ZmqClient final : public ClientRuntime {
   // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
   std::optional<data::Dataset> train_set_;
   uint32_t train_set_limit_ = 0;
+  std::vector<uint32_t> all_own_;  // 0..n-1 over options_.own_data
+  // The data set a task trains on: the client's own files, or its fashion-mnist split.
+  const data::Dataset& trainingSet() const {
+    return options_.own_data ? *options_.own_data : *train_set_;
+  }
   std::map<std::string, std::vector<std::vector<uint32_t>>> partitions_;
   std::optional<data::Dataset> test_set_;  // held-out data for the served model
   std::map<std::string, std::vector<std::vector<uint32_t>>> held_out_;
@@ -241,13 +247,37 @@ void ZmqClient::sayHello(double now) {
   h.device_name = model::deviceName(device_);
   h.cores = std::thread::hardware_concurrency();
   h.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  h.data_size = train_set_ ? train_set_->size() : 0;
+  h.data_size =
+      options_.own_data ? options_.own_data->size() : (train_set_ ? train_set_->size() : 0);
   h.requested_partition = options_.partition;
   h.session = session_id_;
   send(h);
 }
 
 Result<const std::vector<uint32_t>*> ZmqClient::indicesFor(const wire::DataSpec& spec) {
+  if (spec.scheme == "none") {  // train everything this client holds
+    if (!options_.own_data) {
+      return invalidArgument(
+          "the coordinator's tasks say data.partition = \"none\" (train the "
+          "data you hold), but this client has no files of its own: give it "
+          "data.format and data.path");
+    }
+    if (spec.dataset != options_.own_format) {
+      return invalidArgument("the coordinator trains '" + spec.dataset +
+                             "' data, this client holds '" + options_.own_format + "' files");
+    }
+    if (all_own_.size() != options_.own_data->size()) {
+      all_own_.resize(options_.own_data->size());
+      std::iota(all_own_.begin(), all_own_.end(), 0u);
+    }
+    return &all_own_;
+  }
+  if (options_.own_data) {
+    return invalidArgument("this client trains its own files (data.format = \"" +
+                           options_.own_format +
+                           "\"): the coordinator must run with data.partition = \"none\", not \"" +
+                           spec.scheme + "\"");
+  }
   if (spec.dataset != "fashion-mnist") {
     return invalidArgument("unsupported dataset '" + spec.dataset + "'");
   }
@@ -290,14 +320,16 @@ void ZmqClient::train(TrainingJob& job) {
     out.partition_size = indices->size();
     auto mit = models_.find(t.model_name);
     if (mit == models_.end()) {
-      FEDFLEET_ASSIGN_OR_RETURN(auto m,
-                                model::createModel(t.model_name, 0, options_.torchscript_path));
+      FEDFLEET_ASSIGN_OR_RETURN(
+          auto m, model::createModel(t.model_name, 0, options_.torchscript_path,
+                                     options_.own_data ? model::inputShapeOf(*options_.own_data)
+                                                       : model::InputShape()));
       // Start-up check, before the first training: a model that does not fit this client's
       // data is one clear error (the task fails with it; the model is not kept).
       std::string model_name = "'" + t.model_name + "'";
       if (!options_.torchscript_path.empty()) model_name += " (" + options_.torchscript_path + ")";
       FEDFLEET_RETURN_IF_ERROR(model::checkModelFitsData(
-          *m, *train_set_, model_name, "'" + t.data.dataset + "' (this client's training set)"));
+          *m, trainingSet(), model_name, "'" + t.data.dataset + "' (this client's training set)"));
       if (!local_) {
         FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart part,
                                   model::LocalPart::of(m->layout(), options_.local_patterns));
@@ -318,7 +350,7 @@ void ZmqClient::train(TrainingJob& job) {
     // The trainer ignores it for SCAFFOLD; a local part is taken out of the delta on the host.
     o.delta_on_device = gpu_ != nullptr && (!local_ || local_->part.empty());
     Trainer trainer(device_);
-    auto result = trainer.train(*mit->second, start, *train_set_, *indices, o, &job.stop);
+    auto result = trainer.train(*mit->second, start, trainingSet(), *indices, o, &job.stop);
     if (result.isOk() && local_) {
       if (Status st = local_->absorb(start, result->delta); !st.isOk()) result = st;
     }

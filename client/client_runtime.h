@@ -73,6 +73,7 @@
 #include <vector>
 
 #include "common/compress/error_feedback.h"
+#include "common/data/dataset.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
@@ -113,6 +114,11 @@ struct ClientRuntimeOptions {
   // common/model/local_part.h), and the file that part lives in across runs (empty: memory).
   std::vector<std::string> local_patterns;
   std::string local_state_path;
+  // The client's own training data (data.format idx, csv, tensors or image-folder with
+  // data.path), trained whole on tasks whose data spec says partition "none" of that format;
+  // null: the client trains its partition of fashion-mnist as the task says.
+  std::shared_ptr<const data::Dataset> own_data;
+  std::string own_format;
   // Block-cyclic serving: where the served model is published (client/served_model.h; empty:
   // kept in memory only).
   std::string served_model_path;

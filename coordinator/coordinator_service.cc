@@ -16,6 +16,7 @@
 #include "common/data/dataset.h"
 #include "common/format.h"
 #include "common/history/history.h"
+#include "common/model/data_files.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/local_part.h"
@@ -160,26 +161,36 @@ Status ZmqCoordinator::init(const config::Config& config) {
   if (config_.dataFormat() == "synthetic") {
     return invalidArgument(
         "data.format = \"synthetic\" is generated per device by the simulator "
-        "(fedfleet sim); a coordinator serves fashion-mnist");
+        "(fedfleet sim); a coordinator serves fashion-mnist or its clients' own files "
+        "(data.partition = \"none\")");
   }
-  if (config_.dataFormat() != "fashion-mnist") {
+  const bool own_files = config_.readsDataFiles();
+  if (own_files && config_.data.partition != "none") {
     return invalidArgument("data.format = \"" + config_.dataFormat() +
-                           "\" is read by the simulator (fedfleet sim) in this version; a "
-                           "coordinator and its clients train on fashion-mnist");
+                           "\": the clients of a coordinator train the files each holds, so "
+                           "set data.partition = \"none\" (the simulator splits one data set "
+                           "over virtual clients: fedfleet sim)");
   }
   const auto& cc = config_.coordinator;
 
-  // Model and test set (server-side evaluation).
+  // Test set (server-side evaluation), and the model built for its samples.
   at::set_num_threads(static_cast<int>(cc.threads));
-  FEDFLEET_ASSIGN_OR_RETURN(
-      auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path));
+  data::Dataset test_set;
+  model::InputShape shape;  // Fashion-MNIST's
+  if (own_files) {
+    FEDFLEET_ASSIGN_OR_RETURN(test_set, model::loadTestFile(config_));
+    shape = model::inputShapeOf(test_set);
+  } else {
+    const std::string data_dir =
+        config_.data.dir.empty() ? data::defaultFashionMnistDir() : config_.data.dir;
+    FEDFLEET_ASSIGN_OR_RETURN(
+        test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(auto model, model::createModel(config_.model.name, config_.run.seed,
+                                                           config_.model.path, shape));
   if (!config_.model.init.empty()) {
     FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
   }
-  const std::string data_dir =
-      config_.data.dir.empty() ? data::defaultFashionMnistDir() : config_.data.dir;
-  FEDFLEET_ASSIGN_OR_RETURN(
-      auto test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
   FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, test_set, config_, "test"));
   // model.local names tensors of this model (each client keeps them; a typo stops here).
   FEDFLEET_RETURN_IF_ERROR(model::LocalPart::of(model->layout(), config_.model.local).status());
@@ -239,7 +250,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
     run.config_json = config_.toJson().dump();
     run.started_at = unixNow();
     run.seed = config_.run.seed;
-    run.model_json = model::describeModel(*model, model::InputShape(), config_.model.path);
+    run.model_json = model::describeModel(*model, shape, config_.model.path);
     FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
   }
 

@@ -129,7 +129,9 @@ Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& option
 
 Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
                                              const engine::EngineOptions& options) {
-  if (options.data.dataset != "fashion-mnist") return std::vector<uint64_t>{};  // unknown
+  if (options.data.dataset != "fashion-mnist" || options.data.scheme == "none") {
+    return std::vector<uint64_t>{};  // unknown: each client's own data
+  }
   const std::string dir =
       config.data.dir.empty() ? data::defaultFashionMnistDir() : config.data.dir;
   auto train = data::loadFashionMnist(dir, /*train=*/true, options.data.subset);

@@ -5,7 +5,7 @@
 #include "common/data/block_cyclic.h"
 #include "common/data/partition.h"
 #include "common/data/source.h"
-#include "common/model/tensor_data.h"
+#include "common/model/data_files.h"
 
 namespace fedfleet::sim {
 
@@ -74,26 +74,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   if (config.readsDataFiles()) {
     // The user's files: one training set split over the clients, and the server's test set
     // (a test file, or a seeded hold-out of the training file).
-    data::FileSource source;
-    FEDFLEET_ASSIGN_OR_RETURN(source.format, data::parseDataFormat(config.dataFormat()));
-    source.path = dc.path;
-    source.labels_path = dc.labels_path;
-    source.test_path = dc.test_path;
-    source.test_labels_path = dc.test_labels_path;
-    source.csv.label = dc.label_column;
-    source.csv.features = dc.feature_columns;
-    source.read_tensors = [](const std::string& path, size_t limit) {
-      return model::loadTensorFile(path, limit);
-    };
-    source.image_folder.channels = dc.image_channels;
-    if (!dc.image_size.empty()) {
-      source.image_folder.rows = dc.image_size[0];
-      source.image_folder.cols = dc.image_size[1];
-    }
-    source.holdout_fraction = dc.holdout_fraction;
-    source.seed = config.run.seed;
-    source.train_limit = dc.train_subset;
-    source.test_limit = dc.test_subset;
+    FEDFLEET_ASSIGN_OR_RETURN(const data::FileSource source, model::fileSourceOf(config));
     FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
     train = std::move(both.train);
     test = std::move(both.test);

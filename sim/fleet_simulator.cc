@@ -322,6 +322,12 @@ Status Simulator::init(const config::Config& config) {
   config_ = config;
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
   const auto& sc = config_.sim;
+  if (config_.data.partition == "none") {
+    return invalidArgument(
+        "data.partition = \"none\" means each client trains the files it holds (a client process "
+        "with its own data.path); the simulator splits one data set over its virtual clients: "
+        "choose iid, dirichlet, labels, shards or quantity");
+  }
   if (sc.clients > static_cast<uint64_t>(INT32_MAX)) {
     return invalidArgument("sim.clients must be at most " + std::to_string(INT32_MAX));
   }

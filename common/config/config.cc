@@ -102,6 +102,7 @@ void forEachField(C& c, F&& f) {
   f("data.test_labels_path", c.data.test_labels_path);
   f("data.label_column", c.data.label_column);
   f("data.feature_columns", c.data.feature_columns);
+  f("data.num_classes", c.data.num_classes);
   f("data.image_channels", c.data.image_channels);
   f("data.image_size", c.data.image_size);
   f("data.holdout_fraction", c.data.holdout_fraction);
@@ -489,9 +490,12 @@ Status Config::validateDataSource() const {
   FEDFLEET_RETURN_IF_ERROR(unused("data.holdout_fraction", !files && data.holdout_fraction != 0));
   FEDFLEET_RETURN_IF_ERROR(unused("data.dir", files && !data.dir.empty()));
   if (!files) return Status::ok();
-  if (data.path.empty())
+  // data.partition = "none": a client process names its own file (data.path) and a coordinator
+  // its test file (data.test_path); each program checks for the one it reads.
+  const bool own = data.partition == "none";
+  if (data.path.empty() && !own)
     return bad("data.path", "is required with data.format = \"" + format + "\"");
-  if (format == "idx" && data.labels_path.empty()) {
+  if (format == "idx" && !data.path.empty() && data.labels_path.empty()) {
     return bad("data.labels_path", "is required with data.format = \"idx\" (the IDX label file)");
   }
   if (format == "idx" && !data.test_path.empty() && data.test_labels_path.empty()) {
@@ -500,7 +504,7 @@ Status Config::validateDataSource() const {
   if (!(data.holdout_fraction >= 0 && data.holdout_fraction < 1)) {
     return bad("data.holdout_fraction", "must be in [0, 1)");
   }
-  if (data.test_path.empty() && data.holdout_fraction == 0) {
+  if (data.test_path.empty() && data.holdout_fraction == 0 && !own) {
     return bad("data.test_path",
                "or data.holdout_fraction is needed: the server evaluates on a "
                "test file, or on a held-out share of the training file");
@@ -623,9 +627,18 @@ Status Config::validate() const {
   }
   FEDFLEET_RETURN_IF_ERROR(validateDataSource());
   if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels" &&
-      data.partition != "shards" && data.partition != "quantity") {
-    return bad("data.partition", "must be iid, dirichlet, labels, shards or quantity; got \"" +
-                                     data.partition + "\"");
+      data.partition != "shards" && data.partition != "quantity" && data.partition != "none") {
+    return bad(
+        "data.partition",
+        "must be iid, dirichlet, labels, shards, quantity or none; got \"" + data.partition + "\"");
+  }
+  if (data.num_classes == 1 || data.num_classes > 256) {
+    return bad("data.num_classes", "must be 0 (from the data) or between 2 and 256");
+  }
+  if (data.partition == "none" && blocks.count > 0) {
+    return bad("data.partition",
+               "\"none\" (each client trains the data it holds) cannot be "
+               "cut into blocks: block-cyclic runs partition one data set");
   }
   if (data.shards_per_client == 0) return bad("data.shards_per_client", "must be at least 1");
   if (!(data.synthetic_alpha >= 0)) return bad("data.synthetic_alpha", "must be >= 0");

@@ -136,16 +136,20 @@ struct ModelSection {
 struct DataSection {
   std::string dataset = "fashion-mnist";  // the older name of `format` (used when format is "")
   std::string format;  // fashion-mnist, idx, csv, tensors, image-folder or synthetic (FedProx's
-                       // Synthetic(alpha, beta)); "": data.dataset. idx, csv, tensors and
-                       // image-folder: simulator only, for now
+                       // Synthetic(alpha, beta)); "": data.dataset. The file formats: split
+                       // by the simulator, or each client's own (data.partition = "none")
   std::string dir;     // fashion-mnist's IDX files; default: the dataset-fashion-mnist package
   std::string path;    // idx: training images; csv, tensors: the training file; image-folder:
                        // the training folder (root/<class name>/<image>)
-  std::string labels_path;                   // idx: training labels
-  std::string test_path;                     // idx: test images; csv, tensors: the test file;
-                                             // image-folder: the test folder
-  std::string test_labels_path;              // idx: test labels
-  std::string label_column = "label";        // csv: the column of class ids 0..255
+  std::string labels_path;             // idx: training labels
+  std::string test_path;               // idx: test images; csv, tensors: the test file;
+                                       // image-folder: the test folder
+  std::string test_labels_path;        // idx: test labels
+  std::string label_column = "label";  // csv: the column of class ids 0..255
+  // Classes of the labels (0: from the data, its largest label + 1). Client processes that
+  // train their own files (data.partition = "none") and the coordinator must agree on it for a
+  // built-in model, whose output size it is.
+  uint32_t num_classes = 0;
   std::vector<std::string> feature_columns;  // csv: feature columns ([]: all but the label)
   uint32_t image_channels = 1;               // image-folder: 1 (grey) or 3 (RGB)
   // image-folder: [rows, cols] every image is resampled to (an integer n: [n, n]); []: the

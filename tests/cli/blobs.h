@@ -10,16 +10,17 @@
 
 namespace fedfleet::testing {
 
-// n samples with an unused "id" column first, features f0..f3 and the label in "class"; class c
-// (sample i has class i % 3) is centred at +3 in coordinate c and -3 in coordinate 3, unit
-// spread.
-inline void writeBlobs(const std::string& path, int n, uint64_t seed) {
+// n samples with an unused "id" column first, features f0..f3 and the label in "class"; sample i
+// has class classes[i % classes.size()], and class c is centred at +3 in coordinate c and -3 in
+// coordinate 3, unit spread.
+inline void writeBlobsOf(const std::string& path, int n, uint64_t seed,
+                         const std::vector<int>& classes) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> noise(0, 1);
   std::ofstream out(path);
   out << "id,f0,f1,f2,f3,class\n";
   for (int i = 0; i < n; ++i) {
-    const int c = i % 3;
+    const int c = classes[static_cast<size_t>(i) % classes.size()];
     out << "s" << i;
     for (int d = 0; d < 4; ++d) {
       const double centre = d == c ? 3 : (d == 3 ? -3 : 0);
@@ -27,6 +28,11 @@ inline void writeBlobs(const std::string& path, int n, uint64_t seed) {
     }
     out << "," << c << "\n";
   }
+}
+
+// The three classes in turn (sample i has class i % 3).
+inline void writeBlobs(const std::string& path, int n, uint64_t seed) {
+  writeBlobsOf(path, n, seed, {0, 1, 2});
 }
 
 // `fedfleet sim` of 6 clients, 3 a round, for `rounds` rounds into `db`, progress off, with
