@@ -36,7 +36,8 @@ TEST(OwnDataExample, RunsAndTheExportedModelScoresInPyTorchAsInTheHistory) {
   const auto runs = (*store)->runs().value();
   ASSERT_EQ(runs.size(), 1u);
   double best = -1;
-  for (const auto& r : (*store)->rounds(runs[0].run_id).value()) {
+  const auto rounds = (*store)->rounds(runs[0].run_id).value();  // a copy, not into a temporary
+  for (const auto& r : rounds) {
     if (r.round > 0 && r.test_accuracy) best = std::max(best, *r.test_accuracy);
     EXPECT_EQ(r.rejected, 0u) << "round " << r.round << ": a BatchNorm client failed";
   }

@@ -67,7 +67,9 @@ TEST(Integration, ClientsTrainTheirOwnFilesAndTheCoordinatorOnlyEvaluates) {
   for (uint32_t r = 1; r <= 5; ++r) {
     EXPECT_EQ(rounds[r].status, "ok") << r;
     EXPECT_EQ(rounds[r].completed, 3u) << r;
-    for (const auto& u : store->updates(run, r).value()) {
+    const auto updates = store->updates(run, r).value();  // a copy: the Result is a temporary
+    ASSERT_EQ(updates.size(), 3u) << r;
+    for (const auto& u : updates) {
       const int k = std::stoi(u.client_id.substr(7)) - 1;
       EXPECT_EQ(u.n_samples, static_cast<uint64_t>(sizes[k])) << u.client_id << " round " << r;
     }
