@@ -77,50 +77,27 @@ struct TrainOutcome {
   double encode_seconds = 0;  // compressing the chunks
 };
 
-// Error-feedback residuals of the virtual clients that use a biased codec, created on first
-// use. A client has one task at a time, so each residual has one user at a time; the lock
-// guards only the map.
-class Residuals {
+// State each virtual client keeps across its tasks (the error-feedback residual of a biased
+// codec, its model.local part), made on first use: a client that never needed it holds nothing.
+// A client has one task at a time, so each entry has one user at a time; the lock guards only
+// the map, and a reference into an unordered_map stays valid as it grows.
+template <typename T>
+class PerClient {
  public:
-  Residuals(size_t n, compress::ResidualStorage storage) : n_(n), storage_(storage) {}
-  compress::ErrorFeedback& of(uint64_t client) {
+  explicit PerClient(std::function<T()> make) : make_(std::move(make)) {}
+  T& of(uint64_t client) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(client);
-    if (it == map_.end()) it = map_.emplace(client, compress::ErrorFeedback(n_, storage_)).first;
+    if (it == map_.end()) it = map_.emplace(client, make_()).first;
     return it->second;
   }
-  uint64_t memoryBytes() {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t total = 0;
-    for (const auto& [k, ef] : map_) total += ef.memoryBytes();
-    return total;
-  }
 
  private:
-  size_t n_;
-  compress::ResidualStorage storage_;
+  std::function<T()> make_;
   std::mutex mu_;
-  std::unordered_map<uint64_t, compress::ErrorFeedback> map_;  // GUARDED_BY(mu_)
+  std::unordered_map<uint64_t, T> map_;  // GUARDED_BY(mu_)
 };
-
-// model.local: every virtual client's own local part, kept in memory (a client that never
-// trained holds nothing). The worker training client k uses its entry alone.
-class LocalParts {
- public:
-  explicit LocalParts(model::LocalPart part) : part_(std::move(part)) {}
-  bool empty() const { return part_.empty(); }
-  model::LocalState& of(uint64_t client) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(client);
-    if (it == map_.end()) it = map_.emplace(client, model::LocalState{part_, {}, ""}).first;
-    return it->second;  // a reference into an unordered_map stays valid as it grows
-  }
-
- private:
-  model::LocalPart part_;
-  std::mutex mu_;
-  std::unordered_map<uint64_t, model::LocalState> map_;  // GUARDED_BY(mu_)
-};
+using Residuals = PerClient<compress::ErrorFeedback>;
 
 struct EvalPiece {
   double loss_sum = 0;
@@ -266,7 +243,8 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Residuals> residuals_;
-  std::unique_ptr<LocalParts> local_parts_;  // model.local
+  model::LocalPart local_part_;                                 // model.local
+  std::unique_ptr<PerClient<model::LocalState>> local_states_;  // each client's values of it
   compress::ResidualStorage residual_storage_ = compress::ResidualStorage::kBf16;
   // The virtual clients' sessions (their protocol state: c_k, the served model, uploads), and
   // the server c of the latest SCAFFOLD task, shared by every task of that model version.
@@ -359,7 +337,10 @@ Status Simulator::init(const config::Config& config) {
   }
   FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart local_part,
                             model::LocalPart::of(model->layout(), config_.model.local));
-  local_parts_ = std::make_unique<LocalParts>(std::move(local_part));
+  local_part_ = std::move(local_part);
+  local_states_ = std::make_unique<PerClient<model::LocalState>>([part = local_part_] {
+    return model::LocalState{part, {}, ""};
+  });
   std::vector<float> params = model->flatParameters();
   num_params_ = params.size();
   ref_samples_per_s_ =
@@ -410,7 +391,8 @@ Status Simulator::init(const config::Config& config) {
     engine_->registerClient(idOf(k), helloFor(k, fleet_->profile(k), 1), 0.0);
   }
   FEDFLEET_ASSIGN_OR_RETURN(auto storage, compress::parseResidualStorage(sc.residual_storage));
-  residuals_ = std::make_unique<Residuals>(num_params_, storage);
+  residuals_ = std::make_unique<Residuals>(
+      [n = num_params_, storage] { return compress::ErrorFeedback(n, storage); });
   residual_storage_ = storage;
   pool_ = std::make_unique<WorkerPool>(sc.workers);
   progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
@@ -590,7 +572,7 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
   const ModelRecipe recipe = modelRecipe();
   compress::ErrorFeedback* residual =
       compress::usesErrorFeedback(r.codec->spec()) ? &residuals_->of(k) : nullptr;
-  model::LocalState* local = local_parts_->empty() ? nullptr : &local_parts_->of(k);
+  model::LocalState* local = local_part_.empty() ? nullptr : &local_states_->of(k);
   auto request = std::make_shared<const client::TrainingRequest>(r);
   f.result = pool_->submit([data, k, request, o = f.options, stop = f.stop, recipe, residual,
                             local]() -> Result<TrainOutcome> {
