@@ -80,6 +80,10 @@ std::string firstDifference(const history::RoundRecord& a, const history::RoundR
       .col("bytes_up", a.bytes_up, b.bytes_up)
       .col("bytes_down", a.bytes_down, b.bytes_down)
       .col("model_version", a.model_version, b.model_version)
+      .col("fed_eval_clients", a.fed_eval_clients, b.fed_eval_clients)
+      .col("fed_eval_samples", a.fed_eval_samples, b.fed_eval_samples)
+      .col("fed_eval_loss", a.fed_eval_loss, b.fed_eval_loss)
+      .col("fed_eval_accuracy", a.fed_eval_accuracy, b.fed_eval_accuracy)
       .str();
 }
 
@@ -110,6 +114,9 @@ std::string firstDifference(const history::UpdateRecord& a, const history::Updat
       .col("served_samples", a.served_samples, b.served_samples)
       .col("served_loss", a.served_loss, b.served_loss)
       .col("served_accuracy", a.served_accuracy, b.served_accuracy)
+      .col("eval_samples", a.eval_samples, b.eval_samples)
+      .col("eval_loss", a.eval_loss, b.eval_loss)
+      .col("eval_accuracy", a.eval_accuracy, b.eval_accuracy)
       .str();
 }
 

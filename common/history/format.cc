@@ -279,6 +279,10 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
       {"model_version", [](const R& r) -> Value { return r.model_version; }},
       {"wall_start", [](const R& r) -> Value { return r.wall_start; }},
       {"wall_end", [](const R& r) -> Value { return r.wall_end; }},
+      {"fed_eval_clients", [](const R& r) -> Value { return uint64_t{r.fed_eval_clients}; }},
+      {"fed_eval_samples", [](const R& r) -> Value { return r.fed_eval_samples; }},
+      {"fed_eval_loss", [](const R& r) -> Value { return optionalValue(r.fed_eval_loss); }},
+      {"fed_eval_accuracy", [](const R& r) -> Value { return optionalValue(r.fed_eval_accuracy); }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -294,6 +298,7 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
        [](const R& r) {
          return r.test_accuracy ? fixed(*r.test_accuracy * 100.0, 2) + "%" : std::string("-");
        }},
+      {"fed_acc", true, [](const R& r) { return percent(r.fed_eval_accuracy); }},
       {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
       {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
       {"seconds", true, [](const R& r) { return fixed(r.end_time - r.start_time, 2); }},
@@ -354,6 +359,9 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"served_loss", [](const R& r) -> Value { return optionalValue(r.served_loss); }},
       {"served_accuracy", [](const R& r) -> Value { return optionalValue(r.served_accuracy); }},
       {"grant_wait_s", [](const R& r) -> Value { return r.grant_wait_s; }},
+      {"eval_samples", [](const R& r) -> Value { return r.eval_samples; }},
+      {"eval_loss", [](const R& r) -> Value { return optionalValue(r.eval_loss); }},
+      {"eval_accuracy", [](const R& r) -> Value { return optionalValue(r.eval_accuracy); }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -371,6 +379,7 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"weight", true, [](const R& r) { return fixed(r.weight, 4); }},
       {"served", false, [](const R& r) { return servedName(r); }},
       {"served_acc", true, [](const R& r) { return percent(r.served_accuracy); }},
+      {"eval_acc", true, [](const R& r) { return percent(r.eval_accuracy); }},
   };
   return render(updates, format, kFields, kColumns);
 }

@@ -71,10 +71,14 @@ class MemoryHistory final : public HistoryStore {
     RoundRecord stored = round;
     stored.test_loss = storedOptional(round.test_loss);
     stored.test_accuracy = storedOptional(round.test_accuracy);
+    stored.fed_eval_loss = storedOptional(round.fed_eval_loss);
+    stored.fed_eval_accuracy = storedOptional(round.fed_eval_accuracy);
     rounds_.emplace(key, std::move(stored));
     for (UpdateRecord u : updates) {
       u.served_loss = storedOptional(u.served_loss);
       u.served_accuracy = storedOptional(u.served_accuracy);
+      u.eval_loss = storedOptional(u.eval_loss);
+      u.eval_accuracy = storedOptional(u.eval_accuracy);
       updates_.push_back(std::move(u));
     }
     if (checkpoint) checkpoints_.emplace(key, *checkpoint);

@@ -44,6 +44,15 @@ struct RoundRecord {
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   uint64_t model_version = 0;  // version after this round
+  // Federated evaluation (coordinator.fed_eval_every): the models this round's tasks carried
+  // (synchronous rounds: the model after the previous round), evaluated by the clients on
+  // their held-out data before training. Over the completed updates that report one: how many,
+  // their held-out samples, and the sample-weighted means of their losses and accuracies
+  // (unset: none reported).
+  uint32_t fed_eval_clients = 0;
+  uint64_t fed_eval_samples = 0;
+  std::optional<double> fed_eval_loss;
+  std::optional<double> fed_eval_accuracy;  // fraction in [0, 1]
 };
 
 struct UpdateRecord {
@@ -81,6 +90,11 @@ struct UpdateRecord {
   uint64_t served_samples = 0;    // held-out samples it was evaluated on (0: not evaluated)
   std::optional<double> served_loss;
   std::optional<double> served_accuracy;
+  // Federated evaluation: the task's model on the client's held-out data, before training
+  // (eval_samples 0: not asked, or the client holds no held-out data).
+  uint64_t eval_samples = 0;
+  std::optional<double> eval_loss;
+  std::optional<double> eval_accuracy;
 };
 
 struct ClientRecord {

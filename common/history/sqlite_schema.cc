@@ -66,6 +66,11 @@ constexpr Column<RoundRecord> kRoundColumns[] = {
     field<&RoundRecord::model_version>("model_version", "INTEGER", "NOT NULL"),
     field<&RoundRecord::wall_start>("wall_start", "REAL"),  // schema 2
     field<&RoundRecord::wall_end>("wall_end", "REAL"),
+    field<&RoundRecord::fed_eval_clients>("fed_eval_clients", "INTEGER",  // schema 7
+                                          "NOT NULL DEFAULT 0"),
+    field<&RoundRecord::fed_eval_samples>("fed_eval_samples", "INTEGER", "NOT NULL DEFAULT 0"),
+    field<&RoundRecord::fed_eval_loss>("fed_eval_loss", "REAL"),
+    field<&RoundRecord::fed_eval_accuracy>("fed_eval_accuracy", "REAL"),
 };
 constexpr std::string_view kRoundConstraints[] = {"PRIMARY KEY (run_id, round)"};
 
@@ -101,6 +106,9 @@ constexpr Column<UpdateRecord> kUpdateColumns[] = {
     servedField<&UpdateRecord::served_loss>("served_loss", "REAL"),
     servedField<&UpdateRecord::served_accuracy>("served_accuracy", "REAL"),
     field<&UpdateRecord::grant_wait_s>("grant_wait_s", "REAL"),
+    field<&UpdateRecord::eval_samples>("eval_samples", "INTEGER", "NOT NULL DEFAULT 0"),  // 7
+    field<&UpdateRecord::eval_loss>("eval_loss", "REAL"),
+    field<&UpdateRecord::eval_accuracy>("eval_accuracy", "REAL"),
 };
 constexpr std::string_view kUpdateConstraints[] = {
     "FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)"};
@@ -215,6 +223,18 @@ ALTER TABLE updates ADD COLUMN grant_wait_s REAL;
      "checkpoint can be exported as a model file",
      R"sql(
 ALTER TABLE runs ADD COLUMN model_json TEXT NOT NULL DEFAULT '';
+)sql"},
+    {6, 7,
+     "federated evaluation: each update's evaluation of its task's model on the client's "
+     "held-out data, and each round's sample-weighted figures over them",
+     R"sql(
+ALTER TABLE rounds ADD COLUMN fed_eval_clients INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rounds ADD COLUMN fed_eval_samples INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE rounds ADD COLUMN fed_eval_loss REAL;
+ALTER TABLE rounds ADD COLUMN fed_eval_accuracy REAL;
+ALTER TABLE updates ADD COLUMN eval_samples INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE updates ADD COLUMN eval_loss REAL;
+ALTER TABLE updates ADD COLUMN eval_accuracy REAL;
 )sql"},
 };
 

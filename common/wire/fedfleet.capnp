@@ -102,6 +102,7 @@ struct Task {
   controlBytes @12 :Data;  # SCAFFOLD server control variate c: empty, or as long as modelBytes
   served @13 :ServedModel;  # protocol 5: the model the client serves (block-cyclic runs)
   coordinatorSession @14 :UInt64;  # the coordinator process's session id (0: none)
+  fedEval @15 :Bool;  # evaluate the task's model on the client's held-out data first
 }
 
 struct Chunk {
@@ -128,6 +129,9 @@ struct Summary {
   servedLoss @9 :Float64;
   servedAccuracy @10 :Float64;
   servedSha256 @11 :Data;     # the served model evaluated: empty, or 32 bytes
+  evalSamples @12 :UInt64;    # federated evaluation (Task.fedEval): held-out samples (0: none)
+  evalLoss @13 :Float64;      # mean loss of the task's model on them
+  evalAccuracy @14 :Float64;  # its accuracy on them, in [0, 1]
 }
 
 struct Cancel {

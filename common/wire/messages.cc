@@ -169,6 +169,7 @@ void fill(schema::Task::Builder b, const Task& m) {
   b.setTaskToken(m.task_token);
   b.setChunkBytes(m.chunk_bytes);
   b.setCoordinatorSession(m.coordinator_session);
+  b.setFedEval(m.fed_eval);
   if (canReference(m.control_bytes)) {
     b.adoptControlBytes(referenceBlob(b, m.control_bytes));
   } else if (!m.control_bytes.empty()) {
@@ -214,6 +215,11 @@ void fill(schema::Summary::Builder b, const Summary& m) {
     b.setServedLoss(m.served_loss);
     b.setServedAccuracy(m.served_accuracy);
     b.setServedSha256(capnp::Data::Reader(m.served_sha256.data(), m.served_sha256.size()));
+  }
+  if (m.eval_samples > 0) {
+    b.setEvalSamples(m.eval_samples);
+    b.setEvalLoss(m.eval_loss);
+    b.setEvalAccuracy(m.eval_accuracy);
   }
 }
 
@@ -338,6 +344,7 @@ Result<Message> read(schema::Task::Reader r) {
   m.task_token = r.getTaskToken();
   m.chunk_bytes = r.getChunkBytes();
   m.coordinator_session = r.getCoordinatorSession();
+  m.fed_eval = r.getFedEval();
   if (r.hasServed()) {
     auto sv = r.getServed();
     const auto source = static_cast<uint16_t>(sv.getSource());
@@ -384,6 +391,11 @@ Result<Message> read(schema::Summary::Reader r) {
     m.served_accuracy = r.getServedAccuracy();
     FEDFLEET_RETURN_IF_ERROR(
         readSha(r.getServedSha256(), "Summary: served sha256", &m.served_sha256));
+  }
+  m.eval_samples = r.getEvalSamples();
+  if (m.eval_samples > 0) {
+    m.eval_loss = r.getEvalLoss();
+    m.eval_accuracy = r.getEvalAccuracy();
   }
   return Message(std::move(m));
 }

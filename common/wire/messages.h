@@ -161,6 +161,9 @@ struct Task {
   // long as model_bytes; empty unless hparams.scaffold (decode() refuses any other length).
   std::string control_bytes;
   ServedModel served;  // protocol 5
+  // Federated evaluation: before training, evaluate the task's model (with the client's local
+  // part, model.local) on the client's held-out data and report it in the Summary's eval_*.
+  bool fed_eval = false;
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first
@@ -194,6 +197,12 @@ struct Summary {
   double served_loss = 0;
   double served_accuracy = 0;
   Sha256 served_sha256{};
+  // Federated evaluation (Task::fed_eval): the task's model on the client's held-out data,
+  // before training: the samples, mean loss and accuracy. eval_samples == 0: not evaluated (not
+  // asked, or the client holds no held-out data).
+  uint64_t eval_samples = 0;
+  double eval_loss = 0;
+  double eval_accuracy = 0;
 };
 
 struct Cancel {

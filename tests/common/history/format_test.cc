@@ -28,6 +28,10 @@ std::vector<RoundRecord> twoRounds() {
   a.model_version = 1;
   a.wall_start = 1700000000.0;
   a.wall_end = 1700000012.5;
+  a.fed_eval_clients = 3;
+  a.fed_eval_samples = 450;
+  a.fed_eval_loss = 0.25;
+  a.fed_eval_accuracy = 0.6;
   RoundRecord b;
   b.run_id = 1;
   b.round = 1;
@@ -65,22 +69,23 @@ TEST(Format, ParseFormat) {
 TEST(Format, RoundsTable) {
   const std::string want =
       "round  status  selected  completed  late  dropped  rejected  train_loss  test_loss  "
-      "test_acc  bytes_up  bytes_down  seconds  wall_s\n"
+      "test_acc  fed_acc  bytes_up  bytes_down  seconds  wall_s\n"
       "    0  ok            10          8     1        1         0      0.6931     0.5123  "
-      "  87.65%   1048576     4194304    12.50   12.50\n"
+      "  87.65%   60.00%   1048576     4194304    12.50   12.50\n"
       "    1  failed        10          5     3        2         1      1.2500          -  "
-      "       -    524288     4194304     7.75    7.50\n";
+      "       -        -    524288     4194304     7.75    7.50\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kTable), want);
 }
 
 TEST(Format, RoundsCsv) {
   const std::string want =
       "run_id,round,start_time,end_time,selected,completed,late,dropped,rejected,status,"
-      "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version,wall_start,wall_end\r\n"
+      "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version,wall_start,wall_end,"
+      "fed_eval_clients,fed_eval_samples,fed_eval_loss,fed_eval_accuracy\r\n"
       "1,0,1700000000,1700000012.5,10,8,1,1,0,ok,0.693147,0.5123,0.8765,1048576,4194304,1,"
-      "1700000000,1700000012.5\r\n"
+      "1700000000,1700000012.5,3,450,0.25,0.6\r\n"
       "1,1,1700000012.5,1700000020.25,10,5,3,2,1,failed,1.25,,,524288,4194304,1,"
-      "1700000012.5,1700000020\r\n";
+      "1700000012.5,1700000020,0,0,,\r\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kCsv), want);
 }
 
@@ -104,7 +109,11 @@ TEST(Format, RoundsJson) {
     "bytes_down": 4194304,
     "model_version": 1,
     "wall_start": 1700000000.0,
-    "wall_end": 1700000012.5
+    "wall_end": 1700000012.5,
+    "fed_eval_clients": 3,
+    "fed_eval_samples": 450,
+    "fed_eval_loss": 0.25,
+    "fed_eval_accuracy": 0.6
   },
   {
     "run_id": 1,
@@ -124,7 +133,11 @@ TEST(Format, RoundsJson) {
     "bytes_down": 4194304,
     "model_version": 1,
     "wall_start": 1700000012.5,
-    "wall_end": 1700000020.0
+    "wall_end": 1700000020.0,
+    "fed_eval_clients": 0,
+    "fed_eval_samples": 0,
+    "fed_eval_loss": null,
+    "fed_eval_accuracy": null
   }
 ]
 )";
@@ -308,11 +321,13 @@ TEST(Format, OtherTablesHaveHeaderAndOneLinePerRecord) {
   u.upload_s = 0.25;
   u.weight = 0.5;
   u.codec = "qsgd";
+  u.eval_samples = 40;
+  u.eval_accuracy = 0.75;
   EXPECT_EQ(formatUpdates({u}, Format::kTable),
             "round  client_id  status     partition  n_samples  steps    loss  compute_s  "
-            "upload_s  bytes_up  bytes_down  codec  weight  served  served_acc\n"
+            "upload_s  bytes_up  bytes_down  codec  weight  served  served_acc  eval_acc\n"
             "    3  edge-1     completed          2        600     10  0.2500       1.50  "
-            "    0.25         0           0  qsgd   0.5000  -                -\n");
+            "    0.25         0           0  qsgd   0.5000  -                -    75.00%\n");
 }
 
 TEST(Format, ServedShowsEachClientsLastServedModel) {

@@ -278,7 +278,7 @@ TEST_F(SqliteHistoryTest, OtherSchemaVersionsAreRefusedAndLeftAlone) {
     std::vector<std::string> says;
   };
   const Case cases[] = {
-      {99, {"schema version 99", "knows up to schema version 6", "newer", "upgrade fedfleet"}},
+      {99, {"schema version 99", "knows up to schema version 7", "newer", "upgrade fedfleet"}},
       {0, {"schema version 0, which no fedfleet writes", "damaged"}},
   };
   { ASSERT_TRUE(open()); }
@@ -491,22 +491,28 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
     char* err = nullptr;
-    EXPECT_EQ(sqlite3_exec(db,
-                           "ALTER TABLE updates DROP COLUMN served_block; "
-                           "ALTER TABLE updates DROP COLUMN served_model; "
-                           "ALTER TABLE updates DROP COLUMN served_version; "
-                           "ALTER TABLE updates DROP COLUMN served_sha256; "
-                           "ALTER TABLE updates DROP COLUMN served_bytes; "
-                           "ALTER TABLE updates DROP COLUMN served_samples; "
-                           "ALTER TABLE updates DROP COLUMN served_loss; "
-                           "ALTER TABLE updates DROP COLUMN served_accuracy; "
-                           "DROP TABLE block_metrics; CREATE TABLE block_metrics (run_id INTEGER, "
-                           "round INTEGER, block INTEGER, model TEXT, accuracy REAL, loss REAL); "
-                           "INSERT INTO block_metrics VALUES (1, 4, 2, 'm', 0.5, 1.0); "
-                           "ALTER TABLE updates DROP COLUMN grant_wait_s; "
-                           "ALTER TABLE runs DROP COLUMN model_json; "
-                           "UPDATE schema_version SET version = 3",
-                           nullptr, nullptr, &err),
+    EXPECT_EQ(sqlite3_exec(
+                  db,
+                  "ALTER TABLE updates DROP COLUMN served_block; "
+                  "ALTER TABLE updates DROP COLUMN served_model; "
+                  "ALTER TABLE updates DROP COLUMN served_version; "
+                  "ALTER TABLE updates DROP COLUMN served_sha256; "
+                  "ALTER TABLE updates DROP COLUMN served_bytes; "
+                  "ALTER TABLE updates DROP COLUMN served_samples; "
+                  "ALTER TABLE updates DROP COLUMN served_loss; "
+                  "ALTER TABLE updates DROP COLUMN served_accuracy; "
+                  "DROP TABLE block_metrics; CREATE TABLE block_metrics (run_id INTEGER, "
+                  "round INTEGER, block INTEGER, model TEXT, accuracy REAL, loss REAL); "
+                  "INSERT INTO block_metrics VALUES (1, 4, 2, 'm', 0.5, 1.0); "
+                  "ALTER TABLE updates DROP COLUMN grant_wait_s; "
+                  "ALTER TABLE runs DROP COLUMN model_json; "
+                  "ALTER TABLE rounds DROP COLUMN fed_eval_clients; ALTER TABLE rounds DROP COLUMN "
+                  "fed_eval_samples; ALTER TABLE rounds DROP COLUMN fed_eval_loss; "
+                  "ALTER TABLE rounds DROP COLUMN fed_eval_accuracy; ALTER TABLE "
+                  "updates DROP COLUMN eval_samples; ALTER TABLE updates DROP COLUMN "
+                  "eval_loss; ALTER TABLE updates DROP COLUMN eval_accuracy; "
+                  "UPDATE schema_version SET version = 3",
+                  nullptr, nullptr, &err),
               SQLITE_OK)
         << (err ? err : "");
     sqlite3_free(err);
@@ -557,6 +563,13 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
     for (const char* c :
          {"served_block", "served_model", "served_version", "served_sha256", "served_bytes",
           "served_samples", "served_loss", "served_accuracy", "grant_wait_s"}) {
+      sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
+    }
+    for (const char* c :
+         {"fed_eval_clients", "fed_eval_samples", "fed_eval_loss", "fed_eval_accuracy"}) {
+      sql += std::string("ALTER TABLE rounds DROP COLUMN ") + c + "; ";
+    }
+    for (const char* c : {"eval_samples", "eval_loss", "eval_accuracy"}) {
       sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
     }
     sql += "ALTER TABLE runs DROP COLUMN model_json; UPDATE schema_version SET version = 4";

@@ -78,6 +78,7 @@ Task sampleTask(size_t model_bytes = 40) {
   m.served.version = 77;
   for (size_t i = 0; i < m.served.sha256.size(); ++i)
     m.served.sha256[i] = static_cast<uint8_t>(i * 5 + 3);
+  m.fed_eval = true;
   return m;
 }
 
@@ -110,6 +111,9 @@ Summary sampleSummary() {
   m.served_accuracy = 0.875;
   for (size_t i = 0; i < m.served_sha256.size(); ++i)
     m.served_sha256[i] = static_cast<uint8_t>(255 - i);
+  m.eval_samples = 120;
+  m.eval_loss = 0.375;
+  m.eval_accuracy = 0.625;
   return m;
 }
 
@@ -174,6 +178,7 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.served.version, b.served.version);
   EXPECT_EQ(a.served.sha256, b.served.sha256);
   EXPECT_TRUE(a.served.bytes == b.served.bytes) << "served bytes differ";
+  EXPECT_EQ(a.fed_eval, b.fed_eval);
 }
 
 void expectEqual(const Chunk& a, const Chunk& b) {
@@ -200,6 +205,9 @@ void expectEqual(const Summary& a, const Summary& b) {
   EXPECT_EQ(a.served_loss, b.served_loss);
   EXPECT_EQ(a.served_accuracy, b.served_accuracy);
   EXPECT_EQ(a.served_sha256, b.served_sha256);
+  EXPECT_EQ(a.eval_samples, b.eval_samples);
+  EXPECT_EQ(a.eval_loss, b.eval_loss);
+  EXPECT_EQ(a.eval_accuracy, b.eval_accuracy);
 }
 
 void expectEqual(const Cancel& a, const Cancel& b) {
