@@ -216,14 +216,15 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   client::ClientRuntimeOptions o;
   if (config.readsDataFiles()) {
     // This client's own files: it trains all of them (data.partition = "none").
-    auto own = model::loadOwnTrainingData(config);
+    auto own = model::loadOwnData(config);
     if (!own.isOk()) {
       std::cerr << "fedfleet client: " << own.status().toString() << "\n";
       return own.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
-    spdlog::info("client: {} samples of its own ({} {})", own->size(), config.dataFormat(),
-                 config.data.path);
-    o.own_data = std::make_shared<const data::Dataset>(std::move(own).value());
+    spdlog::info("client: {} samples of its own ({} {}), {} held out for federated evaluation",
+                 own->train.size(), config.dataFormat(), config.data.path, own->test.size());
+    o.own_data = std::make_shared<const data::Dataset>(std::move(own->train));
+    o.own_test = std::make_shared<const data::Dataset>(std::move(own->test));
     o.own_format = config.dataFormat();
   }
   o.client_id = cc.id.empty() ? "client-" + std::to_string(getpid()) : cc.id;

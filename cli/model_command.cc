@@ -49,18 +49,22 @@ Result<model::ModelDescription> describedModel(const history::RunRecord& run) {
   return d;
 }
 
-// Test accuracy of each round that has one.
+// The accuracy of the model each round ended with, where one is known: its test accuracy, else
+// the federated accuracy of the next round (whose tasks carried that model).
 Result<std::map<uint32_t, double>> accuracies(history::HistoryStore& store, int64_t run) {
   FEDFLEET_ASSIGN_OR_RETURN(auto rounds, store.rounds(run));
   std::map<uint32_t, double> out;
+  for (const auto& r : rounds) {
+    if (r.round > 0 && r.fed_eval_accuracy) out[r.round - 1] = *r.fed_eval_accuracy;
+  }
   for (const auto& r : rounds) {
     if (r.test_accuracy) out[r.round] = *r.test_accuracy;
   }
   return out;
 }
 
-// The checkpointed round of the highest test accuracy, the earliest of equals (the one
-// HistoryStore::pruneCheckpoints keeps with keep_best).
+// The checkpointed round of the highest accuracy (test, else federated), the earliest of equals
+// (the one HistoryStore::pruneCheckpoints keeps with keep_best).
 std::optional<uint32_t> bestRound(const std::vector<uint32_t>& rounds,
                                   const std::map<uint32_t, double>& accuracy) {
   std::optional<uint32_t> best;
@@ -141,9 +145,10 @@ Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
   if (args.best) {
     auto best = bestRound(rounds, accuracy);
     if (!best) {
-      return notFound("run " + std::to_string(run) +
-                      " has no checkpointed round with a test accuracy (kept: rounds " +
-                      roundList(rounds) + "); use --round R or --last");
+      return notFound(
+          "run " + std::to_string(run) +
+          " has no checkpointed round with a test or federated accuracy (kept: rounds " +
+          roundList(rounds) + "); use --round R or --last");
     }
     round = *best;
   } else if (args.round) {

@@ -113,11 +113,12 @@ std::string runsTable(const std::vector<RunData>& data) {
   std::string out =
       "<table class=\"runs\"><tr><th>run</th><th>name</th><th>clock</th><th>started</th>"
       "<th>rounds</th><th>failed</th><th>initial acc.</th><th>final acc.</th><th>best acc.</th>"
+      "<th>last fed. acc.</th>"
       "<th>bytes up</th><th>bytes down</th><th>run time</th><th>wall time</th></tr>\n";
   for (const auto& d : data) {
     uint32_t trained = 0, failed = 0;
     uint64_t up = 0, down = 0;
-    std::optional<double> initial, last, best;
+    std::optional<double> initial, last, best, fed;
     double end = d.origin, wall_lo = std::numeric_limits<double>::infinity(), wall_hi = -wall_lo;
     for (const auto& r : d.rounds) {
       if (r.status != "initial") ++trained;
@@ -129,6 +130,7 @@ std::string runsTable(const std::vector<RunData>& data) {
         last = r.test_accuracy;
         best = best ? std::max(*best, *r.test_accuracy) : *r.test_accuracy;
       }
+      if (r.fed_eval_accuracy) fed = r.fed_eval_accuracy;
       end = std::max(end, r.end_time);
       if (std::isfinite(r.wall_start)) wall_lo = std::min(wall_lo, r.wall_start);
       if (std::isfinite(r.wall_end)) wall_hi = std::max(wall_hi, r.wall_end);
@@ -137,8 +139,8 @@ std::string runsTable(const std::vector<RunData>& data) {
            td(std::to_string(d.run.run_id), true) + td(d.run.name) + td(d.run.clock) +
            td(utcTime(d.run.started_at)) + td(std::to_string(trained), true) +
            td(std::to_string(failed), true) + td(percent(initial), true) + td(percent(last), true) +
-           td(percent(best), true) + td(humanBytes(up), true) + td(humanBytes(down), true) +
-           td(humanSeconds(d.elapsed(end)), true) +
+           td(percent(best), true) + td(percent(fed), true) + td(humanBytes(up), true) +
+           td(humanBytes(down), true) + td(humanSeconds(d.elapsed(end)), true) +
            td(wall_hi >= wall_lo ? humanSeconds(wall_hi - wall_lo) : "-", true) + "</tr>\n";
   }
   return out + "</table>\n";
@@ -173,12 +175,34 @@ std::string overlayCharts(const std::vector<RunData>& data) {
     acc_time.push_back(std::move(at));
     loss_round.push_back(std::move(lr));
     loss_time.push_back(std::move(lt));
+    // Federated evaluation, dashed beside the server's: round r's figures are of the model its
+    // tasks carried, the one after round r - 1, which existed from round r's start.
+    ChartSeries far{d.label() + " · federated", paletteColor(i), {}, {}, /*dashed=*/true};
+    ChartSeries fat = far, flr = far, flt = far;
+    for (const auto& r : d.rounds) {
+      if (r.round == 0 || !r.fed_eval_accuracy || !r.fed_eval_loss) continue;
+      far.x.push_back(r.round - 1);
+      far.y.push_back(*r.fed_eval_accuracy);
+      fat.x.push_back(d.elapsed(r.start_time));
+      fat.y.push_back(*r.fed_eval_accuracy);
+      flr.x.push_back(r.round - 1);
+      flr.y.push_back(*r.fed_eval_loss);
+      flt.x.push_back(d.elapsed(r.start_time));
+      flt.y.push_back(*r.fed_eval_loss);
+    }
+    if (!far.x.empty()) {
+      acc_round.push_back(std::move(far));
+      acc_time.push_back(std::move(fat));
+      loss_round.push_back(std::move(flr));
+      loss_time.push_back(std::move(flt));
+    }
   }
   ChartAxis round_axis{"round", 1, std::nullopt, std::nullopt, true};
   ChartAxis time_axis{"time since the run started (" + tu.name + "; each run on its own clock)",
                       tu.scale, 0.0, std::nullopt, false};
   ChartAxis acc_axis{"test accuracy (%)", 100, std::nullopt, std::nullopt, false};
   ChartAxis loss_axis{"test loss (cross-entropy)", 1, std::nullopt, std::nullopt, false};
+  // (Dashed: the clients' federated evaluation on their held-out data, where the run has one.)
   std::string out = "<div class=\"grid\">\n";
   out +=
       renderLineChart("accuracy-round", "Test accuracy by round", round_axis, acc_axis, acc_round);

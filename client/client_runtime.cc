@@ -150,6 +150,13 @@ class ZmqClient final : public ClientRuntime {
   // The client's held-out samples: partition spec.index of the test split, cut as the
   // training split is (worker thread).
   Result<const std::vector<uint32_t>*> heldOutFor(const wire::DataSpec& spec);
+  // What a federated evaluation runs on: the client's own held-out data (partition "none"),
+  // else heldOutFor's part of the test split (indices null: no held-out data).
+  struct HeldOut {
+    const data::Dataset* data = nullptr;
+    const std::vector<uint32_t>* indices = nullptr;
+  };
+  Result<HeldOut> heldOutData(const wire::DataSpec& spec);
 
   // Constant after init.
   ClientRuntimeOptions options_;
@@ -181,7 +188,9 @@ class ZmqClient final : public ClientRuntime {
   // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
   std::optional<data::Dataset> train_set_;
   uint32_t train_set_limit_ = 0;
-  std::vector<uint32_t> all_own_;  // 0..n-1 over options_.own_data
+  std::vector<uint32_t> all_own_;       // 0..n-1 over options_.own_data
+  std::vector<uint32_t> all_own_test_;  // 0..n-1 over options_.own_test
+  bool warned_no_held_out_ = false;
   // The data set a task trains on: the client's own files, or its fashion-mnist split.
   const data::Dataset& trainingSet() const {
     return options_.own_data ? *options_.own_data : *train_set_;
@@ -299,6 +308,29 @@ Result<const std::vector<uint32_t>*> ZmqClient::indicesFor(const wire::DataSpec&
   return partitionOf(*train_set_, spec, &partitions_);
 }
 
+Result<ZmqClient::HeldOut> ZmqClient::heldOutData(const wire::DataSpec& spec) {
+  if (spec.scheme == "none") {  // its own held-out file or fraction
+    if (!options_.own_test || options_.own_test->size() == 0) {
+      if (!warned_no_held_out_) {
+        spdlog::warn(
+            "client {}: the coordinator asks for a federated evaluation, but this client "
+            "holds no held-out data (give it data.test_path or data.holdout_fraction); it "
+            "trains and reports none",
+            options_.client_id);
+        warned_no_held_out_ = true;
+      }
+      return HeldOut{};
+    }
+    if (all_own_test_.size() != options_.own_test->size()) {
+      all_own_test_.resize(options_.own_test->size());
+      std::iota(all_own_test_.begin(), all_own_test_.end(), 0u);
+    }
+    return HeldOut{options_.own_test.get(), &all_own_test_};
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* held, heldOutFor(spec));
+  return HeldOut{&*test_set_, held};
+}
+
 Result<const std::vector<uint32_t>*> ZmqClient::heldOutFor(const wire::DataSpec& spec) {
   if (spec.dataset != "fashion-mnist") {
     return invalidArgument("unsupported dataset '" + spec.dataset + "'");
@@ -341,6 +373,18 @@ void ZmqClient::train(TrainingJob& job) {
     }
     std::vector<float> start = floatsOf(*req.model_bytes);
     if (local_) local_->applyTo(start);
+    if (t.fed_eval && !job.stop.load()) {
+      // Federated evaluation: the model this client starts from, on its held-out data.
+      out.fed_evaluation = [&]() -> Result<ServedEvaluation> {
+        FEDFLEET_ASSIGN_OR_RETURN(HeldOut held, heldOutData(t.data));
+        if (held.indices == nullptr || held.indices->empty()) return ServedEvaluation{};
+        FEDFLEET_RETURN_IF_ERROR(mit->second->setFlatParameters(start));
+        FEDFLEET_ASSIGN_OR_RETURN(
+            model::EvalResult e,
+            model::evaluateIndices(*mit->second, *held.data, *held.indices, 1000, device_));
+        return ServedEvaluation{e.n, e.loss, e.accuracy};
+      }();
+    }
     TrainOptions o = trainOptionsFrom(t.hparams);
     std::vector<float> control_c;
     if (t.hparams.scaffold) {

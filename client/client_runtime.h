@@ -119,6 +119,9 @@ struct ClientRuntimeOptions {
   // null: the client trains its partition of fashion-mnist as the task says.
   std::shared_ptr<const data::Dataset> own_data;
   std::string own_format;
+  // Its held-out data (data.test_path, or data.holdout_fraction of data.path): what it evaluates
+  // the task's model on when a task asks for a federated evaluation (null or empty: none).
+  std::shared_ptr<const data::Dataset> own_test;
   // Block-cyclic serving: where the served model is published (client/served_model.h; empty:
   // kept in memory only).
   std::string served_model_path;

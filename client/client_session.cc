@@ -177,6 +177,11 @@ void ClientSession::onTrainingDone(uint64_t token, TrainingOutcome outcome, doub
                    outcome.served_evaluation->status().toString());
     }
   }
+  if (outcome.fed_evaluation && !outcome.fed_evaluation->isOk()) {
+    spdlog::warn("client {}: round {}: federated evaluation not reported: {}", options_.client_id,
+                 t.round, outcome.fed_evaluation->status().toString());
+    outcome.fed_evaluation.reset();
+  }
   if (!outcome.status.isOk()) {
     spdlog::error("client {}: training failed: {}", options_.client_id, outcome.status.toString());
     emit(SendError{wire::Error{wire::ErrorCode::kInternal, outcome.status.message(), token}});
@@ -261,6 +266,12 @@ void ClientSession::onChunkSent(uint64_t token, double now) {
   s.compute_seconds = u.outcome.compute_seconds;
   s.upload_seconds = now - u.granted_at;  // the uplink's time, not the wait for a credit
   if (u.serves) fillServed(&s);
+  if (u.outcome.fed_evaluation && u.outcome.fed_evaluation->value().n > 0) {
+    const ServedEvaluation& e = u.outcome.fed_evaluation->value();
+    s.eval_samples = e.n;
+    s.eval_loss = e.loss;
+    s.eval_accuracy = e.accuracy;
+  }
   if (!u.outcome.control_delta.empty()) {
     delivering_[token] = std::move(u.outcome.control_delta);
   }

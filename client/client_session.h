@@ -97,6 +97,9 @@ struct TrainingOutcome {
   std::vector<float> control_delta;  // SCAFFOLD's Dc_k (empty otherwise)
   // The served model of the request evaluated (unset: none was asked, or it was not run).
   std::optional<Result<ServedEvaluation>> served_evaluation;
+  // Federated evaluation (task.fed_eval): the task's model, with the client's local part, on
+  // its held-out data before training (unset: not asked; n == 0: no held-out data).
+  std::optional<Result<ServedEvaluation>> fed_evaluation;
 };
 
 // Flat fp32 values from little-endian bytes (a model or a control variate as the wire has it).

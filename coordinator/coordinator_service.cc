@@ -177,7 +177,15 @@ Status ZmqCoordinator::init(const config::Config& config) {
   at::set_num_threads(static_cast<int>(cc.threads));
   data::Dataset test_set;
   model::InputShape shape;  // Fashion-MNIST's
-  if (own_files) {
+  // No test file of its own: federated evaluation alone (the engine's server_eval is off).
+  const bool no_test_data = own_files && config_.data.test_path.empty();
+  if (no_test_data) {
+    FEDFLEET_ASSIGN_OR_RETURN(shape, model::declaredInputShape(config_));
+    spdlog::info(
+        "no test data of its own (data.test_path): the model is evaluated by the "
+        "clients on their held-out data every {} round(s)",
+        cc.fed_eval_every);
+  } else if (own_files) {
     FEDFLEET_ASSIGN_OR_RETURN(test_set, model::loadTestFile(config_));
     shape = model::inputShapeOf(test_set);
   } else {
@@ -191,7 +199,9 @@ Status ZmqCoordinator::init(const config::Config& config) {
   if (!config_.model.init.empty()) {
     FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
   }
-  FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, test_set, config_, "test"));
+  if (!no_test_data) {
+    FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, test_set, config_, "test"));
+  }
   // model.local names tensors of this model (each client keeps them; a typo stops here).
   FEDFLEET_RETURN_IF_ERROR(model::LocalPart::of(model->layout(), config_.model.local).status());
   std::vector<float> params = model->flatParameters();

@@ -45,6 +45,11 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.chunk_bytes = cc.chunk_kib * 1024;
   eo.codec = cc.codec;
   eo.eval_every = cc.eval_every;
+  eo.fed_eval_every = cc.fed_eval_every;
+  eo.fed_eval_clients = cc.fed_eval_clients;
+  // A coordinator of clients with their own files and no test file of its own evaluates
+  // nothing itself: federated evaluation alone says how the model does.
+  eo.server_eval = !(config.readsDataFiles() && config.data.test_path.empty());
   eo.slow_link_codec = cc.slow_link_codec;
   eo.slow_link_mbps = cc.slow_link_mbps;
   eo.partial_buffer_bytes = uint64_t{cc.partial_buffer_mib} << 20;

@@ -18,6 +18,15 @@ CommitPipeline::CommitPipeline(RoundEngine& engine, const EngineOptions& options
 
 void CommitPipeline::evaluateInitial(double now) {
   CommitRound c;
+  if (!e_.options_.server_eval) {  // nothing to evaluate it on: round 0 is recorded at once
+    c.round.run_id = e_.options_.run_id;
+    c.round.start_time = now;
+    c.round.end_time = now;
+    c.round.status = "initial";
+    c.round.model_version = e_.version_;
+    commit(std::move(c), now);
+    return;
+  }
   c.round.run_id = e_.options_.run_id;
   c.round.round = 0;
   c.round.start_time = now;
@@ -43,7 +52,27 @@ void CommitPipeline::restoreModel(const ModelSnapshot& snapshot) {
 
 bool CommitPipeline::evaluates(uint32_t round, bool last) const {
   const EngineOptions& o = e_.options_;
+  if (!o.server_eval) return false;
   return o.eval_every <= 1 || round % o.eval_every == 0 || last;
+}
+
+void federatedEvaluation(history::RoundRecord& r, const std::vector<history::UpdateRecord>& us) {
+  double loss = 0;
+  double correct = 0;
+  for (const auto& u : us) {
+    if (u.status != "completed" || u.eval_samples == 0 || !u.eval_loss || !u.eval_accuracy) {
+      continue;
+    }
+    const auto n = static_cast<double>(u.eval_samples);
+    ++r.fed_eval_clients;
+    r.fed_eval_samples += u.eval_samples;
+    loss += n * *u.eval_loss;
+    correct += n * *u.eval_accuracy;
+  }
+  if (r.fed_eval_samples == 0) return;
+  const auto total = static_cast<double>(r.fed_eval_samples);
+  r.fed_eval_loss = loss / total;
+  r.fed_eval_accuracy = correct / total;
 }
 
 void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
@@ -54,6 +83,7 @@ void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
   e_.answered_unknown_.advance(e_.round_);
   auto& r = c.round;
   r.status = ok ? "ok" : "failed";
+  federatedEvaluation(r, c.updates);
   r.model_version = e_.version_;
   if (ok && o.checkpoint_every > 0 && (e_.round_ % o.checkpoint_every == 0 || last)) {
     history::CheckpointRecord cp;

@@ -21,6 +21,12 @@ class RoundEngine;
 struct EngineOptions;
 struct EvalOutcome;
 
+// A round's federated evaluation (RoundRecord::fed_eval_*) from its update rows: over the
+// completed updates that report an evaluation, their count, their held-out samples and the
+// sample-weighted means of their losses and accuracies.
+void federatedEvaluation(history::RoundRecord& round,
+                         const std::vector<history::UpdateRecord>& updates);
+
 class CommitPipeline {
  public:
   // The pipeline of `engine` (which outlives it).

@@ -33,7 +33,23 @@ Status checkEngineOptions(const EngineOptions& options) {
   if (!st.isOk()) return st.withContext("config [aggregation]");
   st = validateDeadlineOptions(options);
   if (!st.isOk()) return st.withContext("config [policy]");
+  if (!options.server_eval && options.fed_eval_every == 0) {
+    return invalidArgument(
+        "config [coordinator]: without test data of its own the coordinator cannot evaluate the "
+        "model; set coordinator.fed_eval_every (the clients evaluate it on their held-out data) "
+        "or give the coordinator data.test_path");
+  }
+  if (!options.server_eval && options.target_accuracy > 0) {
+    return invalidArgument(
+        "config [run]: run.target_accuracy is judged by the coordinator's test set, which "
+        "this coordinator does not have; give it data.test_path or leave target_accuracy 0");
+  }
   const auto& b = options.blocks;
+  if (b.count > 0 && options.fed_eval_every > 0) {
+    return invalidArgument(
+        "config [coordinator]: fed_eval_every with [blocks]: block-cyclic runs evaluate the "
+        "served models on the clients' held-out data already; leave fed_eval_every 0");
+  }
   if (b.count > 0) {
     if ((b.rounds_per_block > 0) == (b.block_s > 0)) {
       return invalidArgument("config [blocks]: set exactly one of rounds_per_block and block_s");

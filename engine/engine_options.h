@@ -59,9 +59,18 @@ struct EngineOptions {
   double upload_idle_s = 30;
   bool evaluate_initial = true;  // round 0 (false when resuming a run whose round 0 is recorded)
   uint32_t eval_every = 1;       // evaluate after every this many rounds (and after the last)
-  double target_accuracy = 0;    // > 0: the run ends at the first evaluation reaching it
-  bool bye_on_finish = true;     // say Bye to every connected client when the run ends (the
-                                 // simulator's virtual clients need no goodbye)
+  // false: the coordinator has no test data; rounds are committed at once without test metrics
+  // (federated evaluation alone says how the model does).
+  bool server_eval = true;
+  // Federated evaluation: the tasks of round r ask their clients to evaluate the model they
+  // carry on their held-out data before training when (r - 1) % fed_eval_every == 0 (the model
+  // after rounds 0, n, 2n, ...; 0: never). fed_eval_clients > 0: only the first that many tasks
+  // of such a round (in dispatch order) ask; 0: every task.
+  uint32_t fed_eval_every = 0;
+  uint32_t fed_eval_clients = 0;
+  double target_accuracy = 0;  // > 0: the run ends at the first evaluation reaching it
+  bool bye_on_finish = true;   // say Bye to every connected client when the run ends (the
+                               // simulator's virtual clients need no goodbye)
   // Rounds before the last one awaiting evaluation at which no new synchronous round starts
   // (protocol step 9; 0: no bound, for the simulator, which reports evaluations in virtual time).
   uint32_t max_evaluations_behind = 0;

@@ -32,6 +32,11 @@ history::UpdateRecord updateRecord(const Participant& p, int64_t run_id, uint32_
     u.grant_wait_s = (p.granted_at >= 0 ? p.granted_at : u.end_time) - p.upload_asked_at;
   }
   u.status = stateName(p.state);
+  if (p.fed_eval && p.summary.eval_samples > 0) {
+    u.eval_samples = p.summary.eval_samples;
+    u.eval_loss = p.summary.eval_loss;
+    u.eval_accuracy = p.summary.eval_accuracy;
+  }
   if (p.served.source != wire::ServedSource::kNone) {
     u.served_block = static_cast<int32_t>(p.served.block);
     u.served_model = p.served.model;

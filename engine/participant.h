@@ -46,6 +46,7 @@ struct Participant {
   double sq_norm = 0;           // squared L2 norm of the delta part received so far
   wire::ServedModel served;     // blocks: what the task named (no bytes)
   uint64_t served_bytes = 0;    // served-model bytes the task carried
+  bool fed_eval = false;        // the task asked for a federated evaluation of its model
   double upload_asked_at = -1;  // UploadRequest received (-1: not yet)
   double granted_at = -1;       // UploadGrant sent (-1: not yet)
 };

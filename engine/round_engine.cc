@@ -185,6 +185,16 @@ void RoundEngine::refreshModelBytes() {
   model_bytes_ = std::move(bytes);
 }
 
+bool RoundEngine::fedEvalDue() {
+  const uint32_t every = options_.fed_eval_every;
+  if (every == 0 || round_ == 0 || (round_ - 1) % every != 0) return false;
+  if (fed_eval_round_ != round_) {
+    fed_eval_round_ = round_;
+    fed_eval_asked_ = 0;
+  }
+  return options_.fed_eval_clients == 0 || fed_eval_asked_ < options_.fed_eval_clients;
+}
+
 uint64_t RoundEngine::newToken() {
   uint64_t t = crypto::randomToken();
   while (participants_.count(t) || finished_tokens_.count(t)) t = crypto::randomToken();
@@ -407,6 +417,11 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
         plannedSteps(hp.epochs, hp.max_steps, hp.batch_size, options_.partition_sizes[p.partition]);
   }
   p.planned = task.hparams;
+  if (fedEvalDue()) {
+    task.fed_eval = true;
+    p.fed_eval = true;
+    ++fed_eval_asked_;
+  }
   task.task_token = newToken();
   task.chunk_bytes = options_.chunk_bytes;
   std::shared_ptr<const std::string> served;

@@ -400,6 +400,9 @@ class RoundEngine {
   ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
   void refreshModelBytes();
   uint64_t newToken();
+  // Whether the next task dispatched asks for a federated evaluation of its model (the round's
+  // number and how many of its tasks asked already; fed_eval_every, fed_eval_clients).
+  bool fedEvalDue();
 
   // ---- Block-cyclic training (engine/block_coordinator.h; round_engine.cc, section "Blocks") --
   bool blocksOn() const { return blocks_ != nullptr; }
@@ -453,7 +456,9 @@ class RoundEngine {
   WorkSizer work_;  // adaptive steps, partial work
 
   EventBudget event_budget_{options_.events_per_client_round};
-  std::string step_failure_;  // why the last server step was refused
+  uint32_t fed_eval_round_ = 0;  // the round fed_eval_asked_ counts the tasks of
+  uint32_t fed_eval_asked_ = 0;  // its tasks that asked for a federated evaluation
+  std::string step_failure_;     // why the last server step was refused
 
   // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
   // still reference the old one).

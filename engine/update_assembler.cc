@@ -140,6 +140,22 @@ std::optional<std::string> UpdateAssembler::badSummary(const Participant& p, wir
     return "summary's served-model loss " + std::to_string(s.served_loss) + " or accuracy " +
            std::to_string(s.served_accuracy) + " is out of range";
   }
+  if (s.eval_samples > 0) {
+    if (!p.fed_eval) {
+      return "summary reports a federated evaluation (" + std::to_string(s.eval_samples) +
+             " samples) its task did not ask for";
+    }
+    const uint64_t bound = options_.max_samples_per_update;
+    if (bound > 0 && s.eval_samples > bound) {
+      return "summary's federated evaluation claims " + std::to_string(s.eval_samples) +
+             " held-out samples, more than coordinator.max_samples_per_update = " +
+             std::to_string(bound);
+    }
+    if (!inRange(s.eval_loss, max_loss) || !inRange(s.eval_accuracy, 1.0)) {
+      return "summary's federated evaluation loss " + std::to_string(s.eval_loss) +
+             " or accuracy " + std::to_string(s.eval_accuracy) + " is out of range";
+    }
+  }
   // Timings: each within [0, the time since the task was sent] (NaN counts as 0).
   const double elapsed = std::max(0.0, now - p.sent_at);
   for (double* t : {&s.compute_seconds, &s.upload_seconds, &s.encode_seconds}) {

@@ -1,5 +1,7 @@
 #include "sim/fleet_data.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <numeric>
 
 #include "common/data/block_cyclic.h"
@@ -9,10 +11,42 @@
 
 namespace fedfleet::sim {
 
+namespace {
+
+// data.partition = "files": the clients' files in `dir`, sorted by name: its regular files not
+// starting with '.' (csv, tensors), or its sub-directories (image-folder: one folder of class
+// folders per client).
+Result<std::vector<std::string>> clientFiles(const std::string& dir, const std::string& format) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return invalidArgument("data.path '" + dir +
+                           "' is not a directory: data.partition = \"files\" reads one file "
+                           "per client from a directory");
+  }
+  const bool folders = format == "image-folder";
+  std::vector<std::string> out;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    if (folders ? it->is_directory(ec) : it->is_regular_file(ec)) out.push_back(it->path());
+  }
+  if (ec) return invalidArgument("data.path '" + dir + "': " + ec.message());
+  std::sort(out.begin(), out.end());
+  if (out.empty()) {
+    return invalidArgument("data.path '" + dir + "' holds no client " +
+                           (folders ? "folders" : "files"));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& config,
                                                      uint64_t clients) {
   std::unique_ptr<FleetData> fd(new FleetData());
   const auto& dc = config.data;
+  fd->fed_eval_ = config.coordinator.fed_eval_every > 0;
   if (config.dataFormat() == "synthetic") {
     data::SyntheticSpec spec;
     spec.alpha = dc.synthetic_alpha;
@@ -71,6 +105,47 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   const std::string dir = dc.dir.empty() ? data::defaultFashionMnistDir() : dc.dir;
   data::Dataset train, test;
   std::string source_name = "Fashion-MNIST";
+  if (dc.partition == "files") {
+    // A natural partition: client k trains the k-th file (by name) of the directory data.path.
+    FEDFLEET_ASSIGN_OR_RETURN(std::vector<std::string> files,
+                              clientFiles(dc.path, config.dataFormat()));
+    if (files.size() != clients) {
+      return invalidArgument(
+          "data.path '" + dc.path + "' holds " + std::to_string(files.size()) + " client " +
+          (config.dataFormat() == "image-folder" ? "folders" : "files") +
+          " (data.partition = \"files\": one per client), but sim.clients = " +
+          std::to_string(clients) + ": set sim.clients = " + std::to_string(files.size()));
+    }
+    FEDFLEET_ASSIGN_OR_RETURN(data::Dataset test, model::loadTestFile(config));
+    data::Dataset train;
+    for (size_t k = 0; k < files.size(); ++k) {
+      FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, model::fileSourceOf(config));
+      source.path = files[k];
+      source.test_path.clear();
+      source.holdout_fraction = 0;
+      FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest one, data::loadTrainTest(source));
+      std::vector<uint32_t> part(one.train.size());
+      std::iota(part.begin(), part.end(), static_cast<uint32_t>(train.size()));
+      FEDFLEET_RETURN_IF_ERROR(data::appendSamples(train, one.train, files[k]));
+      fd->partitions_.push_back(std::move(part));
+    }
+    train.num_classes = std::max(train.num_classes, test.num_classes);
+    test.num_classes = train.num_classes;
+    if (train.sample_shape != test.sample_shape || train.feature_dim != test.feature_dim) {
+      return invalidArgument("the clients' files and the test file '" + dc.test_path +
+                             "' hold samples of different shapes");
+    }
+    fd->shape_ = model::inputShapeOf(train);
+    fd->train_ = std::make_shared<const data::Dataset>(std::move(train));
+    fd->test_ = std::make_shared<const data::Dataset>(std::move(test));
+    if (fd->fed_eval_) {
+      return invalidArgument(
+          "coordinator.fed_eval_every with data.partition = \"files\": the clients' files hold "
+          "no held-out data in the simulator; leave fed_eval_every 0 (the server evaluates on "
+          "data.test_path)");
+    }
+    return fd;
+  }
   if (config.readsDataFiles()) {
     // The user's files: one training set split over the clients, and the server's test set
     // (a test file, or a seeded hold-out of the training file).
@@ -142,6 +217,24 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
       fd->held_out_status_ =
           failedPrecondition("no held-out data for the served models: " + held.status().message());
     }
+  } else if (fd->fed_eval_) {
+    // Federated evaluation: client k's held-out data is partition k of the test split, cut with
+    // the training split's scheme and seed (as a real client cuts its part of the test split).
+    data::PartitionSpec hs = ps;
+    hs.min_samples =
+        static_cast<uint32_t>(std::min<uint64_t>(ps.min_samples, fd->test_->size() / clients / 2));
+    auto held = data::partitionIndices(fd->test_->labels, fd->test_->num_classes, hs);
+    if (held.isOk()) {
+      fd->held_out_ = std::move(*held);
+      fd->held_out_data_ = fd->test_;
+      fd->held_out_status_ = Status::ok();
+    } else {
+      return invalidArgument("coordinator.fed_eval_every: the test split (" +
+                             std::to_string(fd->test_->size()) +
+                             " samples) cannot be cut into held-out data for " +
+                             std::to_string(clients) + " clients: " + held.status().message() +
+                             " (use fewer clients, more test data, or fed_eval_every = 0)");
+    }
   }
   return fd;
 }
@@ -151,8 +244,13 @@ uint64_t FleetData::shardSize(uint64_t k) const {
   return partitions_.at(k).size();
 }
 
+uint64_t FleetData::heldOutSize(uint64_t k) const {
+  if (synthetic_) return synthetic_->totalSamples(k) - synthetic_->trainSamples(k);
+  return held_out_status_.isOk() && k < held_out_.size() ? held_out_[k].size() : 0;
+}
+
 Result<ClientShard> FleetData::heldOut(uint64_t k) const {
-  if (synthetic_ && !blocks_.empty()) {
+  if (synthetic_ && (!blocks_.empty() || fed_eval_)) {
     ClientShard s;
     FEDFLEET_ASSIGN_OR_RETURN(data::Dataset ds, synthetic_->generate(k, /*train=*/false));
     s.indices.resize(ds.size());

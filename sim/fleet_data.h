@@ -58,7 +58,11 @@ class FleetData {
   // (partitionBlockCyclic), as a real client cuts it (client::splitFor); synthetic: device k's
   // test split. kFailedPrecondition without blocks, or when the test split has too few samples
   // for that many partitions (the message says why).
+  // With federated evaluation (coordinator.fed_eval_every > 0) too: partition k of the test
+  // split cut with the training split's scheme.
   Result<ClientShard> heldOut(uint64_t k) const;
+  // The samples of heldOut(k) (0: none).
+  uint64_t heldOutSize(uint64_t k) const;
 
  private:
   FleetData() = default;
@@ -71,7 +75,9 @@ class FleetData {
   std::vector<BlockEvalSet> blocks_;
   std::shared_ptr<const data::Dataset> held_out_data_;  // Fashion-MNIST with blocks
   std::vector<std::vector<uint32_t>> held_out_;
-  Status held_out_status_ = failedPrecondition("no held-out data: the run has no blocks");
+  Status held_out_status_ =
+      failedPrecondition("no held-out data: the run has no blocks and no federated evaluation");
+  bool fed_eval_ = false;
 };
 
 }  // namespace fedfleet::sim

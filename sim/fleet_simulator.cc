@@ -353,7 +353,8 @@ Status Simulator::init(const config::Config& config) {
       coordinator::checkpointKeepFromConfig(config_), "s virtual");
 
   engine::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
-  eo.liveness_s = 0;  // virtual clients send no heartbeats; losses are reported as goodbyes
+  eo.server_eval = true;  // the simulator always holds a test set (a file or a hold-out)
+  eo.liveness_s = 0;      // virtual clients send no heartbeats; losses are reported as goodbyes
   eo.sample_partitions = false;
   eo.num_partitions = static_cast<uint32_t>(sc.clients);
   eo.min_clients = static_cast<uint32_t>(std::min<uint64_t>(config_.minClients(), sc.clients));
@@ -521,6 +522,11 @@ void Simulator::dispatch(engine::SendTask& st) {
       hp.max_steps = static_cast<uint32_t>(std::clamp(steps_fit, 1.0, 1e9));
       f.compute_s = static_cast<double>(plannedSamples(data_->shardSize(k), hp)) / samples_per_s;
     }
+    if (task.fed_eval) {
+      // Federated evaluation first: a forward pass over its held-out samples, a third of a
+      // training step's work per sample (forward, backward, update).
+      f.compute_s += static_cast<double>(data_->heldOutSize(k)) / (3 * samples_per_s);
+    }
     f.done_at = now_ + f.download_s + f.compute_s;
     const double upload_guess =
         p.latency_s + static_cast<double>(num_params_ * sizeof(float)) / p.up_bytes_per_s;
@@ -585,6 +591,17 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
     client::TrainOptions opts = o;
     std::vector<float> start = client::floatsOf(*req.model_bytes);
     if (local != nullptr) local->applyTo(start);
+    std::optional<Result<client::ServedEvaluation>> fed_evaluation;
+    if (req.task.fed_eval) {  // the model it starts from, on its held-out data
+      fed_evaluation = [&]() -> Result<client::ServedEvaluation> {
+        FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
+        if (held.indices.empty()) return client::ServedEvaluation{};
+        FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(start));
+        FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
+                                  model::evaluateIndices(*model, *held.data, held.indices));
+        return client::ServedEvaluation{e.n, e.loss, e.accuracy};
+      }();
+    }
     std::vector<float> server_c;
     if (scaffold) {
       server_c = client::floatsOf(*req.control_c);
@@ -595,6 +612,7 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
         trainer.train(*model, start, *shard.data, shard.indices, opts, stop.get()));
     if (local != nullptr) FEDFLEET_RETURN_IF_ERROR(local->absorb(start, r.delta));
     TrainOutcome out;
+    out.session.fed_evaluation = std::move(fed_evaluation);
     out.session.steps = r.steps;
     out.session.stopped_early = r.stopped_early;
     out.session.mean_loss = r.mean_loss;

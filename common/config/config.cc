@@ -49,6 +49,8 @@ void forEachField(C& c, F&& f) {
   f("coordinator.slow_link_mbps", c.coordinator.slow_link_mbps);
   f("coordinator.partial_buffer_mib", c.coordinator.partial_buffer_mib);
   f("coordinator.eval_every", c.coordinator.eval_every);
+  f("coordinator.fed_eval_every", c.coordinator.fed_eval_every);
+  f("coordinator.fed_eval_clients", c.coordinator.fed_eval_clients);
   f("coordinator.max_concurrent_uploads", c.coordinator.max_concurrent_uploads);
   f("coordinator.max_message_mib", c.coordinator.max_message_mib);
   f("coordinator.upload_idle_s", c.coordinator.upload_idle_s);
@@ -627,10 +629,28 @@ Status Config::validate() const {
   }
   FEDFLEET_RETURN_IF_ERROR(validateDataSource());
   if (data.partition != "iid" && data.partition != "dirichlet" && data.partition != "labels" &&
-      data.partition != "shards" && data.partition != "quantity" && data.partition != "none") {
-    return bad(
-        "data.partition",
-        "must be iid, dirichlet, labels, shards, quantity or none; got \"" + data.partition + "\"");
+      data.partition != "shards" && data.partition != "quantity" && data.partition != "none" &&
+      data.partition != "files") {
+    return bad("data.partition",
+               "must be iid, dirichlet, labels, shards, quantity, none or files; got \"" +
+                   data.partition + "\"");
+  }
+  if (data.partition == "files") {
+    const std::string format = dataFormat();
+    if (format != "csv" && format != "tensors" && format != "image-folder") {
+      return bad("data.partition",
+                 "\"files\" (one file per simulated client in the directory data.path) needs "
+                 "data.format csv, tensors or image-folder; got \"" +
+                     format + "\"");
+    }
+    if (data.test_path.empty()) {
+      return bad("data.test_path",
+                 "is required with data.partition = \"files\": the server's test set (the "
+                 "clients' files are all training data)");
+    }
+    if (blocks.count > 0) {
+      return bad("data.partition", "\"files\" cannot be cut into blocks");
+    }
   }
   if (data.num_classes == 1 || data.num_classes > 256) {
     return bad("data.num_classes", "must be 0 (from the data) or between 2 and 256");

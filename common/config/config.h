@@ -52,6 +52,9 @@ struct CoordinatorSection {
   double slow_link_mbps = 0;            // slow_link_mbps (empty: the same codec for all)
   uint32_t partial_buffer_mib = 64;     // round's kept uploads in memory; beyond: a temp file
   uint32_t eval_every = 1;              // evaluate the model every this many rounds (and last)
+  uint32_t fed_eval_every = 0;          // the clients evaluate the model they get on their held-out
+                                        // data every this many rounds (0: never)
+  uint32_t fed_eval_clients = 0;        // of a round's clients, how many do (0: all)
   uint32_t max_concurrent_uploads = 0;  // upload credits: clients sending chunks at once (FIFO
                                         // grants; 0: unbounded)
   double upload_idle_s = 30;            // with upload credits: a granted upload silent this

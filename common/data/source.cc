@@ -207,4 +207,23 @@ Result<TrainTest> loadTrainTest(const FileSource& source) {
   return out;
 }
 
+Status appendSamples(Dataset& into, const Dataset& more, const std::string& file) {
+  if (into.size() == 0) {
+    into = more;  // its shape and classes; the pixels copied, wherever they live
+    into.shared_images.reset();
+    into.images.assign(more.pixels(), more.pixels() + more.pixelBytes());
+    return Status::ok();
+  }
+  if (into.feature_dim != more.feature_dim || into.rows != more.rows || into.cols != more.cols ||
+      into.sample_shape != more.sample_shape) {
+    return invalidArgument(file + " holds " + shapeOf(more) + ", the files before it " +
+                           shapeOf(into) + ": every client's file must have the same sample shape");
+  }
+  into.features.insert(into.features.end(), more.features.begin(), more.features.end());
+  into.images.insert(into.images.end(), more.pixels(), more.pixels() + more.pixelBytes());
+  into.labels.insert(into.labels.end(), more.labels.begin(), more.labels.end());
+  into.num_classes = std::max(into.num_classes, more.num_classes);
+  return Status::ok();
+}
+
 }  // namespace fedfleet::data

@@ -75,6 +75,11 @@ struct TrainTest {
 // or class-name mismatch naming both files or folders, a hold-out that leaves either side empty.
 Result<TrainTest> loadTrainTest(const FileSource& source);
 
+// Appends the samples of `more` (read from `file`) to `into`: both must hold samples of the same
+// kind and shape (an empty `into` takes the shape of `more`); num_classes becomes the larger.
+// kInvalidArgument naming `file` otherwise.
+Status appendSamples(Dataset& into, const Dataset& more, const std::string& file);
+
 // The samples `indices` of `ds` (in that order) as a data set of their own.
 Dataset subsetOf(const Dataset& ds, const std::vector<uint32_t>& indices);
 

@@ -97,8 +97,9 @@ class HistoryStore {
     return failedPrecondition("checkpointAt is not supported by this history backend");
   }
   // Deletes the checkpoints of `run_id` except the `keep_last` with the highest rounds and, when
-  // `keep_best`, the best one: of the checkpointed rounds whose test accuracy is recorded, the
-  // one with the highest (the earliest of equals) (rounds and updates stay). keep_last == 0 is
+  // `keep_best`, the best one: of the checkpointed rounds whose model has a recorded accuracy
+  // (its test accuracy, else the federated accuracy of the next round, whose tasks carried it),
+  // the one with the highest (the earliest of equals) (rounds and updates stay). keep_last == 0 is
   // kInvalidArgument: resume needs the latest checkpoint. A run with fewer checkpoints, or an
   // unknown run, is left alone and gives OK. The default implementation (for test doubles)
   // returns kFailedPrecondition; both backends override it.

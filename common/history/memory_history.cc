@@ -197,13 +197,18 @@ class MemoryHistory final : public HistoryStore {
     auto end = checkpoints_.upper_bound({run_id, UINT32_MAX});
     size_t count = static_cast<size_t>(std::distance(first, end));
     if (count <= keep_last) return Status::ok();
-    // The best: the highest recorded test accuracy, the earliest of equals.
+    // The best: the highest test accuracy (else the next round's federated accuracy of that
+    // model), the earliest of equals.
     std::optional<uint32_t> best;
     double best_accuracy = 0;
     for (auto it = first; keep_best && it != end; ++it) {
       auto round = rounds_.find(it->first);
-      if (round == rounds_.end() || !round->second.test_accuracy) continue;
-      const double a = *round->second.test_accuracy;
+      auto next = rounds_.find({it->first.first, it->first.second + 1});
+      std::optional<double> score;
+      if (round != rounds_.end()) score = round->second.test_accuracy;
+      if (!score && next != rounds_.end()) score = next->second.fed_eval_accuracy;
+      if (!score) continue;
+      const double a = *score;
       if (!best || a > best_accuracy) best = it->first.second, best_accuracy = a;
     }
     auto last_erased = std::next(first, static_cast<std::ptrdiff_t>(count - keep_last));

@@ -35,14 +35,8 @@ Result<data::FileSource> fileSourceOf(const config::Config& config) {
 
 namespace {
 
-// The source's training file alone, with data.num_classes applied.
-Result<data::Dataset> loadAlone(data::FileSource source, const config::Config& config,
-                                const std::string& file) {
-  source.test_path.clear();
-  source.test_labels_path.clear();
-  source.holdout_fraction = 0;
-  FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
-  data::Dataset ds = std::move(both.train);
+// data.num_classes applied to `ds`, read from `file`: a label at or above it is an error.
+Status applyClasses(data::Dataset& ds, const config::Config& config, const std::string& file) {
   if (const uint32_t classes = config.data.num_classes; classes > 0) {
     for (uint8_t label : ds.labels) {
       if (label >= classes) {
@@ -52,19 +46,38 @@ Result<data::Dataset> loadAlone(data::FileSource source, const config::Config& c
     }
     ds.num_classes = classes;
   }
-  return ds;
+  return Status::ok();
+}
+
+// The source's training file alone, with data.num_classes applied.
+Result<data::Dataset> loadAlone(data::FileSource source, const config::Config& config,
+                                const std::string& file) {
+  source.test_path.clear();
+  source.test_labels_path.clear();
+  source.holdout_fraction = 0;
+  FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
+  FEDFLEET_RETURN_IF_ERROR(applyClasses(both.train, config, file));
+  return std::move(both.train);
 }
 
 }  // namespace
 
-Result<data::Dataset> loadOwnTrainingData(const config::Config& config) {
+Result<data::TrainTest> loadOwnData(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, fileSourceOf(config));
   if (source.path.empty()) {
     return invalidArgument("data.path: a client that trains its own data (data.format = \"" +
                            config.dataFormat() + "\") needs its file");
   }
-  const std::string file = source.path;
-  return loadAlone(std::move(source), config, file);
+  FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
+  FEDFLEET_RETURN_IF_ERROR(applyClasses(both.train, config, source.path));
+  const std::string test_file = source.test_path.empty() ? source.path : source.test_path;
+  FEDFLEET_RETURN_IF_ERROR(applyClasses(both.test, config, test_file));
+  return both;
+}
+
+Result<data::Dataset> loadOwnTrainingData(const config::Config& config) {
+  FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, loadOwnData(config));
+  return std::move(both.train);
 }
 
 Result<data::Dataset> loadTestFile(const config::Config& config) {
@@ -81,6 +94,32 @@ Result<data::Dataset> loadTestFile(const config::Config& config) {
   source.labels_path = source.test_labels_path;
   source.train_limit = source.test_limit;
   return loadAlone(std::move(source), config, file);
+}
+
+Result<InputShape> declaredInputShape(const config::Config& config) {
+  InputShape shape;
+  if (config.model.name == "torchscript") return shape;
+  const auto& dc = config.data;
+  const std::string what =
+      "the coordinator has no test file (data.test_path) to read the samples' shape from, so "
+      "model '" +
+      config.model.name + "' is built from the config: ";
+  if (dc.num_classes == 0) {
+    return invalidArgument(what + "give data.num_classes (or data.test_path)");
+  }
+  shape.classes = dc.num_classes;
+  if (config.dataFormat() == "csv" && !dc.feature_columns.empty()) {
+    shape.sample = {static_cast<int64_t>(dc.feature_columns.size())};
+    return shape;
+  }
+  if (config.dataFormat() == "image-folder" && dc.image_size.size() == 2) {
+    shape.sample = {static_cast<int64_t>(dc.image_channels), static_cast<int64_t>(dc.image_size[0]),
+                    static_cast<int64_t>(dc.image_size[1])};
+    return shape;
+  }
+  return invalidArgument(what +
+                         "list data.feature_columns (csv) or data.image_size (image-folder), "
+                         "use a TorchScript model (model.path), or give data.test_path");
 }
 
 }  // namespace fedfleet::model

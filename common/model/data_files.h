@@ -6,6 +6,7 @@
 
 #include "common/config/config.h"
 #include "common/data/source.h"
+#include "common/model/model.h"
 #include "common/status.h"
 
 namespace fedfleet::model {
@@ -13,14 +14,25 @@ namespace fedfleet::model {
 // The FileSource of config.data (readsDataFiles() must hold; kInvalidArgument otherwise).
 Result<data::FileSource> fileSourceOf(const config::Config& config);
 
-// A client's own training data (data.partition = "none": it trains everything it holds):
-// data.path (with data.labels_path for idx), data.train_subset applied, and data.num_classes
-// when set (a label at or above it is kInvalidArgument naming the file). The reader's errors.
+// A client's own data (data.partition = "none": it trains everything it holds): data.path
+// (with data.labels_path for idx), data.train_subset applied, less the data.holdout_fraction it
+// holds out; and its held-out data for federated evaluation: data.test_path when given, else
+// that held-out part (test empty: neither). data.num_classes applies to both when set (a label
+// at or above it is kInvalidArgument naming the file). The reader's errors.
+Result<data::TrainTest> loadOwnData(const config::Config& config);
+// loadOwnData's training part alone.
 Result<data::Dataset> loadOwnTrainingData(const config::Config& config);
 
 // Only the test file of config.data (data.test_path, with data.test_labels_path for idx) as a
 // data set of its own, data.num_classes applied as above. kInvalidArgument when there is no
 // test file; the reader's errors.
 Result<data::Dataset> loadTestFile(const config::Config& config);
+
+// The input shape of the samples config.data declares without reading a file, for a coordinator
+// that holds no data (federated evaluation only): csv with data.feature_columns ({features}),
+// image-folder with data.image_size ({channels, rows, cols}), and data.num_classes classes. A
+// TorchScript model (model.path) needs none: the default shape. kInvalidArgument saying what
+// to give otherwise.
+Result<InputShape> declaredInputShape(const config::Config& config);
 
 }  // namespace fedfleet::model

@@ -181,6 +181,36 @@ TEST_F(Report, AccuracyAndLossPathsHaveOnePointPerEvaluatedRound) {
   EXPECT_NE(paths[1].attrs["data-series"].find("wall clock"), std::string::npos);
 }
 
+// A run evaluated by its clients alone: the server's series is empty, the federated one (dashed)
+// has a point per round that reported, at the round of the model evaluated (the one before).
+TEST_F(Report, FederatedEvaluationIsDrawnDashedAtTheRoundOfTheModelEvaluated) {
+  const int64_t run = addRun("fed", "virtual", "{}");
+  for (uint32_t r = 0; r <= 3; ++r) {
+    history::RoundRecord row = roundRow(run, r, 50.0 * r);
+    row.test_accuracy.reset();
+    row.test_loss.reset();
+    if (r > 0) {
+      row.fed_eval_clients = 2;
+      row.fed_eval_samples = 40;
+      row.fed_eval_accuracy = 0.25 * r;
+      row.fed_eval_loss = 1.0 / r;
+    }
+    ASSERT_TRUE(store_->commitRound(row, {}, std::nullopt).isOk());
+  }
+  ReportOptions options;
+  options.runs = {run};
+  const std::string html = render(options);
+  for (const std::string chart : {"accuracy-round", "accuracy-time", "loss-round", "loss-time"}) {
+    auto paths = elementsIn(html, chart, "<path class=\"series\"");
+    ASSERT_EQ(paths.size(), 2u) << chart;
+    EXPECT_EQ(paths[0].attrs["data-points"], "0") << chart << ": no server evaluation";
+    EXPECT_NE(paths[1].attrs["data-series"].find("federated"), std::string::npos) << chart;
+    EXPECT_EQ(paths[1].attrs["data-points"], "3") << chart;
+  }
+  // The last federated accuracy in the runs table: round 3's, 75%.
+  EXPECT_NE(html.find("75.00%"), std::string::npos);
+}
+
 TEST_F(Report, ParticipantAndTrafficBarsAddUpToTheRounds) {
   const std::string html = render();
   auto rounds = store_->rounds(sim_run_);

@@ -28,6 +28,18 @@ std::vector<std::string> with(std::vector<std::string> args, const std::vector<s
   return args;
 }
 
+// The coordinator ends the run with status 0, and then each client with status 0.
+void expectAllFinish(Process& coord, std::vector<std::unique_ptr<Process>>& clients) {
+  auto rc = coord.waitFor(240);
+  ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord.log();
+  ASSERT_EQ(*rc, 0) << coord.log() << clients[0]->log();
+  for (auto& c : clients) {
+    auto crc = c->waitFor(30);
+    ASSERT_TRUE(crc.has_value()) << c->log();
+    EXPECT_EQ(*crc, 0) << c->log();
+  }
+}
+
 TEST(Integration, ClientsTrainTheirOwnFilesAndTheCoordinatorOnlyEvaluates) {
   const std::string dir = testing::freshDir("own-data");
   ASSERT_EQ(testing::keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
@@ -50,14 +62,7 @@ TEST(Integration, ClientsTrainTheirOwnFilesAndTheCoordinatorOnlyEvaluates) {
     clients.push_back(testing::startClient(
         dir, config, endpoint, id, with({"--set", "data.path=" + dir + "/" + id + ".csv"}, kCsv)));
   }
-  auto rc = coord->waitFor(240);
-  ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord->log();
-  ASSERT_EQ(*rc, 0) << coord->log() << clients[0]->log();
-  for (auto& c : clients) {
-    auto crc = c->waitFor(30);
-    ASSERT_TRUE(crc.has_value()) << c->log();
-    EXPECT_EQ(*crc, 0) << c->log();
-  }
+  ASSERT_NO_FATAL_FAILURE(expectAllFinish(*coord, clients));
 
   auto store = testing::openHistory(dir);
   ASSERT_TRUE(store);
@@ -77,6 +82,78 @@ TEST(Integration, ClientsTrainTheirOwnFilesAndTheCoordinatorOnlyEvaluates) {
   ASSERT_TRUE(rounds.front().test_accuracy && rounds.back().test_accuracy);
   EXPECT_GT(*rounds.back().test_accuracy, 0.9);
   EXPECT_GT(*rounds.back().test_accuracy, *rounds.front().test_accuracy + 0.2);
+}
+
+// Federated evaluation alone: a coordinator with no test data of its own, and three clients
+// each holding its own CSV file of a different size and label mix, two keeping a quarter of it
+// back and one a test file of its own. Every round's tasks ask for an evaluation of the model
+// they carry; the rounds' federated figures are the sample-weighted means of the clients' rows,
+// and the federated accuracy rises.
+TEST(Integration, ACoordinatorWithoutTestDataRunsOnFederatedEvaluation) {
+  const std::string dir = testing::freshDir("own-data-fed-eval");
+  ASSERT_EQ(testing::keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
+  const std::vector<int> sizes = {160, 240, 400};
+  const std::vector<std::vector<int>> mixes = {{0, 1}, {1, 2}, {0, 1, 2}};
+  for (int i = 0; i < 3; ++i) {
+    testing::writeBlobsOf(dir + "/client-" + std::to_string(i + 1) + ".csv", sizes[i], 20 + i,
+                          mixes[i]);
+  }
+  testing::writeBlobsOf(dir + "/client-3-test.csv", 90, 30, mixes[2]);
+  const std::string config = testing::writeConfig(dir, testing::coordinatorSection(3, 3, 3, 120));
+  std::string endpoint;
+  auto coord = testing::startCoordinator(
+      dir, config, with({"--rounds", "5", "--set", "coordinator.fed_eval_every=1"}, kCsv),
+      &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 1; i <= 3; ++i) {
+    const std::string id = "client-" + std::to_string(i);
+    std::vector<std::string> args = {"--set", "data.path=" + dir + "/" + id + ".csv"};
+    if (i < 3) {
+      args.insert(args.end(), {"--set", "data.holdout_fraction=0.25"});
+    } else {
+      args.insert(args.end(), {"--set", "data.test_path=" + dir + "/client-3-test.csv"});
+    }
+    clients.push_back(testing::startClient(dir, config, endpoint, id, with(args, kCsv)));
+  }
+  ASSERT_NO_FATAL_FAILURE(expectAllFinish(*coord, clients));
+
+  auto store = testing::openHistory(dir);
+  ASSERT_TRUE(store);
+  const int64_t run = store->runs().value().front().run_id;
+  const auto rounds = store->rounds(run).value();
+  ASSERT_EQ(rounds.size(), 6u);
+  EXPECT_EQ(rounds[0].status, "initial");
+  // What each client holds out: a quarter of 160 and of 240 (rounded), and its 90-sample file.
+  const std::vector<uint64_t> held = {40, 60, 90};
+  for (uint32_t r = 0; r <= 5; ++r) {
+    EXPECT_FALSE(rounds[r].test_accuracy.has_value()) << "the coordinator has no test data";
+  }
+  for (uint32_t r = 1; r <= 5; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    EXPECT_EQ(rounds[r].status, "ok");
+    const auto updates = store->updates(run, r).value();
+    ASSERT_EQ(updates.size(), 3u);
+    uint64_t n = 0;
+    double loss = 0, correct = 0;
+    for (const auto& u : updates) {
+      const int k = std::stoi(u.client_id.substr(7)) - 1;
+      EXPECT_EQ(u.n_samples, static_cast<uint64_t>(sizes[k]) - (k < 2 ? held[k] : 0));
+      EXPECT_EQ(u.eval_samples, held[k]) << u.client_id;
+      ASSERT_TRUE(u.eval_loss && u.eval_accuracy) << u.client_id;
+      n += u.eval_samples;
+      loss += static_cast<double>(u.eval_samples) * *u.eval_loss;
+      correct += static_cast<double>(u.eval_samples) * *u.eval_accuracy;
+    }
+    EXPECT_EQ(rounds[r].fed_eval_clients, 3u);
+    EXPECT_EQ(rounds[r].fed_eval_samples, n);
+    ASSERT_TRUE(rounds[r].fed_eval_loss && rounds[r].fed_eval_accuracy);
+    EXPECT_NEAR(*rounds[r].fed_eval_loss, loss / static_cast<double>(n), 1e-12);
+    EXPECT_NEAR(*rounds[r].fed_eval_accuracy, correct / static_cast<double>(n), 1e-12);
+  }
+  // Round 1 evaluates the initial model, round 5 the model after four rounds.
+  EXPECT_GT(*rounds[5].fed_eval_accuracy, *rounds[1].fed_eval_accuracy + 0.2);
+  EXPECT_GT(*rounds[5].fed_eval_accuracy, 0.8);
 }
 
 // A client without files of its own, given a coordinator whose tasks say "none", fails each

@@ -406,6 +406,11 @@ TEST(ConfigData, FileFormatsNeedTheirFilesAndATestSet) {
        "must be an array of strings"},
       {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nfeature_columns = \"a\"\n",
        "must be an array of strings, got a string"},
+      {"format = \"csv\"\npath = \"dir\"\nholdout_fraction = 0.1\npartition = \"files\"\n",
+       "'data.test_path' is required with data.partition = \"files\""},
+      {"format = \"idx\"\npath = \"i\"\nlabels_path = \"l\"\ntest_path = \"t\"\n"
+       "test_labels_path = \"u\"\npartition = \"files\"\n",
+       "needs data.format csv, tensors or image-folder"},
   };
   for (const Case& k : cases) {
     Status st = dataConfig(k.toml);

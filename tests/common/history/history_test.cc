@@ -497,6 +497,7 @@ TEST_P(HistoryStoreTest, PruneCheckpointsCanKeepTheBestBesideTheLatest) {
   for (uint32_t r = 0; r < accuracy.size(); ++r) {
     RoundRecord round = makeRound(run, r);
     round.test_accuracy = accuracy[r];
+    round.fed_eval_accuracy.reset();
     ASSERT_TRUE(store_->commitRound(round, {}, makeCheckpoint(run, r)).isOk());
   }
   ASSERT_TRUE(store_->pruneCheckpoints(run, 2, true).isOk());
@@ -508,6 +509,23 @@ TEST_P(HistoryStoreTest, PruneCheckpointsCanKeepTheBestBesideTheLatest) {
   EXPECT_EQ(store_->checkpointRounds(run).value(), (std::vector<uint32_t>{2, 5, 6}));
   ASSERT_TRUE(store_->pruneCheckpoints(run, 2, false).isOk());
   EXPECT_EQ(store_->checkpointRounds(run).value(), (std::vector<uint32_t>{5, 6}));
+}
+
+// A run evaluated only by its clients: round r + 1's federated accuracy is that of round r's
+// model, so it scores round r's checkpoint; the last checkpoint has no score yet.
+TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheBestByFederatedAccuracyWithoutTestAccuracy) {
+  const int64_t run = newRun();
+  // Federated accuracies of rounds 1..5, i.e. of the models of rounds 0..4.
+  const std::vector<std::optional<double>> fed = {std::nullopt, 0.3, 0.6, 0.9, 0.5, 0.4};
+  for (uint32_t r = 0; r < fed.size(); ++r) {
+    RoundRecord round = makeRound(run, r);
+    round.test_accuracy.reset();
+    round.fed_eval_accuracy = fed[r];
+    ASSERT_TRUE(store_->commitRound(round, {}, makeCheckpoint(run, r)).isOk());
+  }
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2, true).isOk());
+  EXPECT_EQ(store_->checkpointRounds(run).value(), (std::vector<uint32_t>{2, 4, 5}))
+      << "round 2's model scored 0.9 (in round 3); 4 and 5 the latest";
 }
 
 TEST_P(HistoryStoreTest, CheckpointAtReadsOneRoundsCheckpoint) {
