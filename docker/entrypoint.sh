@@ -108,6 +108,7 @@ case "$role" in
   client)
     id=${FEDFLEET_CLIENT_ID:-}
     extra=()
+    part=
     if [ -z "$id" ]; then
       mkdir -p "$keys/claims" 2> /dev/null || true
       # Identities present in the key directory, in numeric order.
@@ -117,7 +118,7 @@ case "$role" in
         exec {lock_fd}> "$keys/claims/client-$i.lock"
         if flock -n "$lock_fd"; then
           id=client-$i
-          extra+=(--partition "$((i - 1))")
+          part=$((i - 1))
           break
         fi
         exec {lock_fd}>&-
@@ -136,6 +137,23 @@ case "$role" in
     # so one shared directory would also be safe (docs/DEPLOY.md, "Known limits").
     export FEDFLEET_CACHE_DIR="${FEDFLEET_CACHE_DIR:-/var/cache/fedfleet}/$id"
     mkdir -p "$FEDFLEET_CACHE_DIR"
+    # Each replica's own data: FEDFLEET_DATA_FILE names a file inside the replica's directory of
+    # the data mount (/var/lib/fedfleet/data/<id>/), e.g. train.csv; FEDFLEET_DATA_TEST_FILE its
+    # held-out file for federated evaluation. The job file then says data.format and
+    # data.partition = "none".
+    if [ -n "${FEDFLEET_DATA_FILE:-}" ]; then
+      own="/var/lib/fedfleet/data/$id"
+      if [ ! -e "$own/$FEDFLEET_DATA_FILE" ]; then
+        log "client $id: no $own/$FEDFLEET_DATA_FILE: put this client's data in <FEDFLEET_DATA_DIR>/$id/ on the host"
+        exit 3
+      fi
+      extra+=(--set "data.path=$own/$FEDFLEET_DATA_FILE")
+      if [ -n "${FEDFLEET_DATA_TEST_FILE:-}" ]; then
+        extra+=(--set "data.test_path=$own/$FEDFLEET_DATA_TEST_FILE")
+      fi
+    elif [ -n "$part" ]; then
+      extra+=(--partition "$part")  # a client of its own files trains all of them instead
+    fi
     log "client $id -> tcp://$host:$port"
     exec fedfleet client --config "$config" --coordinator "tcp://$host:$port" --id "$id" \
       --keys "$keys" "${extra[@]}" "${overrides[@]}" "$@"
