@@ -29,6 +29,9 @@
 #   FEDFLEET_HISTORY_DB             /var/lib/fedfleet/history/history.db
 #   FEDFLEET_CLIENT_ID              fixed client id (no claim)
 #   FEDFLEET_SET                    extra "section.key=value" overrides, space-separated
+#   FEDFLEET_DATA_FILE              clients with their own data: the file in <root>/<id>/ each
+#   FEDFLEET_DATA_TEST_FILE         replica trains, and its held-out file (optional); root is
+#   FEDFLEET_DATA_ROOT              /var/lib/fedfleet/data (compose mounts FEDFLEET_DATA_DIR)
 set -euo pipefail
 
 config=${FEDFLEET_CONFIG:-/etc/fedfleet/fedfleet.toml}
@@ -142,7 +145,7 @@ case "$role" in
     # held-out file for federated evaluation. The job file then says data.format and
     # data.partition = "none".
     if [ -n "${FEDFLEET_DATA_FILE:-}" ]; then
-      own="/var/lib/fedfleet/data/$id"
+      own="${FEDFLEET_DATA_ROOT:-/var/lib/fedfleet/data}/$id"
       if [ ! -e "$own/$FEDFLEET_DATA_FILE" ]; then
         log "client $id: no $own/$FEDFLEET_DATA_FILE: put this client's data in <FEDFLEET_DATA_DIR>/$id/ on the host"
         exit 3
