@@ -46,6 +46,11 @@ std::vector<ConfigChange> configChanges(const nlohmann::json& stored, const nloh
     for (const auto& [name, value] : keys.items()) {
       const std::string key = section + "." + name;
       if (isOperationalConfigKey(key)) continue;
+      // data.normalize = "computed" records the statistics it computed: outputs, not settings.
+      if ((key == "data.mean" || key == "data.std") && section == "data" &&
+          keys.value("normalize", std::string()) == "computed") {
+        continue;
+      }
       auto old = s->find(name);
       if (old == s->end()) continue;
       // Numbers compare by value: a stored 5 and a new 5.0 are the same setting.

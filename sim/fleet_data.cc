@@ -116,7 +116,11 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
           " (data.partition = \"files\": one per client), but sim.clients = " +
           std::to_string(clients) + ": set sim.clients = " + std::to_string(files.size()));
     }
-    FEDFLEET_ASSIGN_OR_RETURN(data::Dataset test, model::loadTestFile(config));
+    config::Config raw = config;  // normalised below, with the clients' files
+    raw.data.normalize = "none";
+    raw.data.mean.clear();
+    raw.data.stddev.clear();
+    FEDFLEET_ASSIGN_OR_RETURN(data::Dataset test, model::loadTestFile(raw));
     data::Dataset train;
     for (size_t k = 0; k < files.size(); ++k) {
       FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, model::fileSourceOf(config));
@@ -135,9 +139,11 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
       return invalidArgument("the clients' files and the test file '" + dc.test_path +
                              "' hold samples of different shapes");
     }
-    fd->shape_ = model::inputShapeOf(train);
-    fd->train_ = std::make_shared<const data::Dataset>(std::move(train));
-    fd->test_ = std::make_shared<const data::Dataset>(std::move(test));
+    data::TrainTest both{std::move(train), std::move(test)};
+    FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, model::applyNormalization(config, both));
+    fd->shape_ = model::inputShapeOf(both.train);
+    fd->train_ = std::make_shared<const data::Dataset>(std::move(both.train));
+    fd->test_ = std::make_shared<const data::Dataset>(std::move(both.test));
     if (fd->fed_eval_) {
       return invalidArgument(
           "coordinator.fed_eval_every with data.partition = \"files\": the clients' files hold "
@@ -151,6 +157,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     // (a test file, or a seeded hold-out of the training file).
     FEDFLEET_ASSIGN_OR_RETURN(const data::FileSource source, model::fileSourceOf(config));
     FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
+    FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, model::applyNormalization(config, both));
     train = std::move(both.train);
     test = std::move(both.test);
     source_name = "'" + dc.path + "'";

@@ -13,6 +13,7 @@
 
 #include "common/config/config.h"
 #include "common/data/dataset.h"
+#include "common/data/source.h"
 #include "common/data/synthetic.h"
 #include "common/model/model.h"
 #include "common/status.h"
@@ -63,6 +64,8 @@ class FleetData {
   Result<ClientShard> heldOut(uint64_t k) const;
   // The samples of heldOut(k) (0: none).
   uint64_t heldOutSize(uint64_t k) const;
+  // The data.normalize statistics applied to the user's files (empty: none).
+  const data::ChannelStats& normalization() const { return normalization_; }
 
  private:
   FleetData() = default;
@@ -78,6 +81,7 @@ class FleetData {
   Status held_out_status_ =
       failedPrecondition("no held-out data: the run has no blocks and no federated evaluation");
   bool fed_eval_ = false;
+  data::ChannelStats normalization_;
 };
 
 }  // namespace fedfleet::sim

@@ -415,7 +415,13 @@ Status Simulator::openHistory(const std::string& model_json) {
     }
     history::RunRecord run;
     run.name = config_.run.name;
-    run.config_json = config_.toJson().dump();
+    // data.normalize = "computed": the statistics used, recorded with the run's config.
+    config::Config recorded = config_;
+    if (config_.data.normalize == "computed") {
+      recorded.data.mean = data_->normalization().mean;
+      recorded.data.stddev = data_->normalization().stddev;
+    }
+    run.config_json = recorded.toJson().dump();
     run.started_at = unixNow();
     run.seed = config_.run.seed;
     run.clock = "virtual";

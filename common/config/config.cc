@@ -107,6 +107,9 @@ void forEachField(C& c, F&& f) {
   f("data.num_classes", c.data.num_classes);
   f("data.image_channels", c.data.image_channels);
   f("data.image_size", c.data.image_size);
+  f("data.normalize", c.data.normalize);
+  f("data.mean", c.data.mean);
+  f("data.std", c.data.stddev);
   f("data.holdout_fraction", c.data.holdout_fraction);
   f("data.partition", c.data.partition);
   f("data.alpha", c.data.alpha);
@@ -186,6 +189,8 @@ const char* typeName() {
     return "an array of strings";
   else if constexpr (std::is_same_v<T, std::vector<uint32_t>>)
     return "a non-negative integer or an array of them";
+  else if constexpr (std::is_same_v<T, std::vector<double>>)
+    return "an array of numbers";
   else if constexpr (std::is_floating_point_v<T>)
     return "a number";
   else if constexpr (std::is_unsigned_v<T>)
@@ -258,6 +263,16 @@ Status assign(const toml::node& node, T& out, const std::string& key) {
       values.push_back(v);
     }
     if (!array) values.push_back(values.front());
+    out = std::move(values);
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+    const toml::array* array = node.as_array();
+    if (!array) return wrongType();
+    std::vector<double> values;
+    for (const toml::node& item : *array) {
+      double v = 0;
+      FEDFLEET_RETURN_IF_ERROR(assign(item, v, key));
+      values.push_back(v);
+    }
     out = std::move(values);
   } else if constexpr (std::is_floating_point_v<T>) {
     auto v = node.value<double>();  // accepts integers too
@@ -490,6 +505,29 @@ Status Config::validateDataSource() const {
   FEDFLEET_RETURN_IF_ERROR(
       unused("data.image_size", format != "image-folder" && !data.image_size.empty()));
   FEDFLEET_RETURN_IF_ERROR(unused("data.holdout_fraction", !files && data.holdout_fraction != 0));
+  if (data.normalize != "none" && data.normalize != "fixed" && data.normalize != "computed") {
+    return bad("data.normalize", "must be none, fixed or computed; got \"" + data.normalize + "\"");
+  }
+  if (data.normalize != "none" && (!files || format == "idx")) {
+    return bad("data.normalize",
+               "applies to csv, tensors and image-folder data (Fashion-MNIST and IDX images are "
+               "scaled to [0, 1] as they are batched); got data.format = \"" +
+                   format + "\"");
+  }
+  if (data.normalize == "fixed") {
+    if (data.mean.empty() || data.mean.size() != data.stddev.size()) {
+      return bad("data.normalize",
+                 "\"fixed\" needs data.mean and data.std of the same length (one value per "
+                 "channel, or one for all)");
+    }
+    for (double v : data.stddev) {
+      if (!(v > 0)) return bad("data.std", "every value must be > 0");
+    }
+  } else if (!data.mean.empty() || !data.stddev.empty()) {
+    return bad("data.mean",
+               "and data.std are read only with data.normalize = \"fixed\" (\"computed\" "
+               "records the values it computes there)");
+  }
   FEDFLEET_RETURN_IF_ERROR(unused("data.dir", files && !data.dir.empty()));
   if (!files) return Status::ok();
   // data.partition = "none": a client process names its own file (data.path) and a coordinator

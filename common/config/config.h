@@ -158,7 +158,14 @@ struct DataSection {
   // image-folder: [rows, cols] every image is resampled to (an integer n: [n, n]); []: the
   // first training image's size.
   std::vector<uint32_t> image_size;
-  double holdout_fraction = 0;          // files without a test file: the share held out for testing
+  double holdout_fraction = 0;  // files without a test file: the share held out for testing
+  // Feature normalisation of csv, tensors and image-folder data: x <- (x - mean) / std per
+  // channel (shaped samples: the first dimension; plain vectors: per feature, or one value for
+  // all). "none"; "fixed": data.mean and data.std as given; "computed" (simulator): from the
+  // training data, and the values used are recorded in the run's config as data.mean/data.std.
+  std::string normalize = "none";
+  std::vector<double> mean;
+  std::vector<double> stddev;           // key data.std
   std::string partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
   double alpha = 0.5;                   // Dirichlet concentration (dirichlet, quantity)
   uint32_t labels_per_client = 2;       // for partition = "labels"

@@ -226,4 +226,64 @@ Status appendSamples(Dataset& into, const Dataset& more, const std::string& file
   return Status::ok();
 }
 
+namespace {
+
+// Channels of `ds` for normalisation, and the size of each channel's block in a sample.
+std::pair<size_t, size_t> channelsOf(const Dataset& ds) {
+  if (!ds.sample_shape.empty() && ds.sample_shape[0] > 0) {
+    return {ds.sample_shape[0], ds.feature_dim / ds.sample_shape[0]};
+  }
+  return {ds.feature_dim, 1};
+}
+
+}  // namespace
+
+Result<ChannelStats> channelStats(const Dataset& ds) {
+  if (!ds.hasFeatures() || ds.size() == 0) {
+    return invalidArgument("data.normalize = \"computed\": no feature samples to compute from");
+  }
+  const auto [channels, per] = channelsOf(ds);
+  std::vector<double> sum(channels, 0), sq(channels, 0);
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const float* x = ds.feature(i);
+    for (size_t j = 0; j < ds.feature_dim; ++j) {
+      const double v = x[j];
+      sum[j / per] += v;
+      sq[j / per] += v * v;
+    }
+  }
+  const double n = static_cast<double>(ds.size()) * static_cast<double>(per);
+  ChannelStats out;
+  for (size_t c = 0; c < channels; ++c) {
+    const double mean = sum[c] / n;
+    const double var = std::max(0.0, sq[c] / n - mean * mean);
+    out.mean.push_back(mean);
+    out.stddev.push_back(var > 0 ? std::sqrt(var) : 1.0);
+  }
+  return out;
+}
+
+Status normalizeFeatures(Dataset& ds, const ChannelStats& stats, const std::string& what) {
+  if (ds.size() == 0) return Status::ok();
+  if (!ds.hasFeatures()) {
+    return invalidArgument(what + ": data.normalize applies to feature samples, not images");
+  }
+  const auto [channels, per] = channelsOf(ds);
+  const size_t given = stats.mean.size();
+  if (given != stats.stddev.size() || (given != 1 && given != channels)) {
+    return invalidArgument(
+        what + " has " + std::to_string(channels) + " channels: data.mean and data.std need 1 or " +
+        std::to_string(channels) + " values each, got " + std::to_string(stats.mean.size()) +
+        " and " + std::to_string(stats.stddev.size()));
+  }
+  for (size_t i = 0; i < ds.size(); ++i) {
+    float* x = ds.features.data() + i * ds.feature_dim;
+    for (size_t j = 0; j < ds.feature_dim; ++j) {
+      const size_t c = given == 1 ? 0 : j / per;
+      x[j] = static_cast<float>((x[j] - stats.mean[c]) / stats.stddev[c]);
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace fedfleet::data

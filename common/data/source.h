@@ -75,6 +75,21 @@ struct TrainTest {
 // or class-name mismatch naming both files or folders, a hold-out that leaves either side empty.
 Result<TrainTest> loadTrainTest(const FileSource& source);
 
+// Normalisation of a feature-vector set (data.normalize): x <- (x - mean[c]) / std[c] over
+// channels c: the first dimension of shaped samples (an image-folder's [C, H, W]), each feature
+// of a plain vector; one value stands for every channel.
+struct ChannelStats {
+  std::vector<double> mean;
+  std::vector<double> stddev;
+};
+// The mean and (population) standard deviation of each channel of `ds`'s samples; a channel
+// that is constant gets std 1 (it is only centred). kInvalidArgument for an image set or an
+// empty one.
+Result<ChannelStats> channelStats(const Dataset& ds);
+// Normalises `ds` (read from `what`) in place. kInvalidArgument, naming `what`, when it is not a
+// feature-vector set or the statistics have neither 1 nor its channel count of values.
+Status normalizeFeatures(Dataset& ds, const ChannelStats& stats, const std::string& what);
+
 // Appends the samples of `more` (read from `file`) to `into`: both must hold samples of the same
 // kind and shape (an empty `into` takes the shape of `more`); num_classes becomes the larger.
 // kInvalidArgument naming `file` otherwise.

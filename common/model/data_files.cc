@@ -62,7 +62,39 @@ Result<data::Dataset> loadAlone(data::FileSource source, const config::Config& c
 
 }  // namespace
 
+Result<data::ChannelStats> applyNormalization(const config::Config& config, data::TrainTest& both) {
+  const auto& dc = config.data;
+  data::ChannelStats stats;
+  if (dc.normalize == "none") return stats;
+  if (dc.normalize == "fixed") {
+    stats.mean = dc.mean;
+    stats.stddev = dc.stddev;
+  } else {
+    FEDFLEET_ASSIGN_OR_RETURN(stats, data::channelStats(both.train));
+  }
+  FEDFLEET_RETURN_IF_ERROR(data::normalizeFeatures(both.train, stats, "'" + dc.path + "'"));
+  FEDFLEET_RETURN_IF_ERROR(data::normalizeFeatures(
+      both.test, stats, "'" + (dc.test_path.empty() ? dc.path : dc.test_path) + "'"));
+  return stats;
+}
+
+namespace {
+
+// A real deployment normalises every client's data and the coordinator's test data alike:
+// only with values fixed in the config.
+Status refuseComputed(const config::Config& config) {
+  if (config.data.normalize != "computed") return Status::ok();
+  return invalidArgument(
+      "data.normalize = \"computed\" is for the simulator (it computes the statistics of the "
+      "one training set it splits); clients and a coordinator each hold other data, so give "
+      "them data.normalize = \"fixed\" with data.mean and data.std (a simulation records the "
+      "values it computed in its run's config: fedfleet history --db FILE runs --format json)");
+}
+
+}  // namespace
+
 Result<data::TrainTest> loadOwnData(const config::Config& config) {
+  FEDFLEET_RETURN_IF_ERROR(refuseComputed(config));
   FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, fileSourceOf(config));
   if (source.path.empty()) {
     return invalidArgument("data.path: a client that trains its own data (data.format = \"" +
@@ -72,6 +104,7 @@ Result<data::TrainTest> loadOwnData(const config::Config& config) {
   FEDFLEET_RETURN_IF_ERROR(applyClasses(both.train, config, source.path));
   const std::string test_file = source.test_path.empty() ? source.path : source.test_path;
   FEDFLEET_RETURN_IF_ERROR(applyClasses(both.test, config, test_file));
+  FEDFLEET_RETURN_IF_ERROR(applyNormalization(config, both).status());
   return both;
 }
 
@@ -89,11 +122,15 @@ Result<data::Dataset> loadTestFile(const config::Config& config) {
         config.dataFormat() + "\")");
   }
   // The test file read as the training file of a source with no test part.
+  FEDFLEET_RETURN_IF_ERROR(refuseComputed(config));
   const std::string file = source.test_path;
   source.path = source.test_path;
   source.labels_path = source.test_labels_path;
   source.train_limit = source.test_limit;
-  return loadAlone(std::move(source), config, file);
+  data::TrainTest both;
+  FEDFLEET_ASSIGN_OR_RETURN(both.test, loadAlone(std::move(source), config, file));
+  FEDFLEET_RETURN_IF_ERROR(applyNormalization(config, both).status());
+  return std::move(both.test);
 }
 
 Result<InputShape> declaredInputShape(const config::Config& config) {

@@ -28,6 +28,11 @@ Result<data::Dataset> loadOwnTrainingData(const config::Config& config);
 // test file; the reader's errors.
 Result<data::Dataset> loadTestFile(const config::Config& config);
 
+// data.normalize on data read from the user's files: "fixed" normalises train and test with
+// data.mean/data.std; "computed" with the training part's channel statistics, which it returns
+// (to be recorded in the run's config); "none" leaves both. The normaliser's errors.
+Result<data::ChannelStats> applyNormalization(const config::Config& config, data::TrainTest& both);
+
 // The input shape of the samples config.data declares without reading a file, for a coordinator
 // that holds no data (federated evaluation only): csv with data.feature_columns ({features}),
 // image-folder with data.image_size ({channels, rows, cols}), and data.num_classes classes. A

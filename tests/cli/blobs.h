@@ -35,6 +35,18 @@ inline void writeBlobs(const std::string& path, int n, uint64_t seed) {
   writeBlobsOf(path, n, seed, {0, 1, 2});
 }
 
+// The --set keys of a simulation on blobs files DIR/train.csv and DIR/test.csv (iid, logreg).
+inline std::vector<std::string> blobsSimSets(const std::string& dir) {
+  return {"data.format=csv",
+          "data.path=" + dir + "/train.csv",
+          "data.test_path=" + dir + "/test.csv",
+          "data.label_column=class",
+          "data.feature_columns=[\"f0\",\"f1\",\"f2\",\"f3\"]",
+          "data.partition=iid",
+          "model.name=logreg",
+          "train.lr=0.1"};
+}
+
 // `fedfleet sim` of 6 clients, 3 a round, for `rounds` rounds into `db`, progress off, with
 // each of `sets` as a --set (the data keys are the caller's).
 inline std::vector<std::string> smallSimArgs(const std::string& binary, const std::string& db,

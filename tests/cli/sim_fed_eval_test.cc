@@ -25,14 +25,7 @@ struct SimRun {
 SimRun simulate(const std::string& dir, const std::vector<std::string>& sets) {
   testing::writeBlobs(dir + "/train.csv", 600, 1);
   testing::writeBlobs(dir + "/test.csv", 150, 2);
-  std::vector<std::string> all = {"data.format=csv",
-                                  "data.path=" + dir + "/train.csv",
-                                  "data.test_path=" + dir + "/test.csv",
-                                  "data.label_column=class",
-                                  "data.feature_columns=[\"f0\",\"f1\",\"f2\",\"f3\"]",
-                                  "data.partition=iid",
-                                  "model.name=logreg",
-                                  "train.lr=0.1"};
+  std::vector<std::string> all = testing::blobsSimSets(dir);
   all.insert(all.end(), sets.begin(), sets.end());
   testing::Process p(testing::smallSimArgs(kBinary, dir + "/h.db", 3, all), dir + "/sim.txt");
   SimRun r;

@@ -411,6 +411,20 @@ TEST(ConfigData, FileFormatsNeedTheirFilesAndATestSet) {
       {"format = \"idx\"\npath = \"i\"\nlabels_path = \"l\"\ntest_path = \"t\"\n"
        "test_labels_path = \"u\"\npartition = \"files\"\n",
        "needs data.format csv, tensors or image-folder"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nnormalize = \"zscore\"\n",
+       "must be none, fixed or computed"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nnormalize = \"fixed\"\n",
+       "needs data.mean and data.std of the same length"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nnormalize = \"fixed\"\n"
+       "mean = [0.5]\nstd = [0]\n",
+       "'data.std' every value must be > 0"},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nmean = [0.5]\n",
+       "are read only with data.normalize = \"fixed\""},
+      {"format = \"csv\"\npath = \"t\"\nholdout_fraction = 0.1\nnormalize = \"fixed\"\n"
+       "mean = [\"a\"]\nstd = [1]\n",
+       "'data.mean' must be a number"},
+      {"normalize = \"fixed\"\nmean = [0.5]\nstd = [1]\n",
+       "applies to csv, tensors and image-folder"},
   };
   for (const Case& k : cases) {
     Status st = dataConfig(k.toml);
