@@ -18,21 +18,16 @@ CommitPipeline::CommitPipeline(RoundEngine& engine, const EngineOptions& options
 
 void CommitPipeline::evaluateInitial(double now) {
   CommitRound c;
-  if (!e_.options_.server_eval) {  // nothing to evaluate it on: round 0 is recorded at once
-    c.round.run_id = e_.options_.run_id;
-    c.round.start_time = now;
-    c.round.end_time = now;
-    c.round.status = "initial";
-    c.round.model_version = e_.version_;
-    commit(std::move(c), now);
-    return;
-  }
   c.round.run_id = e_.options_.run_id;
   c.round.round = 0;
   c.round.start_time = now;
   c.round.end_time = now;
   c.round.status = "initial";
   c.round.model_version = e_.version_;
+  if (!e_.options_.server_eval) {  // nothing to evaluate it on: round 0 is recorded at once
+    commit(std::move(c), now);
+    return;
+  }
   backlog_.hold(0, std::move(c), std::nullopt);
   e_.emit(Evaluate{0, std::make_shared<const std::vector<float>>(e_.params_)});
 }
