@@ -35,7 +35,8 @@ history::UpdateRecord updateRecord(const Participant& p, int64_t run_id, uint32_
   if (p.fed_eval && p.summary.eval_samples > 0) {
     u.eval_samples = p.summary.eval_samples;
     u.eval_loss = p.summary.eval_loss;
-    u.eval_accuracy = p.summary.eval_accuracy;
+    if (p.summary.eval_has_accuracy) u.eval_accuracy = p.summary.eval_accuracy;
+    u.eval_metrics = p.summary.eval_metrics;
   }
   if (p.served.source != wire::ServedSource::kNone) {
     u.served_block = static_cast<int32_t>(p.served.block);

@@ -155,6 +155,17 @@ std::optional<std::string> UpdateAssembler::badSummary(const Participant& p, wir
       return "summary's federated evaluation loss " + std::to_string(s.eval_loss) +
              " or accuracy " + std::to_string(s.eval_accuracy) + " is out of range";
     }
+    if (!s.eval_has_accuracy &&
+        (s.eval_accuracy != 0 || options_.hparams.loss == wire::Loss::kCrossEntropy)) {
+      return "summary's federated evaluation claims no accuracy, which a model trained by "
+             "cross-entropy has (or gives one anyway)";
+    }
+    for (const auto& [name, value] : s.eval_metrics) {
+      if (!(std::abs(value) <= max_loss)) {
+        return "summary's federated evaluation metric '" + name + "' = " + std::to_string(value) +
+               " is not finite or beyond coordinator.max_loss";
+      }
+    }
   }
   // Timings: each within [0, the time since the task was sent] (NaN counts as 0).
   const double elapsed = std::max(0.0, now - p.sent_at);

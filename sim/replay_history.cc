@@ -15,6 +15,11 @@ std::string show(double v) {
 }
 std::string show(const std::optional<double>& v) { return v ? show(*v) : "null"; }
 std::string show(const std::string& v) { return "'" + v + "'"; }
+std::string show(const history::Metrics& m) {
+  std::string out = "{";
+  for (const auto& [name, v] : m) out += (out.size() > 1 ? ", " : "") + name + "=" + show(v);
+  return out + "}";
+}
 template <typename T>
 std::string show(const T& v) {
   return std::to_string(v);
@@ -24,6 +29,13 @@ std::string show(const T& v) {
 bool same(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
 bool same(const std::optional<double>& a, const std::optional<double>& b) {
   return a.has_value() == b.has_value() && (!a || same(*a, *b));
+}
+bool same(const history::Metrics& a, const history::Metrics& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || !same(a[i].second, b[i].second)) return false;
+  }
+  return true;
 }
 template <typename T>
 bool same(const T& a, const T& b) {
@@ -84,6 +96,8 @@ std::string firstDifference(const history::RoundRecord& a, const history::RoundR
       .col("fed_eval_samples", a.fed_eval_samples, b.fed_eval_samples)
       .col("fed_eval_loss", a.fed_eval_loss, b.fed_eval_loss)
       .col("fed_eval_accuracy", a.fed_eval_accuracy, b.fed_eval_accuracy)
+      .col("test_metrics", a.test_metrics, b.test_metrics)
+      .col("fed_eval_metrics", a.fed_eval_metrics, b.fed_eval_metrics)
       .str();
 }
 
@@ -117,6 +131,7 @@ std::string firstDifference(const history::UpdateRecord& a, const history::Updat
       .col("eval_samples", a.eval_samples, b.eval_samples)
       .col("eval_loss", a.eval_loss, b.eval_loss)
       .col("eval_accuracy", a.eval_accuracy, b.eval_accuracy)
+      .col("eval_metrics", a.eval_metrics, b.eval_metrics)
       .str();
 }
 

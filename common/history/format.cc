@@ -36,6 +36,14 @@ Value optionalValue(const std::optional<double>& v) {
   return *v;
 }
 
+// Metrics as the history stores them: a JSON object in their order; none: null.
+Value metricsValue(const Metrics& m) {
+  if (m.empty()) return std::monostate{};
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [name, v] : m) j[name] = v;
+  return j.dump();
+}
+
 // Shortest text that parses back to the same double. Like JavaScript's number printing,
 // plain digits for magnitudes in [1e-6, 1e21) ("1700000000", "0.1") and exponent notation
 // outside ("1e-300"), so unix times stay readable; "nan", "inf", "-inf" for the rest.
@@ -90,6 +98,16 @@ std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
   return buf;
+}
+
+// "mse=0.2500 mae=0.4000" for a table; "-" when there are none.
+std::string metricsCell(const Metrics& m) {
+  if (m.empty()) return "-";
+  std::string out;
+  for (const auto& [name, v] : m) {
+    out += (out.empty() ? "" : " ") + name + "=" + fixed(v, 4);
+  }
+  return out;
 }
 
 std::string optionalFixed(const std::optional<double>& v, int decimals) {
@@ -283,6 +301,8 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
       {"fed_eval_samples", [](const R& r) -> Value { return r.fed_eval_samples; }},
       {"fed_eval_loss", [](const R& r) -> Value { return optionalValue(r.fed_eval_loss); }},
       {"fed_eval_accuracy", [](const R& r) -> Value { return optionalValue(r.fed_eval_accuracy); }},
+      {"test_metrics", [](const R& r) -> Value { return metricsValue(r.test_metrics); }},
+      {"fed_eval_metrics", [](const R& r) -> Value { return metricsValue(r.fed_eval_metrics); }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -299,6 +319,10 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
          return r.test_accuracy ? fixed(*r.test_accuracy * 100.0, 2) + "%" : std::string("-");
        }},
       {"fed_acc", true, [](const R& r) { return percent(r.fed_eval_accuracy); }},
+      {"metrics", false,
+       [](const R& r) {
+         return metricsCell(r.test_metrics.empty() ? r.fed_eval_metrics : r.test_metrics);
+       }},
       {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
       {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
       {"seconds", true, [](const R& r) { return fixed(r.end_time - r.start_time, 2); }},
@@ -362,6 +386,7 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"eval_samples", [](const R& r) -> Value { return r.eval_samples; }},
       {"eval_loss", [](const R& r) -> Value { return optionalValue(r.eval_loss); }},
       {"eval_accuracy", [](const R& r) -> Value { return optionalValue(r.eval_accuracy); }},
+      {"eval_metrics", [](const R& r) -> Value { return metricsValue(r.eval_metrics); }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -380,6 +405,7 @@ std::string formatUpdates(const std::vector<UpdateRecord>& updates, Format forma
       {"served", false, [](const R& r) { return servedName(r); }},
       {"served_acc", true, [](const R& r) { return percent(r.served_accuracy); }},
       {"eval_acc", true, [](const R& r) { return percent(r.eval_accuracy); }},
+      {"eval_metrics", false, [](const R& r) { return metricsCell(r.eval_metrics); }},
   };
   return render(updates, format, kFields, kColumns);
 }

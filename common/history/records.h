@@ -6,8 +6,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fedfleet::history {
+
+// Metrics beside loss and accuracy, by name in the order they were computed: "mse" and "mae" of
+// a model with float targets, then the model's own metrics() (each a mean over samples). Stored
+// as a JSON object ({"mse": 0.25, ...}; NULL when empty), schema version 8.
+using Metrics = std::vector<std::pair<std::string, double>>;
 
 struct RunRecord {
   int64_t run_id = 0;
@@ -40,7 +47,8 @@ struct RoundRecord {
                               // starting model, evaluated before any training)
   double train_loss = 0;      // sample-weighted mean of the clients' mean losses
   std::optional<double> test_loss;
-  std::optional<double> test_accuracy;  // fraction in [0, 1]
+  std::optional<double> test_accuracy;  // fraction in [0, 1]; none for a regression
+  Metrics test_metrics;                 // the same evaluation's further metrics
   uint64_t bytes_up = 0;
   uint64_t bytes_down = 0;
   uint64_t model_version = 0;  // version after this round
@@ -53,6 +61,8 @@ struct RoundRecord {
   uint64_t fed_eval_samples = 0;
   std::optional<double> fed_eval_loss;
   std::optional<double> fed_eval_accuracy;  // fraction in [0, 1]
+  // Each metric's sample-weighted mean over the updates that report it.
+  Metrics fed_eval_metrics;
 };
 
 struct UpdateRecord {
@@ -95,6 +105,7 @@ struct UpdateRecord {
   uint64_t eval_samples = 0;
   std::optional<double> eval_loss;
   std::optional<double> eval_accuracy;
+  Metrics eval_metrics;
 };
 
 struct ClientRecord {

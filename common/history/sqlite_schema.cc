@@ -1,5 +1,7 @@
 #include "common/history/sqlite_schema.h"
 
+#include <nlohmann/json.hpp>
+
 namespace fedfleet::history {
 namespace {
 
@@ -33,6 +35,32 @@ constexpr Column<UpdateRecord> servedField(std::string_view name, std::string_vi
           },
           [](const Value& value, UpdateRecord& u) {
             if (!value.isNull()) readValue(value, u.*Member);
+          }};
+}
+
+// A Metrics column: a JSON object of the metrics in their order, NULL when there are none.
+template <typename Record, Metrics Record::*Member>
+constexpr Column<Record> metricsField(std::string_view name) {
+  return {name,
+          "TEXT",
+          {},
+          [](const Record& r, const Parameter& p) {
+            const Metrics& m = r.*Member;
+            if (m.empty()) return p.null();
+            nlohmann::ordered_json j = nlohmann::ordered_json::object();
+            for (const auto& [key, value] : m) j[key] = value;
+            p.textCopy(j.dump());  // a temporary
+          },
+          [](const Value& value, Record& r) {
+            Metrics& m = r.*Member;
+            m.clear();
+            if (value.isNull()) return;
+            // A value another program wrote that is not an object of numbers reads as none.
+            const auto j = nlohmann::ordered_json::parse(value.text(), nullptr, false);
+            if (!j.is_object()) return;
+            for (const auto& [key, v] : j.items()) {
+              if (v.is_number()) m.emplace_back(key, v.template get<double>());
+            }
           }};
 }
 
@@ -71,6 +99,8 @@ constexpr Column<RoundRecord> kRoundColumns[] = {
     field<&RoundRecord::fed_eval_samples>("fed_eval_samples", "INTEGER", "NOT NULL DEFAULT 0"),
     field<&RoundRecord::fed_eval_loss>("fed_eval_loss", "REAL"),
     field<&RoundRecord::fed_eval_accuracy>("fed_eval_accuracy", "REAL"),
+    metricsField<RoundRecord, &RoundRecord::test_metrics>("test_metrics"),  // schema 8
+    metricsField<RoundRecord, &RoundRecord::fed_eval_metrics>("fed_eval_metrics"),
 };
 constexpr std::string_view kRoundConstraints[] = {"PRIMARY KEY (run_id, round)"};
 
@@ -109,6 +139,7 @@ constexpr Column<UpdateRecord> kUpdateColumns[] = {
     field<&UpdateRecord::eval_samples>("eval_samples", "INTEGER", "NOT NULL DEFAULT 0"),  // 7
     field<&UpdateRecord::eval_loss>("eval_loss", "REAL"),
     field<&UpdateRecord::eval_accuracy>("eval_accuracy", "REAL"),
+    metricsField<UpdateRecord, &UpdateRecord::eval_metrics>("eval_metrics"),  // schema 8
 };
 constexpr std::string_view kUpdateConstraints[] = {
     "FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)"};
@@ -235,6 +266,14 @@ ALTER TABLE rounds ADD COLUMN fed_eval_accuracy REAL;
 ALTER TABLE updates ADD COLUMN eval_samples INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE updates ADD COLUMN eval_loss REAL;
 ALTER TABLE updates ADD COLUMN eval_accuracy REAL;
+)sql"},
+    {7, 8,
+     "metrics beside loss and accuracy (a regression's mse and mae, a model's own metrics): "
+     "of the server's evaluation and the federated one per round, and of each update's",
+     R"sql(
+ALTER TABLE rounds ADD COLUMN test_metrics TEXT;
+ALTER TABLE rounds ADD COLUMN fed_eval_metrics TEXT;
+ALTER TABLE updates ADD COLUMN eval_metrics TEXT;
 )sql"},
 };
 

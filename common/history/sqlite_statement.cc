@@ -88,6 +88,11 @@ void Parameter::text(std::string_view v) const {
       sqlite3_bind_text64(query_->stmt_, index_, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8));
 }
 
+void Parameter::textCopy(std::string_view v) const {
+  query_->recordBind(sqlite3_bind_text64(query_->stmt_, index_, v.data(), v.size(),
+                                         SQLITE_TRANSIENT, SQLITE_UTF8));
+}
+
 void Parameter::blob(std::string_view v) const {
   // A null pointer would store NULL, not an empty blob.
   static const char kEmpty = 0;

@@ -57,6 +57,8 @@ class Parameter {
   // nullopt is NULL.
   void optionalReal(const std::optional<double>& v) const;
   void text(std::string_view v) const;
+  // As text(), for a value that does not outlive the call: SQLite keeps its own copy.
+  void textCopy(std::string_view v) const;
   // An empty blob stays an empty blob (not NULL).
   void blob(std::string_view v) const;
   void null() const;

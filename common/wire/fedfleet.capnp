@@ -21,6 +21,13 @@ enum Optimizer {
   adamw @2;
 }
 
+enum Loss {
+  crossEntropy @0;
+  mse @1;
+  bce @2;
+  module @3;
+}
+
 enum ErrorCode {
   unknown @0;
   malformed @1;
@@ -56,6 +63,7 @@ struct HyperParams {
   scaffold @8 :Bool;        # SCAFFOLD: the update is 2P values (delta, then control delta)
   stopAfterS @9 :Float64;   # partial work: stop training this long after receipt (0: off)
   optimizer @10 :Optimizer; # the local optimiser (sgd: momentum and weight decay as given)
+  loss @11 :Loss;           # the training loss (train.loss)
 }
 
 struct DataSpec {
@@ -132,6 +140,13 @@ struct Summary {
   evalSamples @12 :UInt64;    # federated evaluation (Task.fedEval): held-out samples (0: none)
   evalLoss @13 :Float64;      # mean loss of the task's model on them
   evalAccuracy @14 :Float64;  # its accuracy on them, in [0, 1]
+  evalNoAccuracy @15 :Bool;   # the model has no accuracy (a regression): evalAccuracy unset
+  evalMetrics @16 :List(Metric);  # further metrics on them (mse, mae, the model's own), by name
+}
+
+struct Metric {
+  name @0 :Text;    # [A-Za-z0-9_.-], 1 to 64 characters
+  value @1 :Float64;
 }
 
 struct Cancel {

@@ -34,6 +34,17 @@
 namespace fedfleet::wire {
 namespace {
 
+bool metricNameOk(const std::string& name) {
+  if (name.empty() || name.size() > kMaxMetricName) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '.' || c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
 template <typename... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
@@ -153,6 +164,7 @@ void fill(schema::Task::Builder b, const Task& m) {
   h.setScaffold(m.hparams.scaffold);
   h.setStopAfterS(m.hparams.stop_after_s);
   h.setOptimizer(static_cast<schema::Optimizer>(static_cast<uint16_t>(m.hparams.optimizer)));
+  h.setLoss(static_cast<schema::Loss>(static_cast<uint16_t>(m.hparams.loss)));
   auto d = b.initData();
   d.setDataset(asText(m.data.dataset));
   d.setScheme(asText(m.data.scheme));
@@ -220,6 +232,14 @@ void fill(schema::Summary::Builder b, const Summary& m) {
     b.setEvalSamples(m.eval_samples);
     b.setEvalLoss(m.eval_loss);
     b.setEvalAccuracy(m.eval_accuracy);
+    b.setEvalNoAccuracy(!m.eval_has_accuracy);
+    if (!m.eval_metrics.empty()) {
+      auto list = b.initEvalMetrics(static_cast<unsigned>(m.eval_metrics.size()));
+      for (unsigned i = 0; i < list.size(); ++i) {
+        list[i].setName(asText(m.eval_metrics[i].first));
+        list[i].setValue(m.eval_metrics[i].second);
+      }
+    }
   }
 }
 
@@ -328,6 +348,11 @@ Result<Message> read(schema::Task::Reader r) {
     return corrupt("Task: unknown optimizer " + std::to_string(optimizer));
   }
   m.hparams.optimizer = static_cast<Optimizer>(optimizer);
+  const auto loss = static_cast<uint16_t>(h.getLoss());
+  if (loss > static_cast<uint16_t>(Loss::kModule)) {
+    return corrupt("Task: unknown loss " + std::to_string(loss));
+  }
+  m.hparams.loss = static_cast<Loss>(loss);
   auto d = r.getData();
   m.data.dataset = toString(d.getDataset());
   m.data.scheme = toString(d.getScheme());
@@ -396,6 +421,25 @@ Result<Message> read(schema::Summary::Reader r) {
   if (m.eval_samples > 0) {
     m.eval_loss = r.getEvalLoss();
     m.eval_accuracy = r.getEvalAccuracy();
+    m.eval_has_accuracy = !r.getEvalNoAccuracy();
+    const auto list = r.getEvalMetrics();
+    if (list.size() > kMaxEvalMetrics) {
+      return corrupt("Summary: " + std::to_string(list.size()) + " evaluation metrics, more than " +
+                     std::to_string(kMaxEvalMetrics));
+    }
+    for (const auto metric : list) {
+      std::string name = toString(metric.getName());
+      if (!metricNameOk(name)) {
+        return corrupt("Summary: an evaluation metric's name is not 1 to " +
+                       std::to_string(kMaxMetricName) + " of [A-Za-z0-9_.-]");
+      }
+      for (const auto& [seen, value] : m.eval_metrics) {
+        if (seen == name) return corrupt("Summary: evaluation metric '" + name + "' twice");
+      }
+      m.eval_metrics.emplace_back(std::move(name), metric.getValue());
+    }
+  } else if (r.hasEvalMetrics() && r.getEvalMetrics().size() > 0) {
+    return corrupt("Summary: evaluation metrics without evaluated samples");
   }
   return Message(std::move(m));
 }
@@ -506,6 +550,28 @@ Result<Optimizer> parseOptimizer(std::string_view name) {
     if (name == optimizerName(o)) return o;
   }
   return invalidArgument("unknown optimizer \"" + std::string(name) + "\" (sgd, adam or adamw)");
+}
+
+const char* lossName(Loss loss) {
+  switch (loss) {
+    case Loss::kCrossEntropy:
+      return "cross_entropy";
+    case Loss::kMse:
+      return "mse";
+    case Loss::kBce:
+      return "bce";
+    case Loss::kModule:
+      return "module";
+  }
+  return "unknown";
+}
+
+Result<Loss> parseLoss(std::string_view name) {
+  for (Loss l : {Loss::kCrossEntropy, Loss::kMse, Loss::kBce, Loss::kModule}) {
+    if (name == lossName(l)) return l;
+  }
+  return invalidArgument("unknown loss \"" + std::string(name) +
+                         "\" (cross_entropy, mse, bce or module)");
 }
 
 const char* messageName(const Message& message) {

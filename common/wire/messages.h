@@ -11,7 +11,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "common/status.h"
 
@@ -40,6 +42,12 @@ enum class Optimizer : uint8_t { kSgd = 0, kAdam = 1, kAdamW = 2 };
 const char* optimizerName(Optimizer o);  // "sgd", "adam" or "adamw"
 // The optimiser of that name; kInvalidArgument listing the names otherwise.
 Result<Optimizer> parseOptimizer(std::string_view name);
+
+// The training loss (train.loss; common/model/loss.h computes each).
+enum class Loss : uint8_t { kCrossEntropy = 0, kMse = 1, kBce = 2, kModule = 3 };
+const char* lossName(Loss loss);  // "cross_entropy", "mse", "bce" or "module"
+// The loss of that name; kInvalidArgument listing the names otherwise.
+Result<Loss> parseLoss(std::string_view name);
 
 using Sha256 = std::array<uint8_t, 32>;
 
@@ -81,6 +89,7 @@ struct HyperParams {
   // to the gradient) or AdamW (decoupled weight decay); Adam's betas are (0.9, 0.999), eps 1e-8,
   // and its moments start from zero at every task.
   Optimizer optimizer = Optimizer::kSgd;
+  Loss loss = Loss::kCrossEntropy;  // what local training minimises
 };
 
 // Which samples the client trains on: partition `index` of the data set split `scheme` ways.
@@ -203,7 +212,15 @@ struct Summary {
   uint64_t eval_samples = 0;
   double eval_loss = 0;
   double eval_accuracy = 0;
+  bool eval_has_accuracy = true;  // false: the model has none (a regression); eval_accuracy 0
+  // Further metrics of that evaluation, each a mean over the held-out samples: "mse" and "mae"
+  // for float targets, then the model's own metrics(). Names are 1 to kMaxMetricName of
+  // [A-Za-z0-9_.-], distinct; at most kMaxEvalMetrics (decode() refuses others).
+  std::vector<std::pair<std::string, double>> eval_metrics;
 };
+
+inline constexpr size_t kMaxEvalMetrics = 18;  // mse, mae and 16 of the model's own
+inline constexpr size_t kMaxMetricName = 64;
 
 struct Cancel {
   uint64_t task_token = 0;

@@ -32,6 +32,7 @@ std::vector<RoundRecord> twoRounds() {
   a.fed_eval_samples = 450;
   a.fed_eval_loss = 0.25;
   a.fed_eval_accuracy = 0.6;
+  a.test_metrics = {{"f1", 0.5}, {"mae", 0.125}};
   RoundRecord b;
   b.run_id = 1;
   b.round = 1;
@@ -69,11 +70,11 @@ TEST(Format, ParseFormat) {
 TEST(Format, RoundsTable) {
   const std::string want =
       "round  status  selected  completed  late  dropped  rejected  train_loss  test_loss  "
-      "test_acc  fed_acc  bytes_up  bytes_down  seconds  wall_s\n"
+      "test_acc  fed_acc  metrics               bytes_up  bytes_down  seconds  wall_s\n"
       "    0  ok            10          8     1        1         0      0.6931     0.5123  "
-      "  87.65%   60.00%   1048576     4194304    12.50   12.50\n"
+      "  87.65%   60.00%  f1=0.5000 mae=0.1250   1048576     4194304    12.50   12.50\n"
       "    1  failed        10          5     3        2         1      1.2500          -  "
-      "       -        -    524288     4194304     7.75    7.50\n";
+      "       -        -  -                       524288     4194304     7.75    7.50\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kTable), want);
 }
 
@@ -81,11 +82,12 @@ TEST(Format, RoundsCsv) {
   const std::string want =
       "run_id,round,start_time,end_time,selected,completed,late,dropped,rejected,status,"
       "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version,wall_start,wall_end,"
-      "fed_eval_clients,fed_eval_samples,fed_eval_loss,fed_eval_accuracy\r\n"
+      "fed_eval_clients,fed_eval_samples,fed_eval_loss,fed_eval_accuracy,test_metrics,"
+      "fed_eval_metrics\r\n"
       "1,0,1700000000,1700000012.5,10,8,1,1,0,ok,0.693147,0.5123,0.8765,1048576,4194304,1,"
-      "1700000000,1700000012.5,3,450,0.25,0.6\r\n"
+      "1700000000,1700000012.5,3,450,0.25,0.6,\"{\"\"f1\"\":0.5,\"\"mae\"\":0.125}\",\r\n"
       "1,1,1700000012.5,1700000020.25,10,5,3,2,1,failed,1.25,,,524288,4194304,1,"
-      "1700000012.5,1700000020,0,0,,\r\n";
+      "1700000012.5,1700000020,0,0,,,,\r\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kCsv), want);
 }
 
@@ -113,7 +115,9 @@ TEST(Format, RoundsJson) {
     "fed_eval_clients": 3,
     "fed_eval_samples": 450,
     "fed_eval_loss": 0.25,
-    "fed_eval_accuracy": 0.6
+    "fed_eval_accuracy": 0.6,
+    "test_metrics": "{\"f1\":0.5,\"mae\":0.125}",
+    "fed_eval_metrics": null
   },
   {
     "run_id": 1,
@@ -137,7 +141,9 @@ TEST(Format, RoundsJson) {
     "fed_eval_clients": 0,
     "fed_eval_samples": 0,
     "fed_eval_loss": null,
-    "fed_eval_accuracy": null
+    "fed_eval_accuracy": null,
+    "test_metrics": null,
+    "fed_eval_metrics": null
   }
 ]
 )";
@@ -323,11 +329,14 @@ TEST(Format, OtherTablesHaveHeaderAndOneLinePerRecord) {
   u.codec = "qsgd";
   u.eval_samples = 40;
   u.eval_accuracy = 0.75;
+  u.eval_metrics = {{"r2", 0.9}};
   EXPECT_EQ(formatUpdates({u}, Format::kTable),
             "round  client_id  status     partition  n_samples  steps    loss  compute_s  "
-            "upload_s  bytes_up  bytes_down  codec  weight  served  served_acc  eval_acc\n"
+            "upload_s  bytes_up  bytes_down  codec  weight  served  served_acc  eval_acc  "
+            "eval_metrics\n"
             "    3  edge-1     completed          2        600     10  0.2500       1.50  "
-            "    0.25         0           0  qsgd   0.5000  -                -    75.00%\n");
+            "    0.25         0           0  qsgd   0.5000  -                -    75.00%  "
+            "r2=0.9000\n");
 }
 
 TEST(Format, ServedShowsEachClientsLastServedModel) {

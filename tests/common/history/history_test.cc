@@ -27,25 +27,25 @@ auto fields(const RunRecord& r) {
 }
 auto fields(const RoundRecord& r) {
   const auto& [run_id, round, start_time, end_time, wall_start, wall_end, selected, completed, late,
-               dropped, rejected, status, train_loss, test_loss, test_accuracy, bytes_up,
-               bytes_down, model_version, fed_eval_clients, fed_eval_samples, fed_eval_loss,
-               fed_eval_accuracy] = r;
+               dropped, rejected, status, train_loss, test_loss, test_accuracy, test_metrics,
+               bytes_up, bytes_down, model_version, fed_eval_clients, fed_eval_samples,
+               fed_eval_loss, fed_eval_accuracy, fed_eval_metrics] = r;
   return std::tie(run_id, round, start_time, end_time, wall_start, wall_end, selected, completed,
-                  late, dropped, rejected, status, train_loss, test_loss, test_accuracy, bytes_up,
-                  bytes_down, model_version, fed_eval_clients, fed_eval_samples, fed_eval_loss,
-                  fed_eval_accuracy);
+                  late, dropped, rejected, status, train_loss, test_loss, test_accuracy,
+                  test_metrics, bytes_up, bytes_down, model_version, fed_eval_clients,
+                  fed_eval_samples, fed_eval_loss, fed_eval_accuracy, fed_eval_metrics);
 }
 auto fields(const UpdateRecord& u) {
   const auto& [run_id, round, client_id, partition, n_samples, steps, loss, compute_s, upload_s,
                start_time, end_time, wall_compute_s, codec, encode_s, decode_s, grant_wait_s,
                bytes_up, bytes_down, weight, status, served_block, served_model, served_version,
                served_sha256_hex, served_bytes, served_samples, served_loss, served_accuracy,
-               eval_samples, eval_loss, eval_accuracy] = u;
+               eval_samples, eval_loss, eval_accuracy, eval_metrics] = u;
   return std::tie(run_id, round, client_id, partition, n_samples, steps, loss, compute_s, upload_s,
                   start_time, end_time, wall_compute_s, codec, encode_s, decode_s, grant_wait_s,
                   bytes_up, bytes_down, weight, status, served_block, served_model, served_version,
                   served_sha256_hex, served_bytes, served_samples, served_loss, served_accuracy,
-                  eval_samples, eval_loss, eval_accuracy);
+                  eval_samples, eval_loss, eval_accuracy, eval_metrics);
 }
 auto fields(const ClientRecord& c) {
   const auto& [client_id, public_key, device_kind, device_name, cores, memory_bytes, data_size,
@@ -94,6 +94,8 @@ RoundRecord makeRound(int64_t run_id, uint32_t round) {
   r.fed_eval_samples = 480 + round;
   r.fed_eval_loss = 0.7 + round;
   r.fed_eval_accuracy = 2.0 / 3.0;
+  r.test_metrics = {{"mse", 0.1}, {"zeta", -2.5e-7}, {"a", 3}};  // in their order, not sorted
+  r.fed_eval_metrics = {{"mae", 1.0 / 3.0}};
   return r;
 }
 
@@ -222,6 +224,7 @@ TEST_P(HistoryStoreTest, CommitRoundStoresExactValuesAndUpdates) {
   updates[0].eval_samples = std::numeric_limits<uint64_t>::max() - 2;
   updates[0].eval_loss = 0.1 + 0.7;
   updates[0].eval_accuracy = 1.0 / 7.0;
+  updates[0].eval_metrics = {{"f1", 0.875}, {"mse", 1e-300}};
   ASSERT_TRUE(store_->commitRound(round, updates, std::nullopt).isOk());
 
   auto rounds = store_->rounds(run);

@@ -278,7 +278,7 @@ TEST_F(SqliteHistoryTest, OtherSchemaVersionsAreRefusedAndLeftAlone) {
     std::vector<std::string> says;
   };
   const Case cases[] = {
-      {99, {"schema version 99", "knows up to schema version 7", "newer", "upgrade fedfleet"}},
+      {99, {"schema version 99", "knows up to schema version 8", "newer", "upgrade fedfleet"}},
       {0, {"schema version 0, which no fedfleet writes", "damaged"}},
   };
   { ASSERT_TRUE(open()); }
@@ -511,6 +511,8 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
                   "ALTER TABLE rounds DROP COLUMN fed_eval_accuracy; ALTER TABLE "
                   "updates DROP COLUMN eval_samples; ALTER TABLE updates DROP COLUMN "
                   "eval_loss; ALTER TABLE updates DROP COLUMN eval_accuracy; "
+                  "ALTER TABLE rounds DROP COLUMN test_metrics; ALTER TABLE rounds DROP COLUMN "
+                  "fed_eval_metrics; ALTER TABLE updates DROP COLUMN eval_metrics; "
                   "UPDATE schema_version SET version = 3",
                   nullptr, nullptr, &err),
               SQLITE_OK)
@@ -569,8 +571,11 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
          {"fed_eval_clients", "fed_eval_samples", "fed_eval_loss", "fed_eval_accuracy"}) {
       sql += std::string("ALTER TABLE rounds DROP COLUMN ") + c + "; ";
     }
-    for (const char* c : {"eval_samples", "eval_loss", "eval_accuracy"}) {
+    for (const char* c : {"eval_samples", "eval_loss", "eval_accuracy", "eval_metrics"}) {
       sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
+    }
+    for (const char* c : {"test_metrics", "fed_eval_metrics"}) {
+      sql += std::string("ALTER TABLE rounds DROP COLUMN ") + c + "; ";
     }
     sql += "ALTER TABLE runs DROP COLUMN model_json; UPDATE schema_version SET version = 4";
     EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");

@@ -55,6 +55,7 @@ Task sampleTask(size_t model_bytes = 40) {
   m.hparams.scaffold = true;
   m.hparams.stop_after_s = 2.75;
   m.hparams.optimizer = Optimizer::kAdamW;
+  m.hparams.loss = Loss::kBce;
   m.data.dataset = "mnist";
   m.data.scheme = "dirichlet";
   m.data.alpha = 0.25;
@@ -114,6 +115,7 @@ Summary sampleSummary() {
   m.eval_samples = 120;
   m.eval_loss = 0.375;
   m.eval_accuracy = 0.625;
+  m.eval_metrics = {{"f1", 0.5}, {"top-5.acc", 0.875}};
   return m;
 }
 
@@ -156,6 +158,7 @@ void expectEqual(const Task& a, const Task& b) {
   EXPECT_EQ(a.hparams.scaffold, b.hparams.scaffold);
   EXPECT_EQ(a.hparams.stop_after_s, b.hparams.stop_after_s);
   EXPECT_EQ(a.hparams.optimizer, b.hparams.optimizer);
+  EXPECT_EQ(a.hparams.loss, b.hparams.loss);
   EXPECT_EQ(a.data.dataset, b.data.dataset);
   EXPECT_EQ(a.data.scheme, b.data.scheme);
   EXPECT_EQ(a.data.alpha, b.data.alpha);
@@ -208,6 +211,8 @@ void expectEqual(const Summary& a, const Summary& b) {
   EXPECT_EQ(a.eval_samples, b.eval_samples);
   EXPECT_EQ(a.eval_loss, b.eval_loss);
   EXPECT_EQ(a.eval_accuracy, b.eval_accuracy);
+  EXPECT_EQ(a.eval_has_accuracy, b.eval_has_accuracy);
+  EXPECT_EQ(a.eval_metrics, b.eval_metrics);
 }
 
 void expectEqual(const Cancel& a, const Cancel& b) {
@@ -370,6 +375,56 @@ TEST(WireCodecTest, TheOptimizerCostsNoBytesAndItsNamesRoundTrip) {
     EXPECT_EQ(parseOptimizer(optimizerName(o)).value(), o);
   }
   EXPECT_EQ(parseOptimizer("rmsprop").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(WireCodecTest, LossNamesRoundTripAndAnUnknownLossIsCorrupt) {
+  for (Loss l : {Loss::kCrossEntropy, Loss::kMse, Loss::kBce, Loss::kModule}) {
+    EXPECT_EQ(parseLoss(lossName(l)).value(), l);
+    Task t = sampleTask();
+    t.hparams.loss = l;
+    EXPECT_EQ(std::get<Task>(decode(encode(t)).value()).hparams.loss, l);
+  }
+  EXPECT_EQ(parseLoss("hinge").status().code(), StatusCode::kInvalidArgument);
+  Task t = sampleTask();
+  t.hparams.loss = static_cast<Loss>(9);
+  Result<Message> r = decode(encode(t));
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("unknown loss 9"), std::string::npos) << r.status().message();
+}
+
+// A regression's evaluation has no accuracy; metrics are bounded in number and in their names,
+// and come only with evaluated samples.
+TEST(WireCodecTest, EvaluationMetricsAreCheckedAsTheyAreDecoded) {
+  Summary s = sampleSummary();
+  s.eval_has_accuracy = false;
+  s.eval_accuracy = 0;
+  const Summary back = std::get<Summary>(decode(encode(s)).value());
+  EXPECT_FALSE(back.eval_has_accuracy);
+  EXPECT_EQ(back.eval_metrics, s.eval_metrics);
+
+  const auto refused = [](const Summary& bad) {
+    Result<Message> r = decode(encode(bad));
+    EXPECT_FALSE(r.isOk());
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+    return r.isOk() ? std::string() : r.status().message();
+  };
+  Summary many = sampleSummary();
+  many.eval_metrics.clear();
+  for (size_t i = 0; i <= kMaxEvalMetrics; ++i)
+    many.eval_metrics.emplace_back("m" + std::to_string(i), 1);
+  EXPECT_NE(refused(many).find("more than 18"), std::string::npos);
+  for (const std::string& name :
+       {std::string(), std::string(65, 'a'), std::string("a b"), std::string("caf\xc3\xa9")}) {
+    Summary bad = sampleSummary();
+    bad.eval_metrics = {{name, 1.0}};
+    EXPECT_NE(refused(bad).find("name is not 1 to 64"), std::string::npos) << name;
+  }
+  Summary twice = sampleSummary();
+  twice.eval_metrics = {{"f1", 1.0}, {"f1", 2.0}};
+  EXPECT_NE(refused(twice).find("'f1' twice"), std::string::npos);
+  Summary unasked = sampleSummary();
+  unasked.eval_samples = 0;  // encode() then writes no metrics: nothing to refuse
+  EXPECT_TRUE(std::get<Summary>(decode(encode(unasked)).value()).eval_metrics.empty());
 }
 
 // control_bytes is c in the model's layout: empty or exactly as long as model_bytes.
