@@ -201,7 +201,7 @@ std::string overlayCharts(const std::vector<RunData>& data) {
   ChartAxis time_axis{"time since the run started (" + tu.name + "; each run on its own clock)",
                       tu.scale, 0.0, std::nullopt, false};
   ChartAxis acc_axis{"test accuracy (%)", 100, std::nullopt, std::nullopt, false};
-  ChartAxis loss_axis{"test loss (cross-entropy)", 1, std::nullopt, std::nullopt, false};
+  ChartAxis loss_axis{"test loss (the run's train.loss)", 1, std::nullopt, std::nullopt, false};
   // (Dashed: the clients' federated evaluation on their held-out data, where the run has one.)
   std::string out = "<div class=\"grid\">\n";
   out +=
@@ -209,6 +209,55 @@ std::string overlayCharts(const std::vector<RunData>& data) {
   out += renderLineChart("accuracy-time", "Test accuracy over time", time_axis, acc_axis, acc_time);
   out += renderLineChart("loss-round", "Test loss by round", round_axis, loss_axis, loss_round);
   out += renderLineChart("loss-time", "Test loss over time", time_axis, loss_axis, loss_time);
+  return out + "</div>\n";
+}
+
+// One chart by round for each metric beyond loss and accuracy (a regression's mse and mae, a
+// model's own metrics()): a line per run, dashed for the federated figures (at round - 1, as
+// above). Nothing when no run has any.
+std::string metricCharts(const std::vector<RunData>& data) {
+  std::vector<std::string> names;  // in the order they first appear
+  const auto note = [&](const history::Metrics& m) {
+    for (const auto& [name, v] : m) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  };
+  for (const auto& d : data) {
+    for (const auto& r : d.rounds) note(r.test_metrics), note(r.fed_eval_metrics);
+  }
+  if (names.empty()) return "";
+  const auto valueOf = [](const history::Metrics& m,
+                          const std::string& name) -> std::optional<double> {
+    for (const auto& [n, v] : m) {
+      if (n == name) return v;
+    }
+    return std::nullopt;
+  };
+  std::string out = "<h2>Metrics</h2>\n<div class=\"grid\">\n";
+  for (size_t k = 0; k < names.size(); ++k) {
+    const std::string& name = names[k];
+    std::vector<ChartSeries> series;
+    for (size_t i = 0; i < data.size(); ++i) {
+      const RunData& d = data[i];
+      ChartSeries server{d.label(), paletteColor(i), {}, {}};
+      ChartSeries fed{d.label() + " · federated", paletteColor(i), {}, {}, /*dashed=*/true};
+      for (const auto& r : d.rounds) {
+        if (auto v = valueOf(r.test_metrics, name)) {
+          server.x.push_back(r.round);
+          server.y.push_back(*v);
+        }
+        if (auto v = valueOf(r.fed_eval_metrics, name); v && r.round > 0) {
+          fed.x.push_back(r.round - 1);
+          fed.y.push_back(*v);
+        }
+      }
+      if (!server.x.empty()) series.push_back(std::move(server));
+      if (!fed.x.empty()) series.push_back(std::move(fed));
+    }
+    out += renderLineChart("metric-" + std::to_string(k), name + " by round",
+                           ChartAxis{"round", 1, std::nullopt, std::nullopt, true},
+                           ChartAxis{name, 1, std::nullopt, std::nullopt, false}, series);
+  }
   return out + "</div>\n";
 }
 
@@ -435,6 +484,7 @@ Result<std::string> renderReport(history::HistoryStore& store, const ReportOptio
           "for a simulation, <em>wall</em> seconds for a coordinator.</p>\n";
   html += "<h2>Runs</h2>\n" + runsTable(data);
   html += "<h2>Accuracy and loss</h2>\n" + overlayCharts(data);
+  html += metricCharts(data);
   for (const auto& d : data) {
     const std::string id = std::to_string(d.run.run_id);
     html += "<section class=\"run\" data-run-id=\"" + id + "\">\n<h2>" +

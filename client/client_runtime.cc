@@ -50,7 +50,7 @@ std::string partitionKey(const wire::DataSpec& d) {
 
 }  // namespace
 
-Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<uint8_t>& labels,
+Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<data::Label>& labels,
                                                     uint32_t num_classes,
                                                     const wire::DataSpec& spec) {
   return data::splitBySpec(labels, num_classes, spec);
@@ -65,7 +65,7 @@ Result<const std::vector<uint32_t>*> partitionOf(
   const std::string key = partitionKey(spec);
   auto it = cache->find(key);
   if (it == cache->end()) {
-    FEDFLEET_ASSIGN_OR_RETURN(auto parts, splitFor(ds.labels, ds.num_classes, spec));
+    FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(ds, spec));
     it = cache->emplace(key, std::move(parts)).first;
   }
   if (spec.index >= it->second.size()) {
@@ -198,7 +198,7 @@ class ZmqClient final : public ClientRuntime {
   std::map<std::string, std::vector<std::vector<uint32_t>>> partitions_;
   std::optional<data::Dataset> test_set_;  // held-out data for the served model
   std::map<std::string, std::vector<std::vector<uint32_t>>> held_out_;
-  std::map<std::string, std::unique_ptr<model::Model>> models_;
+  std::map<std::string, std::unique_ptr<model::Model>> models_;  // by name|loss
   std::optional<model::LocalState> local_;  // model.local: opened with the first model
 };
 
@@ -350,12 +350,15 @@ void ZmqClient::train(TrainingJob& job) {
   auto run = [&]() -> Status {
     FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* indices, indicesFor(t.data));
     out.partition_size = indices->size();
-    auto mit = models_.find(t.model_name);
+    // One model per architecture and loss (a new coordinator session may train with another).
+    const std::string model_key = t.model_name + "|" + wire::lossName(t.hparams.loss);
+    auto mit = models_.find(model_key);
     if (mit == models_.end()) {
       FEDFLEET_ASSIGN_OR_RETURN(
           auto m, model::createModel(t.model_name, 0, options_.torchscript_path,
                                      options_.own_data ? model::inputShapeOf(*options_.own_data)
                                                        : model::InputShape()));
+      m->setLoss(t.hparams.loss);
       // Start-up check, before the first training: a model that does not fit this client's
       // data is one clear error (the task fails with it; the model is not kept).
       std::string model_name = "'" + t.model_name + "'";
@@ -369,7 +372,7 @@ void ZmqClient::train(TrainingJob& job) {
             local_, model::LocalState::open(std::move(part), options_.local_state_path));
       }
       m->to(device_);
-      mit = models_.emplace(t.model_name, std::move(m)).first;
+      mit = models_.emplace(model_key, std::move(m)).first;
     }
     std::vector<float> start = floatsOf(*req.model_bytes);
     if (local_) local_->applyTo(start);
@@ -382,7 +385,7 @@ void ZmqClient::train(TrainingJob& job) {
         FEDFLEET_ASSIGN_OR_RETURN(
             model::EvalResult e,
             model::evaluateIndices(*mit->second, *held.data, *held.indices, 1000, device_));
-        return ServedEvaluation{e.n, e.loss, e.accuracy};
+        return ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
       }();
     }
     TrainOptions o = trainOptionsFrom(t.hparams);
@@ -427,7 +430,7 @@ void ZmqClient::train(TrainingJob& job) {
         FEDFLEET_ASSIGN_OR_RETURN(
             model::EvalResult e,
             model::evaluateIndices(*mit->second, *test_set_, *held, 1000, device_));
-        return ServedEvaluation{e.n, e.loss, e.accuracy};
+        return ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
       }();
     }
     return status;

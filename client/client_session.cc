@@ -154,7 +154,7 @@ void ClientSession::fillServed(wire::Summary* s) const {
   if (served_eval_ && served_eval_->first == served_.sha256()) {
     s->served_samples = served_eval_->second.n;
     s->served_loss = served_eval_->second.loss;
-    s->served_accuracy = served_eval_->second.accuracy;
+    s->served_accuracy = served_eval_->second.accuracy.value_or(0);  // block-cyclic: classes
   }
 }
 
@@ -270,7 +270,9 @@ void ClientSession::onChunkSent(uint64_t token, double now) {
     const ServedEvaluation& e = u.outcome.fed_evaluation->value();
     s.eval_samples = e.n;
     s.eval_loss = e.loss;
-    s.eval_accuracy = e.accuracy;
+    s.eval_accuracy = e.accuracy.value_or(0);
+    s.eval_has_accuracy = e.accuracy.has_value();
+    s.eval_metrics = e.metrics;
   }
   if (!u.outcome.control_delta.empty()) {
     delivering_[token] = std::move(u.outcome.control_delta);

@@ -65,7 +65,8 @@ ReceivedTask receivedTask(wire::Task task);
 struct ServedEvaluation {
   uint64_t n = 0;
   double loss = 0;
-  double accuracy = 0;
+  std::optional<double> accuracy;                       // none: a regression
+  std::vector<std::pair<std::string, double>> metrics;  // model::namedMetrics
 };
 
 // What the driver trains: the session hands it over when training starts and never touches it

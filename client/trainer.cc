@@ -14,6 +14,7 @@
 
 #include "common/check.h"
 #include "common/model/batch.h"
+#include "common/model/loss.h"
 
 namespace fedfleet::client {
 namespace {
@@ -53,9 +54,19 @@ class ShardBatches {
         std::copy_n(ds.image(indices[i]), pixels, xp + i * pixels);
       }
     }
-    at::Tensor y = at::empty({m}, at::TensorOptions().dtype(at::kLong));
-    int64_t* yp = y.data_ptr<int64_t>();
-    for (size_t i = 0; i < indices.size(); ++i) yp[i] = ds.labels[indices[i]];
+    at::Tensor y;
+    if (ds.hasTargets()) {
+      const size_t t_dim = ds.target_dim;
+      y = at::empty({m, static_cast<int64_t>(t_dim)}, at::TensorOptions().dtype(at::kFloat));
+      float* yp = y.data_ptr<float>();
+      for (size_t i = 0; i < indices.size(); ++i) {
+        std::copy_n(ds.target(indices[i]), t_dim, yp + i * t_dim);
+      }
+    } else {
+      y = at::empty({m}, at::TensorOptions().dtype(at::kLong));
+      int64_t* yp = y.data_ptr<int64_t>();
+      for (size_t i = 0; i < indices.size(); ++i) yp[i] = ds.labels[indices[i]];
+    }
     shard_x_ = x.to(device);
     shard_y_ = y.to(device);
   }
@@ -499,7 +510,8 @@ Trainer::Trainer(c10::Device device, BatchSource source, GradientPath gradients)
     : device_(device), source_(source), gradients_(gradients) {}
 
 bool Trainer::supportsManualGradients(model::Model& model) const {
-  return device_.is_cpu() && !linearChain(model).empty();
+  return device_.is_cpu() && model.loss() == model::LossKind::kCrossEntropy &&
+         !linearChain(model).empty();
 }
 
 Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>& start,
@@ -515,8 +527,10 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     if (gradients_ == GradientPath::kManual && !manual) {
       return invalidArgument("train: no manual gradients for model '" + model.name() + "' on " +
                              device_.str() + " with optimizer " +
-                             wire::optimizerName(opts.optimizer) +
-                             " (only SGD on the built-in logreg and mlp on the CPU)");
+                             wire::optimizerName(opts.optimizer) + " and loss " +
+                             model::lossName(model.loss()) +
+                             " (only SGD with cross_entropy on the built-in logreg and mlp on "
+                             "the CPU)");
     }
     was_training = model.isTraining();
     if (model.device() != device_) model.to(device_);
@@ -614,7 +628,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
           if (p.grad().defined()) p.mutable_grad().zero_();
         }
         const at::Tensor logits = model.forward(x);
-        const at::Tensor per_sample = at::cross_entropy_loss(logits, y, {}, at::Reduction::None);
+        const at::Tensor per_sample = model::perSampleLoss(model.loss(), model, logits, y);
         per_sample.mean().backward();
         if (correction) {  // g += mu (w - x_t) + (c - c_k), before SGD's weight decay and momentum
           torch::NoGradGuard guard;

@@ -82,7 +82,7 @@ struct TrainResult {
   at::Tensor device_delta;
   uint64_t n_samples = 0;  // samples processed (a sample seen in two epochs counts twice)
   uint64_t steps = 0;      // optimizer steps taken
-  double mean_loss = 0;    // mean per-sample cross-entropy over the processed samples
+  double mean_loss = 0;    // mean per-sample loss (the model's) over the processed samples
   double sum_sq_loss = 0;  // sum over processed samples of the squared per-sample loss
   double compute_seconds = 0;
   bool stopped_early = false;  // the stop flag ended training before the planned steps

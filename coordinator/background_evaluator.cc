@@ -72,7 +72,7 @@ std::optional<engine::EvalOutcome> BackgroundEvaluator::evaluate(const std::vect
     spdlog::error("evaluation: {}", r.status().toString());
     return std::nullopt;
   }
-  return engine::EvalOutcome{r->loss, r->accuracy};
+  return engine::EvalOutcome{r->loss, r->accuracy, model::namedMetrics(*r)};
 }
 
 }  // namespace fedfleet::coordinator

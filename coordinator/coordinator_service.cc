@@ -196,6 +196,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
   }
   FEDFLEET_ASSIGN_OR_RETURN(auto model, model::createModel(config_.model.name, config_.run.seed,
                                                            config_.model.path, shape));
+  model->setLoss(wire::parseLoss(config_.train.loss).value());  // validated
   if (!config_.model.init.empty()) {
     FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
   }
@@ -214,6 +215,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
     block_data_ = test_set;
     FEDFLEET_ASSIGN_OR_RETURN(
         block_model_, model::createModel(config_.model.name, config_.run.seed, config_.model.path));
+    block_model_->setLoss(model->loss());
   }
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
@@ -661,7 +663,7 @@ void ZmqCoordinator::evaluateBlocks(const engine::EvaluateBlocks& ev) {
     o.block = m.block;
     o.model = m.model;
     o.loss = test->loss;
-    o.accuracy = test->accuracy;
+    o.accuracy = test->accuracy.value_or(0);  // block-cyclic runs classify
     if (!set.validation.empty()) {
       auto val = model::evaluateIndices(*block_model_, block_data_, set.validation);
       if (val.isOk()) o.validation_loss = val->loss;

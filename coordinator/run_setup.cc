@@ -35,6 +35,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.hparams.lr = static_cast<float>(config.train.lr);
   eo.hparams.momentum = static_cast<float>(config.train.momentum);
   eo.hparams.optimizer = wire::parseOptimizer(config.train.optimizer).value();  // validated
+  eo.hparams.loss = wire::parseLoss(config.train.loss).value();                 // validated
   eo.hparams.weight_decay = static_cast<float>(config.train.weight_decay);
   eo.data.dataset = config.dataFormat();
   eo.data.scheme = config.data.partition;
@@ -125,7 +126,7 @@ Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& option
                                              const data::Dataset& train) {
   wire::DataSpec spec = options.data;
   spec.num_partitions = options.num_partitions;
-  FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(train.labels, train.num_classes, spec));
+  FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(train, spec));
   std::vector<uint64_t> sizes;
   sizes.reserve(parts.size());
   for (const auto& p : parts) sizes.push_back(p.size());

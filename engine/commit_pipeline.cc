@@ -53,21 +53,33 @@ bool CommitPipeline::evaluates(uint32_t round, bool last) const {
 
 void federatedEvaluation(history::RoundRecord& r, const std::vector<history::UpdateRecord>& us) {
   double loss = 0;
-  double correct = 0;
+  double correct = 0, accuracy_samples = 0;
+  // Each metric's weighted sum and samples, in the order the metrics first appear.
+  std::vector<std::pair<std::string, std::pair<double, double>>> metrics;
   for (const auto& u : us) {
-    if (u.status != "completed" || u.eval_samples == 0 || !u.eval_loss || !u.eval_accuracy) {
-      continue;
-    }
+    if (u.status != "completed" || u.eval_samples == 0 || !u.eval_loss) continue;
     const auto n = static_cast<double>(u.eval_samples);
     ++r.fed_eval_clients;
     r.fed_eval_samples += u.eval_samples;
     loss += n * *u.eval_loss;
-    correct += n * *u.eval_accuracy;
+    if (u.eval_accuracy) {
+      correct += n * *u.eval_accuracy;
+      accuracy_samples += n;
+    }
+    for (const auto& [name, value] : u.eval_metrics) {
+      auto it = std::find_if(metrics.begin(), metrics.end(),
+                             [&](const auto& m) { return m.first == name; });
+      if (it == metrics.end()) it = metrics.insert(metrics.end(), {name, {0.0, 0.0}});
+      it->second.first += n * value;
+      it->second.second += n;
+    }
   }
   if (r.fed_eval_samples == 0) return;
-  const auto total = static_cast<double>(r.fed_eval_samples);
-  r.fed_eval_loss = loss / total;
-  r.fed_eval_accuracy = correct / total;
+  r.fed_eval_loss = loss / static_cast<double>(r.fed_eval_samples);
+  if (accuracy_samples > 0) r.fed_eval_accuracy = correct / accuracy_samples;
+  for (const auto& [name, sums] : metrics) {
+    r.fed_eval_metrics.emplace_back(name, sums.first / sums.second);
+  }
 }
 
 void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
@@ -110,19 +122,20 @@ void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
 void CommitPipeline::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
   const EngineOptions& o = e_.options_;
   if (!backlog_.awaiting(round)) return;
-  if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy))) {
+  if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy.value_or(0)))) {
     return rollBack(round,
                     "its evaluation is not finite (loss " + std::to_string(outcome->loss) +
-                        ", accuracy " + std::to_string(outcome->accuracy) + ")",
+                        ", accuracy " + std::to_string(outcome->accuracy.value_or(0)) + ")",
                     now);
   }
   CommitRound c = backlog_.accept(round);
   if (outcome) {
     c.round.test_loss = outcome->loss;
     c.round.test_accuracy = outcome->accuracy;
+    c.round.test_metrics = outcome->metrics;
   }
   const bool reached = o.target_accuracy > 0 && outcome && round > 0 &&
-                       outcome->accuracy >= o.target_accuracy &&
+                       outcome->accuracy.value_or(0) >= o.target_accuracy &&
                        e_.phase_ != RoundEngine::Phase::kFinished;
   commit(std::move(c), now);
   if (!reached || e_.phase_ == RoundEngine::Phase::kFinished) {

@@ -160,6 +160,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -193,7 +194,9 @@ namespace fedfleet::engine {
 
 struct EvalOutcome {
   double loss = 0;
-  double accuracy = 0;
+  std::optional<double> accuracy;  // none: a regression (no classes to get right)
+  // Further metrics by name: "mse" and "mae" for float targets, then the model's own.
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 // (The actions it emits, SendTask to RunFinished: engine/actions.h.)

@@ -128,6 +128,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
       source.test_path.clear();
       source.holdout_fraction = 0;
       FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest one, data::loadTrainTest(source));
+      FEDFLEET_RETURN_IF_ERROR(model::applyClasses(one.train, config, files[k]));
       std::vector<uint32_t> part(one.train.size());
       std::iota(part.begin(), part.end(), static_cast<uint32_t>(train.size()));
       FEDFLEET_RETURN_IF_ERROR(data::appendSamples(train, one.train, files[k]));
@@ -157,6 +158,9 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     // (a test file, or a seeded hold-out of the training file).
     FEDFLEET_ASSIGN_OR_RETURN(const data::FileSource source, model::fileSourceOf(config));
     FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
+    FEDFLEET_RETURN_IF_ERROR(model::applyClasses(both.train, config, dc.path));
+    FEDFLEET_RETURN_IF_ERROR(
+        model::applyClasses(both.test, config, dc.test_path.empty() ? dc.path : dc.test_path));
     FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, model::applyNormalization(config, both));
     train = std::move(both.train);
     test = std::move(both.test);
@@ -191,7 +195,9 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionBlockCyclic(train.labels, 10, bs));
   } else {
     FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_,
-                              data::partitionIndices(train.labels, train.num_classes, ps));
+                              train.hasTargets()
+                                  ? data::partitionUnlabelled(train.size(), ps)
+                                  : data::partitionIndices(train.labels, train.num_classes, ps));
   }
   fd->shape_ = model::inputShapeOf(train);
   fd->train_ = std::make_shared<const data::Dataset>(std::move(train));
@@ -230,7 +236,9 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     data::PartitionSpec hs = ps;
     hs.min_samples =
         static_cast<uint32_t>(std::min<uint64_t>(ps.min_samples, fd->test_->size() / clients / 2));
-    auto held = data::partitionIndices(fd->test_->labels, fd->test_->num_classes, hs);
+    auto held = fd->test_->hasTargets()
+                    ? data::partitionUnlabelled(fd->test_->size(), hs)
+                    : data::partitionIndices(fd->test_->labels, fd->test_->num_classes, hs);
     if (held.isOk()) {
       fd->held_out_ = std::move(*held);
       fd->held_out_data_ = fd->test_;

@@ -102,7 +102,45 @@ using Residuals = PerClient<compress::ErrorFeedback>;
 struct EvalPiece {
   double loss_sum = 0;
   uint64_t correct = 0;  // accuracy * n, rounded (exact: accuracy is correct / n)
+  bool has_accuracy = false;
   uint64_t n = 0;
+  std::vector<std::pair<std::string, double>> metric_sums;  // each metric * n, in order
+
+  // Adds one evaluation's figures (pieces of one model's evaluation: the same metrics).
+  void add(const model::EvalResult& r) {
+    const auto rn = static_cast<double>(r.n);
+    n += r.n;
+    loss_sum += r.loss * rn;
+    if (r.accuracy) {
+      has_accuracy = true;
+      correct += static_cast<uint64_t>(std::llround(*r.accuracy * rn));
+    }
+    const auto named = model::namedMetrics(r);
+    if (metric_sums.empty()) {
+      for (const auto& [name, v] : named) metric_sums.emplace_back(name, v * rn);
+    } else {
+      for (size_t i = 0; i < named.size() && i < metric_sums.size(); ++i) {
+        metric_sums[i].second += named[i].second * rn;
+      }
+    }
+  }
+  void add(const EvalPiece& o) {
+    n += o.n;
+    loss_sum += o.loss_sum;
+    correct += o.correct;
+    has_accuracy = has_accuracy || o.has_accuracy;
+    if (metric_sums.empty()) {
+      metric_sums = o.metric_sums;
+    } else {
+      for (size_t i = 0; i < o.metric_sums.size() && i < metric_sums.size(); ++i) {
+        metric_sums[i].second += o.metric_sums[i].second;
+      }
+    }
+  }
+  std::optional<double> accuracy() const {
+    if (!has_accuracy || n == 0) return std::nullopt;
+    return static_cast<double>(correct) / static_cast<double>(n);
+  }
 };
 
 enum class EventKind { kTrainDone, kChunk, kSummary, kDropOut, kRejoin, kClientError };
@@ -152,6 +190,7 @@ struct ModelRecipe {
   std::string name, path;
   uint64_t seed = 0;
   model::InputShape shape;
+  model::LossKind loss = model::LossKind::kCrossEntropy;
 };
 
 // The calling worker's model, built on first use and reused by every job on that thread
@@ -165,6 +204,7 @@ Result<model::Model*> workerModel(const ModelRecipe& recipe) {
         model, model::createModel(recipe.name, recipe.seed, recipe.path, recipe.shape));
     key = want;
   }
+  model->setLoss(recipe.loss);
   return model.get();
 }
 
@@ -225,7 +265,8 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
   ModelRecipe modelRecipe() const {
-    return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape()};
+    return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape(),
+            wire::parseLoss(config_.train.loss).value()};  // validated
   }
 
   // Opens the history and begins a new run (its model described as `model_json`); with
@@ -322,6 +363,7 @@ Status Simulator::init(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(
       auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path,
                                      data_->inputShape()));
+  model->setLoss(wire::parseLoss(config_.train.loss).value());  // validated
   if (!config_.model.init.empty()) {
     FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
   }
@@ -605,7 +647,7 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
         FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(start));
         FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
                                   model::evaluateIndices(*model, *held.data, held.indices));
-        return client::ServedEvaluation{e.n, e.loss, e.accuracy};
+        return client::ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
       }();
     }
     std::vector<float> server_c;
@@ -650,7 +692,7 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
             model->setFlatParameters(client::floatsOf(*req.served_to_evaluate)));
         FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
                                   model::evaluateIndices(*model, *held.data, held.indices));
-        return client::ServedEvaluation{e.n, e.loss, e.accuracy};
+        return client::ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
       }();
     }
     return out;  // the delta is gone: only the payloads travel on
@@ -852,9 +894,7 @@ void Simulator::submitEvaluation(const engine::Evaluate& ev) {
       FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult r,
                                 model::evaluateIndices(*model, *test, idx, idx.size()));
       EvalPiece piece;
-      piece.n = r.n;
-      piece.loss_sum = r.loss * static_cast<double>(r.n);
-      piece.correct = static_cast<uint64_t>(std::llround(r.accuracy * static_cast<double>(r.n)));
+      piece.add(r);
       return piece;
     }));
   }
@@ -872,9 +912,7 @@ Result<EvalPiece> evaluatePieces(model::Model& model, const data::Dataset& data,
                                      idx.begin() + std::min(idx.size(), begin + kPiece));
     FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult r,
                               model::evaluateIndices(model, data, part, part.size()));
-    total.n += r.n;
-    total.loss_sum += r.loss * static_cast<double>(r.n);
-    total.correct += static_cast<uint64_t>(std::llround(r.accuracy * static_cast<double>(r.n)));
+    total.add(r);
   }
   return total;
 }
@@ -918,7 +956,7 @@ void Simulator::evaluateBlocks(const engine::EvaluateBlocks& ev) {
     o.model = job.what.model;
     if (v.n > 0) o.validation_loss = v.loss_sum / static_cast<double>(v.n);
     o.loss = t.loss_sum / static_cast<double>(t.n);
-    o.accuracy = static_cast<double>(t.correct) / static_cast<double>(t.n);
+    o.accuracy = t.accuracy().value_or(0);  // block-cyclic runs classify
     outcomes.push_back(std::move(o));
   }
   engine_->onBlocksEvaluated(ev.round, outcomes, now_);
@@ -934,8 +972,7 @@ void Simulator::collectEvaluations(bool block) {
     }
     if (!ready) return;
     std::optional<engine::EvalOutcome> outcome;
-    double loss = 0;
-    uint64_t correct = 0, n = 0;
+    EvalPiece total;
     bool ok = true;
     for (auto& f : pe.pieces) {
       Result<EvalPiece> r = f.get();
@@ -944,13 +981,13 @@ void Simulator::collectEvaluations(bool block) {
         ok = false;
         continue;
       }
-      loss += r->loss_sum;
-      correct += r->correct;
-      n += r->n;
+      total.add(*r);
     }
-    if (ok && n > 0) {
-      outcome = engine::EvalOutcome{loss / static_cast<double>(n),
-                                    static_cast<double>(correct) / static_cast<double>(n)};
+    if (ok && total.n > 0) {
+      const auto n = static_cast<double>(total.n);
+      outcome = engine::EvalOutcome{total.loss_sum / n, total.accuracy(), {}};
+      for (const auto& [name, sum] : total.metric_sums)
+        outcome->metrics.emplace_back(name, sum / n);
     }
     const uint32_t round = pe.round;
     const double at = pe.at;

@@ -12,6 +12,7 @@
 
 #include "common/compress/codec_spec.h"
 #include "common/compress/error_feedback.h"
+#include "common/data/dataset.h"      // kMaxClasses (a constant: no link)
 #include "common/data/image_codec.h"  // kMaxImageSide (a constant: no link)
 
 namespace fedfleet::config {
@@ -103,6 +104,7 @@ void forEachField(C& c, F&& f) {
   f("data.test_path", c.data.test_path);
   f("data.test_labels_path", c.data.test_labels_path);
   f("data.label_column", c.data.label_column);
+  f("data.task", c.data.task);
   f("data.feature_columns", c.data.feature_columns);
   f("data.num_classes", c.data.num_classes);
   f("data.image_channels", c.data.image_channels);
@@ -130,6 +132,7 @@ void forEachField(C& c, F&& f) {
   f("train.lr", c.train.lr);
   f("train.momentum", c.train.momentum);
   f("train.optimizer", c.train.optimizer);
+  f("train.loss", c.train.loss);
   f("train.weight_decay", c.train.weight_decay);
   f("train.prox_mu", c.train.prox_mu);
   f("client.coordinator", c.client.coordinator);
@@ -529,6 +532,32 @@ Status Config::validateDataSource() const {
                "records the values it computes there)");
   }
   FEDFLEET_RETURN_IF_ERROR(unused("data.dir", files && !data.dir.empty()));
+  FEDFLEET_RETURN_IF_ERROR(oneOf("data.task", data.task, {"classification", "regression"}));
+  if (data.task == "regression") {
+    if (format != "csv" && format != "tensors") {
+      return bad("data.task",
+                 "\"regression\" reads float targets from csv (the label column) or tensors (a "
+                 "float \"y\") files; data.format = \"" +
+                     format + "\" holds class labels");
+    }
+    if (data.partition != "iid" && data.partition != "quantity" && data.partition != "none" &&
+        data.partition != "files") {
+      return bad("data.partition",
+                 "\"" + data.partition +
+                     "\" splits by class label; regression data splits iid, by quantity, or by "
+                     "files (or none: each client its own)");
+    }
+    if (data.num_classes != 0) {
+      return bad("data.num_classes", "is for class labels; regression data has none (set 0)");
+    }
+    if (blocks.count > 0) {
+      return bad("blocks.count", "block-cyclic data is cut by class; regression data has none");
+    }
+    if (run.target_accuracy > 0) {
+      return bad("run.target_accuracy",
+                 "a regression has no accuracy to reach (set 0; the test loss is its figure)");
+    }
+  }
   if (!files) return Status::ok();
   // data.partition = "none": a client process names its own file (data.path) and a coordinator
   // its test file (data.test_path); each program checks for the one it reads.
@@ -690,8 +719,9 @@ Status Config::validate() const {
       return bad("data.partition", "\"files\" cannot be cut into blocks");
     }
   }
-  if (data.num_classes == 1 || data.num_classes > 256) {
-    return bad("data.num_classes", "must be 0 (from the data) or between 2 and 256");
+  if (data.num_classes == 1 || data.num_classes > data::kMaxClasses) {
+    return bad("data.num_classes",
+               "must be 0 (from the data) or between 2 and " + std::to_string(data::kMaxClasses));
   }
   if (data.partition == "none" && blocks.count > 0) {
     return bad("data.partition",
@@ -738,6 +768,23 @@ Status Config::validate() const {
   if (train.momentum < 0 || train.momentum >= 1) return bad("train.momentum", "must be in [0, 1)");
   if (train.weight_decay < 0) return bad("train.weight_decay", "must be >= 0");
   FEDFLEET_RETURN_IF_ERROR(oneOf("train.optimizer", train.optimizer, {"sgd", "adam", "adamw"}));
+  FEDFLEET_RETURN_IF_ERROR(
+      oneOf("train.loss", train.loss, {"cross_entropy", "mse", "bce", "module"}));
+  if (train.loss == "cross_entropy" && data.task == "regression") {
+    return bad("train.loss",
+               "\"cross_entropy\" needs class labels; with data.task = \"regression\" use "
+               "\"mse\" (or \"bce\" for targets in [0, 1])");
+  }
+  if (train.loss == "mse" && data.task != "regression") {
+    return bad("train.loss",
+               "\"mse\" needs float targets: set data.task = \"regression\" (csv or tensors "
+               "data), or use \"cross_entropy\"");
+  }
+  if (train.loss == "module" && model.name != "torchscript") {
+    return bad("train.loss",
+               "\"module\" calls the TorchScript model's loss(output, target); model.name = \"" +
+                   model.name + "\" is built in");
+  }
   if (train.optimizer != "sgd" && train.momentum != 0) {
     return bad("train.momentum", "is SGD's; Adam and AdamW keep their own moments (set it to 0)");
   }

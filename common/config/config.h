@@ -148,7 +148,10 @@ struct DataSection {
   std::string test_path;               // idx: test images; csv, tensors: the test file;
                                        // image-folder: the test folder
   std::string test_labels_path;        // idx: test labels
-  std::string label_column = "label";  // csv: the column of class ids 0..255
+  std::string label_column = "label";  // csv: the column of class ids (regression: targets)
+  // "classification" (class labels) or "regression" (float targets: a csv label column of
+  // numbers, a tensors file's float "y"; train.loss mse or bce).
+  std::string task = "classification";
   // Classes of the labels (0: from the data, its largest label + 1). Client processes that
   // train their own files (data.partition = "none") and the coordinator must agree on it for a
   // built-in model, whose output size it is.
@@ -189,6 +192,9 @@ struct TrainSection {
   double lr = 0.05;
   double momentum = 0;
   std::string optimizer = "sgd";  // sgd, adam or adamw (momentum: SGD only)
+  // cross_entropy (classification), mse (regression), bce (0/1 labels or targets in [0, 1]),
+  // or module: the TorchScript model's own loss(output, target) method.
+  std::string loss = "cross_entropy";
   double weight_decay = 0;
   double prox_mu = 0;  // FedProx proximal term mu (0: off)
 };

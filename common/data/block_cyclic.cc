@@ -7,7 +7,7 @@
 namespace fedfleet::data {
 namespace {
 
-Status checkBlocks(const std::vector<uint8_t>& labels, uint32_t num_classes, uint32_t blocks,
+Status checkBlocks(const std::vector<Label>& labels, uint32_t num_classes, uint32_t blocks,
                    double skew) {
   if (num_classes == 0) return invalidArgument("block-cyclic data: num_classes must be >= 1");
   if (blocks == 0 || blocks > num_classes) {
@@ -19,7 +19,7 @@ Status checkBlocks(const std::vector<uint8_t>& labels, uint32_t num_classes, uin
     return invalidArgument("block-cyclic data: skew must be in [0, 1], got " +
                            std::to_string(skew));
   }
-  for (uint8_t l : labels) {
+  for (Label l : labels) {
     if (l >= num_classes) {
       return invalidArgument("block-cyclic data: label " + std::to_string(l) +
                              " >= " + std::to_string(num_classes) + " classes");
@@ -29,7 +29,7 @@ Status checkBlocks(const std::vector<uint8_t>& labels, uint32_t num_classes, uin
 }
 
 // Each class's indices, shuffled with `rng`.
-std::vector<std::vector<uint32_t>> shuffledByClass(const std::vector<uint8_t>& labels,
+std::vector<std::vector<uint32_t>> shuffledByClass(const std::vector<Label>& labels,
                                                    uint32_t num_classes, std::mt19937_64& rng) {
   std::vector<std::vector<uint32_t>> by_class(num_classes);
   for (size_t i = 0; i < labels.size(); ++i)
@@ -60,7 +60,7 @@ std::vector<uint32_t> blockClassCounts(uint32_t block, uint32_t blocks, uint32_t
   return counts;
 }
 
-Result<std::vector<std::vector<uint32_t>>> partitionBlockCyclic(const std::vector<uint8_t>& labels,
+Result<std::vector<std::vector<uint32_t>>> partitionBlockCyclic(const std::vector<Label>& labels,
                                                                 uint32_t num_classes,
                                                                 const BlockCyclicSpec& spec) {
   FEDFLEET_RETURN_IF_ERROR(checkBlocks(labels, num_classes, spec.blocks, spec.skew));
@@ -70,7 +70,7 @@ Result<std::vector<std::vector<uint32_t>>> partitionBlockCyclic(const std::vecto
                            std::to_string(labels.size()) + "], got " + std::to_string(parts));
   }
   std::vector<uint64_t> have(num_classes, 0);
-  for (uint8_t l : labels) ++have[l];
+  for (Label l : labels) ++have[l];
   // The largest shard size S every class can serve: shrink S until no class is over-asked.
   uint32_t s = static_cast<uint32_t>(labels.size() / parts);
   std::vector<uint64_t> demand;
@@ -109,7 +109,7 @@ Result<std::vector<std::vector<uint32_t>>> partitionBlockCyclic(const std::vecto
   return out;
 }
 
-Result<std::vector<BlockEvalSplit>> blockEvalIndices(const std::vector<uint8_t>& labels,
+Result<std::vector<BlockEvalSplit>> blockEvalIndices(const std::vector<Label>& labels,
                                                      uint32_t num_classes, uint32_t blocks,
                                                      double skew, uint32_t validation,
                                                      uint32_t test, uint64_t seed) {

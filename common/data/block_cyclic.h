@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/data/dataset.h"
 #include "common/status.h"
 
 namespace fedfleet::data {
@@ -45,7 +46,7 @@ std::vector<uint32_t> blockClassCounts(uint32_t block, uint32_t blocks, uint32_t
 // n / num_partitions). Samples left over are not used.
 // Failures (kInvalidArgument): blocks == 0 or > num_classes, skew outside [0, 1],
 // num_partitions == 0, a label >= num_classes, or no S >= 1 fits.
-Result<std::vector<std::vector<uint32_t>>> partitionBlockCyclic(const std::vector<uint8_t>& labels,
+Result<std::vector<std::vector<uint32_t>>> partitionBlockCyclic(const std::vector<Label>& labels,
                                                                 uint32_t num_classes,
                                                                 const BlockCyclicSpec& spec);
 
@@ -58,7 +59,7 @@ struct BlockEvalSplit {
   std::vector<uint32_t> validation;
   std::vector<uint32_t> test;
 };
-Result<std::vector<BlockEvalSplit>> blockEvalIndices(const std::vector<uint8_t>& labels,
+Result<std::vector<BlockEvalSplit>> blockEvalIndices(const std::vector<Label>& labels,
                                                      uint32_t num_classes, uint32_t blocks,
                                                      double skew, uint32_t validation,
                                                      uint32_t test, uint64_t seed);

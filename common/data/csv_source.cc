@@ -56,8 +56,12 @@ class CsvDataVisitor : public CsvVisitor {
     }
     if (keep(row)) {
       out_.features.insert(out_.features.end(), row_features_.begin(), row_features_.end());
-      out_.labels.push_back(row_label_);
-      max_label_ = std::max<int>(max_label_, row_label_);
+      if (columns_.regression) {
+        out_.targets.push_back(row_target_);
+      } else {
+        out_.labels.push_back(row_label_);
+        max_label_ = std::max(max_label_, row_label_);
+      }
     }
     ++samples_;
     return Status::ok();
@@ -65,7 +69,7 @@ class CsvDataVisitor : public CsvVisitor {
 
   size_t samples() const { return samples_; }
   bool sawHeader() const { return !role_.empty(); }
-  int maxLabel() const { return max_label_; }
+  Label maxLabel() const { return max_label_; }
 
  private:
   // Rows are 1-based in messages and count the header, so that a file without quoted line
@@ -74,16 +78,29 @@ class CsvDataVisitor : public CsvVisitor {
   bool keep(size_t row) const { return limit_ == 0 || row <= limit_; }
 
   Status takeLabel(size_t row, size_t col, std::string_view text) {
+    if (columns_.regression) {
+      double t = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), t);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+          !std::isfinite(t) || std::abs(t) > 3.4e38) {
+        return invalidArgument(
+            where(row) + ", column '" + header_[col] + "': the target " +
+            (text.empty() ? std::string("is missing") : quoted(text) + " is not a finite number") +
+            " (data.task = \"regression\" takes numeric targets)");
+      }
+      row_target_ = static_cast<float>(t);
+      return Status::ok();
+    }
     int64_t v = -1;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < 0 ||
-        v >= kMaxCsvClasses) {
+        v >= kMaxClasses) {
       return invalidArgument(
           where(row) + ", column '" + header_[col] + "': the label " +
           (text.empty() ? std::string("is missing") : quoted(text) + " is not a class id") +
-          " (labels are integers from 0 to " + std::to_string(kMaxCsvClasses - 1) + ")");
+          " (labels are integers from 0 to " + std::to_string(kMaxClasses - 1) + ")");
     }
-    row_label_ = static_cast<uint8_t>(v);
+    row_label_ = v;
     return Status::ok();
   }
 
@@ -131,6 +148,7 @@ class CsvDataVisitor : public CsvVisitor {
     if (k == 0) return invalidArgument("no feature columns: the header has only the label");
     row_features_.assign(static_cast<size_t>(k), 0.0f);
     out_.feature_dim = static_cast<uint32_t>(k);
+    if (columns_.regression) out_.target_dim = 1;
     return Status::ok();
   }
 
@@ -140,8 +158,9 @@ class CsvDataVisitor : public CsvVisitor {
   std::vector<std::string> header_;
   std::vector<int> role_;  // per column: kIgnored, kLabel or the feature's index
   std::vector<float> row_features_;
-  uint8_t row_label_ = 0;
-  int max_label_ = 0;
+  Label row_label_ = 0;
+  float row_target_ = 0;
+  Label max_label_ = 0;
   size_t samples_ = 0;
 };
 
@@ -157,7 +176,8 @@ Result<Dataset> loadCsv(const std::string& path, const CsvColumns& columns, size
   if (visitor.samples() == 0) {
     return invalidArgument("data file '" + path + "' has a header but no samples");
   }
-  ds.num_classes = static_cast<uint32_t>(std::max(2, visitor.maxLabel() + 1));
+  ds.num_classes =
+      columns.regression ? 0 : static_cast<uint32_t>(std::max<Label>(2, visitor.maxLabel() + 1));
   return ds;
 }
 

@@ -1,6 +1,7 @@
-// The CSV data source: numeric feature columns and an integer class label column, named in the
-// config, under a header row. Each row is one sample; the features become a feature-vector
-// Dataset (common/data/dataset.h) batched as they are stored.
+// The CSV data source: numeric feature columns and an integer class label column (or, for
+// regression, a numeric target column), named in the config, under a header row. Each row is one
+// sample; the features become a feature-vector Dataset (common/data/dataset.h) batched as they are
+// stored.
 #pragma once
 
 #include <cstddef>
@@ -13,18 +14,17 @@
 namespace fedfleet::data {
 
 struct CsvColumns {
-  std::string label = "label";        // the column of class ids 0, 1, ..., 255
+  std::string label = "label";        // the column of class ids 0, 1, ... (or of targets)
   std::vector<std::string> features;  // in this order; empty: every other column, in file order
+  bool regression = false;            // the label column holds float targets (target_dim 1)
 };
-
-// The classes a CSV label column may name: labels are stored as bytes.
-inline constexpr int kMaxCsvClasses = 256;
 
 // Reads the CSV data file at `path` (header row, then one sample per row). Every row must have
 // as many fields as the header; feature fields must be finite numbers (an empty field is a
-// missing value, refused); labels integers in [0, 255]. Columns not named are ignored.
+// missing value, refused); labels integers in [0, kMaxClasses), or with `regression` finite
+// numbers stored as targets (target_dim 1, no labels). Columns not named are ignored.
 // `limit` > 0 keeps only the first `limit` samples (the whole file is still read and
-// checked). num_classes is the largest label + 1 (at least 2).
+// checked). num_classes is the largest label + 1 (at least 2; regression: 0).
 // Errors, each naming the file (and the row and column where there is one): kNotFound,
 // kIoError, kInvalidArgument for text that is not CSV, an empty or duplicated header name, a
 // named column the header lacks, a label column among the features, no feature columns, a

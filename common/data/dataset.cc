@@ -240,9 +240,9 @@ Dataset assembleIdx(IdxFile images, IdxFile labels) {
   ds.rows = images.dims[1];
   ds.cols = images.dims[2];
   ds.images = std::move(images.payload);
-  ds.labels = std::move(labels.payload);
+  ds.labels.assign(labels.payload.begin(), labels.payload.end());
   uint32_t max_label = 0;
-  for (uint8_t l : ds.labels) max_label = std::max<uint32_t>(max_label, l);
+  for (Label l : ds.labels) max_label = std::max<uint32_t>(max_label, l);
   ds.num_classes = std::max<uint32_t>(2, max_label + 1);
   return ds;
 }

@@ -19,24 +19,37 @@
 
 namespace fedfleet::data {
 
+// A class id. Any number of classes up to kMaxClasses (the partitioners keep one index list per
+// class, so the bound keeps a hostile or mistyped label from asking for gigabytes).
+using Label = int64_t;
+inline constexpr Label kMaxClasses = Label{1} << 20;
+
 // A labelled set of samples of one of two kinds:
 //  - images (feature_dim == 0): grey-scale, rows x cols bytes each, normalised when batched;
 //  - feature vectors (feature_dim > 0): feature_dim floats each, already normalised and batched
 //    as they are; rows = cols = 0 and the image fields stay empty.
+// Its samples carry either class labels (classification: `labels`, each < num_classes) or float
+// targets (regression: target_dim > 0, `targets` holds target_dim floats per sample and
+// `labels` stays empty); a regression set is always a feature-vector set.
 struct Dataset {
   uint32_t rows = 0, cols = 0, num_classes = 10;
-  uint32_t feature_dim = 0;     // > 0: this is a feature-vector data set
+  uint32_t feature_dim = 0;  // > 0: this is a feature-vector data set
   // Feature-vector sets: the shape one sample has for the model (a tensors file's [3, 32, 32],
   // say), its product feature_dim; empty: a plain vector, [feature_dim].
   std::vector<uint32_t> sample_shape;
   std::vector<float> features;  // size() * feature_dim floats, sample after sample
   std::vector<uint8_t> images;  // size() * rows * cols bytes, row-major, sample after sample;
                                 // empty when the pixels are shared (see shareImages)
-  std::vector<uint8_t> labels;  // one label per sample, each < num_classes
+  std::vector<Label> labels;    // one label per sample, each < num_classes
+  uint32_t target_dim = 0;      // > 0: a regression set
+  std::vector<float> targets;   // size() * target_dim floats, sample after sample
   std::shared_ptr<const uint8_t> shared_images;  // read-only mapping of a cache file, or null
 
-  size_t size() const { return labels.size(); }
+  size_t size() const { return target_dim > 0 ? targets.size() / target_dim : labels.size(); }
   bool hasFeatures() const { return feature_dim > 0; }
+  bool hasTargets() const { return target_dim > 0; }
+  // Precondition: hasTargets(), i < size().
+  const float* target(size_t i) const { return targets.data() + i * target_dim; }
   // Precondition: hasFeatures(), i < size().
   const float* feature(size_t i) const { return features.data() + i * feature_dim; }
   size_t imageBytes() const { return static_cast<size_t>(rows) * cols; }

@@ -16,12 +16,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kMaxClasses = 256;  // labels are bytes
-constexpr size_t kChunk = 32;        // images a decoding thread takes at a time
+constexpr size_t kChunk = 32;  // images a decoding thread takes at a time
 
 struct ImageFile {
   std::string path;
-  uint8_t label = 0;
+  Label label = 0;
 };
 
 struct Listing {
@@ -73,7 +72,7 @@ Result<Listing> listImageFolder(const std::string& root) {
                            "' holds no class folder: put the images of each class in a folder "
                            "of its own (root/<class name>/<image>.png)");
   }
-  if (listing.classes.size() > kMaxClasses) {
+  if (listing.classes.size() > static_cast<size_t>(kMaxClasses)) {
     return invalidArgument("image folder '" + root + "' holds " +
                            std::to_string(listing.classes.size()) + " class folders, more than " +
                            std::to_string(kMaxClasses));
@@ -87,7 +86,7 @@ Result<Listing> listImageFolder(const std::string& root) {
                              "' holds no .png, .jpg or .jpeg file");
     }
     for (const std::string& name : names) {
-      listing.files.push_back({(dir / name).string(), static_cast<uint8_t>(label)});
+      listing.files.push_back({(dir / name).string(), static_cast<Label>(label)});
     }
   }
   return listing;

@@ -35,8 +35,8 @@ struct ImageFolder {
 // order, then name order), and only those are decoded. Without a configured size the first
 // image's size is taken, and every other image is resampled to it.
 // Failures, each naming the folder or the file: kNotFound when `root` does not exist;
-// kInvalidArgument when it is not a folder, holds no class folder or more than 256, when a class
-// folder holds no image file, or for bad options; kCorrupt for a file with an image extension
+// kInvalidArgument when it is not a folder, holds no class folder or more than kMaxClasses, when a
+// class folder holds no image file, or for bad options; kCorrupt for a file with an image extension
 // that does not decode (damaged, truncated, not an image at all); kIoError when a folder or a
 // file cannot be read. When several images fail, the first in order is reported.
 Result<ImageFolder> loadImageFolder(const std::string& root, const ImageFolderOptions& options,

@@ -17,7 +17,7 @@ void sortAll(Partitions& parts) {
 }
 
 // Indices of each class, in ascending order.
-std::vector<std::vector<uint32_t>> indicesByClass(const std::vector<uint8_t>& labels,
+std::vector<std::vector<uint32_t>> indicesByClass(const std::vector<Label>& labels,
                                                   uint32_t num_classes) {
   std::vector<std::vector<uint32_t>> by_class(num_classes);
   for (size_t i = 0; i < labels.size(); ++i)
@@ -61,7 +61,7 @@ std::vector<double> sampleDirichlet(double alpha, size_t dim, std::mt19937_64& r
   return logs;
 }
 
-Result<Partitions> partitionDirichlet(const std::vector<uint8_t>& labels, uint32_t num_classes,
+Result<Partitions> partitionDirichlet(const std::vector<Label>& labels, uint32_t num_classes,
                                       const PartitionSpec& spec, std::mt19937_64& rng) {
   const size_t n = labels.size();
   const uint32_t parts = spec.num_partitions;
@@ -116,7 +116,7 @@ Result<Partitions> partitionDirichlet(const std::vector<uint8_t>& labels, uint32
                          std::to_string(spec.alpha) + "); raise alpha or lower min_samples");
 }
 
-Partitions partitionLabels(const std::vector<uint8_t>& labels, uint32_t num_classes,
+Partitions partitionLabels(const std::vector<Label>& labels, uint32_t num_classes,
                            const PartitionSpec& spec, std::mt19937_64& rng) {
   const uint32_t parts = spec.num_partitions, c = spec.labels_per_client, k_all = num_classes;
   std::vector<bool> covered(k_all, false);
@@ -167,7 +167,7 @@ Partitions partitionLabels(const std::vector<uint8_t>& labels, uint32_t num_clas
   return out;
 }
 
-Partitions partitionShards(const std::vector<uint8_t>& labels, const PartitionSpec& spec,
+Partitions partitionShards(const std::vector<Label>& labels, const PartitionSpec& spec,
                            std::mt19937_64& rng) {
   const size_t n = labels.size();
   std::vector<uint32_t> by_label(n);
@@ -239,19 +239,50 @@ std::vector<std::string> partitionSchemeNames() {
   return {"iid", "dirichlet", "labels", "shards", "quantity"};
 }
 
-Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<uint8_t>& labels,
+namespace {
+
+// The checks every scheme shares: n addressable, 1 <= num_partitions <= n; alpha for the
+// schemes that draw from a Dirichlet.
+Status checkSpec(size_t n, const PartitionSpec& spec) {
+  if (n > std::numeric_limits<uint32_t>::max()) {
+    return invalidArgument("partition: more samples than 32-bit indices can address");
+  }
+  if (spec.num_partitions == 0) return invalidArgument("partition: num_partitions must be > 0");
+  if (spec.num_partitions > n) {
+    return invalidArgument("partition: num_partitions " + std::to_string(spec.num_partitions) +
+                           " exceeds the " + std::to_string(n) + " samples");
+  }
+  if ((spec.scheme == "dirichlet" || spec.scheme == "quantity") &&
+      (!(spec.alpha > 0) || !std::isfinite(spec.alpha))) {
+    return invalidArgument("partition: " + spec.scheme + " alpha must be a finite value > 0, got " +
+                           std::to_string(spec.alpha));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<uint32_t>>> partitionUnlabelled(size_t n,
+                                                               const PartitionSpec& spec) {
+  try {
+    FEDFLEET_RETURN_IF_ERROR(checkSpec(n, spec));
+    std::mt19937_64 rng(spec.seed);
+    if (spec.scheme == "iid") return partitionIid(n, spec.num_partitions, rng);
+    if (spec.scheme == "quantity") return partitionQuantity(n, spec, rng);
+    return invalidArgument("partition: '" + spec.scheme +
+                           "' splits by class label, and these samples have none (regression "
+                           "targets): use iid or quantity");
+  } catch (const std::bad_alloc&) {
+    return resourceExhausted("partition: out of memory");
+  }
+}
+
+Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<Label>& labels,
                                                             uint32_t num_classes,
                                                             const PartitionSpec& spec) {
   try {
     const size_t n = labels.size();
-    if (n > std::numeric_limits<uint32_t>::max()) {
-      return invalidArgument("partition: more samples than 32-bit indices can address");
-    }
-    if (spec.num_partitions == 0) return invalidArgument("partition: num_partitions must be > 0");
-    if (spec.num_partitions > n) {
-      return invalidArgument("partition: num_partitions " + std::to_string(spec.num_partitions) +
-                             " exceeds the " + std::to_string(n) + " samples");
-    }
+    FEDFLEET_RETURN_IF_ERROR(checkSpec(n, spec));
     if (num_classes == 0) return invalidArgument("partition: num_classes must be > 0");
     for (size_t i = 0; i < n; ++i) {
       if (labels[i] >= num_classes) {
@@ -262,15 +293,8 @@ Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<ui
     }
     std::mt19937_64 rng(spec.seed);
     if (spec.scheme == "iid") return partitionIid(n, spec.num_partitions, rng);
-    if (spec.scheme == "dirichlet" || spec.scheme == "quantity") {
-      if (!(spec.alpha > 0) || !std::isfinite(spec.alpha)) {
-        return invalidArgument("partition: " + spec.scheme +
-                               " alpha must be a finite value > 0, got " +
-                               std::to_string(spec.alpha));
-      }
-      if (spec.scheme == "quantity") return partitionQuantity(n, spec, rng);
-      return partitionDirichlet(labels, num_classes, spec, rng);
-    }
+    if (spec.scheme == "quantity") return partitionQuantity(n, spec, rng);
+    if (spec.scheme == "dirichlet") return partitionDirichlet(labels, num_classes, spec, rng);
     if (spec.scheme == "labels") {
       if (spec.labels_per_client == 0 || spec.labels_per_client > num_classes) {
         return invalidArgument("partition: labels_per_client must be in 1.." +

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/data/dataset.h"
 #include "common/status.h"
 
 namespace fedfleet::data {
@@ -64,8 +65,13 @@ std::vector<std::string> partitionSchemeNames();
 // finite (dirichlet, quantity); labels_per_client == 0 or > num_classes; shards_per_client == 0
 // or num_partitions * shards_per_client > samples; dirichlet or quantity unable to give every
 // partition min_samples after 1000 draws (or num_partitions * min_samples > samples).
-Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<uint8_t>& labels,
+Result<std::vector<std::vector<uint32_t>>> partitionIndices(const std::vector<Label>& labels,
                                                             uint32_t num_classes,
                                                             const PartitionSpec& spec);
+
+// The schemes that ignore labels ("iid", "quantity") over samples 0..n-1 of a set without class
+// labels (regression targets): the same partitions partitionIndices gives n labelled samples
+// with the same spec. kInvalidArgument for a scheme that splits by label, and as above.
+Result<std::vector<std::vector<uint32_t>>> partitionUnlabelled(size_t n, const PartitionSpec& spec);
 
 }  // namespace fedfleet::data

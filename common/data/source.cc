@@ -45,7 +45,12 @@ Dataset subsetOf(const Dataset& ds, const std::vector<uint32_t>& indices) {
   out.num_classes = ds.num_classes;
   out.feature_dim = ds.feature_dim;
   out.sample_shape = ds.sample_shape;
-  out.labels.reserve(indices.size());
+  out.target_dim = ds.target_dim;
+  if (ds.hasTargets()) {
+    out.targets.reserve(indices.size() * ds.target_dim);
+  } else {
+    out.labels.reserve(indices.size());
+  }
   if (ds.hasFeatures()) {
     out.features.resize(indices.size() * ds.feature_dim);
   } else {
@@ -53,7 +58,11 @@ Dataset subsetOf(const Dataset& ds, const std::vector<uint32_t>& indices) {
   }
   for (size_t j = 0; j < indices.size(); ++j) {
     const uint32_t i = indices[j];
-    out.labels.push_back(ds.labels[i]);
+    if (ds.hasTargets()) {
+      out.targets.insert(out.targets.end(), ds.target(i), ds.target(i) + ds.target_dim);
+    } else {
+      out.labels.push_back(ds.labels[i]);
+    }
     if (ds.hasFeatures()) {
       std::memcpy(out.features.data() + j * ds.feature_dim, ds.feature(i),
                   ds.feature_dim * sizeof(float));
@@ -163,14 +172,16 @@ Result<Dataset> readSplit(const FileSource& s, bool train, TrainingFolder& train
 }
 
 std::string shapeOf(const Dataset& ds) {
+  const std::string targets =
+      ds.hasTargets() ? " with " + std::to_string(ds.target_dim) + " float targets" : "";
   if (!ds.sample_shape.empty()) {
     std::string s = "samples of shape [";
     for (size_t i = 0; i < ds.sample_shape.size(); ++i) {
       s += (i ? ", " : "") + std::to_string(ds.sample_shape[i]);
     }
-    return s + "]";
+    return s + "]" + targets;
   }
-  if (ds.hasFeatures()) return std::to_string(ds.feature_dim) + " features";
+  if (ds.hasFeatures()) return std::to_string(ds.feature_dim) + " features" + targets;
   return std::to_string(ds.rows) + "x" + std::to_string(ds.cols) + " images";
 }
 
@@ -186,7 +197,7 @@ Result<TrainTest> loadTrainTest(const FileSource& source) {
     const Dataset& a = out.train;
     const Dataset& b = out.test;
     if (a.feature_dim != b.feature_dim || a.rows != b.rows || a.cols != b.cols ||
-        a.sample_shape != b.sample_shape) {
+        a.sample_shape != b.sample_shape || a.target_dim != b.target_dim) {
       return invalidArgument("the training data ('" + source.path + "') holds " + shapeOf(a) +
                              ", the test data ('" + source.test_path + "') " + shapeOf(b) +
                              ": both must have the same sample shape");
@@ -215,13 +226,14 @@ Status appendSamples(Dataset& into, const Dataset& more, const std::string& file
     return Status::ok();
   }
   if (into.feature_dim != more.feature_dim || into.rows != more.rows || into.cols != more.cols ||
-      into.sample_shape != more.sample_shape) {
+      into.sample_shape != more.sample_shape || into.target_dim != more.target_dim) {
     return invalidArgument(file + " holds " + shapeOf(more) + ", the files before it " +
                            shapeOf(into) + ": every client's file must have the same sample shape");
   }
   into.features.insert(into.features.end(), more.features.begin(), more.features.end());
   into.images.insert(into.images.end(), more.pixels(), more.pixels() + more.pixelBytes());
   into.labels.insert(into.labels.end(), more.labels.begin(), more.labels.end());
+  into.targets.insert(into.targets.end(), more.targets.begin(), more.targets.end());
   into.num_classes = std::max(into.num_classes, more.num_classes);
   return Status::ok();
 }

@@ -5,7 +5,7 @@
 
 namespace fedfleet::data {
 
-Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<uint8_t>& labels,
+Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<Label>& labels,
                                                        uint32_t num_classes,
                                                        const wire::DataSpec& spec) {
   if (spec.scheme == "block-cyclic") {
@@ -23,6 +23,22 @@ Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<uint8_t
   ps.num_partitions = spec.num_partitions;
   ps.seed = spec.seed;
   return partitionIndices(labels, num_classes, ps);
+}
+
+Result<std::vector<std::vector<uint32_t>>> splitBySpec(const Dataset& ds,
+                                                       const wire::DataSpec& spec) {
+  if (!ds.hasTargets()) return splitBySpec(ds.labels, ds.num_classes, spec);
+  if (spec.scheme == "block-cyclic") {
+    return invalidArgument(
+        "partition: block-cyclic splits by class label; regression targets "
+        "have none");
+  }
+  PartitionSpec ps;
+  ps.scheme = spec.scheme;
+  ps.alpha = spec.alpha;
+  ps.num_partitions = spec.num_partitions;
+  ps.seed = spec.seed;
+  return partitionUnlabelled(ds.size(), ps);
 }
 
 }  // namespace fedfleet::data

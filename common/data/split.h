@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/data/dataset.h"
 #include "common/status.h"
 #include "common/wire/messages.h"
 
@@ -17,8 +18,13 @@ namespace fedfleet::data {
 // spec.blocks and spec.skew, as the simulator splits; every other scheme is partitionIndices).
 // spec.index and spec.subset are not read: the caller loads the subset. Errors as the
 // partitioners'.
-Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<uint8_t>& labels,
+Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<Label>& labels,
                                                        uint32_t num_classes,
+                                                       const wire::DataSpec& spec);
+
+// The partitions of `ds`: by its labels as above, or, for a set of regression targets, by
+// partitionUnlabelled (iid and quantity only; kInvalidArgument for a scheme that needs labels).
+Result<std::vector<std::vector<uint32_t>>> splitBySpec(const Dataset& ds,
                                                        const wire::DataSpec& spec);
 
 }  // namespace fedfleet::data

@@ -188,8 +188,7 @@ Result<SyntheticFederation> SyntheticFederation::create(const SyntheticSpec& spe
   if (spec.devices == 0) return bad("devices must be >= 1");
   if (spec.dim == 0) return bad("dim must be >= 1");
   if (spec.num_classes < 2 || spec.num_classes > 256) {
-    return bad("num_classes must be in 2..256 (labels are bytes), got " +
-               std::to_string(spec.num_classes));
+    return bad("num_classes must be in 2..256, got " + std::to_string(spec.num_classes));
   }
   if (!std::isfinite(spec.alpha) || spec.alpha < 0) {
     return bad("alpha must be finite and >= 0, got " + std::to_string(spec.alpha));
@@ -247,8 +246,8 @@ SyntheticFederation::DeviceParameters SyntheticFederation::deviceParameters(uint
   NormalSource normal(Xoshiro256pp(spec_.seed, k, Stream::kParameters));
   std::vector<float> z(2 + dim + dim * classes + classes);
   normal.fill(z.data(), z.size());
-  const double u = spec_.alpha * z[0];     // u_k ~ N(0, alpha): mean of W and b
-  double big_b = spec_.beta * z[1];        // B_k ~ N(0, beta)
+  const double u = spec_.alpha * z[0];  // u_k ~ N(0, alpha): mean of W and b
+  double big_b = spec_.beta * z[1];     // B_k ~ N(0, beta)
   // Block-cyclic variant: device k is in block m = k mod blocks; B_k is centred at m x shift and
   // b_k favours block m's class group by + shift.
   const uint32_t block = spec_.blocks > 0 ? static_cast<uint32_t>(k % spec_.blocks) : 0;
@@ -325,7 +324,7 @@ Result<Dataset> SyntheticFederation::generate(uint64_t k, bool train) const {
         for (size_t c = 1; c < classes; ++c) {
           if (logits[c * kBlock + i] > logits[best * kBlock + i]) best = c;
         }
-        ds.labels[i0 + i] = static_cast<uint8_t>(best);
+        ds.labels[i0 + i] = static_cast<Label>(best);
       }
     }
     return ds;

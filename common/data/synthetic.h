@@ -58,7 +58,7 @@ struct SyntheticSpec {
 // Cheap to copy; every method is const and safe to call from several threads at once.
 class SyntheticFederation {
  public:
-  // Validates `spec`: devices >= 1, dim >= 1, 2 <= num_classes <= 256 (labels are bytes), alpha
+  // Validates `spec`: devices >= 1, dim >= 1, 2 <= num_classes <= 256, alpha
   // and beta finite and >= 0, 0 < train_fraction < 1, max_samples == 0 or >= 2 (a device needs a
   // train and a test sample). kInvalidArgument saying which otherwise. O(dim * num_classes) time
   // and memory (the IID variant's shared parameters), whatever the device count.

@@ -27,7 +27,9 @@ void BatchBuilder::reserve(size_t n) {
     const auto dtype = device_.is_cpu() ? at::kFloat : at::kByte;
     x_host_ = at::empty({cap, 1, rows, cols}, at::TensorOptions().dtype(dtype));
   }
-  y_host_ = at::empty({cap}, at::TensorOptions().dtype(at::kLong));
+  y_host_ = ds_.hasTargets() ? at::empty({cap, static_cast<int64_t>(ds_.target_dim)},
+                                         at::TensorOptions().dtype(at::kFloat))
+                             : at::empty({cap}, at::TensorOptions().dtype(at::kLong));
   capacity_ = n;
 }
 
@@ -35,16 +37,21 @@ std::pair<at::Tensor, at::Tensor> BatchBuilder::build(const uint32_t* indices, s
   FEDFLEET_CHECK_MSG(n > 0, "empty batch");
   reserve(n);
   const size_t ds_size = ds_.size();
-  int64_t* y = y_host_.data_ptr<int64_t>();
   const auto len = static_cast<int64_t>(n);
   if (ds_.hasFeatures()) {
-    const size_t dim = ds_.feature_dim;
+    const size_t dim = ds_.feature_dim, t_dim = ds_.target_dim;
     float* x = x_host_.data_ptr<float>();
+    float* targets = t_dim > 0 ? y_host_.data_ptr<float>() : nullptr;
+    int64_t* labels = t_dim > 0 ? nullptr : y_host_.data_ptr<int64_t>();
     for (size_t i = 0; i < n; ++i) {
       const uint32_t s = indices[i];
       FEDFLEET_CHECK_MSG(s < ds_size, "batch index out of range");
       std::memcpy(x + i * dim, ds_.feature(s), dim * sizeof(float));
-      y[i] = ds_.labels[s];
+      if (targets != nullptr) {
+        std::memcpy(targets + i * t_dim, ds_.target(s), t_dim * sizeof(float));
+      } else {
+        labels[i] = ds_.labels[s];
+      }
     }
     at::Tensor xs = x_host_.narrow(0, 0, len), ys = y_host_.narrow(0, 0, len);
     if (!ds_.sample_shape.empty()) {
@@ -56,6 +63,7 @@ std::pair<at::Tensor, at::Tensor> BatchBuilder::build(const uint32_t* indices, s
     return {xs.to(device_), ys.to(device_)};
   }
   const size_t pixels = ds_.imageBytes();
+  int64_t* y = y_host_.data_ptr<int64_t>();
   if (device_.is_cpu()) {
     float* x = x_host_.data_ptr<float>();
     for (size_t i = 0; i < n; ++i) {

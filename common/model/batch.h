@@ -38,7 +38,8 @@ struct PixelNormalization {
 
 // Gathers samples indices[0..n) of `ds` into a float tensor, [n, 1, rows, cols] normalised with
 // (mean, std) for images or [n, feature_dim] as stored for feature vectors (mean and std unused),
-// and int64 labels [n], both on `device` and owning their memory.
+// and the targets: int64 labels [n], or for a regression set float [n, target_dim], both on
+// `device` and owning their memory.
 // Preconditions (checked, abort): every index < ds.size(), n > 0, and a feature-vector set holds
 // size() * feature_dim floats. On a LibTorch failure (out of device memory, say) returns a pair
 // of undefined tensors; test with .defined().
@@ -71,7 +72,7 @@ class BatchBuilder {
   size_t capacity_ = 0;
   at::Tensor x_host_;  // images: float [capacity, 1, rows, cols] on the CPU device, else uint8;
                        // feature vectors: float [capacity, feature_dim]
-  at::Tensor y_host_;  // int64 [capacity]
+  at::Tensor y_host_;  // int64 [capacity], or float [capacity, target_dim]
 };
 
 }  // namespace fedfleet::model

@@ -18,6 +18,7 @@ Result<data::FileSource> fileSourceOf(const config::Config& config) {
   source.test_labels_path = dc.test_labels_path;
   source.csv.label = dc.label_column;
   source.csv.features = dc.feature_columns;
+  source.csv.regression = dc.task == "regression";
   source.read_tensors = [](const std::string& path, size_t limit) {
     return loadTensorFile(path, limit);
   };
@@ -33,12 +34,18 @@ Result<data::FileSource> fileSourceOf(const config::Config& config) {
   return source;
 }
 
-namespace {
-
-// data.num_classes applied to `ds`, read from `file`: a label at or above it is an error.
 Status applyClasses(data::Dataset& ds, const config::Config& config, const std::string& file) {
+  const bool regression = config.data.task == "regression";
+  if (ds.size() > 0 && ds.hasTargets() != regression) {
+    return invalidArgument(
+        file + (regression ? " holds class labels, but data.task = \"regression\" needs float "
+                             "targets (a float \"y\" in a tensors file)"
+                           : " holds float targets (a float \"y\"): set data.task = "
+                             "\"regression\" with train.loss = \"mse\", or save class ids "
+                             "(y.long() in Python)"));
+  }
   if (const uint32_t classes = config.data.num_classes; classes > 0) {
-    for (uint8_t label : ds.labels) {
+    for (data::Label label : ds.labels) {
       if (label >= classes) {
         return invalidArgument(file + " has label " + std::to_string(label) +
                                ", beyond data.num_classes = " + std::to_string(classes));
@@ -48,6 +55,8 @@ Status applyClasses(data::Dataset& ds, const config::Config& config, const std::
   }
   return Status::ok();
 }
+
+namespace {
 
 // The source's training file alone, with data.num_classes applied.
 Result<data::Dataset> loadAlone(data::FileSource source, const config::Config& config,
@@ -141,10 +150,13 @@ Result<InputShape> declaredInputShape(const config::Config& config) {
       "the coordinator has no test file (data.test_path) to read the samples' shape from, so "
       "model '" +
       config.model.name + "' is built from the config: ";
-  if (dc.num_classes == 0) {
+  if (dc.task == "regression") {
+    shape.classes = 1;  // a csv file's one target column
+  } else if (dc.num_classes == 0) {
     return invalidArgument(what + "give data.num_classes (or data.test_path)");
+  } else {
+    shape.classes = dc.num_classes;
   }
-  shape.classes = dc.num_classes;
   if (config.dataFormat() == "csv" && !dc.feature_columns.empty()) {
     shape.sample = {static_cast<int64_t>(dc.feature_columns.size())};
     return shape;

@@ -14,6 +14,12 @@ namespace fedfleet::model {
 // The FileSource of config.data (readsDataFiles() must hold; kInvalidArgument otherwise).
 Result<data::FileSource> fileSourceOf(const config::Config& config);
 
+// The config's word on a data set read from `file`: its kind of target must be data.task's
+// (class labels for "classification", float targets for "regression"), and data.num_classes,
+// when set, becomes its class count (a label at or above it is an error). kInvalidArgument
+// naming the file and what to change otherwise.
+Status applyClasses(data::Dataset& ds, const config::Config& config, const std::string& file);
+
 // A client's own data (data.partition = "none": it trains everything it holds): data.path
 // (with data.labels_path for idx), data.train_subset applied, less the data.holdout_fraction it
 // holds out; and its held-out data for federated evaluation: data.test_path when given, else

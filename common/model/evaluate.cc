@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/model/export.h"
+#include "common/model/loss.h"
 
 namespace fedfleet::model {
 namespace {
@@ -45,20 +46,20 @@ Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const 
     EvalScope scope(model, device);
     c10::NoGradGuard no_grad;
     BatchBuilder builder(ds, device);
-    const auto on_device = at::TensorOptions().device(device);
-    at::Tensor loss_sum = at::zeros({}, on_device.dtype(at::kDouble));
-    at::Tensor correct = at::zeros({}, on_device.dtype(at::kLong));
+    MetricSums sums(model.loss(), model);
     for (size_t pos = 0; pos < n; pos += batch_size) {
       const size_t b = std::min(batch_size, n - pos);
       auto [x, y] = builder.build(indices + pos, b);
-      const at::Tensor logits = model.forward(x);
-      loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).to(at::kDouble);
-      correct += logits.argmax(1).eq(y).sum();
+      sums.add(model.forward(x), y);
     }
+    const MetricSums::Totals t = sums.totals();
     EvalResult r;
     r.n = n;
-    r.loss = loss_sum.item<double>() / static_cast<double>(n);
-    r.accuracy = static_cast<double>(correct.item<int64_t>()) / static_cast<double>(n);
+    r.loss = t.loss;
+    r.accuracy = t.accuracy;
+    r.mse = t.mse;
+    r.mae = t.mae;
+    r.custom = t.custom;
     return r;
   } catch (const c10::Error& e) {
     return internalError(std::string("evaluate: ") + e.what_without_backtrace());
@@ -75,6 +76,7 @@ Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::stri
   if (Status st = data::checkSampleStorage(ds); !st.isOk()) {
     return invalidArgument(data_name + ": " + st.message());
   }
+  FEDFLEET_RETURN_IF_ERROR(checkLossFitsData(model.loss(), ds, data_name));
   const size_t n = std::min(std::max<size_t>(batch_size, 1), ds.size());
   std::vector<uint32_t> indices(n);
   std::iota(indices.begin(), indices.end(), 0u);
@@ -102,22 +104,60 @@ Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::stri
   } catch (const c10::Error& e) {
     return internalError("start-up check of " + what + ": " + e.what_without_backtrace());
   }
-  if (!logits.defined() || logits.dim() != 2 || logits.size(0) != static_cast<int64_t>(n)) {
-    const std::vector<int64_t> out =
-        logits.defined() ? logits.sizes().vec() : std::vector<int64_t>{};
+  const std::vector<int64_t> out = logits.defined() ? logits.sizes().vec() : std::vector<int64_t>{};
+  const auto badOutput = [&](const std::string& wanted) {
     return invalidArgument(what + " do not fit: a batch of shape " + shapeText(input_shape) +
-                           " gives an output of shape " + shapeText(out) + ", not [" +
-                           std::to_string(n) + ", classes]");
+                           " gives an output of shape " + shapeText(out) + ", not " + wanted);
+  };
+  const LossKind loss = model.loss();
+  const auto rows = static_cast<int64_t>(n);
+  if (loss == LossKind::kCrossEntropy) {
+    if (!logits.defined() || logits.dim() != 2 || logits.size(0) != rows) {
+      return badOutput("[" + std::to_string(n) + ", classes]");
+    }
+    const int64_t classes = logits.size(1);
+    const data::Label top = *std::max_element(ds.labels.begin(), ds.labels.end());
+    if (top >= classes) {
+      return invalidArgument(what + " do not fit: the data has label " + std::to_string(top) +
+                             " but the model has " + std::to_string(classes) +
+                             " outputs (labels 0.." + std::to_string(classes - 1) +
+                             "): give the model at least " + std::to_string(top + 1) +
+                             " outputs, or check the labels");
+    }
+  } else if (loss != LossKind::kModule) {
+    const int64_t per = ds.hasTargets() ? ds.target_dim : 1;
+    if (!logits.defined() || logits.dim() < 1 || logits.size(0) != rows ||
+        logits.numel() != rows * per) {
+      return badOutput("[" + std::to_string(n) + ", " + std::to_string(per) + "] (" +
+                       std::to_string(per) + " output(s) per sample for train.loss = \"" +
+                       lossName(loss) + "\")");
+    }
   }
-  const int64_t classes = logits.size(1);
-  const uint8_t top = *std::max_element(ds.labels.begin(), ds.labels.end());
-  if (static_cast<int64_t>(top) >= classes) {
-    return invalidArgument(
-        what + " do not fit: the data has label " + std::to_string(top) + " but the model has " +
-        std::to_string(classes) + " outputs (labels 0.." + std::to_string(classes - 1) +
-        "): give the model at least " + std::to_string(top + 1) + " outputs, or check the labels");
+  try {  // the loss (a module's own), the metrics and the module's metrics on this batch
+    c10::NoGradGuard no_grad;
+    BatchBuilder builder(ds, logits.device());
+    auto [x, y] = builder.build(indices.data(), n);
+    MetricSums sums(loss, model);
+    sums.add(logits, y);
+    (void)sums.totals();
+  } catch (const c10::Error& e) {
+    return invalidArgument(what + " do not fit: train.loss = \"" + std::string(lossName(loss)) +
+                           "\" on the model's output " + shapeText(out) + ": " +
+                           errorCause(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return invalidArgument(what + " do not fit: train.loss = \"" + std::string(lossName(loss)) +
+                           "\" on the model's output " + shapeText(out) + ": " +
+                           errorCause(e.what()));
   }
   return Status::ok();
+}
+
+std::vector<std::pair<std::string, double>> namedMetrics(const EvalResult& r) {
+  std::vector<std::pair<std::string, double>> out;
+  if (r.mse) out.emplace_back("mse", *r.mse);
+  if (r.mae) out.emplace_back("mae", *r.mae);
+  out.insert(out.end(), r.custom.begin(), r.custom.end());
+  return out;
 }
 
 Result<EvalResult> evaluate(Model& model, const data::Dataset& ds, size_t limit, size_t batch_size,

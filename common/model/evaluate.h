@@ -1,11 +1,13 @@
-// Evaluation: mean cross-entropy and accuracy of a model on (part of) a data set.
+// Evaluation: mean loss (the model's train.loss) and metrics of a model on (part of) a data set.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/data/dataset.h"
@@ -16,10 +18,18 @@
 namespace fedfleet::model {
 
 struct EvalResult {
-  double loss = 0;      // mean cross-entropy over the evaluated samples
-  double accuracy = 0;  // fraction predicted correctly (argmax of the logits)
-  uint64_t n = 0;       // samples evaluated
+  double loss = 0;  // mean per-sample loss (the model's loss(), common/model/loss.h)
+  // Fraction predicted correctly: argmax of [n, C] logits against class labels; for bce, the
+  // outputs whose sign matches the 0/1 target. None for a regression by mse.
+  std::optional<double> accuracy;
+  std::optional<double> mse, mae;  // float targets: mean squared and absolute error per output
+  // The module's metrics(output, target): each its batch sums added up, over n.
+  std::vector<std::pair<std::string, double>> custom;
+  uint64_t n = 0;  // samples evaluated
 };
+
+// The metrics of `r` beside loss and accuracy, by name: "mse" and "mae" when set, then r.custom.
+std::vector<std::pair<std::string, double>> namedMetrics(const EvalResult& r);
 
 // Evaluates `model` on the first `limit` samples of `ds` (0 = all) in batches of `batch_size`,
 // in eval mode under a no-grad guard, with batches on `device`. If the model's parameters live
@@ -40,11 +50,13 @@ Result<EvalResult> evaluateIndices(Model& model, const data::Dataset& ds,
 
 // The start-up check: one batch (the first min(batch_size, size) samples) of `ds` goes through
 // `model` in eval mode under a no-grad guard, on the model's device (weights, buffers and mode
-// unchanged afterwards), before any round trains. OK when the model takes the input and returns
-// logits [n, C] with every label of `ds` (all of them are scanned) below C. Otherwise
+// unchanged afterwards), before any round trains. OK when the model's loss fits the data's
+// targets (checkLossFitsData), the model takes the input and returns what its loss needs
+// (cross-entropy: logits [n, C] with every label of `ds`, all of them scanned, below C; mse and
+// bce: one output per target), and the loss and the module's metrics run on the batch. Otherwise
 // kInvalidArgument naming `model_name`, `data_name` and the shapes: the input shape the model
-// rejected (with the first line of LibTorch's message), an output of another shape, or the
-// largest label and the model's C. An empty `ds` passes (nothing to check).
+// rejected (with the first line of LibTorch's message), an output of another shape, the largest
+// label and the model's C, or the loss's error. An empty `ds` passes (nothing to check).
 Status checkModelFitsData(Model& model, const data::Dataset& ds, const std::string& model_name,
                           const std::string& data_name, size_t batch_size = 8);
 

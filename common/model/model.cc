@@ -161,6 +161,31 @@ class TorchScriptModel final : public Model {
     }
     return out;
   }
+  bool hasMethod(const std::string& name) override { return module_.find_method(name).has_value(); }
+  at::Tensor callLoss(const at::Tensor& output, const at::Tensor& target) override {
+    const c10::IValue v = module_.get_method("loss")({output, target});
+    TORCH_CHECK(v.isTensor(), "the module's loss(output, target) returned a ", v.tagKind(),
+                ", not a tensor");
+    return v.toTensor();
+  }
+  std::vector<std::pair<std::string, at::Tensor>> callMetrics(const at::Tensor& output,
+                                                              const at::Tensor& target) override {
+    const c10::IValue v = module_.get_method("metrics")({output, target});
+    TORCH_CHECK(v.isGenericDict(), "the module's metrics(output, target) returned a ", v.tagKind(),
+                ", not a Dict[str, Tensor]");
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (const auto& entry : v.toGenericDict()) {
+      TORCH_CHECK(entry.key().isString() && entry.value().isTensor(),
+                  "the module's metrics(output, target) must return a Dict[str, Tensor]");
+      const at::Tensor t = entry.value().toTensor();
+      TORCH_CHECK(t.numel() == 1, "metric '", entry.key().toStringRef(), "' has ", t.numel(),
+                  " values; each metric is one number (the batch's sum)");
+      out.emplace_back(entry.key().toStringRef(), t.reshape({}));
+    }
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    return out;
+  }
   void train(bool on) override { module_.train(on); }
   bool isTraining() override { return module_.is_training(); }
   void to(const c10::Device& device) override { module_.to(device); }
@@ -227,8 +252,8 @@ Status checkShape(const std::string& name, const InputShape& shape) {
     }
     in *= d;
   }
-  if (shape.classes < 2) {
-    return invalidArgument("model '" + name + "': classes must be >= 2, got " +
+  if (shape.classes < 1) {
+    return invalidArgument("model '" + name + "': outputs (classes) must be >= 1, got " +
                            std::to_string(shape.classes));
   }
   if ((name == "cnn" || name == "lenet") && shape.sample != std::vector<int64_t>{1, 28, 28}) {
@@ -263,6 +288,17 @@ std::string cudaDriverDeviceName(int ordinal) {
 }
 
 }  // namespace
+
+at::Tensor Model::callLoss(const at::Tensor&, const at::Tensor&) {
+  TORCH_CHECK(false, "model ", name(), " has no loss(output, target) method");
+  return {};
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::callMetrics(const at::Tensor&,
+                                                                   const at::Tensor&) {
+  TORCH_CHECK(false, "model ", name(), " has no metrics(output, target) method");
+  return {};
+}
 
 c10::Device Model::device() {
   const auto params = parameters();
@@ -412,7 +448,7 @@ InputShape inputShapeOf(const data::Dataset& ds) {
   } else {
     shape.sample = {1, static_cast<int64_t>(ds.rows), static_cast<int64_t>(ds.cols)};
   }
-  shape.classes = ds.num_classes;
+  shape.classes = ds.hasTargets() ? static_cast<int64_t>(ds.target_dim) : ds.num_classes;
   return shape;
 }
 

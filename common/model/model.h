@@ -19,10 +19,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/data/dataset.h"
 #include "common/status.h"
+#include "common/wire/messages.h"
 
 namespace fedfleet::model {
 
@@ -38,6 +40,10 @@ struct Layout {
   std::vector<TensorSpec> tensors;
   size_t total = 0;  // elements in the flat buffer
 };
+
+// The training objective, train.loss (common/model/loss.h says what each computes): the
+// wire's enum, as the optimiser's is, so that a task names it without a translation table.
+using LossKind = wire::Loss;
 
 // A trainable network. Not thread-safe: one thread uses a Model at a time.
 class Model {
@@ -60,6 +66,18 @@ class Model {
   // model keeps its own count (it only matters to a BatchNorm with momentum None).
   virtual std::vector<at::Tensor> buffers() { return {}; }
   virtual std::vector<std::string> bufferNames() { return {}; }
+  // The loss the model trains with and is evaluated by (train.loss; default cross-entropy). It
+  // travels with the model so that every trainer and evaluator of it agrees.
+  LossKind loss() const { return loss_; }
+  void setLoss(LossKind loss) { loss_ = loss; }
+  // A TorchScript module's own methods beside forward (train.loss = "module" and custom
+  // metrics): `loss(output, target) -> Tensor` and `metrics(output, target) -> Dict[str, Tensor]`
+  // (each value a sum over the batch's samples). Built-in models have neither. The calls may
+  // throw c10::Error; a value of `metrics` that is not a one-element tensor throws too.
+  virtual bool hasMethod(const std::string& /*name*/) { return false; }
+  virtual at::Tensor callLoss(const at::Tensor& output, const at::Tensor& target);
+  virtual std::vector<std::pair<std::string, at::Tensor>> callMetrics(const at::Tensor& output,
+                                                                      const at::Tensor& target);
   virtual void train(bool on) = 0;
   virtual bool isTraining() = 0;
   // Moves the parameters (in place: tensors from parameters() stay valid handles) to `device`.
@@ -96,6 +114,9 @@ class Model {
   Status setFlatParameters(const std::vector<float>& flat) {
     return setFlatParameters(flat.data(), flat.size());
   }
+
+ private:
+  LossKind loss_ = LossKind::kCrossEntropy;
 };
 
 // The line of a LibTorch error message that says what went wrong: the last non-empty one (a
@@ -115,7 +136,7 @@ struct InputShape {
 
 // The input shape of samples of `ds` as common/model/batch.h batches them: ds.sample_shape where
 // set, else {feature_dim} for a feature-vector set, else {1, rows, cols}; classes =
-// ds.num_classes.
+// ds.num_classes (a regression set: its target_dim, the model's outputs).
 InputShape inputShapeOf(const data::Dataset& ds);
 
 // Builds a model on the CPU. Built-in models get PyTorch's default initialisation (every weight
@@ -137,7 +158,8 @@ Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t see
 // every model is exactly the one the three-argument overload builds (same seed, same weights).
 // TorchScript modules carry their own shape: `shape` is not consulted for them.
 // Failures, in addition: an empty sample shape, a dimension < 1, more than 2^31 input values, or
-// classes < 2 -> kInvalidArgument; "cnn"/"lenet" with another sample shape -> kInvalidArgument
+// classes < 1 (one output: a regression) -> kInvalidArgument; "cnn"/"lenet" with another sample
+// shape -> kInvalidArgument
 // naming the shape they accept.
 Result<std::unique_ptr<Model>> createModel(const std::string& name, uint64_t seed,
                                            const std::string& torchscript_path,

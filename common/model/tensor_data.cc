@@ -20,7 +20,8 @@ std::string shapeText(const at::Tensor& t) {
 
 constexpr const char* kHowToWrite =
     "; write it in Python with torch.save({\"x\": X, \"y\": Y}, path), X of shape "
-    "[samples, ...] and Y of shape [samples] holding integer class ids";
+    "[samples, ...] and Y of shape [samples] holding integer class ids (or float targets, "
+    "[samples] or [samples, outputs], for regression)";
 
 }  // namespace
 
@@ -54,15 +55,17 @@ Result<data::Dataset> loadTensorFile(const std::string& path, size_t limit) {
     return corrupt(path + ": \"x\" has shape " + shapeText(x) +
                    "; it needs a first dimension of samples (at least one) and a sample shape");
   }
-  if (y.dim() != 1 || y.size(0) != x.size(0)) {
+  const bool regression = at::isFloatingType(y.scalar_type());
+  if (!(y.dim() == 1 || (regression && y.dim() == 2 && y.size(1) > 0)) || y.size(0) != x.size(0)) {
     return corrupt(path + ": \"y\" has shape " + shapeText(y) + " for " +
                    std::to_string(x.size(0)) + " samples in \"x\"; it must be [" +
-                   std::to_string(x.size(0)) + "]");
+                   std::to_string(x.size(0)) + "]" +
+                   (regression ? " or [" + std::to_string(x.size(0)) + ", outputs]" : ""));
   }
-  if (at::isFloatingType(y.scalar_type()) || at::isComplexType(y.scalar_type()) ||
-      y.scalar_type() == at::kBool) {
+  if (at::isComplexType(y.scalar_type()) || y.scalar_type() == at::kBool) {
     return corrupt(path + ": \"y\" is of type " + std::string(c10::toString(y.scalar_type())) +
-                   "; class ids must be integers (y.long() in Python)");
+                   "; class ids must be integers (y.long() in Python), regression targets "
+                   "floats");
   }
   if (at::isComplexType(x.scalar_type())) {
     return corrupt(path + ": \"x\" is complex; samples must be real numbers");
@@ -70,7 +73,7 @@ Result<data::Dataset> loadTensorFile(const std::string& path, size_t limit) {
   int64_t n = x.size(0);
   if (limit > 0 && static_cast<int64_t>(limit) < n) n = static_cast<int64_t>(limit);
   const at::Tensor xs = x.narrow(0, 0, n).to(at::kFloat).contiguous();
-  const at::Tensor ys = y.narrow(0, 0, n).to(at::kLong).contiguous();
+  const at::Tensor ys = y.narrow(0, 0, n).to(regression ? at::kFloat : at::kLong).contiguous();
 
   data::Dataset ds;
   for (int64_t d = 1; d < xs.dim(); ++d) {
@@ -83,16 +86,29 @@ Result<data::Dataset> loadTensorFile(const std::string& path, size_t limit) {
   if (dim > UINT32_MAX) return corrupt(path + ": a sample of \"x\" has more than 2^32 values");
   ds.feature_dim = static_cast<uint32_t>(dim);
   const float* xp = xs.data_ptr<float>();
-  const int64_t* yp = ys.data_ptr<int64_t>();
   int64_t largest = 0;
-  ds.labels.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    if (yp[i] < 0 || yp[i] > 255) {
-      return corrupt(path + ": sample " + std::to_string(i) + " has label " +
-                     std::to_string(yp[i]) + "; class ids must be 0 to 255");
+  if (regression) {
+    ds.target_dim = y.dim() == 2 ? static_cast<uint32_t>(y.size(1)) : 1;
+    const float* tp = ys.data_ptr<float>();
+    ds.targets.assign(tp, tp + ys.numel());
+    for (size_t k = 0; k < ds.targets.size(); ++k) {
+      if (!std::isfinite(ds.targets[k])) {
+        return corrupt(path + ": sample " + std::to_string(k / ds.target_dim) +
+                       " of \"y\" holds a target that is not finite");
+      }
     }
-    ds.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(yp[i]);
-    largest = std::max(largest, yp[i]);
+  } else {
+    const int64_t* yp = ys.data_ptr<int64_t>();
+    ds.labels.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      if (yp[i] < 0 || yp[i] >= data::kMaxClasses) {
+        return corrupt(path + ": sample " + std::to_string(i) + " has label " +
+                       std::to_string(yp[i]) + "; class ids must be 0 to " +
+                       std::to_string(data::kMaxClasses - 1));
+      }
+      ds.labels[static_cast<size_t>(i)] = yp[i];
+      largest = std::max(largest, yp[i]);
+    }
   }
   const size_t values = static_cast<size_t>(n) * static_cast<size_t>(dim);
   for (size_t k = 0; k < values; ++k) {
@@ -102,7 +118,7 @@ Result<data::Dataset> loadTensorFile(const std::string& path, size_t limit) {
     }
   }
   ds.features.assign(xp, xp + values);
-  ds.num_classes = static_cast<uint32_t>(std::max<int64_t>(2, largest + 1));
+  ds.num_classes = regression ? 0 : static_cast<uint32_t>(std::max<int64_t>(2, largest + 1));
   return ds;
 }
 

@@ -211,6 +211,42 @@ TEST_F(Report, FederatedEvaluationIsDrawnDashedAtTheRoundOfTheModelEvaluated) {
   EXPECT_NE(html.find("75.00%"), std::string::npos);
 }
 
+// A regression with a model's own metric: one chart per metric by round, the server's figures
+// solid and the clients' dashed, each point one round's value as the history holds it.
+TEST_F(Report, EachMetricGetsAChartByRound) {
+  const int64_t run = addRun("regression", "virtual", "{}");
+  for (uint32_t r = 0; r <= 3; ++r) {
+    history::RoundRecord row = roundRow(run, r, 50.0 * r);
+    row.test_accuracy.reset();
+    row.test_metrics = {{"mse", 1.0 / (r + 1)}, {"mae", 0.5 / (r + 1)}};
+    if (r > 0) {
+      row.fed_eval_clients = 2;
+      row.fed_eval_samples = 40;
+      row.fed_eval_loss = 1.0 / r;
+      row.fed_eval_metrics = {{"mse", 1.0 / r}, {"r2", 0.2 * r}};
+    }
+    ASSERT_TRUE(store_->commitRound(row, {}, std::nullopt).isOk());
+  }
+  ReportOptions options;
+  options.runs = {run};
+  const std::string html = render(options);
+  ASSERT_NE(html.find("<h2>Metrics</h2>"), std::string::npos);
+  auto mse = elementsIn(html, "metric-0", "<path class=\"series\"");
+  ASSERT_EQ(mse.size(), 2u);
+  EXPECT_EQ(mse[0].attrs["data-points"], "4") << "the server's, rounds 0..3";
+  EXPECT_NE(mse[1].attrs["data-series"].find("federated"), std::string::npos);
+  EXPECT_EQ(mse[1].attrs["data-points"], "3");
+  auto mae = elementsIn(html, "metric-1", "<path class=\"series\"");
+  ASSERT_EQ(mae.size(), 1u) << "mae: the server's alone";
+  auto r2 = elementsIn(html, "metric-2", "<path class=\"series\"");
+  ASSERT_EQ(r2.size(), 1u) << "r2: the clients' alone";
+  EXPECT_NE(html.find("r2 by round"), std::string::npos);
+  // Runs without metrics draw no such section.
+  ReportOptions plain;
+  plain.runs = {sim_run_};
+  EXPECT_EQ(render(plain).find("<h2>Metrics</h2>"), std::string::npos);
+}
+
 TEST_F(Report, ParticipantAndTrafficBarsAddUpToTheRounds) {
   const std::string html = render();
   auto rounds = store_->rounds(sim_run_);

@@ -429,7 +429,7 @@ TEST_F(ClientRuntimeTest, AServedModelIsPublishedEvaluatedOnTheHeldOutDataAndRep
   EXPECT_EQ(u.summary->served_sha256, t.served.sha256);
   EXPECT_EQ(u.summary->served_samples, (*held)[1].size());
   EXPECT_GT(u.summary->served_samples, 0u);
-  EXPECT_NEAR(u.summary->served_accuracy, want->accuracy, 1e-12);
+  EXPECT_NEAR(u.summary->served_accuracy, want->accuracy.value(), 1e-12);
   EXPECT_NEAR(u.summary->served_loss, want->loss, 1e-6);
 
   // Published: the exact bytes, a description naming them, no temporary file left behind.

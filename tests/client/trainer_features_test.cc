@@ -76,7 +76,7 @@ TEST(TrainerFeaturesTest, LogisticRegressionLearnsASyntheticDevice) {
   ASSERT_TRUE(after.isOk()) << after.status().toString();
   const double majority = majorityShare(test);
   RecordProperty("device", std::to_string(best));
-  RecordProperty("accuracy", std::to_string(after->accuracy));
+  RecordProperty("accuracy", std::to_string(after->accuracy.value()));
   EXPECT_GT(after->accuracy, 0.5);
   EXPECT_GT(after->accuracy, majority + 0.15) << "majority share " << majority;
   EXPECT_LT(after->loss, before->loss);

@@ -60,9 +60,10 @@ TEST(TrainerTorchScriptTest, TrainsAnExportedModule) {
   auto after = model::evaluateIndices(model, *train, idx);
   ASSERT_TRUE(after.isOk());
   std::printf("torchscript TinyCnn: loss %.3f -> %.3f, accuracy %.3f -> %.3f (%.2f s)\n",
-              before->loss, after->loss, before->accuracy, after->accuracy, r->compute_seconds);
+              before->loss, after->loss, before->accuracy.value(), after->accuracy.value(),
+              r->compute_seconds);
   EXPECT_LT(after->loss, before->loss - 0.5);
-  EXPECT_GT(after->accuracy, before->accuracy + 0.2);
+  EXPECT_GT(after->accuracy.value(), before->accuracy.value() + 0.2);
 
   // The delta is what moved the module's own parameters.
   const auto now = model.flatParameters();

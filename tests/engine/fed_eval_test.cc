@@ -137,6 +137,74 @@ TEST(FedEval, ClaimsOutOfRangeRejectTheUpdateAndCountForNothing) {
   EXPECT_FALSE(c.round.fed_eval_accuracy.has_value());
 }
 
+// A regression's clients report no accuracy and their mse, mae and own metrics: the round gets
+// each metric's sample-weighted mean over the rows reporting it, and no accuracy.
+TEST(FedEval, MetricsAreWeightedByHeldOutSamplesAndARegressionHasNoAccuracy) {
+  EngineOptions o = fedEvalOptions();
+  o.hparams.loss = wire::Loss::kMse;
+  Fixture f(o);
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 3u);
+  const std::map<std::string, std::pair<uint64_t, history::Metrics>> reports = {
+      {"a", {10, {{"mse", 2.0}, {"mae", 1.0}}}},
+      {"b", {30, {{"mse", 1.0}, {"mae", 0.5}, {"r2", 0.9}}}},
+      {"c", {60, {{"mse", 0.5}, {"mae", 0.25}}}}};
+  for (const auto& st : tasks) {
+    const auto& [samples, metrics] = reports.at(st.client);
+    uploadWhole(*f.engine, st.client, st.task.task_token, {0, 0, 0}, 1, [&](wire::Summary& s) {
+      s.eval_samples = samples;
+      s.eval_loss = metrics[0].second;  // mse is the loss
+      s.eval_has_accuracy = false;
+      s.eval_metrics = metrics;
+    });
+  }
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  const CommitRound& c = commits.back();
+  EXPECT_EQ(c.round.fed_eval_clients, 3u);
+  EXPECT_FALSE(c.round.fed_eval_accuracy.has_value());
+  ASSERT_TRUE(c.round.fed_eval_loss);
+  // By hand: mse (10 x 2 + 30 x 1 + 60 x 0.5) / 100 = 0.8; mae (10 + 15 + 15) / 100 = 0.4;
+  // r2 reported by b alone: 0.9.
+  EXPECT_NEAR(*c.round.fed_eval_loss, 0.8, 1e-12);
+  ASSERT_EQ(c.round.fed_eval_metrics.size(), 3u);
+  EXPECT_EQ(c.round.fed_eval_metrics[0].first, "mse");
+  EXPECT_NEAR(c.round.fed_eval_metrics[0].second, 0.8, 1e-12);
+  EXPECT_EQ(c.round.fed_eval_metrics[1].first, "mae");
+  EXPECT_NEAR(c.round.fed_eval_metrics[1].second, 0.4, 1e-12);
+  EXPECT_EQ(c.round.fed_eval_metrics[2].first, "r2");
+  EXPECT_NEAR(c.round.fed_eval_metrics[2].second, 0.9, 1e-12);
+  EXPECT_FALSE(rowOf(c, "a").eval_accuracy.has_value());
+  EXPECT_EQ(rowOf(c, "b").eval_metrics, reports.at("b").second);
+}
+
+// A client of a cross-entropy run that claims its model has no accuracy, or sends a metric
+// that is not finite, is rejected like any other bad claim.
+TEST(FedEval, NoAccuracyUnderCrossEntropyAndNonFiniteMetricsAreRejected) {
+  Fixture f(fedEvalOptions());
+  f.engine->start(0);
+  for (const char* id : {"a", "b", "c"}) f.engine->onHello(id, hello(id), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 3u);
+  for (const auto& st : tasks) {
+    uploadWhole(*f.engine, st.client, st.task.task_token, {0, 0, 0}, 1, [&](wire::Summary& s) {
+      s.eval_samples = 10;
+      s.eval_loss = 0.5;
+      s.eval_accuracy = 0.5;
+      if (st.client == "a") s.eval_has_accuracy = false, s.eval_accuracy = 0;
+      if (st.client == "b") s.eval_metrics = {{"f1", std::numeric_limits<double>::infinity()}};
+    });
+  }
+  auto commits = actionsOf<CommitRound>(f.take());
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(rowOf(commits.back(), "a").status, "rejected");
+  EXPECT_EQ(rowOf(commits.back(), "b").status, "rejected");
+  EXPECT_EQ(rowOf(commits.back(), "c").status, "completed");
+  EXPECT_EQ(commits.back().round.fed_eval_clients, 1u);
+}
+
 TEST(FedEval, WithoutServerEvaluationNothingIsEvaluatedByTheCoordinator) {
   EngineOptions o = fedEvalOptions();
   o.server_eval = false;

@@ -4,6 +4,9 @@
 // although no client holds them all but one; each update claims exactly its file's samples.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <random>
+
 #include "common/history/history.h"
 #include "tests/cli/blobs.h"
 #include "tests/integration/coordinator_fixture.h"
@@ -154,6 +157,86 @@ TEST(Integration, ACoordinatorWithoutTestDataRunsOnFederatedEvaluation) {
   // Round 1 evaluates the initial model, round 5 the model after four rounds.
   EXPECT_GT(*rounds[5].fed_eval_accuracy, *rounds[1].fed_eval_accuracy + 0.2);
   EXPECT_GT(*rounds[5].fed_eval_accuracy, 0.8);
+}
+
+// y = 1.5 f0 - 2 f1 + 0.3 + noise(0.1), features from N(shift, 1): each client its own region.
+void writeLine(const std::string& path, int n, uint64_t seed, double shift) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> x(shift, 1), noise(0, 0.1);
+  std::ofstream out(path);
+  out << "f0,f1,y\n";
+  for (int i = 0; i < n; ++i) {
+    const double a = x(rng), b = x(rng);
+    out << a << "," << b << "," << 1.5 * a - 2 * b + 0.3 + noise(rng) << "\n";
+  }
+}
+
+// A regression over real processes: a coordinator without test data (the model built from the
+// config: two features, one output) and three clients with their own CSV files of targets; the
+// tasks carry train.loss = "mse", the clients report no accuracy and their mse and mae, and the
+// rounds' federated figures are the sample-weighted means of the rows, falling as it trains.
+TEST(Integration, ARegressionRunsOnTheClientsOwnTargetsWithFederatedEvaluation) {
+  const std::string dir = testing::freshDir("own-data-regression");
+  ASSERT_EQ(testing::keygen(dir + "/keys", {"--coordinator", "--clients", "3"}), 0);
+  const std::vector<int> sizes = {120, 200, 320};
+  for (int i = 0; i < 3; ++i) {
+    writeLine(dir + "/client-" + std::to_string(i + 1) + ".csv", sizes[i], 40 + i, i - 1.0);
+  }
+  const std::vector<std::string> regression = {
+      "--set", "data.format=csv",      "--set", "data.partition=none",
+      "--set", "data.label_column=y",  "--set", "data.feature_columns=[\"f0\",\"f1\"]",
+      "--set", "data.task=regression", "--set", "train.loss=mse",
+      "--set", "model.name=logreg",    "--set", "train.lr=0.05"};
+  const std::string config = testing::writeConfig(dir, testing::coordinatorSection(3, 3, 3, 120));
+  std::string endpoint;
+  auto coord = testing::startCoordinator(
+      dir, config, with({"--rounds", "4", "--set", "coordinator.fed_eval_every=1"}, regression),
+      &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 1; i <= 3; ++i) {
+    const std::string id = "client-" + std::to_string(i);
+    clients.push_back(testing::startClient(dir, config, endpoint, id,
+                                           with({"--set", "data.path=" + dir + "/" + id + ".csv",
+                                                 "--set", "data.holdout_fraction=0.25"},
+                                                regression)));
+  }
+  ASSERT_NO_FATAL_FAILURE(expectAllFinish(*coord, clients));
+
+  auto store = testing::openHistory(dir);
+  ASSERT_TRUE(store);
+  const int64_t run = store->runs().value().front().run_id;
+  const auto rounds = store->rounds(run).value();
+  ASSERT_EQ(rounds.size(), 5u);
+  for (uint32_t r = 1; r <= 4; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    EXPECT_EQ(rounds[r].status, "ok");
+    EXPECT_FALSE(rounds[r].fed_eval_accuracy.has_value()) << "a regression";
+    const auto updates = store->updates(run, r).value();
+    ASSERT_EQ(updates.size(), 3u);
+    double n = 0, loss = 0, mae = 0;
+    for (const auto& u : updates) {
+      EXPECT_EQ(u.status, "completed");
+      EXPECT_FALSE(u.eval_accuracy.has_value()) << u.client_id;
+      ASSERT_TRUE(u.eval_loss) << u.client_id;
+      ASSERT_EQ(u.eval_metrics.size(), 2u) << u.client_id;
+      EXPECT_EQ(u.eval_metrics[0].first, "mse");
+      EXPECT_NEAR(u.eval_metrics[0].second, *u.eval_loss, 1e-6 * *u.eval_loss)
+          << "with one target, the mse loss is the mse";
+      EXPECT_EQ(u.eval_metrics[1].first, "mae");
+      const auto k = static_cast<double>(u.eval_samples);
+      n += k;
+      loss += k * *u.eval_loss;
+      mae += k * u.eval_metrics[1].second;
+    }
+    ASSERT_TRUE(rounds[r].fed_eval_loss);
+    EXPECT_NEAR(*rounds[r].fed_eval_loss, loss / n, 1e-12);
+    ASSERT_EQ(rounds[r].fed_eval_metrics.size(), 2u);
+    EXPECT_NEAR(rounds[r].fed_eval_metrics[1].second, mae / n, 1e-12);
+  }
+  // Round 1 evaluates the initial model, round 4 the model after three rounds.
+  EXPECT_LT(*rounds[4].fed_eval_loss, 0.5 * *rounds[1].fed_eval_loss)
+      << *rounds[1].fed_eval_loss << " -> " << *rounds[4].fed_eval_loss;
 }
 
 // A client without files of its own, given a coordinator whose tasks say "none", fails each

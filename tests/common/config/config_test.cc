@@ -119,6 +119,43 @@ TEST(Config, OptimizerAndLocalPartCombinationsAreChecked) {
             std::string::npos);
 }
 
+// train.loss against data.task, and what a regression can read and how it can be split.
+TEST(Config, LossAndTaskCombinationsAreChecked) {
+  const auto invalid = [](std::vector<std::string> sets) {
+    Config c;
+    for (const auto& s : sets) EXPECT_TRUE(c.set(s).isOk()) << s;
+    return c.validate().message();
+  };
+  const std::vector<std::string> csv = {"data.format=csv", "data.path=a.csv",
+                                        "data.test_path=b.csv"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), csv.begin(), csv.end());
+    return more;
+  };
+  EXPECT_EQ(invalid(with({"data.task=regression", "train.loss=mse", "data.partition=iid"})), "");
+  EXPECT_EQ(invalid(with({"train.loss=bce"})), "");
+  EXPECT_NE(invalid({"train.loss=hinge"}).find("train.loss"), std::string::npos);
+  EXPECT_NE(invalid({"data.task=ranking"}).find("data.task"), std::string::npos);
+  EXPECT_NE(invalid(with({"train.loss=mse"})).find("set data.task = \"regression\""),
+            std::string::npos);
+  EXPECT_NE(invalid(with({"data.task=regression", "data.partition=iid"}))
+                .find("\"cross_entropy\" needs class labels"),
+            std::string::npos)
+      << "the default loss with a regression";
+  EXPECT_NE(invalid(with({"data.task=regression", "train.loss=mse"})).find("splits by class label"),
+            std::string::npos)
+      << "the default dirichlet partition needs labels";
+  EXPECT_NE(invalid({"data.task=regression", "train.loss=mse", "data.partition=iid"})
+                .find("reads float targets from csv"),
+            std::string::npos)
+      << "Fashion-MNIST holds class labels";
+  EXPECT_NE(invalid({"train.loss=module"}).find("is built in"), std::string::npos);
+  EXPECT_EQ(invalid({"model.name=torchscript", "model.path=m.pt", "train.loss=module"}), "");
+  EXPECT_EQ(invalid(with({"data.num_classes=70000"})), "") << "many classes";
+  EXPECT_NE(invalid(with({"data.num_classes=2000000"})).find("data.num_classes"),
+            std::string::npos);
+}
+
 TEST(Config, MetricsSectionIsOffAndLoopbackByDefaultAndChecked) {
   Config c;
   EXPECT_EQ(c.metrics.port, 0u);

@@ -9,8 +9,8 @@ namespace fedfleet::data {
 namespace {
 
 // n samples of each of 10 classes, in class order.
-std::vector<uint8_t> balancedLabels(uint32_t per_class) {
-  std::vector<uint8_t> labels;
+std::vector<data::Label> balancedLabels(uint32_t per_class) {
+  std::vector<data::Label> labels;
   for (uint32_t c = 0; c < 10; ++c) labels.insert(labels.end(), per_class, static_cast<uint8_t>(c));
   return labels;
 }

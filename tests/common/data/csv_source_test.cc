@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -33,7 +34,7 @@ TEST_F(CsvSourceTest, ReadsFeaturesInFileOrderAndLabels) {
   EXPECT_EQ(ds->feature_dim, 2u);
   EXPECT_EQ(ds->num_classes, 5u) << "largest label + 1";
   EXPECT_EQ(ds->features, (std::vector<float>{0.5f, -1000.0f, 1.0f, 2.25f, 3.0f, 0.0f}));
-  EXPECT_EQ(ds->labels, (std::vector<uint8_t>{2, 0, 4}));
+  EXPECT_EQ(ds->labels, (std::vector<data::Label>{2, 0, 4}));
   EXPECT_TRUE(checkSampleStorage(*ds).isOk());
 }
 
@@ -48,7 +49,7 @@ TEST_F(CsvSourceTest, NamedFeatureColumnsAreTakenInTheirOrderAndOthersIgnored) {
   auto ds = loadCsv(path, cols);
   ASSERT_TRUE(ds.isOk()) << ds.status().toString();
   EXPECT_EQ(ds->features, (std::vector<float>{3, 1, 6, 4}));
-  EXPECT_EQ(ds->labels, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(ds->labels, (std::vector<data::Label>{1, 0}));
   EXPECT_EQ(ds->num_classes, 2u) << "at least two classes";
 }
 
@@ -96,7 +97,7 @@ TEST_F(CsvSourceTest, BrokenFilesAreClearErrorsNamingTheFile) {
       {"missing", "a,label\n,0\n", "row 2, column 'a': a missing value", {}},
       {"label-fraction", "a,label\n1,1.5\n", "the label '1.5' is not a class id", {}},
       {"label-negative", "a,label\n1,-1\n", "the label '-1' is not a class id", {}},
-      {"label-range", "a,label\n1,256\n", "labels are integers from 0 to 255", {}},
+      {"label-range", "a,label\n1,1048576\n", "labels are integers from 0 to 1048575", {}},
       {"label-missing", "a,label\n1,\n", "the label is missing", {}},
       {"bad-quote", "a,label\n\"1,0\n", "not valid CSV", {}},
       {"quote-inside", "a,label\n1\"2,0\n", "not valid CSV", {}},
@@ -108,6 +109,37 @@ TEST_F(CsvSourceTest, BrokenFilesAreClearErrorsNamingTheFile) {
     EXPECT_EQ(ds.status().code(), StatusCode::kInvalidArgument) << c.name;
     EXPECT_THAT(ds.status().message(), HasSubstr(c.expected)) << c.name;
     EXPECT_THAT(ds.status().message(), HasSubstr(path)) << c.name << ": names the file";
+  }
+}
+
+TEST_F(CsvSourceTest, ARegressionReadsTheLabelColumnAsFloatTargets) {
+  CsvColumns cols;
+  cols.label = "price";
+  cols.regression = true;
+  auto ds = loadCsv(write("r.csv", "a,price,b\n1,2.5,3\n4,-0.125,6\n7,1e3,9\n"), cols);
+  ASSERT_TRUE(ds.isOk()) << ds.status().toString();
+  EXPECT_EQ(ds->size(), 3u);
+  EXPECT_TRUE(ds->hasTargets());
+  EXPECT_EQ(ds->target_dim, 1u);
+  EXPECT_TRUE(ds->labels.empty());
+  EXPECT_EQ(ds->num_classes, 0u);
+  EXPECT_EQ(ds->targets, (std::vector<float>{2.5f, -0.125f, 1000.0f}));
+  EXPECT_EQ(ds->features, (std::vector<float>{1, 3, 4, 6, 7, 9}));
+  EXPECT_TRUE(checkSampleStorage(*ds).isOk());
+  // Many classes: a label far above 255 is a class id like any other.
+  auto many = loadCsv(write("many.csv", "a,label\n1,0\n2,4999\n"), CsvColumns{});
+  ASSERT_TRUE(many.isOk()) << many.status().toString();
+  EXPECT_EQ(many->num_classes, 5000u);
+
+  for (const auto& [name, text, expected] : std::vector<std::array<std::string, 3>>{
+           {"nan", "a,price\n1,nan\n", "row 2, column 'price': the target 'nan' is not a finite"},
+           {"word", "a,price\n1,2\n3,cheap\n", "row 3, column 'price': the target 'cheap'"},
+           {"none", "a,price\n1,\n", "the target is missing"}}) {
+    const std::string path = write(name + ".csv", text);
+    auto bad = loadCsv(path, cols);
+    ASSERT_FALSE(bad.isOk()) << name;
+    EXPECT_THAT(bad.status().message(), HasSubstr(expected)) << name;
+    EXPECT_THAT(bad.status().message(), HasSubstr(path)) << name;
   }
 }
 

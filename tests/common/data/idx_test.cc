@@ -82,7 +82,7 @@ TEST_F(IdxTest, ReadsPlainFiles) {
   EXPECT_EQ(ds->cols, 4u);
   EXPECT_EQ(ds->num_classes, 10u) << "labels 0 3 6 9 2: the largest is 9";
   EXPECT_EQ(ds->images, std::vector<uint8_t>(images.begin() + 16, images.end()));
-  EXPECT_EQ(ds->labels, std::vector<uint8_t>(labels.begin() + 8, labels.end()));
+  EXPECT_EQ(ds->labels, std::vector<Label>(labels.begin() + 8, labels.end()));
   EXPECT_EQ(ds->image(2)[0], images[16 + 2 * 12]);
 }
 
@@ -100,7 +100,7 @@ TEST_F(IdxTest, ReadsGzipFilesAndKeepsLimit) {
   ASSERT_TRUE(ds.isOk()) << ds.status().toString();
   EXPECT_EQ(ds->size(), 3u);
   EXPECT_EQ(ds->images, std::vector<uint8_t>(images.begin() + 16, images.begin() + 16 + 3 * 10));
-  EXPECT_EQ(ds->labels, std::vector<uint8_t>(labels.begin() + 8, labels.begin() + 11));
+  EXPECT_EQ(ds->labels, std::vector<Label>(labels.begin() + 8, labels.begin() + 11));
   // A limit above the count keeps everything.
   auto all = loadIdx((dir_ / "img.gz").string(), (dir_ / "lbl.gz").string(), 100);
   ASSERT_TRUE(all.isOk());
@@ -249,7 +249,7 @@ TEST(ParseIdxTest, GzipMembersFollowOneAnotherAndTrailingBytesAreIgnored) {
   auto ds = parseIdx(two_members, gzipBytes(labels) + "trailing", 0);
   ASSERT_TRUE(ds.isOk()) << ds.status().toString();
   EXPECT_EQ(ds->images, std::vector<uint8_t>(images.begin() + 16, images.end()));
-  EXPECT_EQ(ds->labels, std::vector<uint8_t>(labels.begin() + 8, labels.end()));
+  EXPECT_EQ(ds->labels, std::vector<Label>(labels.begin() + 8, labels.end()));
 }
 
 TEST(ParseIdxTest, DamagedGzipIsCorruptAndNamesTheInput) {

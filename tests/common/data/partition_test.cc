@@ -18,8 +18,8 @@ namespace {
 constexpr uint32_t kClasses = 10;
 
 // 10 classes x 600 samples in a fixed scrambled order (like a small Fashion-MNIST).
-std::vector<uint8_t> balancedLabels(size_t per_class = 600) {
-  std::vector<uint8_t> labels;
+std::vector<data::Label> balancedLabels(size_t per_class = 600) {
+  std::vector<data::Label> labels;
   for (size_t i = 0; i < per_class * kClasses; ++i)
     labels.push_back(static_cast<uint8_t>(i % kClasses));
   std::mt19937_64 rng(1234);
@@ -45,15 +45,16 @@ void expectDisjointSortedCover(const std::vector<std::vector<uint32_t>>& parts, 
   }
 }
 
-std::set<uint8_t> labelsOf(const std::vector<uint32_t>& part, const std::vector<uint8_t>& labels) {
-  std::set<uint8_t> s;
+std::set<data::Label> labelsOf(const std::vector<uint32_t>& part,
+                               const std::vector<data::Label>& labels) {
+  std::set<data::Label> s;
   for (uint32_t i : part) s.insert(labels[i]);
   return s;
 }
 
 // Mean over partitions of the number of classes holding more than 5% of the partition.
 double meanDominantClasses(const std::vector<std::vector<uint32_t>>& parts,
-                           const std::vector<uint8_t>& labels) {
+                           const std::vector<data::Label>& labels) {
   double total = 0;
   for (const auto& p : parts) {
     std::vector<size_t> counts(kClasses, 0);
@@ -106,6 +107,26 @@ INSTANTIATE_TEST_SUITE_P(Schemes, PartitionSweep,
                          ::testing::Combine(::testing::Values("iid", "dirichlet", "labels",
                                                               "shards", "quantity"),
                                             ::testing::Values(1u, 2u, 10u, 37u, 100u)));
+
+// Regression targets have no labels: iid and quantity cut them as they cut labelled samples
+// (the same spec, the same partitions); a scheme that needs labels is refused, saying so.
+TEST(PartitionTest, UnlabelledSamplesSplitIidOrByQuantityOnly) {
+  const auto labels = balancedLabels();
+  for (const char* scheme : {"iid", "quantity"}) {
+    PartitionSpec s = spec(scheme, 13);
+    s.alpha = 0.7;
+    auto with = partitionIndices(labels, kClasses, s);
+    auto without = partitionUnlabelled(labels.size(), s);
+    ASSERT_TRUE(with.isOk() && without.isOk()) << scheme;
+    EXPECT_EQ(*with, *without) << scheme;
+  }
+  for (const char* scheme : {"dirichlet", "labels", "shards"}) {
+    auto r = partitionUnlabelled(labels.size(), spec(scheme, 4));
+    ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument) << scheme;
+    EXPECT_NE(r.status().message().find("splits by class label"), std::string::npos);
+  }
+  EXPECT_EQ(partitionUnlabelled(3, spec("iid", 4)).status().code(), StatusCode::kInvalidArgument);
+}
 
 TEST(PartitionTest, IidSizesDifferByAtMostOne) {
   const auto labels = balancedLabels();
@@ -210,7 +231,7 @@ TEST(PartitionTest, LabelsSchemeGivesExactlyCLabels) {
       s.labels_per_client = c;
       auto r = partitionIndices(labels, kClasses, s);
       ASSERT_TRUE(r.isOk()) << r.status().toString();
-      std::set<uint8_t> held_by_someone;
+      std::set<data::Label> held_by_someone;
       for (uint32_t i = 0; i < parts; ++i) {
         const auto held = labelsOf((*r)[i], labels);
         EXPECT_EQ(held.size(), c) << "partition " << i << " c=" << c << " parts=" << parts;
@@ -254,8 +275,8 @@ TEST(PartitionTest, SchemeNamesAreAllAccepted) {
 }
 
 // Labels already sorted: 10 classes of 60 samples, 0..0 1..1 ... 9..9.
-std::vector<uint8_t> sortedLabels(size_t per_class = 60) {
-  std::vector<uint8_t> labels;
+std::vector<data::Label> sortedLabels(size_t per_class = 60) {
+  std::vector<data::Label> labels;
   for (uint32_t k = 0; k < kClasses; ++k) labels.insert(labels.end(), per_class, uint8_t(k));
   return labels;
 }

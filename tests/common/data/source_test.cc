@@ -117,7 +117,7 @@ TEST_F(SourceTest, IdxFilesOfAnySizeAndTheirTestPair) {
   EXPECT_EQ(r->train.rows, 5u);
   EXPECT_EQ(r->train.cols, 7u);
   EXPECT_EQ(r->test.image(2)[4], 2 + 4);
-  EXPECT_EQ(r->test.labels, (std::vector<uint8_t>{0, 1, 2}));
+  EXPECT_EQ(r->test.labels, (std::vector<data::Label>{0, 1, 2}));
   EXPECT_EQ(r->train.num_classes, r->test.num_classes);
 }
 

@@ -55,7 +55,7 @@ TEST_F(TensorFileTest, SamplesKeepTheirShapeAndValuesAndTheClassCountIsTheLarges
   EXPECT_EQ(ds.sample_shape, (std::vector<uint32_t>{2, 3}));
   EXPECT_EQ(ds.feature_dim, 6u);
   EXPECT_EQ(ds.num_classes, 5u);
-  EXPECT_EQ(ds.labels, (std::vector<uint8_t>{0, 4, 2, 4, 1}));
+  EXPECT_EQ(ds.labels, (std::vector<data::Label>{0, 4, 2, 4, 1}));
   ASSERT_EQ(ds.features.size(), 30u);
   for (int i = 0; i < 30; ++i) EXPECT_FLOAT_EQ(ds.features[i], static_cast<float>(i / 7.0)) << i;
   // The model sees [2, 3] samples.
@@ -72,6 +72,31 @@ TEST_F(TensorFileTest, ByteImagesAndNarrowIntegerLabelsAreReadAsTheyAre) {
   EXPECT_EQ(r.value().sample_shape, (std::vector<uint32_t>{1, 2, 1}));
   EXPECT_EQ(r.value().features, (std::vector<float>{0, 255}));
   EXPECT_EQ(r.value().num_classes, 2u);  // at least 2
+}
+
+TEST_F(TensorFileTest, ManyClassesAndFloatTargetsAreRead) {
+  const at::Tensor x = torch::ones({3, 2});
+  auto many = loadTensorFile(save("many.pt", x, torch::tensor({0, 999, 70000}, torch::kInt64)));
+  ASSERT_TRUE(many.isOk()) << many.status().toString();
+  EXPECT_EQ(many->labels, (std::vector<data::Label>{0, 999, 70000}));
+  EXPECT_EQ(many->num_classes, 70001u);
+  EXPECT_FALSE(many->hasTargets());
+
+  auto one = loadTensorFile(save("one.pt", x, torch::tensor({0.5, -1.25, 3.0}, torch::kFloat64)));
+  ASSERT_TRUE(one.isOk()) << one.status().toString();
+  EXPECT_TRUE(one->hasTargets());
+  EXPECT_EQ(one->target_dim, 1u);
+  EXPECT_EQ(one->size(), 3u);
+  EXPECT_TRUE(one->labels.empty());
+  EXPECT_EQ(one->num_classes, 0u);
+  EXPECT_EQ(one->targets, (std::vector<float>{0.5f, -1.25f, 3.0f}));
+
+  const at::Tensor y2 = torch::arange(6, torch::kFloat).view({3, 2}) / 4.0;
+  auto two = loadTensorFile(save("two.pt", x, y2));
+  ASSERT_TRUE(two.isOk()) << two.status().toString();
+  EXPECT_EQ(two->target_dim, 2u);
+  EXPECT_EQ(two->size(), 3u);
+  EXPECT_FLOAT_EQ(two->target(2)[1], 5.0f / 4.0f);
 }
 
 TEST_F(TensorFileTest, EveryBrokenFileIsAClearErrorNamingIt) {
@@ -103,10 +128,18 @@ TEST_F(TensorFileTest, EveryBrokenFileIsAClearErrorNamingIt) {
   EXPECT_THAT(failure(save("empty.pt", torch::ones({0, 3}), torch::zeros({0}, torch::kInt64))),
               HasSubstr("at least one"));
   EXPECT_THAT(failure(save("short_y.pt", x, y.narrow(0, 0, 3))), HasSubstr("must be [4]"));
-  EXPECT_THAT(failure(save("float_y.pt", x, y.to(torch::kFloat))),
+  EXPECT_THAT(failure(save("bool_y.pt", x, y.to(torch::kBool))),
               HasSubstr("class ids must be integers"));
-  EXPECT_THAT(failure(save("big_label.pt", x, torch::tensor({0, 1, 300, 1}, torch::kInt64))),
-              HasSubstr("sample 2 has label 300"));
+  EXPECT_THAT(failure(save("big_label.pt", x,
+                           torch::tensor({int64_t{0}, int64_t{1}, int64_t{1} << 20, int64_t{1}},
+                                         torch::kInt64))),
+              HasSubstr("sample 2 has label 1048576"));
+  at::Tensor nan_y = torch::ones({4, 2});
+  nan_y[2][1] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(failure(save("inf_target.pt", x, nan_y)),
+              HasSubstr("sample 2 of \"y\" holds a target that is not finite"));
+  EXPECT_THAT(failure(save("int_2d_y.pt", x, torch::zeros({4, 2}, torch::kInt64))),
+              HasSubstr("must be [4]"));
   EXPECT_THAT(failure(save("neg_label.pt", x, torch::tensor({0, -1, 2, 1}, torch::kInt64))),
               HasSubstr("sample 1 has label -1"));
   at::Tensor nan_x = x.clone();
