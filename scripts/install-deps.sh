@@ -14,7 +14,7 @@ PACKAGES=(
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libcpp-httplib-dev prometheus-cpp-dev zlib1g-dev libcsv-dev libpng-dev libjpeg62-turbo-dev
   dataset-fashion-mnist
-  python3-torch python3-numpy python3-torchvision python3-pil
+  python3-torch python3-numpy python3-torchvision python3-pil python3-mpmath
   procps time bsdutils
   chromium
   docker.io docker-compose debootstrap
