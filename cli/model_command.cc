@@ -49,29 +49,42 @@ Result<model::ModelDescription> describedModel(const history::RunRecord& run) {
   return d;
 }
 
-// The accuracy of the model each round ended with, where one is known: its test accuracy, else
-// the federated accuracy of the next round (whose tasks carried that model).
-Result<std::map<uint32_t, double>> accuracies(history::HistoryStore& store, int64_t run) {
+// How good the model each round ended with is, where that is known: its test accuracy, else
+// the federated accuracy of the next round (whose tasks carried that model); a run without
+// accuracies (a regression) by its loss the same way, as minus the loss (higher is better).
+struct Scores {
+  std::map<uint32_t, double> value;
+  bool by_loss = false;
+};
+
+Result<Scores> scoresOf(history::HistoryStore& store, int64_t run) {
   FEDFLEET_ASSIGN_OR_RETURN(auto rounds, store.rounds(run));
-  std::map<uint32_t, double> out;
+  Scores out;
   for (const auto& r : rounds) {
-    if (r.round > 0 && r.fed_eval_accuracy) out[r.round - 1] = *r.fed_eval_accuracy;
+    if (r.round > 0 && r.fed_eval_accuracy) out.value[r.round - 1] = *r.fed_eval_accuracy;
   }
   for (const auto& r : rounds) {
-    if (r.test_accuracy) out[r.round] = *r.test_accuracy;
+    if (r.test_accuracy) out.value[r.round] = *r.test_accuracy;
+  }
+  if (!out.value.empty()) return out;
+  out.by_loss = true;
+  for (const auto& r : rounds) {
+    if (r.round > 0 && r.fed_eval_loss) out.value[r.round - 1] = -*r.fed_eval_loss;
+  }
+  for (const auto& r : rounds) {
+    if (r.test_loss) out.value[r.round] = -*r.test_loss;
   }
   return out;
 }
 
-// The checkpointed round of the highest accuracy (test, else federated), the earliest of equals
+// The checkpointed round of the best score (test, else federated), the earliest of equals
 // (the one HistoryStore::pruneCheckpoints keeps with keep_best).
-std::optional<uint32_t> bestRound(const std::vector<uint32_t>& rounds,
-                                  const std::map<uint32_t, double>& accuracy) {
+std::optional<uint32_t> bestRound(const std::vector<uint32_t>& rounds, const Scores& scores) {
   std::optional<uint32_t> best;
   for (uint32_t r : rounds) {
-    auto a = accuracy.find(r);
-    if (a == accuracy.end()) continue;
-    if (!best || a->second > accuracy.at(*best)) best = r;
+    auto a = scores.value.find(r);
+    if (a == scores.value.end()) continue;
+    if (!best || a->second > scores.value.at(*best)) best = r;
   }
   return best;
 }
@@ -82,16 +95,21 @@ std::string roundList(const std::vector<uint32_t>& rounds) {
   return out.empty() ? "none" : out;
 }
 
-std::string percent(std::optional<double> a) {
-  if (!a) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f%%", 100 * *a);
+// "accuracy 87.50%", "loss 0.1234", or "-" for round `r`.
+std::string scoreText(const Scores& scores, uint32_t r) {
+  auto a = scores.value.find(r);
+  if (a == scores.value.end()) return "-";
+  char buf[48];
+  if (scores.by_loss) {
+    std::snprintf(buf, sizeof(buf), "loss %.4f", -a->second);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f%%", 100 * a->second);
+  }
   return buf;
 }
 
 int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
-              const std::vector<uint32_t>& rounds, const std::map<uint32_t, double>& accuracy,
-              bool json) {
+              const std::vector<uint32_t>& rounds, const Scores& accuracy, bool json) {
   if (json) {
     std::cout << model::descriptionJson(d) << "\n";
     return 0;
@@ -104,10 +122,8 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
   std::cout << "checkpoints:";
   if (rounds.empty()) std::cout << " none";
   for (uint32_t r : rounds) {
-    auto a = accuracy.find(r);
-    std::cout << " " << r << " ("
-              << percent(a == accuracy.end() ? std::nullopt : std::optional<double>(a->second))
-              << (best && *best == r ? ", best" : "") << ")";
+    std::cout << " " << r << " (" << scoreText(accuracy, r) << (best && *best == r ? ", best" : "")
+              << ")";
   }
   std::cout << "\n";
   // model.local of the run's config: which tensors its clients kept to themselves.
@@ -135,7 +151,7 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
 Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
                                                    const ModelArgs& args, int64_t run,
                                                    const std::vector<uint32_t>& rounds,
-                                                   const std::map<uint32_t, double>& accuracy) {
+                                                   const Scores& accuracy) {
   if (rounds.empty()) {
     return notFound("run " + std::to_string(run) +
                     " has no checkpoint (coordinator.checkpoint_every = 0, or no round "
@@ -147,7 +163,7 @@ Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
     if (!best) {
       return notFound(
           "run " + std::to_string(run) +
-          " has no checkpointed round with a test or federated accuracy (kept: rounds " +
+          " has no checkpointed round with a test or federated accuracy or loss (kept: rounds " +
           roundList(rounds) + "); use --round R or --last");
     }
     round = *best;
@@ -165,7 +181,7 @@ Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
 
 int exportModel(history::HistoryStore& store, const ModelArgs& args, const history::RunRecord& run,
                 const model::ModelDescription& d, const std::vector<uint32_t>& rounds,
-                const std::map<uint32_t, double>& accuracy) {
+                const Scores& accuracy) {
   std::string format = args.format;
   if (format == "auto") format = d.name == "torchscript" ? "torchscript" : "state_dict";
   if (format != "torchscript" && format != "state_dict" && format != "flat") {
@@ -230,12 +246,11 @@ int exportModel(history::HistoryStore& store, const ModelArgs& args, const histo
   }
   Status st = writeFileAtomically(args.output, bytes);
   if (!st.isOk()) return fail(st, 1);
-  auto a = accuracy.find(cp->round);
   std::cout << "wrote " << args.output << (format == "flat" ? " and " + args.output + ".json" : "")
             << ": " << format << " of model " << d.name << ", run " << run.run_id << " round "
-            << cp->round << " (model version " << cp->model_version << ", test accuracy "
-            << percent(a == accuracy.end() ? std::nullopt : std::optional<double>(a->second))
-            << "), " << d.layout.total << " parameters\n";
+            << cp->round << " (model version " << cp->model_version << ", "
+            << (accuracy.by_loss ? "" : "test accuracy ") << scoreText(accuracy, cp->round) << "), "
+            << d.layout.total << " parameters\n";
   return 0;
 }
 
@@ -257,7 +272,7 @@ int runModelCommand(const ModelArgs& args) {
   if (!d.isOk()) return fail(d.status(), 1);
   auto rounds = store->checkpointRounds(run.run_id);
   if (failed(rounds, kCommand)) return 1;
-  auto accuracy = accuracies(*store, run.run_id);
+  auto accuracy = scoresOf(*store, run.run_id);
   if (failed(accuracy, kCommand)) return 1;
   if (args.what == "info") return printInfo(run, *d, *rounds, *accuracy, args.json);
   return exportModel(*store, args, run, *d, *rounds, *accuracy);

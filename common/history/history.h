@@ -99,7 +99,9 @@ class HistoryStore {
   // Deletes the checkpoints of `run_id` except the `keep_last` with the highest rounds and, when
   // `keep_best`, the best one: of the checkpointed rounds whose model has a recorded accuracy
   // (its test accuracy, else the federated accuracy of the next round, whose tasks carried it),
-  // the one with the highest (the earliest of equals) (rounds and updates stay). keep_last == 0 is
+  // the one with the highest (the earliest of equals); in a run without accuracies (a
+  // regression), by the lowest test loss, else federated loss, the same way (rounds and updates
+  // stay). keep_last == 0 is
   // kInvalidArgument: resume needs the latest checkpoint. A run with fewer checkpoints, or an
   // unknown run, is left alone and gives OK. The default implementation (for test doubles)
   // returns kFailedPrecondition; both backends override it.

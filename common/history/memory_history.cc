@@ -198,7 +198,7 @@ class MemoryHistory final : public HistoryStore {
     size_t count = static_cast<size_t>(std::distance(first, end));
     if (count <= keep_last) return Status::ok();
     // The best: the highest test accuracy (else the next round's federated accuracy of that
-    // model), the earliest of equals.
+    // model; a regression: the lowest test loss, else federated loss), the earliest of equals.
     std::optional<uint32_t> best;
     double best_accuracy = 0;
     for (auto it = first; keep_best && it != end; ++it) {
@@ -207,6 +207,13 @@ class MemoryHistory final : public HistoryStore {
       std::optional<double> score;
       if (round != rounds_.end()) score = round->second.test_accuracy;
       if (!score && next != rounds_.end()) score = next->second.fed_eval_accuracy;
+      // A run without accuracies (a regression): the lowest loss, the same way.
+      if (!score && round != rounds_.end() && round->second.test_loss) {
+        score = -*round->second.test_loss;
+      }
+      if (!score && next != rounds_.end() && next->second.fed_eval_loss) {
+        score = -*next->second.fed_eval_loss;
+      }
       if (!score) continue;
       const double a = *score;
       if (!best || a > best_accuracy) best = it->first.second, best_accuracy = a;

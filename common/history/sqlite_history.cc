@@ -257,8 +257,9 @@ Status SqliteHistory::prepareStatements() {
       "(:keep_best "
       "AND round IS (SELECT c.round FROM checkpoints c JOIN rounds r ON r.run_id = c.run_id AND "
       "r.round = c.round LEFT JOIN rounds n ON n.run_id = c.run_id AND n.round = c.round + 1 "
-      "WHERE c.run_id = :run_id AND COALESCE(r.test_accuracy, n.fed_eval_accuracy) IS NOT NULL "
-      "ORDER BY COALESCE(r.test_accuracy, n.fed_eval_accuracy) DESC, c.round LIMIT 1))"));
+      "WHERE c.run_id = :run_id AND COALESCE(r.test_accuracy, n.fed_eval_accuracy, "
+      "-r.test_loss, -n.fed_eval_loss) IS NOT NULL ORDER BY COALESCE(r.test_accuracy, "
+      "n.fed_eval_accuracy, -r.test_loss, -n.fed_eval_loss) DESC, c.round LIMIT 1))"));
   return Status::ok();
 }
 

@@ -531,6 +531,24 @@ TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheBestByFederatedAccuracyWithoutT
       << "round 2's model scored 0.9 (in round 3); 4 and 5 the latest";
 }
 
+// A regression records no accuracy: the best is the lowest test loss (else the next round's
+// federated loss), in both backends alike.
+TEST_P(HistoryStoreTest, PruneCheckpointsKeepsTheLowestLossWithoutAccuracies) {
+  const int64_t run = newRun();
+  const std::vector<std::optional<double>> loss = {4.0, 1.5, 0.25, 0.5, 0.25, 0.75, 1.0};
+  for (uint32_t r = 0; r < loss.size(); ++r) {
+    RoundRecord round = makeRound(run, r);
+    round.test_accuracy.reset();
+    round.fed_eval_accuracy.reset();
+    round.fed_eval_loss.reset();
+    round.test_loss = loss[r];
+    ASSERT_TRUE(store_->commitRound(round, {}, makeCheckpoint(run, r)).isOk());
+  }
+  ASSERT_TRUE(store_->pruneCheckpoints(run, 2, true).isOk());
+  EXPECT_EQ(store_->checkpointRounds(run).value(), (std::vector<uint32_t>{2, 5, 6}))
+      << "round 2: the first of the two losses of 0.25; 5 and 6 the latest";
+}
+
 TEST_P(HistoryStoreTest, CheckpointAtReadsOneRoundsCheckpoint) {
   const int64_t run = newRun();
   for (uint32_t r = 0; r < 3; ++r) {
