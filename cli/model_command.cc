@@ -109,12 +109,12 @@ std::string scoreText(const Scores& scores, uint32_t r) {
 }
 
 int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
-              const std::vector<uint32_t>& rounds, const Scores& accuracy, bool json) {
+              const std::vector<uint32_t>& rounds, const Scores& scores, bool json) {
   if (json) {
     std::cout << model::descriptionJson(d) << "\n";
     return 0;
   }
-  const auto best = bestRound(rounds, accuracy);
+  const auto best = bestRound(rounds, scores);
   std::cout << "run " << run.run_id << " (" << run.name << "): model " << d.name
             << (d.path.empty() ? "" : " from " + d.path) << ", input "
             << model::shapeText(d.shape.sample) << ", " << d.shape.classes << " classes, "
@@ -122,7 +122,7 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
   std::cout << "checkpoints:";
   if (rounds.empty()) std::cout << " none";
   for (uint32_t r : rounds) {
-    std::cout << " " << r << " (" << scoreText(accuracy, r) << (best && *best == r ? ", best" : "")
+    std::cout << " " << r << " (" << scoreText(scores, r) << (best && *best == r ? ", best" : "")
               << ")";
   }
   std::cout << "\n";
@@ -151,7 +151,7 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
 Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
                                                    const ModelArgs& args, int64_t run,
                                                    const std::vector<uint32_t>& rounds,
-                                                   const Scores& accuracy) {
+                                                   const Scores& scores) {
   if (rounds.empty()) {
     return notFound("run " + std::to_string(run) +
                     " has no checkpoint (coordinator.checkpoint_every = 0, or no round "
@@ -159,7 +159,7 @@ Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
   }
   uint32_t round = rounds.back();
   if (args.best) {
-    auto best = bestRound(rounds, accuracy);
+    auto best = bestRound(rounds, scores);
     if (!best) {
       return notFound(
           "run " + std::to_string(run) +
@@ -181,7 +181,7 @@ Result<history::CheckpointRecord> chosenCheckpoint(history::HistoryStore& store,
 
 int exportModel(history::HistoryStore& store, const ModelArgs& args, const history::RunRecord& run,
                 const model::ModelDescription& d, const std::vector<uint32_t>& rounds,
-                const Scores& accuracy) {
+                const Scores& scores) {
   std::string format = args.format;
   if (format == "auto") format = d.name == "torchscript" ? "torchscript" : "state_dict";
   if (format != "torchscript" && format != "state_dict" && format != "flat") {
@@ -206,7 +206,7 @@ int exportModel(history::HistoryStore& store, const ModelArgs& args, const histo
   if (auto why = unwritableReason(args.output)) {
     return fail(invalidArgument("cannot write " + args.output + ": " + *why), 2);
   }
-  auto cp = chosenCheckpoint(store, args, run.run_id, rounds, accuracy);
+  auto cp = chosenCheckpoint(store, args, run.run_id, rounds, scores);
   if (!cp.isOk()) return fail(cp.status(), cp.status().code() == StatusCode::kNotFound ? 2 : 1);
   const std::string ctx =
       "run " + std::to_string(run.run_id) + ", checkpoint of round " + std::to_string(cp->round);
@@ -249,7 +249,7 @@ int exportModel(history::HistoryStore& store, const ModelArgs& args, const histo
   std::cout << "wrote " << args.output << (format == "flat" ? " and " + args.output + ".json" : "")
             << ": " << format << " of model " << d.name << ", run " << run.run_id << " round "
             << cp->round << " (model version " << cp->model_version << ", "
-            << (accuracy.by_loss ? "" : "test accuracy ") << scoreText(accuracy, cp->round) << "), "
+            << (scores.by_loss ? "" : "test accuracy ") << scoreText(scores, cp->round) << "), "
             << d.layout.total << " parameters\n";
   return 0;
 }
@@ -272,10 +272,10 @@ int runModelCommand(const ModelArgs& args) {
   if (!d.isOk()) return fail(d.status(), 1);
   auto rounds = store->checkpointRounds(run.run_id);
   if (failed(rounds, kCommand)) return 1;
-  auto accuracy = scoresOf(*store, run.run_id);
-  if (failed(accuracy, kCommand)) return 1;
-  if (args.what == "info") return printInfo(run, *d, *rounds, *accuracy, args.json);
-  return exportModel(*store, args, run, *d, *rounds, *accuracy);
+  auto scores = scoresOf(*store, run.run_id);
+  if (failed(scores, kCommand)) return 1;
+  if (args.what == "info") return printInfo(run, *d, *rounds, *scores, args.json);
+  return exportModel(*store, args, run, *d, *rounds, *scores);
 }
 
 }  // namespace fedfleet::cli

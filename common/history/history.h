@@ -101,10 +101,9 @@ class HistoryStore {
   // (its test accuracy, else the federated accuracy of the next round, whose tasks carried it),
   // the one with the highest (the earliest of equals); in a run without accuracies (a
   // regression), by the lowest test loss, else federated loss, the same way (rounds and updates
-  // stay). keep_last == 0 is
-  // kInvalidArgument: resume needs the latest checkpoint. A run with fewer checkpoints, or an
-  // unknown run, is left alone and gives OK. The default implementation (for test doubles)
-  // returns kFailedPrecondition; both backends override it.
+  // stay). keep_last == 0 is kInvalidArgument: resume needs the latest checkpoint. A run with fewer
+  // checkpoints, or an unknown run, is left alone and gives OK. The default implementation (for
+  // test doubles) returns kFailedPrecondition; both backends override it.
   virtual Status pruneCheckpoints(int64_t /*run_id*/, uint32_t /*keep_last*/, bool /*keep_best*/) {
     return failedPrecondition("pruneCheckpoints is not supported by this history backend");
   }
