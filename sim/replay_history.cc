@@ -98,6 +98,8 @@ std::string firstDifference(const history::RoundRecord& a, const history::RoundR
       .col("fed_eval_accuracy", a.fed_eval_accuracy, b.fed_eval_accuracy)
       .col("test_metrics", a.test_metrics, b.test_metrics)
       .col("fed_eval_metrics", a.fed_eval_metrics, b.fed_eval_metrics)
+      .col("dp_epsilon", a.dp_epsilon, b.dp_epsilon)
+      .col("dp_clip", a.dp_clip, b.dp_clip)
       .str();
 }
 

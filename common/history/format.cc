@@ -303,6 +303,8 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
       {"fed_eval_accuracy", [](const R& r) -> Value { return optionalValue(r.fed_eval_accuracy); }},
       {"test_metrics", [](const R& r) -> Value { return metricsValue(r.test_metrics); }},
       {"fed_eval_metrics", [](const R& r) -> Value { return metricsValue(r.fed_eval_metrics); }},
+      {"dp_epsilon", [](const R& r) -> Value { return optionalValue(r.dp_epsilon); }},
+      {"dp_clip", [](const R& r) -> Value { return optionalValue(r.dp_clip); }},
   };
   static const std::vector<Column<R>> kColumns = {
       {"round", true, [](const R& r) { return str(r.round); }},
@@ -323,6 +325,7 @@ std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) 
        [](const R& r) {
          return metricsCell(r.test_metrics.empty() ? r.fed_eval_metrics : r.test_metrics);
        }},
+      {"epsilon", true, [](const R& r) { return optionalFixed(r.dp_epsilon, 3); }},
       {"bytes_up", true, [](const R& r) { return str(r.bytes_up); }},
       {"bytes_down", true, [](const R& r) { return str(r.bytes_down); }},
       {"seconds", true, [](const R& r) { return fixed(r.end_time - r.start_time, 2); }},

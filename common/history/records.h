@@ -63,6 +63,10 @@ struct RoundRecord {
   std::optional<double> fed_eval_accuracy;  // fraction in [0, 1]
   // Each metric's sample-weighted mean over the updates that report it.
   Metrics fed_eval_metrics;
+  // Differential privacy (dp.mode = "central"; unset without): epsilon spent by the model after
+  // this round (at the run's dp.delta), and the L2 norm the round's updates were clipped to.
+  std::optional<double> dp_epsilon;
+  std::optional<double> dp_clip;
 };
 
 struct UpdateRecord {

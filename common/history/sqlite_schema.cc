@@ -101,6 +101,8 @@ constexpr Column<RoundRecord> kRoundColumns[] = {
     field<&RoundRecord::fed_eval_accuracy>("fed_eval_accuracy", "REAL"),
     metricsField<RoundRecord, &RoundRecord::test_metrics>("test_metrics"),  // schema 8
     metricsField<RoundRecord, &RoundRecord::fed_eval_metrics>("fed_eval_metrics"),
+    field<&RoundRecord::dp_epsilon>("dp_epsilon", "REAL"),  // schema 9
+    field<&RoundRecord::dp_clip>("dp_clip", "REAL"),
 };
 constexpr std::string_view kRoundConstraints[] = {"PRIMARY KEY (run_id, round)"};
 
@@ -274,6 +276,13 @@ ALTER TABLE updates ADD COLUMN eval_accuracy REAL;
 ALTER TABLE rounds ADD COLUMN test_metrics TEXT;
 ALTER TABLE rounds ADD COLUMN fed_eval_metrics TEXT;
 ALTER TABLE updates ADD COLUMN eval_metrics TEXT;
+)sql"},
+    {8, 9,
+     "differential privacy: the epsilon each round's model has spent and the norm its updates "
+     "were clipped to (NULL for runs without it)",
+     R"sql(
+ALTER TABLE rounds ADD COLUMN dp_epsilon REAL;
+ALTER TABLE rounds ADD COLUMN dp_clip REAL;
 )sql"},
 };
 

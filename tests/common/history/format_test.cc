@@ -33,6 +33,8 @@ std::vector<RoundRecord> twoRounds() {
   a.fed_eval_loss = 0.25;
   a.fed_eval_accuracy = 0.6;
   a.test_metrics = {{"f1", 0.5}, {"mae", 0.125}};
+  a.dp_epsilon = 2.5;
+  a.dp_clip = 0.75;
   RoundRecord b;
   b.run_id = 1;
   b.round = 1;
@@ -70,11 +72,11 @@ TEST(Format, ParseFormat) {
 TEST(Format, RoundsTable) {
   const std::string want =
       "round  status  selected  completed  late  dropped  rejected  train_loss  test_loss  "
-      "test_acc  fed_acc  metrics               bytes_up  bytes_down  seconds  wall_s\n"
+      "test_acc  fed_acc  metrics               epsilon  bytes_up  bytes_down  seconds  wall_s\n"
       "    0  ok            10          8     1        1         0      0.6931     0.5123  "
-      "  87.65%   60.00%  f1=0.5000 mae=0.1250   1048576     4194304    12.50   12.50\n"
+      "  87.65%   60.00%  f1=0.5000 mae=0.1250    2.500   1048576     4194304    12.50   12.50\n"
       "    1  failed        10          5     3        2         1      1.2500          -  "
-      "       -        -  -                       524288     4194304     7.75    7.50\n";
+      "       -        -  -                           -    524288     4194304     7.75    7.50\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kTable), want);
 }
 
@@ -83,11 +85,11 @@ TEST(Format, RoundsCsv) {
       "run_id,round,start_time,end_time,selected,completed,late,dropped,rejected,status,"
       "train_loss,test_loss,test_accuracy,bytes_up,bytes_down,model_version,wall_start,wall_end,"
       "fed_eval_clients,fed_eval_samples,fed_eval_loss,fed_eval_accuracy,test_metrics,"
-      "fed_eval_metrics\r\n"
+      "fed_eval_metrics,dp_epsilon,dp_clip\r\n"
       "1,0,1700000000,1700000012.5,10,8,1,1,0,ok,0.693147,0.5123,0.8765,1048576,4194304,1,"
-      "1700000000,1700000012.5,3,450,0.25,0.6,\"{\"\"f1\"\":0.5,\"\"mae\"\":0.125}\",\r\n"
+      "1700000000,1700000012.5,3,450,0.25,0.6,\"{\"\"f1\"\":0.5,\"\"mae\"\":0.125}\",,2.5,0.75\r\n"
       "1,1,1700000012.5,1700000020.25,10,5,3,2,1,failed,1.25,,,524288,4194304,1,"
-      "1700000012.5,1700000020,0,0,,,,\r\n";
+      "1700000012.5,1700000020,0,0,,,,,,\r\n";
   EXPECT_EQ(formatRounds(twoRounds(), Format::kCsv), want);
 }
 
@@ -117,7 +119,9 @@ TEST(Format, RoundsJson) {
     "fed_eval_loss": 0.25,
     "fed_eval_accuracy": 0.6,
     "test_metrics": "{\"f1\":0.5,\"mae\":0.125}",
-    "fed_eval_metrics": null
+    "fed_eval_metrics": null,
+    "dp_epsilon": 2.5,
+    "dp_clip": 0.75
   },
   {
     "run_id": 1,
@@ -143,7 +147,9 @@ TEST(Format, RoundsJson) {
     "fed_eval_loss": null,
     "fed_eval_accuracy": null,
     "test_metrics": null,
-    "fed_eval_metrics": null
+    "fed_eval_metrics": null,
+    "dp_epsilon": null,
+    "dp_clip": null
   }
 ]
 )";

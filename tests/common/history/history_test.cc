@@ -29,11 +29,12 @@ auto fields(const RoundRecord& r) {
   const auto& [run_id, round, start_time, end_time, wall_start, wall_end, selected, completed, late,
                dropped, rejected, status, train_loss, test_loss, test_accuracy, test_metrics,
                bytes_up, bytes_down, model_version, fed_eval_clients, fed_eval_samples,
-               fed_eval_loss, fed_eval_accuracy, fed_eval_metrics] = r;
+               fed_eval_loss, fed_eval_accuracy, fed_eval_metrics, dp_epsilon, dp_clip] = r;
   return std::tie(run_id, round, start_time, end_time, wall_start, wall_end, selected, completed,
                   late, dropped, rejected, status, train_loss, test_loss, test_accuracy,
                   test_metrics, bytes_up, bytes_down, model_version, fed_eval_clients,
-                  fed_eval_samples, fed_eval_loss, fed_eval_accuracy, fed_eval_metrics);
+                  fed_eval_samples, fed_eval_loss, fed_eval_accuracy, fed_eval_metrics, dp_epsilon,
+                  dp_clip);
 }
 auto fields(const UpdateRecord& u) {
   const auto& [run_id, round, client_id, partition, n_samples, steps, loss, compute_s, upload_s,
@@ -96,6 +97,10 @@ RoundRecord makeRound(int64_t run_id, uint32_t round) {
   r.fed_eval_accuracy = 2.0 / 3.0;
   r.test_metrics = {{"mse", 0.1}, {"zeta", -2.5e-7}, {"a", 3}};  // in their order, not sorted
   r.fed_eval_metrics = {{"mae", 1.0 / 3.0}};
+  if (round % 2 == 1) {  // and rounds without (NULL) too
+    r.dp_epsilon = 0.1 * round + 1.0 / 3.0;
+    r.dp_clip = 1e-3 / 7.0;
+  }
   return r;
 }
 

@@ -278,7 +278,7 @@ TEST_F(SqliteHistoryTest, OtherSchemaVersionsAreRefusedAndLeftAlone) {
     std::vector<std::string> says;
   };
   const Case cases[] = {
-      {99, {"schema version 99", "knows up to schema version 8", "newer", "upgrade fedfleet"}},
+      {99, {"schema version 99", "knows up to schema version 9", "newer", "upgrade fedfleet"}},
       {0, {"schema version 0, which no fedfleet writes", "damaged"}},
   };
   { ASSERT_TRUE(open()); }
@@ -513,7 +513,8 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
                   "eval_loss; ALTER TABLE updates DROP COLUMN eval_accuracy; "
                   "ALTER TABLE rounds DROP COLUMN test_metrics; ALTER TABLE rounds DROP COLUMN "
                   "fed_eval_metrics; ALTER TABLE updates DROP COLUMN eval_metrics; "
-                  "UPDATE schema_version SET version = 3",
+                  "ALTER TABLE rounds DROP COLUMN dp_epsilon; ALTER TABLE rounds DROP COLUMN "
+                  "dp_clip; UPDATE schema_version SET version = 3",
                   nullptr, nullptr, &err),
               SQLITE_OK)
         << (err ? err : "");
@@ -574,7 +575,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
     for (const char* c : {"eval_samples", "eval_loss", "eval_accuracy", "eval_metrics"}) {
       sql += std::string("ALTER TABLE updates DROP COLUMN ") + c + "; ";
     }
-    for (const char* c : {"test_metrics", "fed_eval_metrics"}) {
+    for (const char* c : {"test_metrics", "fed_eval_metrics", "dp_epsilon", "dp_clip"}) {
       sql += std::string("ALTER TABLE rounds DROP COLUMN ") + c + "; ";
     }
     sql += "ALTER TABLE runs DROP COLUMN model_json; UPDATE schema_version SET version = 4";
