@@ -261,6 +261,41 @@ std::string metricCharts(const std::vector<RunData>& data) {
   return out + "</div>\n";
 }
 
+// Differentially private runs (dp.mode = "central"): epsilon spent by round, and test accuracy
+// against the epsilon spent (the privacy-utility trade-off), a line per run. Nothing when no
+// run records an epsilon.
+std::string privacyCharts(const std::vector<RunData>& data) {
+  std::vector<ChartSeries> spent, utility;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const RunData& d = data[i];
+    ChartSeries e{d.label(), paletteColor(i), {}, {}}, u = e;
+    for (const auto& r : d.rounds) {
+      if (!r.dp_epsilon) continue;
+      e.x.push_back(r.round);
+      e.y.push_back(*r.dp_epsilon);
+      if (r.test_accuracy) {
+        u.x.push_back(*r.dp_epsilon);
+        u.y.push_back(*r.test_accuracy);
+      }
+    }
+    if (!e.x.empty()) spent.push_back(std::move(e));
+    if (!u.x.empty()) utility.push_back(std::move(u));
+  }
+  if (spent.empty()) return "";
+  const ChartAxis epsilon_axis{"epsilon spent (at the run's dp.delta)", 1, std::nullopt,
+                               std::nullopt, false};
+  std::string out = "<h2>Privacy</h2>\n<div class=\"grid\">\n";
+  out +=
+      renderLineChart("privacy-epsilon", "Epsilon spent by round",
+                      ChartAxis{"round", 1, std::nullopt, std::nullopt, true}, epsilon_axis, spent);
+  if (!utility.empty()) {
+    out += renderLineChart("privacy-accuracy", "Test accuracy against epsilon spent", epsilon_axis,
+                           ChartAxis{"test accuracy (%)", 100, std::nullopt, std::nullopt, false},
+                           utility);
+  }
+  return out + "</div>\n";
+}
+
 std::string participantsChart(const RunData& d, const std::string& id) {
   std::vector<double> rounds;
   BarSeries completed{"completed", "#009E73", {}}, late{"late", "#E69F00", {}},
@@ -485,6 +520,7 @@ Result<std::string> renderReport(history::HistoryStore& store, const ReportOptio
   html += "<h2>Runs</h2>\n" + runsTable(data);
   html += "<h2>Accuracy and loss</h2>\n" + overlayCharts(data);
   html += metricCharts(data);
+  html += privacyCharts(data);
   for (const auto& d : data) {
     const std::string id = std::to_string(d.run.run_id);
     html += "<section class=\"run\" data-run-id=\"" + id + "\">\n<h2>" +

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "common/crypto/keyed_stream.h"
 #include "common/crypto/random.h"
 #include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
@@ -320,6 +321,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
     eo.evaluate_initial = evaluate_initial;
   }
   eo.max_evaluations_behind = kMaxEvaluationsBehind;
+  // Differential-privacy noise no client can predict (the config's seed may be known to them).
+  eo.dp.noise_key = crypto::randomStreamKey();
   // What each partition holds bounds what an update may claim (the clients cut the same split).
   FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config_, eo));
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/crypto/keyed_stream.h"
 #include "common/data/dataset.h"
 #include "common/data/split.h"
 #include "common/model/evaluate.h"
@@ -119,6 +120,20 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
     eo.data.skew = b.skew;
   }
   if (auto mode = engine::parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
+  const auto& d = config.dp;
+  eo.dp.central = d.mode == "central";
+  eo.dp.noise_multiplier = d.noise_multiplier;
+  eo.dp.clip_norm = d.clip_norm;
+  eo.dp.adaptive_clip = d.adaptive_clip;
+  eo.dp.target_quantile = d.target_quantile;
+  eo.dp.clip_lr = d.clip_lr;
+  eo.dp.count_stddev = d.count_stddev;
+  eo.dp.delta = d.delta;
+  eo.dp.target_epsilon = d.target_epsilon;
+  eo.dp.population = d.population;
+  // Reproducible noise from the seed (the simulator); a real coordinator replaces the key with
+  // a random one, which its clients cannot know.
+  eo.dp.noise_key = crypto::streamKeyFromSeed("fedfleet dp noise", config.run.seed);
   return eo;
 }
 

@@ -33,6 +33,8 @@ Status checkEngineOptions(const EngineOptions& options) {
   if (!st.isOk()) return st.withContext("config [aggregation]");
   st = validateDeadlineOptions(options);
   if (!st.isOk()) return st.withContext("config [policy]");
+  st = validateDpOptions(options);
+  if (!st.isOk()) return st.withContext("config [dp]");
   if (!options.server_eval && options.fed_eval_every == 0) {
     return invalidArgument(
         "config [coordinator]: without test data of its own the coordinator cannot evaluate the "

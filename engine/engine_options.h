@@ -14,6 +14,7 @@
 #include "common/wire/messages.h"
 #include "engine/aggregator.h"
 #include "engine/block_models.h"
+#include "engine/central_dp.h"
 #include "engine/deadline_policy.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
@@ -153,6 +154,12 @@ struct EngineOptions {
   // aggregation without state across rounds (no SCAFFOLD, server optimiser fedavg).
   BlockScheduleOptions blocks;
   BlockMode block_mode = BlockMode::kSingle;
+
+  // ---- Differential privacy (engine/central_dp.h) ----
+  // dp.central: updates clipped to dp.clip_norm at settlement, weighing 1, Gaussian noise on the
+  // sum, divided by clients_per_round; norm_bound and weight_cap do not apply (each is decided
+  // from the other updates of the round, which a client's privacy must not depend on).
+  DpOptions dp;
 };
 
 // What the engine's constructor would otherwise abort on: selector, server optimiser,

@@ -56,6 +56,17 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     FEDFLEET_CHECK(!options_.async && !options_.sample_partitions);  // checkEngineOptions says why
     blocks_ = std::make_unique<BlockCoordinator>(options_.blocks, options_.block_mode);
   }
+  configured_rounds_ = options_.rounds;
+  if (options_.dp.central) {
+    FEDFLEET_CHECK(validateDpOptions(options_).isOk());  // checkEngineOptions says why
+    dp_ = std::make_unique<CentralDp>(options_);
+    // The privacy budget: no more rounds than keep epsilon within it (each round spends at
+    // most one step, so the steps of a resumed run stay within it too).
+    if (options_.dp.target_epsilon > 0) {
+      options_.rounds =
+          static_cast<uint32_t>(dp_->stepsWithin(options_.dp.target_epsilon, options_.rounds));
+    }
+  }
 }
 
 void RoundEngine::setSelectorHints(SpeedHint speed, AvailabilityHint availability) {
@@ -85,6 +96,8 @@ std::string RoundEngine::saveState() const {
   }
   for (const auto& [id, partition] : partitions_.reserved()) assigned.emplace_back(id, partition);
   out.section(encodePartitions(assigned));
+  // Privacy section (differentially private runs only): the clip and the steps spent.
+  if (dp_) out.section(dp_->saveState());
   return std::move(out).finish();
 }
 
@@ -110,6 +123,17 @@ Status RoundEngine::loadState(std::string_view blob) {
       FEDFLEET_ASSIGN_OR_RETURN(partitions, parsePartitions(part_blob, options_.num_partitions));
     }
   }
+  std::optional<CentralDp> dp;
+  if (dp_) {
+    if (state.atEnd()) {
+      return corrupt(
+          "engine state: no privacy section (the state was saved by a run without "
+          "differential privacy; resume it with dp.mode as it was)");
+    }
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view dp_blob, state.section("privacy"));
+    dp.emplace(*dp_);
+    FEDFLEET_RETURN_IF_ERROR(dp->loadState(dp_blob));
+  }
   std::mt19937_64 rng;
   std::istringstream in{std::string(rng_text)};
   in >> rng;
@@ -132,6 +156,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   aggregator_->loadState(control_blob);
   rng_ = rng;
   if (blocks) blocks_->restore(std::move(*blocks));
+  if (dp) *dp_ = std::move(*dp);
   for (auto& [id, partition] : partitions) {
     if (!clients_.count(id)) partitions_.reserve(id, partition);
   }
@@ -230,6 +255,15 @@ void RoundEngine::start(double now) {
   if (options_.first_round == 1 && options_.evaluate_initial) commits_.evaluateInitial(now);
   phase_ = Phase::kWaiting;
   wait_since_ = now;
+  if (dp_ && options_.rounds < configured_rounds_) {
+    event("privacy_budget", "",
+          "dp.target_epsilon " + std::to_string(options_.dp.target_epsilon) + " at delta " +
+              std::to_string(options_.dp.delta) + " allows " + std::to_string(options_.rounds) +
+              " of the configured " + std::to_string(configured_rounds_) +
+              " rounds (epsilon after them: " + std::to_string(dp_->epsilonAfter(options_.rounds)) +
+              "); the run ends after round " + std::to_string(options_.rounds),
+          now);
+  }
   if (round_ >= options_.rounds) {
     finishRun(true, "all rounds done", now);
     return;
@@ -555,6 +589,11 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   totals.weight = sum_weight_;
   totals.completed = completed;
   totals.registered_clients = clients_.size();
+  if (dp_) {
+    // G = (sum of clipped updates + N(0, (z_D C)^2 I)) / K (engine/central_dp.h).
+    dp_->addNoise(sum_.data(), n, round_);
+    totals.weight = dp_->denominator();
+  }
   if (!aggregator_->pseudoGradient(sum_.data(), totals, &step_failure_)) return false;
   if (!kernels::allFinite(sum_.data(), n)) {
     step_failure_ = "the aggregate is not finite";
@@ -562,6 +601,7 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   }
   if (!stepModel(sum_.data())) return false;
   aggregator_->stepTaken();
+  if (dp_) dp_->stepTaken(round_);
   return true;
 }
 

@@ -13,7 +13,8 @@
 // WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
 // Aggregator and ServerOptimizer (steps 8a, 8), Selector and IdleClients (step 2), CommitPipeline
 // (steps 9's evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their
-// evaluation) and BlockCoordinator (B1-B6).
+// evaluation), BlockCoordinator (B1-B6) and CentralDp (differential privacy at steps 8a and 8:
+// engine/central_dp.h).
 //
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
@@ -470,6 +471,8 @@ class RoundEngine {
   std::vector<Action> actions_;
 
   std::unique_ptr<BlockCoordinator> blocks_;  // null: no blocks
+  std::unique_ptr<CentralDp> dp_;             // null: no differential privacy
+  uint32_t configured_rounds_ = 0;            // run.rounds before the privacy budget's limit
   // Evaluations awaited, snapshots, commits and roll-backs (steps 9, 10, 10a).
   CommitPipeline commits_{*this, options_};
 };

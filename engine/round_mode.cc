@@ -162,17 +162,33 @@ void SynchronousRounds::settle(double now) {
                now);
     }
     const double fold = e_.aggregator_->settleFoldWeight(p.agg_weight, p.steps);
-    // Folded in dispatch order with its final weight: the sum does not depend on the order
-    // in which uploads arrived, and a clipped update enters it already scaled.
-    Status st = e_.assembler_.fold(token, static_cast<float>(fold * scale[i++]), e_.sum_.data());
-    if (!st.isOk()) {
-      e_.sum_tainted_ = true;
-      e_.event("aggregation_error", p.client, round + "folding a kept update: " + st.message(),
-               now);
-    }
-    e_.sum_weight_ += p.agg_weight;
-    e_.assembler_.takeBack(token);
+    foldKept(p, token, fold * scale[i++], now);
   }
+}
+
+void SynchronousRounds::settlePrivately(double now) {
+  CentralDp& dp = *e_.dp_;
+  for (auto& [token, p] : e_.participants_) {
+    if (p.state != UpdateState::kCompleted) continue;
+    const double norm = std::sqrt(p.sq_norm);
+    dp.observe(norm);
+    p.agg_weight = 1;
+    foldKept(p, token, dp.clipScale(norm), now);
+  }
+}
+
+void SynchronousRounds::foldKept(Participant& p, uint64_t token, double fold, double now) {
+  // Folded in dispatch order with its final weight: the sum does not depend on the order in
+  // which uploads arrived, and a clipped update enters it already scaled.
+  Status st = e_.assembler_.fold(token, static_cast<float>(fold), e_.sum_.data());
+  if (!st.isOk()) {
+    e_.sum_tainted_ = true;
+    e_.event("aggregation_error", p.client,
+             "round " + std::to_string(e_.round_) + ": folding a kept update: " + st.message(),
+             now);
+  }
+  e_.sum_weight_ += p.agg_weight;
+  e_.assembler_.takeBack(token);
 }
 
 void SynchronousRounds::finish(double now, const std::string* abort_reason) {
@@ -192,7 +208,13 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
       rejectAtSettlement(p, token, *abort_reason, now);
     }
   }
-  if (!e_.aggregator_->buffersUpdates() && !abort_reason) settle(now);
+  if (!e_.aggregator_->buffersUpdates() && !abort_reason) {
+    if (e_.dp_) {
+      settlePrivately(now);
+    } else {
+      settle(now);
+    }
+  }
   double loss_sum = 0;
   for (auto& [token, p] : e_.participants_) {
     switch (p.state) {
@@ -214,7 +236,9 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     }
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
-    c.updates.push_back(e_.updateRecord(p, p.agg_weight / std::max(e_.sum_weight_, 1.0), now));
+    // Each update's share of the average (differential privacy: of the fixed K).
+    const double denominator = e_.dp_ ? e_.dp_->denominator() : std::max(e_.sum_weight_, 1.0);
+    c.updates.push_back(e_.updateRecord(p, p.agg_weight / denominator, now));
     e_.feedback(p, now);
   }
 
@@ -228,6 +252,7 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
   std::optional<ModelSnapshot> before;  // kept only for a step whose evaluation is awaited
   if (ok && e_.commits_.evaluates(e_.round_, e_.round_ >= e_.options_.rounds))
     before = e_.commits_.snapshotModel();
+  if (e_.dp_) r.dp_clip = e_.dp_->clip();  // the clip this round's updates were clipped to
   if (ok && !e_.applyRoundStep(r.completed)) {
     ok = false;
     e_.event("step_refused", "",
@@ -235,6 +260,10 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
                  e_.aggregator_->name() + ", " + e_.optimizer_->name() +
                  "); the model is unchanged",
              now);
+  }
+  if (e_.dp_) {
+    if (!ok) e_.dp_->clearRound();  // nothing released: nothing spent
+    r.dp_epsilon = e_.dp_->epsilon();
   }
   if (ok) {
     ++e_.version_;

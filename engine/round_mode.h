@@ -91,6 +91,12 @@ class SynchronousRounds : public RoundMode {
   // the completed updates, then every kept update folded into the running sum in dispatch order
   // with its final weight. An update the norm bound rejects is rejected here.
   void settle(double now);
+  // settle() under differential privacy (engine/central_dp.h): each update clipped to the DP
+  // clip and folded with weight 1; neither the norm bound nor the weight cap applies.
+  void settlePrivately(double now);
+  // Folds kept update `token` with weight `fold` into the running sum, adds its agg_weight to
+  // the sum's weight, and gives its payload back.
+  void foldKept(Participant& p, uint64_t token, double fold, double now);
   // A rejection at settlement: like RoundEngine::rejectUpdate, but the round is being settled
   // already.
   void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);

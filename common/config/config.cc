@@ -180,6 +180,16 @@ void forEachField(C& c, F&& f) {
   f("blocks.synthetic_shift", c.blocks.synthetic_shift);
   f("limits.events_per_client_round", c.limits.events_per_client_round);
   f("limits.max_loss", c.limits.max_loss);
+  f("dp.mode", c.dp.mode);
+  f("dp.noise_multiplier", c.dp.noise_multiplier);
+  f("dp.clip_norm", c.dp.clip_norm);
+  f("dp.adaptive_clip", c.dp.adaptive_clip);
+  f("dp.target_quantile", c.dp.target_quantile);
+  f("dp.clip_lr", c.dp.clip_lr);
+  f("dp.count_stddev", c.dp.count_stddev);
+  f("dp.delta", c.dp.delta);
+  f("dp.target_epsilon", c.dp.target_epsilon);
+  f("dp.population", c.dp.population);
 }
 
 template <typename T>
@@ -816,7 +826,14 @@ Status Config::validate() const {
   FEDFLEET_RETURN_IF_ERROR(
       oneOf("selection.selector", selection.selector, {"uniform", "oort", "availability"}));
   FEDFLEET_RETURN_IF_ERROR(validateBlocks());
+  FEDFLEET_RETURN_IF_ERROR(validateDp());
   return validateAggregation();
+}
+
+Status Config::validateDp() const {
+  // The ranges and the combinations that cannot work are the engine's check
+  // (engine::validateDpOptions), which every driver runs before the first round.
+  return oneOf("dp.mode", dp.mode, {"none", "central"});
 }
 
 Status Config::validateBlocks() const {

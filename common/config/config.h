@@ -273,6 +273,20 @@ struct BlocksSection {
   double synthetic_shift = 1;  // synthetic data: block m's devices draw u_k, B_k around m x this
 };
 
+// Differential privacy of the trained model (engine/central_dp.h; docs/PRIVACY.md).
+struct DpSection {
+  std::string mode = "none";      // none, central (DP-FedAvg: the coordinator clips and noises)
+  double noise_multiplier = 1.0;  // z: noise standard deviation over the clip norm
+  double clip_norm = 1.0;         // updates clipped to this L2 norm (adaptive: the first clip)
+  bool adaptive_clip = false;     // clip tracks target_quantile of the update norms
+  double target_quantile = 0.5;   // adaptive: fraction of updates left unclipped
+  double clip_lr = 0.2;           // adaptive: geometric learning rate of the clip
+  double count_stddev = 0;        // adaptive: noise of the unclipped count (0: clients/round / 20)
+  double delta = 1e-5;            // the delta of the (epsilon, delta) the history reports
+  double target_epsilon = 0;      // > 0: the run stops before epsilon exceeds this
+  uint64_t population = 0;        // clients sampled from (0: the run's partitions / clients)
+};
+
 struct Config {
   RunSection run;
   CoordinatorSection coordinator;
@@ -288,6 +302,7 @@ struct Config {
   MetricsSection metrics;
   BlocksSection blocks;
   LimitsSection limits;
+  DpSection dp;
 
   // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors
   // return kInvalidArgument naming the file, line and key; the Config may then be partly set.
@@ -303,6 +318,7 @@ struct Config {
   Status validatePolicy() const;       // the [policy] section (part of validate())
   Status validateAggregation() const;  // the [aggregation] section (part of validate())
   Status validateBlocks() const;       // the [blocks] section (part of validate())
+  Status validateDp() const;           // the [dp] section's names (ranges: the engine's check)
 
   // Effective values after defaults are resolved.
   uint32_t minClients() const;

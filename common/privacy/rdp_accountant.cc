@@ -10,6 +10,7 @@ namespace fedfleet::privacy {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxQuadraturePoints = 1e6;
 
 // log(exp(a) + exp(b)), exact for -infinity terms.
 double logAddExp(double a, double b) {
@@ -80,6 +81,13 @@ double sampledGaussianRdp(double q, double sigma, double alpha) {
   if (q == 0) return 0;
   if (q == 1) return alpha / (2 * sigma * sigma);
   const bool integer = alpha == std::floor(alpha) && alpha <= 1e6;
+  // The quadrature's grid has (alpha + 24 sigma + 2) 64 / sigma points: for a tiny sigma (a
+  // noise that protects nothing) far too many. RDP does not decrease with the order, so the
+  // next integer order's value bounds it from above: conservative, and as fast as a sum.
+  if (!integer && (alpha + 24 * sigma + 2) * 64 / sigma > kMaxQuadraturePoints &&
+      std::ceil(alpha) <= 1e6) {
+    return sampledGaussianRdp(q, sigma, std::ceil(alpha));
+  }
   const double log_a = integer ? logAInteger(q, sigma, static_cast<int64_t>(alpha))
                                : logAByQuadrature(q, sigma, alpha);
   if (!std::isfinite(log_a)) return kInf;

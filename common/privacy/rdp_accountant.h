@@ -11,7 +11,9 @@
 //   A_alpha = sum_{k=0..alpha} C(alpha, k) (1 - q)^(alpha - k) q^k exp((k^2 - k) / (2 sigma^2)),
 // computed here in log space (to rounding, relative), and for a fractional alpha the integral,
 // computed by the trapezoid rule on a grid of step sigma / 64 over the integrand's whole mass
-// (the integrand is smooth and decays like a Gaussian, so the rule converges geometrically).
+// (the integrand is smooth and decays like a Gaussian, so the rule converges geometrically);
+// where that grid would exceed a million points (sigma below about 1e-3), the next integer
+// order's value instead, an upper bound since RDP does not decrease with the order.
 // RDP composes by addition: T rounds give T eps(alpha). The conversion to (epsilon, delta):
 //   classic (Mironov 2017, Proposition 3): epsilon = min_alpha T eps(alpha) + log(1/delta) / (alpha
 //   - 1) tight (Balle et al. 2020, Theorem 21): epsilon = min_alpha T eps(alpha)

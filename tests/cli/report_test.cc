@@ -247,6 +247,34 @@ TEST_F(Report, EachMetricGetsAChartByRound) {
   EXPECT_EQ(render(plain).find("<h2>Metrics</h2>"), std::string::npos);
 }
 
+// A differentially private run: epsilon by round (each recorded round a point) and accuracy
+// against epsilon (the rounds with both); runs without an epsilon draw no such section.
+TEST_F(Report, APrivateRunGetsItsEpsilonByRoundAndAccuracyAgainstEpsilon) {
+  const int64_t run = addRun("private", "virtual", "{}");
+  for (uint32_t r = 0; r <= 4; ++r) {
+    history::RoundRecord row = roundRow(run, r, 50.0 * r);
+    if (r > 0) {
+      row.dp_epsilon = 0.5 * r;
+      row.dp_clip = 1;
+    }
+    if (r == 2) row.test_accuracy.reset();  // not evaluated
+    ASSERT_TRUE(store_->commitRound(row, {}, std::nullopt).isOk());
+  }
+  ReportOptions options;
+  options.runs = {run};
+  const std::string html = render(options);
+  ASSERT_NE(html.find("<h2>Privacy</h2>"), std::string::npos);
+  auto spent = elementsIn(html, "privacy-epsilon", "<path class=\"series\"");
+  ASSERT_EQ(spent.size(), 1u);
+  EXPECT_EQ(spent[0].attrs["data-points"], "4") << "rounds 1..4";
+  auto utility = elementsIn(html, "privacy-accuracy", "<path class=\"series\"");
+  ASSERT_EQ(utility.size(), 1u);
+  EXPECT_EQ(utility[0].attrs["data-points"], "3") << "rounds 1, 3 and 4";
+  ReportOptions plain;
+  plain.runs = {sim_run_};
+  EXPECT_EQ(render(plain).find("<h2>Privacy</h2>"), std::string::npos);
+}
+
 TEST_F(Report, ParticipantAndTrafficBarsAddUpToTheRounds) {
   const std::string html = render();
   auto rounds = store_->rounds(sim_run_);

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "common/crypto/keyed_stream.h"
 #include "common/data/dataset.h"
 #include "tests/engine/round_engine_fixture.h"
 
@@ -31,6 +32,46 @@ TEST(RunSetup, PartitionSizesFollowTheClientsSplit) {
   EXPECT_EQ(*sizes, (std::vector<uint64_t>{10, 10, 10, 10}));
   o.data.scheme = "nonsense";
   EXPECT_FALSE(partitionSizes(o, train).isOk());
+}
+
+}  // namespace
+}  // namespace fedfleet::coordinator
+
+namespace fedfleet::coordinator {
+namespace {
+
+// The [dp] section becomes the engine's DP options, with a noise key derived from the seed
+// (the simulator's; a coordinator replaces it with a random one), and the engine's check
+// refuses what cannot work with the key named.
+TEST(RunSetup, TheDpSectionBecomesTheEnginesPrivacyOptions) {
+  config::Config c;
+  ASSERT_TRUE(c.loadString("[run]\nseed = 9\n[coordinator]\nclients_per_round = 2\nmin_clients = "
+                           "2\nquorum = 2\n[dp]\nmode = \"central\"\nnoise_multiplier = 1.5\n"
+                           "clip_norm = 0.25\nadaptive_clip = true\ntarget_quantile = 0.7\n"
+                           "clip_lr = 0.1\ncount_stddev = 2\ndelta = 1e-6\ntarget_epsilon = "
+                           "30\npopulation = 1000\n",
+                           "dp.toml")
+                  .isOk());
+  ASSERT_TRUE(c.validate().isOk()) << c.validate().toString();
+  EngineOptions o = engineOptionsFromConfig(c, 1);
+  EXPECT_TRUE(o.dp.central);
+  EXPECT_EQ(o.dp.noise_multiplier, 1.5);
+  EXPECT_EQ(o.dp.clip_norm, 0.25);
+  EXPECT_TRUE(o.dp.adaptive_clip);
+  EXPECT_EQ(o.dp.target_quantile, 0.7);
+  EXPECT_EQ(o.dp.clip_lr, 0.1);
+  EXPECT_EQ(o.dp.count_stddev, 2);
+  EXPECT_EQ(o.dp.delta, 1e-6);
+  EXPECT_EQ(o.dp.target_epsilon, 30);
+  EXPECT_EQ(o.dp.population, 1000u);
+  EXPECT_EQ(o.dp.noise_key, crypto::streamKeyFromSeed("fedfleet dp noise", 9));
+  EXPECT_TRUE(engine::validateDpOptions(o).isOk());
+
+  ASSERT_TRUE(c.set("dp.population=1").isOk());  // fewer than the 2 sampled a round
+  Status st = engine::checkEngineOptions(engineOptionsFromConfig(c, 1));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("config [dp]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("dp.population"), std::string::npos) << st.message();
 }
 
 }  // namespace

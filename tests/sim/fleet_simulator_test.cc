@@ -13,6 +13,7 @@
 #include "client/served_model.h"
 #include "common/data/synthetic.h"
 #include "common/history/history.h"
+#include "common/privacy/rdp_accountant.h"
 #include "sim/fleet.h"
 #include "sim/model_cost.h"
 #include "sim/progress.h"
@@ -654,6 +655,79 @@ TEST(FleetSimulator, ScaffoldStateIsCommittedOnlyForAcceptedUpdates) {
   }
   EXPECT_GT(accepted, 0);
   EXPECT_GT(never_accepted, 0);
+}
+
+}  // namespace
+}  // namespace fedfleet::sim
+
+namespace fedfleet::sim {
+namespace {
+
+// Differentially private FedAvg through the simulator: the same seed gives the same history
+// (noise included) at 1 and 2 workers; every round records the accountant's epsilon for
+// q = K / N = 8 / 40 and the clip, which adapts; the budget ends the run early; a method DP
+// cannot wrap is refused at start-up.
+TEST(FleetSimulator, DifferentiallyPrivateRunsRecordTheirEpsilonAndStopAtTheBudget) {
+  auto privateJob = [](const std::string& db, uint32_t workers) {
+    config::Config c = smallJob(db);
+    c.model.name = "logreg";
+    c.run.rounds = 6;
+    c.sim.workers = workers;
+    c.dp.mode = "central";
+    c.dp.noise_multiplier = 0.8;
+    c.dp.clip_norm = 0.5;
+    c.dp.adaptive_clip = true;
+    c.dp.count_stddev = 1;  // > z / 2 (the default K / 20 = 0.4 is not)
+    return c;
+  };
+  std::vector<History> runs;
+  for (uint32_t workers : {1u, 2u}) {
+    const std::string db = tmpPath("sim_dp" + std::to_string(workers) + ".db");
+    auto summary = runJob(privateJob(db, workers));
+    ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+    runs.push_back(readHistory(db, summary->run_id));
+  }
+  const History& a = runs[0];
+  ASSERT_EQ(a.rounds.size(), 7u);
+  ASSERT_EQ(runs[1].rounds.size(), 7u);
+  std::set<double> clips;
+  for (size_t i = 1; i < a.rounds.size(); ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    const auto& r = a.rounds[i];
+    EXPECT_EQ(r.status, "ok");
+    EXPECT_EQ(r.test_accuracy, runs[1].rounds[i].test_accuracy);
+    ASSERT_TRUE(r.dp_epsilon && r.dp_clip);
+    EXPECT_EQ(r.dp_epsilon, runs[1].rounds[i].dp_epsilon);
+    EXPECT_EQ(r.dp_clip, runs[1].rounds[i].dp_clip);
+    auto want = privacy::epsilonOf(8.0 / 40, 0.8, i, 1e-5);
+    ASSERT_TRUE(want.isOk());
+    EXPECT_DOUBLE_EQ(*r.dp_epsilon, want->epsilon);
+    clips.insert(*r.dp_clip);
+  }
+  EXPECT_EQ(*a.rounds[1].dp_clip, 0.5);
+  EXPECT_GT(clips.size(), 1u) << "the clip adapts";
+  EXPECT_FALSE(a.rounds[0].dp_epsilon.has_value());
+
+  // A budget between epsilon after 3 and after 4 rounds: 3 rounds, and an event that says so.
+  config::Config budget = privateJob(tmpPath("sim_dp_budget.db"), 1);
+  const double e3 = privacy::epsilonOf(0.2, 0.8, 3, 1e-5)->epsilon;
+  const double e4 = privacy::epsilonOf(0.2, 0.8, 4, 1e-5)->epsilon;
+  budget.dp.target_epsilon = (e3 + e4) / 2;
+  auto summary = runJob(budget);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  History h = readHistory(budget.history.db, summary->run_id);
+  ASSERT_EQ(h.rounds.size(), 4u);
+  EXPECT_DOUBLE_EQ(*h.rounds.back().dp_epsilon, e3);
+  int budget_events = 0;
+  for (const auto& e : h.events) budget_events += e.kind == "privacy_budget";
+  EXPECT_EQ(budget_events, 1);
+
+  config::Config nova = privateJob(":memory:", 1);
+  nova.aggregation.method = "fednova";
+  auto refused = FleetSimulator::create(nova);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("dp.mode"), std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace

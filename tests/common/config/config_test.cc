@@ -354,6 +354,8 @@ TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
   EXPECT_EQ(j["aggregation"]["norm_bound_action"], "clip");
   EXPECT_EQ(j["limits"]["events_per_client_round"], 20);
   EXPECT_EQ(j["coordinator"]["max_samples_per_update"], 1000000);
+  EXPECT_EQ(c.dp.mode, "none");
+  EXPECT_EQ(j["dp"]["delta"], 1e-5);
 
   ASSERT_TRUE(c.loadString("[aggregation]\nnorm_bound = 3.5\nnorm_bound_action = \"reject\"\n"
                            "weight_cap = 0\n[limits]\nevents_per_client_round = 4\n"
@@ -378,7 +380,7 @@ TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
         Bad{"aggregation.norm_bound_action=\"scale\"", "aggregation.norm_bound_action"},
         Bad{"aggregation.weight_cap=0.9", "aggregation.weight_cap"},
         Bad{"limits.events_per_client_round=0", "limits.events_per_client_round"},
-        Bad{"limits.max_loss=0", "limits.max_loss"}}) {
+        Bad{"limits.max_loss=0", "limits.max_loss"}, Bad{"dp.mode=\"local\"", "dp.mode"}}) {
     Config d;
     ASSERT_TRUE(d.set(b.set).isOk()) << b.set;
     Status st = d.validate();

@@ -136,6 +136,20 @@ TEST(RdpAccountant, CompositionAddsAndMoreNoiseOrLessSamplingSpendsLess) {
             epsilonOf(0.01, 1.1, 1000, 1e-5, Conversion::kClassic)->epsilon);
 }
 
+// A noise multiplier too small for the quadrature's grid: a fractional order takes the next
+// integer order's value (an upper bound, RDP being non-decreasing in the order), at once.
+TEST(RdpAccountant, ATinyNoiseMultiplierIsBoundedByTheNextIntegerOrder) {
+  for (double alpha : {1.25, 2.5, 9.75}) {
+    const double tiny = sampledGaussianRdp(0.5, 1e-6, alpha);
+    EXPECT_EQ(tiny, sampledGaussianRdp(0.5, 1e-6, std::ceil(alpha))) << alpha;
+  }
+  // Where both are computed, the fractional order's value lies below the next integer's.
+  EXPECT_LT(sampledGaussianRdp(0.5, 0.8, 2.5), sampledGaussianRdp(0.5, 0.8, 3));
+  auto spent = epsilonOf(0.5, 1e-6, 10, 1e-5);
+  ASSERT_TRUE(spent.isOk());
+  EXPECT_GT(spent->epsilon, 1e6);  // no privacy to speak of
+}
+
 TEST(RdpAccountant, BadArgumentsAreRefusedAndAddNothing) {
   RdpAccountant a;
   for (auto [q, s] : std::vector<std::pair<double, double>>{
