@@ -1,6 +1,7 @@
 // The keyed AES-256-CTR stream: NIST's counter-mode vectors, determinism, independence of
 // streams, and uniform doubles that are never 0 or 1.
 #include "common/crypto/keyed_stream.h"
+#include "tests/common/crypto/hex.h"
 
 #include <gtest/gtest.h>
 
@@ -11,14 +12,6 @@
 
 namespace fedfleet::crypto {
 namespace {
-
-std::string fromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
 
 std::string bytesOf(KeyedStream& s, size_t n) {
   std::string out(n, '\0');
