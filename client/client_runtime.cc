@@ -19,6 +19,7 @@
 
 #include "client/client_session.h"
 #include "client/control_variate.h"
+#include "client/masked_upload.h"
 #include "client/token_bucket.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
@@ -137,7 +138,7 @@ class ZmqClient final : public ClientRuntime {
   // Joins the finished worker and reports its outcome to the session.
   void finishTraining();
   // Starts the pipeline of the upload the session asks a credit for.
-  void startUpload(uint64_t token);
+  void startUpload(const SendUploadRequest& ask);
   void abandonUpload(const AbandonUpload& a);
   void sendSummary(wire::Summary s);
   // Sends what the pipeline and the throttle allow now (for at most kSendSliceS).
@@ -457,8 +458,10 @@ void ZmqClient::execute(ClientAction& action) {
         } else if constexpr (std::is_same_v<T, AbandonTraining>) {
           abandonTraining(a);
         } else if constexpr (std::is_same_v<T, SendUploadRequest>) {
-          startUpload(a.request.task_token);
+          startUpload(a);
           send(a.request);
+        } else if constexpr (std::is_same_v<T, SendSecAgg>) {
+          send(a.message);
         } else if constexpr (std::is_same_v<T, SendChunk>) {
           UploadJob& u = *uploads_.at(a.chunk.task_token);
           u.frame = wire::encode(a.chunk);
@@ -520,10 +523,31 @@ void ZmqClient::finishTraining() {
   if (!session_->holdsUpload(token)) uploads_.erase(token);  // nothing of it goes out
 }
 
-void ZmqClient::startUpload(uint64_t token) {
-  UploadJob& u = *uploads_.at(token);
+void ZmqClient::startUpload(const SendUploadRequest& ask) {
+  UploadJob& u = *uploads_.at(ask.request.task_token);
   if (u.pipeline) return;  // asked again (after a Hello): it is already encoding
   const compress::Codec& codec = *u.request->codec;
+  if (ask.masker) {
+    // Secure aggregation: weighted, quantised and masked on the host; no codec, no residual.
+    if (u.result.device_delta.defined()) {
+      at::Tensor host = u.result.device_delta.to(at::kCPU).contiguous();
+      u.result.delta.assign(host.data_ptr<float>(), host.data_ptr<float>() + host.numel());
+      u.result.device_delta = at::Tensor();
+    }
+    u.uses_residual = false;
+    u.started_at = steadyNow();
+    UploadPipelineOptions po;
+    po.queue_depth = options_.upload_queue_chunks;
+    po.pipelined = options_.upload_pipelined;
+    po.encode_host = [masker = ask.masker, task = ask.secagg, weight = ask.secagg_weight](
+                         const ChunkRange& r, const float* x, uint64_t seed, std::string* out) {
+      return encodeMaskedChunk(*masker, task, weight, seed, r, x, out);
+    };
+    u.pipeline = std::make_unique<UploadPipeline>(std::move(u.result.delta), std::move(u.plan),
+                                                  u.request->codec, nullptr,
+                                                  u.request->task.hparams.seed, po);
+    return;
+  }
   const bool on_gpu = u.result.device_delta.defined();
   const size_t n =
       on_gpu ? static_cast<size_t>(u.result.device_delta.numel()) : u.result.delta.size();
@@ -675,6 +699,8 @@ void ZmqClient::handle(wire::Message& message, double now) {
           session_->onTask(receivedTask(std::move(m)), now);
         } else if constexpr (std::is_same_v<T, wire::UploadGrant>) {
           session_->onUploadGrant(m.task_token, now);
+        } else if constexpr (std::is_same_v<T, wire::SecAgg>) {
+          session_->onSecAgg(m, now);
         } else if constexpr (std::is_same_v<T, wire::Cancel>) {
           session_->onCancel(m, now);
         } else if constexpr (std::is_same_v<T, wire::Bye>) {

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client/masked_upload.h"
+#include "common/crypto/keyed_stream.h"
 #include "common/crypto/sha256.h"
+#include "common/secagg/quantizer.h"
 
 namespace fedfleet::client {
 
@@ -101,6 +104,7 @@ void ClientSession::onTask(ReceivedTask received, double now) {
     request->control_c = std::move(received.control_bytes);
     request->control_ck = controlVariateFor(model.size() / sizeof(float)).values();
   }
+  if (task.secagg.on() && !startSecAgg(task, model.size() / sizeof(float))) return;
   Training t;
   t.token = task.task_token;
   t.round = task.round;
@@ -160,6 +164,7 @@ void ClientSession::fillServed(wire::Summary* s) const {
 
 void ClientSession::abandonTraining(const std::string& why) {
   if (!training_) return;
+  secagg_.erase(training_->token);
   emit(AbandonTraining{training_->token, training_->round, why});
   training_.reset();
 }
@@ -210,8 +215,108 @@ void ClientSession::onTrainingDone(uint64_t token, TrainingOutcome outcome, doub
 
 void ClientSession::startUpload() {
   if (uploads_.empty() || uploads_.front().asked) return;
-  uploads_.front().asked = true;
-  emit(SendUploadRequest{wire::UploadRequest{uploads_.front().token}});
+  Upload& u = uploads_.front();
+  auto sa = secagg_.find(u.token);
+  // Secure aggregation: it cannot mask before its neighbours' shares arrive.
+  if (sa != secagg_.end() && !sa->second.ready) return;
+  u.asked = true;
+  emit(uploadRequestFor(u));
+}
+
+SendUploadRequest ClientSession::uploadRequestFor(const Upload& u) const {
+  SendUploadRequest ask;
+  ask.request.task_token = u.token;
+  auto sa = secagg_.find(u.token);
+  if (sa != secagg_.end()) {
+    ask.masker = sa->second.client;
+    ask.secagg = sa->second.task;
+    ask.secagg_weight = secAggWeight(sa->second.task, u.outcome.partition_size);
+  }
+  return ask;
+}
+
+bool ClientSession::startSecAgg(const wire::Task& task, size_t n_values) {
+  const wire::SecAggTask& t = task.secagg;
+  secagg::RoundParams p;
+  p.round = task.round;
+  p.clients = t.clients;
+  p.neighbours = t.neighbours;
+  p.threshold = t.threshold;
+  p.length = n_values;
+  p.graph_seed = t.graph_seed;
+  Status st = secagg::validateRoundParams(p);
+  if (st.isOk() && t.index >= t.clients) st = invalidArgument("index outside the cohort");
+  if (st.isOk()) st = secagg::validateQuantizer({t.clip_range, t.quant_range}, t.clients);
+  if (st.isOk() && !(t.weight_scale > 0)) st = invalidArgument("weight scale must be positive");
+  if (!st.isOk()) {
+    refuse(task, "secure aggregation: " + st.message());
+    return false;
+  }
+  // Rounds long past (their unmasking never came) are forgotten.
+  for (auto it = secagg_.begin(); it != secagg_.end();) {
+    it = it->second.round + 2 <= task.round ? secagg_.erase(it) : std::next(it);
+  }
+  std::string key =
+      options_.secagg_key ? options_.secagg_key(task.task_token) : crypto::randomStreamKey();
+  SecAggRound r;
+  r.client = std::make_shared<secagg::SecAggClient>(p, t.index, std::move(key));
+  r.task = t;
+  r.round = task.round;
+  wire::SecAgg advert;
+  advert.task_token = task.task_token;
+  advert.step = wire::SecAggStep::kAdvert;
+  advert.adverts.push_back(r.client->advertise());
+  secagg_[task.task_token] = std::move(r);
+  emit(SendSecAgg{std::move(advert)});
+  return true;
+}
+
+void ClientSession::onSecAgg(const wire::SecAgg& m, double now) {
+  (void)now;
+  auto it = secagg_.find(m.task_token);
+  if (it == secagg_.end()) return;  // abandoned, or never ours
+  SecAggRound& r = it->second;
+  auto leave = [&](const Status& st) {
+    spdlog::warn("client {}: round {}: leaving secure aggregation: {}", options_.client_id, r.round,
+                 st.toString());
+    secagg_.erase(it);
+  };
+  wire::SecAgg reply;
+  reply.task_token = m.task_token;
+  switch (m.step) {
+    case wire::SecAggStep::kKeys: {
+      auto shares = r.client->shareKeys(m.adverts);
+      if (!shares.isOk()) return leave(shares.status());
+      reply.step = wire::SecAggStep::kShares;
+      reply.shares = std::move(shares).value();
+      spdlog::info("client {}: round {}: secure aggregation: shares sealed for {} neighbours",
+                   options_.client_id, r.round, reply.shares.size());
+      emit(SendSecAgg{std::move(reply)});
+      return;
+    }
+    case wire::SecAggStep::kForwarded: {
+      Status st = r.client->receiveShares(m.shares);
+      if (!st.isOk()) return leave(st);
+      r.ready = true;
+      spdlog::info("client {}: round {}: secure aggregation: {} neighbours' shares received",
+                   options_.client_id, r.round, m.shares.size());
+      startUpload();
+      return;
+    }
+    case wire::SecAggStep::kUnmask: {
+      auto revealed = r.client->unmask(m.request);
+      if (!revealed.isOk()) return leave(revealed.status());
+      reply.step = wire::SecAggStep::kReveal;
+      reply.revealed = std::move(revealed).value();
+      spdlog::info("client {}: round {}: secure aggregation: {} shares revealed",
+                   options_.client_id, r.round, reply.revealed.size());
+      secagg_.erase(it);
+      emit(SendSecAgg{std::move(reply)});
+      return;
+    }
+    default:
+      return;  // a client's own steps: not for it to receive
+  }
 }
 
 void ClientSession::onUploadGrant(uint64_t token, double now) {
@@ -301,6 +406,7 @@ bool ClientSession::abandonUpload(uint64_t token, const std::string& why) {
   for (auto it = uploads_.begin(); it != uploads_.end(); ++it) {
     if (it->token != token) continue;
     const bool front = it == uploads_.begin();
+    secagg_.erase(token);
     emit(AbandonUpload{token, it->round, why, it->asked, it->chunks_sent});
     uploads_.erase(it);
     if (front) startUpload();
@@ -368,7 +474,7 @@ std::optional<double> ClientSession::nextWakeup() const {
 void ClientSession::onReconnected(double now) {
   (void)now;
   if (uploads_.empty() || !uploads_.front().asked || uploads_.front().granted) return;
-  emit(SendUploadRequest{wire::UploadRequest{uploads_.front().token}});
+  emit(uploadRequestFor(uploads_.front()));
 }
 
 void ClientSession::abandonAll(const std::string& why) {

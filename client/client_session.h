@@ -45,6 +45,7 @@
 #include "client/served_model.h"
 #include "client/upload_pipeline.h"
 #include "common/compress/codec.h"
+#include "common/secagg/secagg_client.h"
 #include "common/status.h"
 #include "common/wire/messages.h"
 
@@ -124,6 +125,15 @@ struct AbandonTraining {
 // now and reports its chunks in order with onChunkEncoded.
 struct SendUploadRequest {
   wire::UploadRequest request;
+  // Secure aggregation (task.secagg): the chunks are encoded with encodeMaskedChunk
+  // (client/masked_upload.h) by this masker, at this weight, instead of the codec.
+  std::shared_ptr<const secagg::SecAggClient> masker;
+  wire::SecAggTask secagg;
+  double secagg_weight = 0;
+};
+// Send this step of the task's secure aggregation.
+struct SendSecAgg {
+  wire::SecAgg message;
 };
 // Send this chunk (through the uplink throttle); then onChunkSent, or onSendFailed.
 struct SendChunk {
@@ -154,7 +164,7 @@ struct ControlVariateCommitted {};
 
 using ClientAction = std::variant<StartTraining, StopTraining, AbandonTraining, SendUploadRequest,
                                   SendChunk, SendSummary, SendError, AbandonUpload,
-                                  PublishServedModel, ControlVariateCommitted>;
+                                  PublishServedModel, ControlVariateCommitted, SendSecAgg>;
 
 struct ClientSessionOptions {
   std::string client_id;  // for log lines
@@ -172,6 +182,9 @@ struct ClientSessionOptions {
   //    training of a task that brought the model's bytes, and only if it has none.
   enum class ServedEvaluationPolicy { kUntilEvaluated, kWhenBytesArrive };
   ServedEvaluationPolicy served_evaluation = ServedEvaluationPolicy::kUntilEvaluated;
+  // Secure aggregation: the 32-byte key a task's SecAgg+ secrets come from (null: a fresh key
+  // from the CSPRNG each task; the simulator derives one from its seed).
+  std::function<std::string(uint64_t token)> secagg_key;
 };
 
 class ClientSession {
@@ -214,6 +227,12 @@ class ClientSession {
   // Time passed: a task past its deadline (from receipt) is abandoned, in training or in upload;
   // a task training stop_after_s after receipt is stopped (StopTraining) to upload its work done.
   void onTimePassed(double now);
+  // A step of a task's secure aggregation from the coordinator: its neighbours' keys (answered
+  // with this client's sealed shares), the shares sealed for it (its upload may then ask for
+  // its credit: it can mask), or whose shares to reveal (answered once). A step it cannot take
+  // (too few neighbours, a share that does not open) leaves the task out of the round; the
+  // coordinator then rejects it.
+  void onSecAgg(const wire::SecAgg& message, double now);
   // The driver said Hello again (the coordinator was silent, or forgot this client): an upload
   // waiting for its grant asks again (the coordinator answers a grant it gave again, and a task
   // it no longer knows with an Error, which abandons it).
@@ -272,6 +291,17 @@ class ClientSession {
   };
 
   void emit(ClientAction a) { actions_.push_back(std::move(a)); }
+  // A task's secure aggregation: its client state, and whether it can mask (shares received).
+  struct SecAggRound {
+    std::shared_ptr<secagg::SecAggClient> client;
+    wire::SecAggTask task;
+    uint32_t round = 0;
+    bool ready = false;
+  };
+  // The SendUploadRequest of `u` (with its masker under secure aggregation).
+  SendUploadRequest uploadRequestFor(const Upload& u) const;
+  // Starts the secure aggregation of `task` (its advert); false when it must be refused (done).
+  bool startSecAgg(const wire::Task& task, size_t n_values);
   void refuse(const wire::Task& task, std::string why);
   void abandonTraining(const std::string& why);
   // Abandons the upload of `token` (queued or on its way); true if there was one.
@@ -299,6 +329,7 @@ class ClientSession {
   std::optional<ControlVariate> control_;
   ServedModelStore served_;
   std::optional<std::pair<wire::Sha256, ServedEvaluation>> served_eval_;
+  std::map<uint64_t, SecAggRound> secagg_;  // by task token, until its shares are revealed
   std::vector<ClientAction> actions_;
 };
 

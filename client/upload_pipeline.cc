@@ -241,7 +241,11 @@ Result<EncodedChunk> UploadPipeline::encodeChunk(size_t index) {
             : device_.compressor->encode(codec, x, r.elements, seed, &c.payload));
   } else {
     const float* x = delta_.data() + r.offset;
-    FEDFLEET_RETURN_IF_ERROR(encodeUploadChunk(*codec_, r, x, residual_, seed, &c.payload));
+    if (options_.encode_host) {
+      FEDFLEET_RETURN_IF_ERROR(options_.encode_host(r, x, seed, &c.payload));
+    } else {
+      FEDFLEET_RETURN_IF_ERROR(encodeUploadChunk(*codec_, r, x, residual_, seed, &c.payload));
+    }
   }
   c.encode_seconds = steadyNow() - t0;
   return c;

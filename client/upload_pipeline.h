@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -113,6 +114,10 @@ struct DeviceDelta {
 struct UploadPipelineOptions {
   size_t queue_depth = 4;  // encoded chunks waiting to be sent, at most (>= 1)
   bool pipelined = true;   // false: encode every chunk before releasing the first
+  // Set: encodes each chunk of a host delta instead of the codec and residual (secure
+  // aggregation's masked chunks, client/masked_upload.h), on the encoder thread.
+  std::function<Status(const ChunkRange& r, const float* x, uint64_t seed, std::string* payload)>
+      encode_host;
 };
 
 class UploadPipeline {

@@ -86,6 +86,7 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
   void sendTask(engine::SendTask& send) override;
   void sendCancel(const engine::SendCancel& a) override { sendTo(a.client, a.cancel); }
   void sendGrant(const engine::SendGrant& a) override { sendTo(a.client, a.grant); }
+  void sendSecAgg(const engine::SendSecAgg& a) override { sendTo(a.client, a.message); }
   void sendError(const engine::SendError& a) override { sendTo(a.client, a.error); }
   void sendBye(const engine::SendBye& a) override { sendTo(a.client, wire::Bye{a.reason}); }
   void evaluate(const engine::Evaluate& a) override {
@@ -611,6 +612,8 @@ void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message
           engine_->onSummary(who, m, env.payload.size(), now);
         } else if constexpr (std::is_same_v<T, wire::UploadRequest>) {
           engine_->onUploadRequest(who, m.task_token, now);
+        } else if constexpr (std::is_same_v<T, wire::SecAgg>) {
+          engine_->onSecAgg(who, m, env.payload.size(), now);
         } else if constexpr (std::is_same_v<T, wire::Heartbeat>) {
           engine_->onHeartbeat(who, now);
           sendTo(who, wire::Heartbeat{m.seq});

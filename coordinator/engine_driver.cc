@@ -62,6 +62,8 @@ void EngineDriver::carryOut(engine::Action& action) {
           port_.sendCancel(a);
         } else if constexpr (std::is_same_v<T, engine::SendGrant>) {
           port_.sendGrant(a);
+        } else if constexpr (std::is_same_v<T, engine::SendSecAgg>) {
+          port_.sendSecAgg(a);
         } else if constexpr (std::is_same_v<T, engine::SendError>) {
           port_.sendError(a);
         } else if constexpr (std::is_same_v<T, engine::SendBye>) {

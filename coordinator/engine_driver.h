@@ -32,6 +32,7 @@ class DriverPort {
   virtual void sendTask(engine::SendTask& send) = 0;
   virtual void sendCancel(const engine::SendCancel& cancel) = 0;
   virtual void sendGrant(const engine::SendGrant& grant) = 0;
+  virtual void sendSecAgg(const engine::SendSecAgg& step) = 0;
   virtual void sendError(const engine::SendError& error) = 0;
   virtual void sendBye(const engine::SendBye& bye) = 0;
 

@@ -134,6 +134,13 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   // Reproducible noise from the seed (the simulator); a real coordinator replaces the key with
   // a random one, which its clients cannot know.
   eo.dp.noise_key = crypto::streamKeyFromSeed("fedfleet dp noise", config.run.seed);
+  const auto& sa = config.secagg;
+  eo.secagg.enabled = sa.mode == "secagg_plus";
+  eo.secagg.neighbours = sa.neighbours;
+  eo.secagg.threshold = sa.threshold;
+  eo.secagg.clip_range = sa.clip_range;
+  eo.secagg.quant_range = sa.quant_range;
+  eo.secagg.stage_timeout_s = sa.stage_timeout_s;
   return eo;
 }
 

@@ -40,6 +40,11 @@ struct SendError {
   ClientId client;
   wire::Error error;
 };
+// A step of the round's secure aggregation (engine/secure_aggregation.h) for `client`.
+struct SendSecAgg {
+  ClientId client;
+  wire::SecAgg message;
+};
 struct SendBye {
   ClientId client;
   std::string reason;
@@ -66,8 +71,8 @@ struct RunFinished {
   std::string message;
 };
 // (The block-cyclic actions EvaluateBlocks and RecordBlockMetrics: engine/block_coordinator.h.)
-using Action =
-    std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent, Evaluate,
-                 CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics, SendGrant>;
+using Action = std::variant<SendTask, SendCancel, SendError, SendBye, UpsertClient, RecordEvent,
+                            Evaluate, CommitRound, RunFinished, EvaluateBlocks, RecordBlockMetrics,
+                            SendGrant, SendSecAgg>;
 
 }  // namespace fedfleet::engine

@@ -35,6 +35,8 @@ Status checkEngineOptions(const EngineOptions& options) {
   if (!st.isOk()) return st.withContext("config [policy]");
   st = validateDpOptions(options);
   if (!st.isOk()) return st.withContext("config [dp]");
+  st = validateSecAggOptions(options);
+  if (!st.isOk()) return st.withContext("config [secagg]");
   if (!options.server_eval && options.fed_eval_every == 0) {
     return invalidArgument(
         "config [coordinator]: without test data of its own the coordinator cannot evaluate the "

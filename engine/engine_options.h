@@ -16,6 +16,7 @@
 #include "engine/block_models.h"
 #include "engine/central_dp.h"
 #include "engine/deadline_policy.h"
+#include "engine/secure_aggregation.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
 
@@ -160,6 +161,9 @@ struct EngineOptions {
   // sum, divided by clients_per_round; norm_bound and weight_cap do not apply (each is decided
   // from the other updates of the round, which a client's privacy must not depend on).
   DpOptions dp;
+
+  // ---- Secure aggregation (engine/secure_aggregation.h) ----
+  SecAggOptions secagg;
 };
 
 // What the engine's constructor would otherwise abort on: selector, server optimiser,

@@ -57,6 +57,10 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     blocks_ = std::make_unique<BlockCoordinator>(options_.blocks, options_.block_mode);
   }
   configured_rounds_ = options_.rounds;
+  if (options_.secagg.enabled) {
+    FEDFLEET_CHECK(validateSecAggOptions(options_).isOk());  // checkEngineOptions says why
+    secagg_ = std::make_unique<SecureAggregation>(options_, params_.size());
+  }
   if (options_.dp.central) {
     FEDFLEET_CHECK(validateDpOptions(options_).isOk());  // checkEngineOptions says why
     dp_ = std::make_unique<CentralDp>(options_);
@@ -458,6 +462,10 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   }
   task.task_token = newToken();
   task.chunk_bytes = options_.chunk_bytes;
+  if (secagg_ && secagg_->active()) {
+    task.secagg = secagg_->taskFor(task.task_token);
+    task.codec = "none";
+  }
   std::shared_ptr<const std::string> served;
   if (blocksOn()) served = serve(c, p, task);
 
@@ -528,7 +536,91 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   p->bytes_up += frame_bytes;
   if (p->first_chunk_at < 0) p->first_chunk_at = now;
   p->last_chunk_at = now;
+  if (secagg_ && secagg_->holds(token)) {
+    // Masked: checked like any chunk, then only added to the round's masked sum.
+    if (!secagg_->keysDone()) {
+      return rejectUpdate(*p, token,
+                          "secure aggregation: a masked chunk before the key stages "
+                          "ended",
+                          now);
+    }
+    if (auto why = assembler_.addMaskedChunk(*p, chunk)) return rejectUpdate(*p, token, *why, now);
+    Status st = secagg_->onMaskedChunk(token, chunk.offset, chunk.payload, chunk.elements);
+    if (!st.isOk()) return rejectUpdate(*p, token, "secure aggregation: " + st.message(), now);
+    return;
+  }
   if (auto why = assembler_.addChunk(*p, token, chunk)) return rejectUpdate(*p, token, *why, now);
+}
+
+void RoundEngine::onSecAgg(const ClientId& id, const wire::SecAgg& message, uint64_t frame_bytes,
+                           double now) {
+  SettleCreditsOnExit settle(this, now);
+  onHeartbeat(id, now);
+  const uint64_t token = message.task_token;
+  if (message.step == wire::SecAggStep::kReveal) {
+    // After its update completed: the task is finished but still in the round being unmasked.
+    auto it = participants_.find(token);
+    if (it == participants_.end() || it->second.client != id || !secagg_ || !secagg_->unmasking() ||
+        !secagg_->holds(token)) {
+      event("secagg_refused", id,
+            "revealed shares for a task not being unmasked (token " + std::to_string(token) + ")",
+            now);
+      return;
+    }
+    it->second.bytes_up += frame_bytes;
+    SecureAggregation::Outgoing out;
+    Status st = secagg_->onMessage(token, message, now, out);
+    if (!st.isOk()) {
+      // Its update is in the sum already: its shares are left out, not the update.
+      event("secagg_refused", id, "round " + std::to_string(round_) + ": " + st.message(), now);
+      secagg_->markGone(token);
+    }
+    return;
+  }
+  Participant* p = participantFor(id, token, now);
+  if (!p) return;
+  p->bytes_up += frame_bytes;
+  if (!secagg_ || !secagg_->holds(token)) {
+    return rejectUpdate(*p, token, "secure aggregation message for a task without it", now);
+  }
+  SecureAggregation::Outgoing out;
+  Status st = secagg_->onMessage(token, message, now, out);
+  if (!st.isOk()) return rejectUpdate(*p, token, "secure aggregation: " + st.message(), now);
+  sendSecAgg(out);
+}
+
+void RoundEngine::sendSecAgg(SecureAggregation::Outgoing& out) {
+  for (auto& [token, message] : out) {
+    auto it = participants_.find(token);
+    if (it == participants_.end()) continue;
+    emit(SendSecAgg{it->second.client, std::move(message)});
+  }
+  out.clear();
+}
+
+void RoundEngine::secAggStep(double now) {
+  if (!secagg_ || !secagg_->active() || phase_ != Phase::kRunning) return;
+  for (const auto& [token, p] : participants_) {
+    if (!secagg_->holds(token)) continue;
+    const bool ended = p.state != UpdateState::kPending && p.state != UpdateState::kCompleted;
+    auto c = clients_.find(p.client);
+    const bool gone = c == clients_.end() || !c->second.connected;
+    if (ended || gone) secagg_->markGone(token);
+  }
+  SecureAggregation::Outgoing out;
+  std::vector<uint64_t> left_out;
+  secagg_->onTick(now, out, left_out);
+  sendSecAgg(out);
+  for (uint64_t token : left_out) {
+    auto it = participants_.find(token);
+    if (it != participants_.end() && it->second.state == UpdateState::kPending) {
+      rejectUpdate(it->second, token,
+                   "secure aggregation: its keys or shares were not in by the stage's end "
+                   "(secagg.stage_timeout_s), or too few of its neighbours took part",
+                   now);
+    }
+  }
+  if (secagg_->unmasking() && secagg_->unmaskingDone(now)) mode_->finishIfDone(now);
 }
 
 void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
@@ -542,6 +634,10 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   wire::Summary checked;
   if (auto why = assembler_.checkSummary(*p, summary, checked, now)) {
     return rejectUpdate(*p, token, *why, now);
+  }
+  if (secagg_ && secagg_->holds(token)) {
+    Status st = secagg_->onCompleted(token);
+    if (!st.isOk()) return rejectUpdate(*p, token, "secure aggregation: " + st.message(), now);
   }
   p->summary = checked;
   auto& client = clients_.at(id);

@@ -13,8 +13,9 @@
 // WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
 // Aggregator and ServerOptimizer (steps 8a, 8), Selector and IdleClients (step 2), CommitPipeline
 // (steps 9's evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their
-// evaluation), BlockCoordinator (B1-B6) and CentralDp (differential privacy at steps 8a and 8:
-// engine/central_dp.h).
+// evaluation), BlockCoordinator (B1-B6), CentralDp (differential privacy at steps 8a and 8:
+// engine/central_dp.h) and SecureAggregation (SecAgg+ around steps 3 to 8a:
+// engine/secure_aggregation.h).
 //
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
@@ -184,6 +185,7 @@
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
 #include "engine/round_mode.h"
+#include "engine/secure_aggregation.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
 #include "engine/update_assembler.h"
@@ -231,6 +233,10 @@ class RoundEngine {
   void onUploadRequest(const ClientId& id, uint64_t token, double now);
   // A client reported an error about its task (for example a model checksum mismatch).
   void onClientError(const ClientId& id, const wire::Error& error, double now);
+  // A step of secure aggregation (engine/secure_aggregation.h) for the client's task: its keys,
+  // its sealed shares, or (after its update completed) the shares it reveals. A message the
+  // round refuses rejects that client's update, with the reason.
+  void onSecAgg(const ClientId& id, const wire::SecAgg& message, uint64_t frame_bytes, double now);
   // Registers a client without announcing it: no client row, no event, no round start. The
   // simulator registers its whole fleet this way before start() and records a client's row
   // when the client is first sampled. Same bookkeeping as onHello otherwise.
@@ -338,7 +344,10 @@ class RoundEngine {
   class SettleCreditsOnExit {
    public:
     SettleCreditsOnExit(RoundEngine* engine, double now) : engine_(engine), now_(now) {}
-    ~SettleCreditsOnExit() { engine_->settleCredits(now_); }
+    ~SettleCreditsOnExit() {
+      engine_->secAggStep(now_);
+      engine_->settleCredits(now_);
+    }
     SettleCreditsOnExit(const SettleCreditsOnExit&) = delete;
     SettleCreditsOnExit& operator=(const SettleCreditsOnExit&) = delete;
 
@@ -348,6 +357,11 @@ class RoundEngine {
   };
 
   void emit(Action action) { actions_.push_back(std::move(action)); }
+  // Secure aggregation after every event: tasks that ended are no longer waited for, key stages
+  // close at their deadlines (tasks left out are rejected), and a finished unmasking ends the
+  // round.
+  void secAggStep(double now);
+  void sendSecAgg(SecureAggregation::Outgoing& out);
   // Upload credits (engine/upload_credits.h): drops the grants and queued requests of tasks no
   // longer pending, then grants queued requests in order while credits are free.
   void settleCredits(double now);
@@ -470,9 +484,10 @@ class RoundEngine {
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
 
-  std::unique_ptr<BlockCoordinator> blocks_;  // null: no blocks
-  std::unique_ptr<CentralDp> dp_;             // null: no differential privacy
-  uint32_t configured_rounds_ = 0;            // run.rounds before the privacy budget's limit
+  std::unique_ptr<BlockCoordinator> blocks_;   // null: no blocks
+  std::unique_ptr<CentralDp> dp_;              // null: no differential privacy
+  std::unique_ptr<SecureAggregation> secagg_;  // null: updates in the clear
+  uint32_t configured_rounds_ = 0;             // run.rounds before the privacy budget's limit
   // Evaluations awaited, snapshots, commits and roll-backs (steps 9, 10, 10a).
   CommitPipeline commits_{*this, options_};
 };

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "common/check.h"
+#include "common/splitmix.h"
 #include "engine/round_engine.h"
 #include "kernels/accumulate.h"
 
@@ -47,6 +49,24 @@ void SynchronousRounds::startRound(double now) {
   e_.participants_.clear();
   e_.sum_.assign(e_.updateSize(), 0.0f);
   e_.sum_weight_ = 0;
+  if (e_.secagg_) {
+    // The cohort's largest partition scales every client's weight n_k into (0, 1].
+    // Sizes the engine knows, else what the clients said they hold (bounded like a claim).
+    uint64_t max_samples = 1;
+    for (size_t i = 0; i < k; ++i) {
+      const auto& c = e_.clients_.at(idle[i]);
+      const int32_t part = c.partition;
+      const bool known = part >= 0 && static_cast<size_t>(part) < o.partition_sizes.size();
+      const uint64_t said = c.hello.data_size > 0
+                                ? std::min<uint64_t>(c.hello.data_size, o.max_samples_per_update)
+                                : o.max_samples_per_update;
+      max_samples = std::max(max_samples, known ? o.partition_sizes[part] : said);
+    }
+    // The graph's relabelling from the seed and the round, not the selection generator (whose
+    // draws decide the cohorts: a run's cohorts are the same with and without it).
+    const uint64_t graph_seed = splitMix64(o.seed ^ (0x5ec466ull << 32) ^ e_.round_);
+    e_.secagg_->startRound(e_.round_, static_cast<uint32_t>(k), max_samples, graph_seed, now);
+  }
 
   for (size_t i = 0; i < k; ++i) {
     const ClientId& id = idle[i];
@@ -61,6 +81,10 @@ uint32_t SynchronousRounds::selectionRound() const { return e_.round_ + 1; }
 
 void SynchronousRounds::finishIfDone(double now) {
   if (e_.phase_ != RoundEngine::Phase::kRunning) return;
+  if (e_.secagg_ && e_.secagg_->unmasking()) {  // the uploads are over: the shares decide
+    if (e_.secagg_->unmaskingDone(now)) finish(now);
+    return;
+  }
   uint32_t completed = 0;
   bool pending = false;
   for (const auto& [token, p] : e_.participants_) {
@@ -87,7 +111,20 @@ void SynchronousRounds::completed(uint64_t token, double now) {
 }
 
 void SynchronousRounds::onTick(double now) {
+  if (e_.secagg_ && e_.secagg_->unmasking()) {
+    if (e_.secagg_->unmaskingDone(now)) finish(now);
+    return;
+  }
   if (now >= round_deadline_) finish(now);
+}
+
+std::optional<double> SynchronousRounds::nextDeadline() const {
+  if (e_.secagg_ && e_.secagg_->active()) {
+    const std::optional<double> stage = e_.secagg_->nextDeadline();
+    if (e_.secagg_->unmasking()) return stage;
+    if (stage) return std::min(*stage, round_deadline_);
+  }
+  return round_deadline_;
 }
 
 void SynchronousRounds::afterStep(double now) {
@@ -177,6 +214,29 @@ void SynchronousRounds::settlePrivately(double now) {
   }
 }
 
+bool SynchronousRounds::settleSecurely(double now, std::string* failure) {
+  const std::vector<uint64_t> survivors = e_.secagg_->survivors();
+  const std::set<uint64_t> in(survivors.begin(), survivors.end());
+  for (auto& [token, p] : e_.participants_) {
+    if (p.state != UpdateState::kCompleted) continue;
+    if (!in.count(token)) {  // cannot happen: a completed update is in the masked sum
+      rejectAtSettlement(p, token, "secure aggregation: not in the masked sum", now);
+      continue;
+    }
+    // The client weighted its update by min(1, n_k / scale) (client/masked_upload.h).
+    p.agg_weight = std::min(p.weight, e_.secagg_->weightScale());
+    e_.sum_weight_ += p.agg_weight;
+  }
+  std::vector<float> sum;
+  Status st = e_.secagg_->finish(sum);
+  if (!st.isOk()) {
+    *failure = st.message();
+    return false;
+  }
+  e_.sum_ = std::move(sum);
+  return true;
+}
+
 void SynchronousRounds::foldKept(Participant& p, uint64_t token, double fold, double now) {
   // Folded in dispatch order with its final weight: the sum does not depend on the order in
   // which uploads arrived, and a clipped update enters it already scaled.
@@ -208,7 +268,23 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
       rejectAtSettlement(p, token, *abort_reason, now);
     }
   }
-  if (!e_.aggregator_->buffersUpdates() && !abort_reason) {
+  const bool secure = e_.secagg_ && e_.secagg_->active();
+  if (secure && abort_reason) e_.secagg_->clear();
+  if (secure && !abort_reason && !e_.secagg_->unmasking() && e_.secagg_->keysDone()) {
+    // The uploads are over: ask the survivors for their shares, and finish when they are in.
+    SecureAggregation::Outgoing out;
+    e_.secagg_->beginUnmasking(now, out);
+    e_.sendSecAgg(out);
+    if (!e_.secagg_->unmaskingDone(now)) return;
+  }
+  std::string secure_failure;
+  if (secure && !abort_reason && !settleSecurely(now, &secure_failure)) {
+    e_.event(
+        "secagg_failed", "",
+        "round " + std::to_string(e_.round_) + ": " + secure_failure + "; the model is unchanged",
+        now);
+  }
+  if (!e_.aggregator_->buffersUpdates() && !abort_reason && !secure) {
     if (e_.dp_) {
       settlePrivately(now);
     } else {
@@ -242,8 +318,8 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     e_.feedback(p, now);
   }
 
-  bool ok =
-      !abort_reason && r.completed >= e_.options_.quorum && r.completed > 0 && e_.sum_weight_ > 0;
+  bool ok = !abort_reason && secure_failure.empty() && r.completed >= e_.options_.quorum &&
+            r.completed > 0 && e_.sum_weight_ > 0;
   if (ok && (e_.sum_tainted_ || !kernels::allFinite(e_.sum_.data(), e_.sum_.size()))) {
     ok = false;  // recorded as failed below; the model is unchanged
     e_.event("aggregation_error", "",

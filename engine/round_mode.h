@@ -78,7 +78,7 @@ class SynchronousRounds : public RoundMode {
   void completed(uint64_t token, double now) override;
   bool buffersCompleted() const override { return true; }
   void onTick(double now) override;
-  std::optional<double> nextDeadline() const override { return round_deadline_; }
+  std::optional<double> nextDeadline() const override;
   void afterStep(double now) override;
   void abort(const std::string& reason, double now) override;
 
@@ -94,6 +94,9 @@ class SynchronousRounds : public RoundMode {
   // settle() under differential privacy (engine/central_dp.h): each update clipped to the DP
   // clip and folded with weight 1; neither the norm bound nor the weight cap applies.
   void settlePrivately(double now);
+  // settle() under secure aggregation: the unmasked sum of the survivors' updates, weighted by
+  // their claimed n_k; false, with `failure` saying why, when it cannot be had.
+  bool settleSecurely(double now, std::string* failure);
   // Folds kept update `token` with weight `fold` into the running sum, adds its agg_weight to
   // the sum's weight, and gives its payload back.
   void foldKept(Participant& p, uint64_t token, double fold, double now);

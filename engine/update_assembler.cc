@@ -17,8 +17,8 @@ UpdateAssembler::UpdateAssembler(const EngineOptions& options, const Aggregator&
       n_params_(n_params),
       partial_(options.partial_buffer_bytes) {}
 
-std::optional<std::string> UpdateAssembler::addChunk(Participant& p, uint64_t token,
-                                                     const wire::Chunk& chunk) {
+std::optional<std::string> UpdateAssembler::checkChunkPlace(Participant& p,
+                                                            const wire::Chunk& chunk) const {
   if (p.last_chunk) return std::string("chunk after the last chunk");
   const uint64_t n = chunk.elements;
   const uint64_t size = aggregator_.updateSize();
@@ -45,6 +45,23 @@ std::optional<std::string> UpdateAssembler::addChunk(Participant& p, uint64_t to
            std::to_string(chunk.steps) + " steps, earlier chunks " +
            std::to_string(static_cast<uint64_t>(p.weight)) + " and " + std::to_string(p.steps);
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> UpdateAssembler::addMaskedChunk(Participant& p,
+                                                           const wire::Chunk& chunk) {
+  if (auto why = checkChunkPlace(p, chunk)) return why;
+  p.codec = "secagg";
+  p.codec_elements = chunk.elements;
+  p.next_offset += chunk.elements;
+  p.last_chunk = chunk.last;
+  return std::nullopt;
+}
+
+std::optional<std::string> UpdateAssembler::addChunk(Participant& p, uint64_t token,
+                                                     const wire::Chunk& chunk) {
+  if (auto why = checkChunkPlace(p, chunk)) return why;
+  const uint64_t n = chunk.elements;
   auto header = compress::readPayloadHeader(chunk.payload);
   if (!header.isOk()) return "chunk payload: " + header.status().message();
   scratch_.resize(n);

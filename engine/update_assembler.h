@@ -32,6 +32,10 @@ class UpdateAssembler {
   // records it in `p` (offsets, weight, norm, codec) and keeps its payload. Returns why the
   // update must be rejected, or nothing.
   std::optional<std::string> addChunk(Participant& p, uint64_t token, const wire::Chunk& chunk);
+  // Secure aggregation: checks masked chunk `chunk` of `p` as addChunk does (offsets, weight,
+  // claims) and records it in `p`, but neither decodes nor keeps its payload, which only the
+  // masked sum may see (engine/secure_aggregation.h). Returns why the update must be rejected.
+  std::optional<std::string> addMaskedChunk(Participant& p, const wire::Chunk& chunk);
   // Step 5a: whether `summary` may complete `p`'s update (all values received, the chunks'
   // weight, losses in range); timings are clamped into `checked`. Returns why not, or nothing.
   std::optional<std::string> checkSummary(const Participant& p, const wire::Summary& summary,
@@ -50,6 +54,9 @@ class UpdateAssembler {
   // Claims of a first chunk: samples within the partition's size (or the bound), steps within
   // what the task planned.
   std::optional<std::string> badClaims(Participant& p, const wire::Chunk& chunk) const;
+  // What every chunk must satisfy before its payload is looked at: after no last chunk,
+  // contiguous, inside the update, a stable weight within the claims (set on the first).
+  std::optional<std::string> checkChunkPlace(Participant& p, const wire::Chunk& chunk) const;
   // A summary's losses and timings.
   std::optional<std::string> badSummary(const Participant& p, wire::Summary& s, double now) const;
 

@@ -16,11 +16,13 @@
 #include <variant>
 
 #include "client/client_session.h"
+#include "client/masked_upload.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
 #include "common/check.h"
 #include "common/compress/codec.h"
 #include "common/compress/error_feedback.h"
+#include "common/crypto/keyed_stream.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/local_part.h"
@@ -36,6 +38,7 @@
 #include "sim/model_cost.h"
 #include "sim/progress.h"
 #include "sim/replay_history.h"
+#include "sim/secagg_cost.h"
 #include "sim/worker_pool.h"
 
 namespace fedfleet::sim {
@@ -75,6 +78,9 @@ struct TrainOutcome {
   std::vector<client::EncodedChunk> chunks;
   double wall_seconds = 0;    // training
   double encode_seconds = 0;  // compressing the chunks
+  // Secure aggregation: the delta and its chunk plan, encoded once the client can mask.
+  std::vector<float> delta;
+  std::vector<client::ChunkRange> plan;
 };
 
 // State each virtual client keeps across its tasks (the error-feedback residual of a biased
@@ -143,7 +149,18 @@ struct EvalPiece {
   }
 };
 
-enum class EventKind { kTrainDone, kChunk, kSummary, kDropOut, kRejoin, kClientError };
+// kSecAggUp: a client's secure-aggregation message reaches the coordinator; kSecAggDown: the
+// coordinator's reaches a client (both kept in Simulator::secagg_mail_ under the event's token).
+enum class EventKind {
+  kTrainDone,
+  kChunk,
+  kSummary,
+  kDropOut,
+  kRejoin,
+  kClientError,
+  kSecAggUp,
+  kSecAggDown
+};
 
 struct Event {
   double time = 0;
@@ -177,6 +194,13 @@ struct InFlight {
   wire::Summary summary;
   uint64_t summary_bytes = 0;
   wire::Error error;  // what the client answered instead of training (kClientError)
+  // Secure aggregation: the delta until it is masked, the virtual seconds its masking takes
+  // (before the first chunk leaves), and when a dropping client goes (infinite: it stays).
+  std::vector<float> delta;
+  std::vector<client::ChunkRange> plan;
+  double mask_s = 0;
+  double drop_at = std::numeric_limits<double>::infinity();
+  uint64_t task_seed = 0;  // hparams.seed: the masked chunks' rounding seeds
 };
 
 struct PendingEval {
@@ -239,6 +263,7 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   void sendTask(engine::SendTask& send) override { dispatch(send); }
   void sendCancel(const engine::SendCancel& a) override { cancel(a); }
   void sendGrant(const engine::SendGrant& a) override { grant(a); }
+  void sendSecAgg(const engine::SendSecAgg& a) override { secAggDown(a); }
   void sendError(const engine::SendError& a) override { rejected(a); }
   void sendBye(const engine::SendBye&) override {}  // virtual clients need no goodbye
   void evaluate(const engine::Evaluate& ev) override;
@@ -259,6 +284,12 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   // The engine's answers to a virtual client, through its session (tell: when it has one).
   void tell(const engine::ClientId& id, const std::function<void(client::ClientSession&)>& event);
   void grant(const engine::SendGrant& g);
+  // Secure aggregation: the coordinator's message to a client, and a client's to the
+  // coordinator, delivered over the client's link after its cryptographic work.
+  void secAggDown(const engine::SendSecAgg& a);
+  void secAggUp(uint64_t k, wire::SecAgg message);
+  // Masks the update of `token` (SendUploadRequest with a masker) into encoded chunks.
+  Status maskUpload(InFlight& f, const client::SendUploadRequest& ask);
   void cancel(const engine::SendCancel& c);
   void rejected(const engine::SendError& e);
   void submitEvaluation(const engine::Evaluate& ev);
@@ -293,6 +324,11 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::shared_ptr<const std::string> control_cache_;
   uint64_t control_version_ = UINT64_MAX;
   ReceiveFilter receive_filter_;
+  // Secure aggregation messages on their way, by mail id (the event's token), with their
+  // recipient; clients offline since they dropped (their mail is lost).
+  std::map<uint64_t, std::pair<uint64_t, wire::SecAgg>> secagg_mail_;
+  uint64_t next_mail_ = 1;
+  std::set<uint64_t> offline_;
   double ingress_bytes_per_s_ = 0;  // sim.coordinator_ingress_mbps (0: unlimited)
   // The rate at which an upload of a client with profile p arrives.
   double uploadRate(const ClientProfile& p) const {
@@ -513,6 +549,13 @@ client::ClientSession& Simulator::sessionOf(uint64_t k) {
   o.client_id = idOf(k);
   o.control_storage = residual_storage_;
   o.served_evaluation = client::ClientSessionOptions::ServedEvaluationPolicy::kWhenBytesArrive;
+  // Secure aggregation's secrets from the seed, the round and the client (never the token,
+  // which is random): the same seed gives the same history.
+  o.secagg_key = [this, k](uint64_t token) {
+    auto it = in_flight_.find(token);
+    const uint32_t round = it == in_flight_.end() ? 0 : it->second.round;
+    return crypto::streamKeyFromSeed("fedfleet sim secagg", mix(config_.run.seed, round, k));
+  };
   return sessions_.try_emplace(k, std::move(o)).first->second;
 }
 
@@ -590,8 +633,14 @@ void Simulator::dispatch(engine::SendTask& st) {
     if (offline_at < f.done_at + upload_guess) drop_at = std::min(drop_at, offline_at);
     if (std::isfinite(drop_at)) {
       push(drop_at, EventKind::kDropOut, token, k);
-      in_flight_.emplace(token, std::move(f));
-      return;
+      if (!task.secagg.on()) {
+        in_flight_.emplace(token, std::move(f));
+        return;
+      }
+      // Secure aggregation: it takes part in the key stages until it goes, never reporting.
+      f.drop_at = drop_at;
+      f.compute_s = std::numeric_limits<double>::infinity();
+      f.done_at = f.compute_s;
     }
     f.options = client::trainOptionsFrom(hp);
   } else {
@@ -619,6 +668,7 @@ void Simulator::dispatch(engine::SendTask& st) {
 }
 
 void Simulator::submitTraining(uint64_t token, InFlight& f, const client::TrainingRequest& r) {
+  f.task_seed = r.task.hparams.seed;
   if (!std::isfinite(f.done_at)) return;  // a dropping straggler: it never reports
   f.stop = std::make_shared<std::atomic<bool>>(false);
   const uint64_t k = f.client;
@@ -670,10 +720,14 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
     out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
     // Compress as a client's encoder does: the same chunks and per-chunk seeds
     // (client/upload_pipeline.h), through this client's residual.
-    const std::vector<float> delta = client::takeUpload(r);
+    std::vector<float> delta = client::takeUpload(r);
     const auto plan = client::planUploadChunks(model->layout(), req.task.chunk_bytes, scaffold,
                                                req.codec->spec());
-    for (size_t j = 0; j < plan.size(); ++j) {
+    if (req.task.secagg.on()) {  // masked once the key stages let it (Simulator::maskUpload)
+      out.delta = std::move(delta);
+      out.plan = plan;
+    }
+    for (size_t j = 0; j < plan.size() && !req.task.secagg.on(); ++j) {
       client::EncodedChunk c;
       c.index = j;
       c.range = plan[j];
@@ -716,6 +770,8 @@ void Simulator::onTrainDone(uint64_t token, InFlight& f) {
   wall_compute_[{f.round, f.id}] = out.wall_seconds;
   f.encoded = std::move(out.chunks);
   f.encode_seconds = out.encode_seconds;
+  f.delta = std::move(out.delta);
+  f.plan = std::move(out.plan);
   // What the profile says, not the host: the virtual compute time, the data the client holds.
   out.session.compute_seconds = f.compute_s;
   out.session.partition_size = data_->shardSize(k);
@@ -745,9 +801,18 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
         } else if constexpr (std::is_same_v<T, client::AbandonTraining>) {
           auto it = in_flight_.find(a.token);
           if (it != in_flight_.end() && it->second.stop) it->second.stop->store(true);
+        } else if constexpr (std::is_same_v<T, client::SendSecAgg>) {
+          secAggUp(k, std::move(a.message));
         } else if constexpr (std::is_same_v<T, client::SendUploadRequest>) {
           const uint64_t token = a.request.task_token;
           InFlight& f = in_flight_.at(token);
+          if (a.masker && f.encoded.empty()) {
+            Status masked = maskUpload(f, a);
+            if (!masked.isOk()) {
+              sessionOf(k).onEncodingFailed(token, masked);
+              return;
+            }
+          }
           for (auto& c : f.encoded) sessionOf(k).onChunkEncoded(token, std::move(c));
           f.encoded.clear();
           engine_->onUploadRequest(f.id, token, now_);
@@ -757,7 +822,7 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           const ClientProfile p = fleet_->profile(k);
           const uint64_t bytes = wire::encode(wire::Message(a.chunk)).size();
           f.upload_sent += static_cast<double>(bytes);
-          const double t = f.upload_base + p.latency_s + f.upload_sent / uploadRate(p);
+          const double t = f.upload_base + f.mask_s + p.latency_s + f.upload_sent / uploadRate(p);
           f.frame_bytes.push_back(bytes);
           f.chunks.push_back(std::move(a.chunk));
           push(t, EventKind::kChunk, token, k, static_cast<uint32_t>(f.chunks.size() - 1));
@@ -771,7 +836,7 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           f.summary.encode_seconds = f.encode_seconds;
           f.summary_bytes = wire::encode(wire::Message(f.summary)).size();
           f.upload_sent += static_cast<double>(f.summary_bytes);
-          const double t = f.upload_base + p.latency_s + f.upload_sent / uploadRate(p);
+          const double t = f.upload_base + f.mask_s + p.latency_s + f.upload_sent / uploadRate(p);
           f.summary.upload_seconds = t - f.upload_base;
           push(t, EventKind::kSummary, token, k);
         } else if constexpr (std::is_same_v<T, client::SendError>) {
@@ -799,6 +864,50 @@ void Simulator::tell(const engine::ClientId& id,
   runSession(k);
 }
 
+void Simulator::secAggDown(const engine::SendSecAgg& a) {
+  const uint64_t k = indexOf(a.client);
+  if (offline_.count(k)) return;
+  const ClientProfile p = fleet_->profile(k);
+  const double bytes = static_cast<double>(wire::encode(wire::Message(a.message)).size());
+  const uint64_t mail = next_mail_++;
+  secagg_mail_.emplace(mail, std::make_pair(k, a.message));
+  push(now_ + p.latency_s + bytes / p.down_bytes_per_s, EventKind::kSecAggDown, mail, k);
+}
+
+void Simulator::secAggUp(uint64_t k, wire::SecAgg m) {
+  if (offline_.count(k)) return;
+  const ClientProfile p = fleet_->profile(k);
+  // The client's cryptographic work for this step, on its device (sim/secagg_cost.h).
+  const double work = secAggStepSeconds(m) / p.speed;
+  auto f = in_flight_.find(m.task_token);
+  if (f != in_flight_.end() && f->second.drop_at <= now_ + work) return;  // gone first
+  const double bytes = static_cast<double>(wire::encode(wire::Message(m)).size());
+  const uint64_t mail = next_mail_++;
+  secagg_mail_.emplace(mail, std::make_pair(k, std::move(m)));
+  push(now_ + work + p.latency_s + bytes / uploadRate(p), EventKind::kSecAggUp, mail, k);
+}
+
+Status Simulator::maskUpload(InFlight& f, const client::SendUploadRequest& ask) {
+  const ClientProfile p = fleet_->profile(f.client);
+  for (size_t j = 0; j < f.plan.size(); ++j) {
+    client::EncodedChunk c;
+    c.index = j;
+    c.range = f.plan[j];
+    c.last = j + 1 == f.plan.size();
+    FEDFLEET_RETURN_IF_ERROR(client::encodeMaskedChunk(
+        *ask.masker, ask.secagg, ask.secagg_weight, client::chunkSeed(f.task_seed, j), f.plan[j],
+        f.delta.data() + f.plan[j].offset, &c.payload));
+    f.encoded.push_back(std::move(c));
+  }
+  // Opening the neighbours' shares, then quantising and masking (one stream per partner and
+  // the self mask), on the client's device.
+  const size_t partners = ask.masker->maskPartners().size();
+  f.mask_s = (secAggOpenSeconds(partners) + secAggMaskSeconds(f.delta.size(), partners)) / p.speed;
+  f.delta.clear();
+  f.delta.shrink_to_fit();
+  return Status::ok();
+}
+
 void Simulator::grant(const engine::SendGrant& g) {
   auto it = in_flight_.find(g.grant.task_token);
   if (it == in_flight_.end()) return;
@@ -818,6 +927,19 @@ void Simulator::rejected(const engine::SendError& e) {
 }
 
 void Simulator::handle(const Event& e) {
+  if (e.kind == EventKind::kSecAggUp || e.kind == EventKind::kSecAggDown) {
+    auto mail = secagg_mail_.find(e.token);
+    if (mail == secagg_mail_.end()) return;
+    const wire::SecAgg m = std::move(mail->second.second);
+    secagg_mail_.erase(mail);
+    if (offline_.count(e.client)) return;
+    if (e.kind == EventKind::kSecAggUp) {
+      engine_->onSecAgg(idOf(e.client), m, wire::encode(wire::Message(m)).size(), now_);
+    } else {
+      tell(idOf(e.client), [&](client::ClientSession& s) { s.onSecAgg(m, now_); });
+    }
+    return;
+  }
   if (e.kind == EventKind::kRejoin) {
     const ClientProfile p = fleet_->profile(e.client);
     const double back = fleet_->nextOnline(p, now_);
@@ -825,6 +947,7 @@ void Simulator::handle(const Event& e) {
       push(back, EventKind::kRejoin, 0, e.client);
       return;
     }
+    offline_.erase(e.client);
     engine_->onHello(idOf(e.client), helloFor(e.client, p, next_session_++), now_);
     return;
   }
@@ -867,12 +990,15 @@ void Simulator::handle(const Event& e) {
       const engine::ClientId id = f.id;
       const uint64_t k = f.client;
       in_flight_.erase(it);
+      offline_.insert(k);  // what was on its way to or from it is lost
       engine_->onBye(id, now_);
       push(now_ + config_.sim.rejoin_s, EventKind::kRejoin, 0, k);
       break;
     }
     case EventKind::kRejoin:
-      break;
+    case EventKind::kSecAggUp:
+    case EventKind::kSecAggDown:
+      break;  // handled above
   }
 }
 

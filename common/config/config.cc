@@ -190,6 +190,12 @@ void forEachField(C& c, F&& f) {
   f("dp.delta", c.dp.delta);
   f("dp.target_epsilon", c.dp.target_epsilon);
   f("dp.population", c.dp.population);
+  f("secagg.mode", c.secagg.mode);
+  f("secagg.neighbours", c.secagg.neighbours);
+  f("secagg.threshold", c.secagg.threshold);
+  f("secagg.clip_range", c.secagg.clip_range);
+  f("secagg.quant_range", c.secagg.quant_range);
+  f("secagg.stage_timeout_s", c.secagg.stage_timeout_s);
 }
 
 template <typename T>
@@ -827,7 +833,13 @@ Status Config::validate() const {
       oneOf("selection.selector", selection.selector, {"uniform", "oort", "availability"}));
   FEDFLEET_RETURN_IF_ERROR(validateBlocks());
   FEDFLEET_RETURN_IF_ERROR(validateDp());
+  FEDFLEET_RETURN_IF_ERROR(validateSecAgg());
   return validateAggregation();
+}
+
+Status Config::validateSecAgg() const {
+  // As for [dp]: ranges and combinations are engine::validateSecAggOptions's.
+  return oneOf("secagg.mode", secagg.mode, {"none", "secagg_plus"});
 }
 
 Status Config::validateDp() const {

@@ -287,6 +287,16 @@ struct DpSection {
   uint64_t population = 0;        // clients sampled from (0: the run's partitions / clients)
 };
 
+// Secure aggregation of the clients' updates (engine/secure_aggregation.h; docs/PRIVACY.md).
+struct SecAggSection {
+  std::string mode = "none";    // none, secagg_plus (the coordinator sees only the masked sum)
+  uint32_t neighbours = 0;      // k, the neighbour graph's degree (0: 2 ceil(log2 n))
+  uint32_t threshold = 0;       // t, shares that rebuild a secret (0: floor((k + 1) / 2) + 1)
+  double clip_range = 8.0;      // each weighted update value clipped to [-clip_range, clip_range]
+  uint32_t quant_range = 0;     // integer levels of the quantisation (0: the most that fit)
+  double stage_timeout_s = 30;  // how long a key or unmasking stage waits for the clients
+};
+
 struct Config {
   RunSection run;
   CoordinatorSection coordinator;
@@ -303,6 +313,7 @@ struct Config {
   BlocksSection blocks;
   LimitsSection limits;
   DpSection dp;
+  SecAggSection secagg;
 
   // Reads a TOML file over the current values. Unknown keys, wrong types and parse errors
   // return kInvalidArgument naming the file, line and key; the Config may then be partly set.
@@ -319,6 +330,7 @@ struct Config {
   Status validateAggregation() const;  // the [aggregation] section (part of validate())
   Status validateBlocks() const;       // the [blocks] section (part of validate())
   Status validateDp() const;           // the [dp] section's names (ranges: the engine's check)
+  Status validateSecAgg() const;       // the [secagg] section's names (ranges: the engine's)
 
   // Effective values after defaults are resolved.
   uint32_t minClients() const;

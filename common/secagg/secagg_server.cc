@@ -51,15 +51,28 @@ bool SecAggServer::isNeighbourIn(uint32_t i, uint32_t j,
 }
 
 bool SecAggServer::stageComplete() const {
+  auto waiting = [&](uint32_t i, bool answered) { return !answered && !gone_.count(i); };
   switch (stage_) {
     case Stage::kAdvertise:
-      return adverts_.size() == params_.clients;
+      for (uint32_t i = 0; i < params_.clients; ++i) {
+        if (waiting(i, adverts_.count(i) > 0)) return false;
+      }
+      return true;
     case Stage::kShareKeys:
-      return shared_.size() == adverts_.size();
+      for (const auto& [i, a] : adverts_) {
+        if (waiting(i, shared_.count(i) > 0)) return false;
+      }
+      return true;
     case Stage::kMaskedInput:
-      return complete_.size() == shared_.size();
+      for (const auto& [i, s] : shared_) {
+        if (waiting(i, complete_.count(i) > 0)) return false;
+      }
+      return true;
     case Stage::kUnmask:
-      return revealed_.size() == requests_.size();
+      for (const auto& [i, r] : requests_) {
+        if (waiting(i, revealed_.count(i) > 0)) return false;
+      }
+      return true;
     case Stage::kDone:
       return true;
   }

@@ -59,8 +59,10 @@ class SecAggServer {
   const RoundParams& params() const { return params_; }
   const NeighbourGraph& graph() const { return graph_; }
   // Whether every client still in the round has sent what the current stage expects (the
-  // driver may close the stage before its deadline).
+  // driver may close the stage before its deadline). Clients marked gone are not waited for.
   bool stageComplete() const;
+  // Client `index` will send nothing more this round (its connection or task ended).
+  void markGone(uint32_t index) { gone_.insert(index); }
 
   // Stage 1. `from` is the sender's index, from its authenticated identity, never from the
   // message. kFailedPrecondition out of stage or twice; kInvalidArgument for keys or a digest
@@ -120,6 +122,7 @@ class SecAggServer {
   std::map<uint32_t, UnmaskRequest> requests_;               // asked in stage 4
   std::map<uint32_t, std::vector<RevealedShare>> revealed_;  // U4
   std::vector<uint32_t> sum_;                                // running sum of masked inputs
+  std::set<uint32_t> gone_;                                  // not waited for
 };
 
 }  // namespace fedfleet::secagg

@@ -111,6 +111,49 @@ struct Task {
   served @13 :ServedModel;  # protocol 5: the model the client serves (block-cyclic runs)
   coordinatorSession @14 :UInt64;  # the coordinator process's session id (0: none)
   fedEval @15 :Bool;  # evaluate the task's model on the client's held-out data first
+  secagg @16 :SecAggTask;  # secure aggregation of this task's update (clients = 0: off)
+}
+
+# Secure aggregation (SecAgg+): the round the client's masked update joins.
+struct SecAggTask {
+  index @0 :UInt32;       # the client's place in the round's cohort
+  clients @1 :UInt32;     # the cohort's size (0: no secure aggregation)
+  neighbours @2 :UInt32;
+  threshold @3 :UInt32;
+  graphSeed @4 :UInt64;
+  clipRange @5 :Float64;
+  quantRange @6 :UInt32;
+  weightScale @7 :Float64;  # the update is quantised as (n_samples / weightScale) x delta
+}
+
+struct SecAggKeys {
+  index @0 :UInt32;
+  encryptionKey @1 :Data;  # 32 bytes
+  maskKey @2 :Data;        # 32 bytes
+  seedDigest @3 :Data;     # 32 bytes
+}
+
+struct SecAggSealed {
+  from @0 :UInt32;
+  to @1 :UInt32;
+  sealed @2 :Data;
+}
+
+struct SecAggReveal {
+  owner @0 :UInt32;
+  selfMask @1 :Bool;
+  share @2 :Data;
+}
+
+# One step of a SecAgg+ round, either way (common/secagg/secagg_server.h).
+struct SecAgg {
+  taskToken @0 :UInt64;
+  step @1 :UInt8;
+  adverts @2 :List(SecAggKeys);
+  shares @3 :List(SecAggSealed);
+  survivors @4 :List(UInt32);
+  dropped @5 :List(UInt32);
+  revealed @6 :List(SecAggReveal);
 }
 
 struct Chunk {
@@ -190,5 +233,6 @@ struct Envelope {
     error @7 :Error;
     uploadRequest @8 :UploadRequest;
     uploadGrant @9 :UploadGrant;
+    secAgg @10 :SecAgg;
   }
 }

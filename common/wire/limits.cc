@@ -101,6 +101,38 @@ Status check(const Summary&) { return Status::ok(); }
 Status check(const UploadRequest&) { return Status::ok(); }
 Status check(const Heartbeat&) { return Status::ok(); }
 
+Status check(const SecAgg& m) {
+  if (m.step != SecAggStep::kAdvert && m.step != SecAggStep::kShares &&
+      m.step != SecAggStep::kReveal) {
+    return invalidArgument(std::string("SecAgg step ") + secAggStepName(m.step) +
+                           " is not one a client sends");
+  }
+  const size_t entries = m.adverts.size() + m.shares.size() + m.revealed.size() +
+                         m.request.survivors.size() + m.request.dropped.size();
+  if (entries > kMaxSecAggEntries) {
+    return invalidArgument("SecAgg has " + std::to_string(entries) + " entries, limit " +
+                           std::to_string(kMaxSecAggEntries));
+  }
+  for (const auto& a : m.adverts) {
+    if (a.encryption_key.size() != 32 || a.mask_key.size() != 32 || a.seed_digest.size() != 32) {
+      return invalidArgument("SecAgg keys must be 32 bytes each");
+    }
+  }
+  for (const auto& sh : m.shares) {
+    if (sh.sealed.size() != secagg::kSealedSharesBytes) {
+      return invalidArgument("SecAgg sealed shares are " + std::to_string(sh.sealed.size()) +
+                             " bytes, must be " + std::to_string(secagg::kSealedSharesBytes));
+    }
+  }
+  for (const auto& r : m.revealed) {
+    if (r.share.size() != 44) {
+      return invalidArgument("SecAgg revealed shares are " + std::to_string(r.share.size()) +
+                             " bytes, must be 44");
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status checkClientMessage(const Message& message) {

@@ -42,6 +42,11 @@ constexpr uint32_t kMaxCores = 1u << 16;
 // The coordinator records the text in its events table and logs it.
 constexpr size_t kMaxReasonBytes = 1024;
 
+// SecAgg from a client: only its own steps (advert, shares, reveal), at most this many entries
+// (a client's neighbours and itself; secagg.neighbours is bounded by it too), each of the size
+// its kind has (32-byte keys, sealed shares and shares of common/secagg's sizes).
+constexpr size_t kMaxSecAggEntries = 1024;
+
 // OK when `message` is one a client may send (Hello, Chunk, Summary, UploadRequest, Heartbeat,
 // Bye, Error) and every field above is within its bound. Otherwise kInvalidArgument, with a
 // message naming the field, its size (or the offending byte and its position) and the limit,

@@ -85,28 +85,32 @@ size_t blobWords(const std::string& s) { return canReference(s) ? 2 : (s.size() 
 // (one allocation, no far pointers). Fixed-size parts are covered by the constant.
 size_t estimateWords(const Message& message) {
   constexpr size_t kFixedWords = 128;
-  return kFixedWords + std::visit(Overloaded{
-                                      [](const Hello& m) {
-                                        return blobWords(m.client_id) + blobWords(m.public_key) +
-                                               blobWords(m.device_name);
-                                      },
-                                      [](const Task& m) {
-                                        return blobWords(m.model_name) + blobWords(m.model_bytes) +
-                                               blobWords(m.control_bytes) +
-                                               blobWords(m.data.dataset) +
-                                               blobWords(m.data.scheme) + blobWords(m.codec) +
-                                               blobWords(m.served.model) + 16;
-                                      },
-                                      [](const Chunk& m) { return blobWords(m.payload); },
-                                      [](const Summary&) { return size_t{8}; },
-                                      [](const Cancel& m) { return blobWords(m.reason); },
-                                      [](const Heartbeat&) { return size_t{0}; },
-                                      [](const Bye& m) { return blobWords(m.reason); },
-                                      [](const Error& m) { return blobWords(m.message); },
-                                      [](const UploadRequest&) { return size_t{0}; },
-                                      [](const UploadGrant&) { return size_t{0}; },
-                                  },
-                                  message);
+  return kFixedWords +
+         std::visit(Overloaded{
+                        [](const Hello& m) {
+                          return blobWords(m.client_id) + blobWords(m.public_key) +
+                                 blobWords(m.device_name);
+                        },
+                        [](const Task& m) {
+                          return blobWords(m.model_name) + blobWords(m.model_bytes) +
+                                 blobWords(m.control_bytes) + blobWords(m.data.dataset) +
+                                 blobWords(m.data.scheme) + blobWords(m.codec) +
+                                 blobWords(m.served.model) + 16;
+                        },
+                        [](const Chunk& m) { return blobWords(m.payload); },
+                        [](const Summary&) { return size_t{8}; },
+                        [](const Cancel& m) { return blobWords(m.reason); },
+                        [](const Heartbeat&) { return size_t{0}; },
+                        [](const Bye& m) { return blobWords(m.reason); },
+                        [](const Error& m) { return blobWords(m.message); },
+                        [](const UploadRequest&) { return size_t{0}; },
+                        [](const UploadGrant&) { return size_t{0}; },
+                        [](const SecAgg& m) {
+                          return 16 * (m.adverts.size() + m.shares.size() + m.revealed.size()) +
+                                 m.request.survivors.size() + m.request.dropped.size() + 8;
+                        },
+                    },
+                    message);
 }
 
 // Enum values go over the wire as their numbers (the schema enums list the same values in the same
@@ -182,6 +186,17 @@ void fill(schema::Task::Builder b, const Task& m) {
   b.setChunkBytes(m.chunk_bytes);
   b.setCoordinatorSession(m.coordinator_session);
   b.setFedEval(m.fed_eval);
+  if (m.secagg.on()) {
+    auto sa = b.initSecagg();
+    sa.setIndex(m.secagg.index);
+    sa.setClients(m.secagg.clients);
+    sa.setNeighbours(m.secagg.neighbours);
+    sa.setThreshold(m.secagg.threshold);
+    sa.setGraphSeed(m.secagg.graph_seed);
+    sa.setClipRange(m.secagg.clip_range);
+    sa.setQuantRange(m.secagg.quant_range);
+    sa.setWeightScale(m.secagg.weight_scale);
+  }
   if (canReference(m.control_bytes)) {
     b.adoptControlBytes(referenceBlob(b, m.control_bytes));
   } else if (!m.control_bytes.empty()) {
@@ -264,6 +279,35 @@ void fill(schema::UploadRequest::Builder b, const UploadRequest& m) {
 
 void fill(schema::UploadGrant::Builder b, const UploadGrant& m) { b.setTaskToken(m.task_token); }
 
+void fill(schema::SecAgg::Builder b, const SecAgg& m) {
+  b.setTaskToken(m.task_token);
+  b.setStep(static_cast<uint8_t>(m.step));
+  auto adverts = b.initAdverts(static_cast<unsigned>(m.adverts.size()));
+  for (size_t i = 0; i < m.adverts.size(); ++i) {
+    const auto& a = m.adverts[i];
+    adverts[i].setIndex(a.index);
+    adverts[i].setEncryptionKey(asData(a.encryption_key));
+    adverts[i].setMaskKey(asData(a.mask_key));
+    adverts[i].setSeedDigest(asData(a.seed_digest));
+  }
+  auto shares = b.initShares(static_cast<unsigned>(m.shares.size()));
+  for (size_t i = 0; i < m.shares.size(); ++i) {
+    shares[i].setFrom(m.shares[i].from);
+    shares[i].setTo(m.shares[i].to);
+    shares[i].setSealed(asData(m.shares[i].sealed));
+  }
+  auto survivors = b.initSurvivors(static_cast<unsigned>(m.request.survivors.size()));
+  for (size_t i = 0; i < m.request.survivors.size(); ++i) survivors.set(i, m.request.survivors[i]);
+  auto dropped = b.initDropped(static_cast<unsigned>(m.request.dropped.size()));
+  for (size_t i = 0; i < m.request.dropped.size(); ++i) dropped.set(i, m.request.dropped[i]);
+  auto revealed = b.initRevealed(static_cast<unsigned>(m.revealed.size()));
+  for (size_t i = 0; i < m.revealed.size(); ++i) {
+    revealed[i].setOwner(m.revealed[i].owner);
+    revealed[i].setSelfMask(m.revealed[i].self_mask);
+    revealed[i].setShare(asData(m.revealed[i].share));
+  }
+}
+
 void fillEnvelope(schema::Envelope::Builder env, const Message& message) {
   std::visit(Overloaded{
                  [&](const Hello& m) { fill(env.initHello(), m); },
@@ -276,6 +320,7 @@ void fillEnvelope(schema::Envelope::Builder env, const Message& message) {
                  [&](const Error& m) { fill(env.initError(), m); },
                  [&](const UploadRequest& m) { fill(env.initUploadRequest(), m); },
                  [&](const UploadGrant& m) { fill(env.initUploadGrant(), m); },
+                 [&](const SecAgg& m) { fill(env.initSecAgg(), m); },
              },
              message);
 }
@@ -370,6 +415,21 @@ Result<Message> read(schema::Task::Reader r) {
   m.chunk_bytes = r.getChunkBytes();
   m.coordinator_session = r.getCoordinatorSession();
   m.fed_eval = r.getFedEval();
+  if (r.hasSecagg()) {
+    auto sa = r.getSecagg();
+    m.secagg.index = sa.getIndex();
+    m.secagg.clients = sa.getClients();
+    m.secagg.neighbours = sa.getNeighbours();
+    m.secagg.threshold = sa.getThreshold();
+    m.secagg.graph_seed = sa.getGraphSeed();
+    m.secagg.clip_range = sa.getClipRange();
+    m.secagg.quant_range = sa.getQuantRange();
+    m.secagg.weight_scale = sa.getWeightScale();
+    if (m.secagg.on() && m.secagg.index >= m.secagg.clients) {
+      return corrupt("Task: secure aggregation index " + std::to_string(m.secagg.index) +
+                     " outside a cohort of " + std::to_string(m.secagg.clients));
+    }
+  }
   if (r.hasServed()) {
     auto sv = r.getServed();
     const auto source = static_cast<uint16_t>(sv.getSource());
@@ -483,6 +543,32 @@ Result<Message> read(schema::UploadGrant::Reader r) {
   return Message(UploadGrant{r.getTaskToken()});
 }
 
+// Sizes of keys and shares are the secure-aggregation code's to check (it knows them); here
+// only the step must be one there is.
+Result<Message> read(schema::SecAgg::Reader r) {
+  SecAgg m;
+  m.task_token = r.getTaskToken();
+  const uint8_t step = r.getStep();
+  if (step < static_cast<uint8_t>(SecAggStep::kAdvert) ||
+      step > static_cast<uint8_t>(SecAggStep::kReveal)) {
+    return corrupt("SecAgg: unknown step " + std::to_string(step));
+  }
+  m.step = static_cast<SecAggStep>(step);
+  for (auto a : r.getAdverts()) {
+    m.adverts.push_back({a.getIndex(), toString(a.getEncryptionKey()), toString(a.getMaskKey()),
+                         toString(a.getSeedDigest())});
+  }
+  for (auto sh : r.getShares()) {
+    m.shares.push_back({sh.getFrom(), sh.getTo(), toString(sh.getSealed())});
+  }
+  for (uint32_t v : r.getSurvivors()) m.request.survivors.push_back(v);
+  for (uint32_t v : r.getDropped()) m.request.dropped.push_back(v);
+  for (auto rv : r.getRevealed()) {
+    m.revealed.push_back({rv.getOwner(), rv.getSelfMask(), toString(rv.getShare())});
+  }
+  return Message(std::move(m));
+}
+
 Result<Message> readEnvelope(schema::Envelope::Reader env) {
   switch (env.which()) {
     case schema::Envelope::HELLO:
@@ -505,6 +591,8 @@ Result<Message> readEnvelope(schema::Envelope::Reader env) {
       return read(env.getUploadRequest());
     case schema::Envelope::UPLOAD_GRANT:
       return read(env.getUploadGrant());
+    case schema::Envelope::SEC_AGG:
+      return read(env.getSecAgg());
   }
   return corrupt("unknown message kind (union tag " +
                  std::to_string(static_cast<uint16_t>(env.which())) + ")");
@@ -574,10 +662,28 @@ Result<Loss> parseLoss(std::string_view name) {
                          "\" (cross_entropy, mse, bce or module)");
 }
 
+const char* secAggStepName(SecAggStep step) {
+  switch (step) {
+    case SecAggStep::kAdvert:
+      return "advert";
+    case SecAggStep::kKeys:
+      return "keys";
+    case SecAggStep::kShares:
+      return "shares";
+    case SecAggStep::kForwarded:
+      return "forwarded";
+    case SecAggStep::kUnmask:
+      return "unmask";
+    case SecAggStep::kReveal:
+      return "reveal";
+  }
+  return "?";
+}
+
 const char* messageName(const Message& message) {
-  static constexpr const char* kNames[] = {"Hello",         "Task",       "Chunk", "Summary",
-                                           "Cancel",        "Heartbeat",  "Bye",   "Error",
-                                           "UploadRequest", "UploadGrant"};
+  static constexpr const char* kNames[] = {"Hello",         "Task",        "Chunk", "Summary",
+                                           "Cancel",        "Heartbeat",   "Bye",   "Error",
+                                           "UploadRequest", "UploadGrant", "SecAgg"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[message.index()];
 }

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/secagg/round_params.h"
 #include "common/status.h"
 
 namespace fedfleet::wire {
@@ -146,6 +147,24 @@ struct ServedModel {
 //     chunks cover [0, 2P): the delta's chunks as without SCAFFOLD, then the same ranges again
 //     shifted by P elements (and by T in tensor_index, for a model of T tensors), so no chunk
 //     holds values of both halves. Chunk and Summary steps are K, as for any update.
+// Secure aggregation (SecAgg+, common/secagg/secagg_server.h) of a task's update: its client's
+// place in the round and what it must quantise by. `clients` = 0: the update goes in the clear.
+// With it, the update is (n_samples / weight_scale) x delta, clipped to [-clip_range,
+// clip_range], quantised to 0 .. quant_range and masked, sent as Chunks whose payloads are
+// little-endian uint32 values (no codec header); the client first takes part in the round's
+// key stages (SecAgg messages).
+struct SecAggTask {
+  uint32_t index = 0;
+  uint32_t clients = 0;
+  uint32_t neighbours = 0;
+  uint32_t threshold = 0;
+  uint64_t graph_seed = 0;
+  double clip_range = 0;
+  uint32_t quant_range = 0;
+  double weight_scale = 1;
+  bool on() const { return clients > 0; }
+};
+
 struct Task {
   uint64_t run_id = 0;
   uint32_t round = 0;
@@ -173,6 +192,7 @@ struct Task {
   // Federated evaluation: before training, evaluate the task's model (with the client's local
   // part, model.local) on the client's held-out data and report it in the Summary's eval_*.
   bool fed_eval = false;
+  SecAggTask secagg;
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first
@@ -266,8 +286,34 @@ struct UploadGrant {
   uint64_t task_token = 0;
 };
 
+// One step of a SecAgg+ round (common/secagg/secagg_server.h), for task `task_token`:
+//   kAdvert     client -> coordinator: its keys (adverts, one)
+//   kKeys       coordinator -> client: its neighbours' keys (adverts)
+//   kShares     client -> coordinator: its sealed shares, one per neighbour (shares)
+//   kForwarded  coordinator -> client: the shares sealed for it (shares)
+//   kUnmask     coordinator -> client: whose shares to reveal (survivors, dropped)
+//   kReveal     client -> coordinator: the shares (revealed)
+enum class SecAggStep : uint8_t {
+  kAdvert = 1,
+  kKeys = 2,
+  kShares = 3,
+  kForwarded = 4,
+  kUnmask = 5,
+  kReveal = 6
+};
+const char* secAggStepName(SecAggStep step);
+
+struct SecAgg {
+  uint64_t task_token = 0;
+  SecAggStep step = SecAggStep::kAdvert;
+  std::vector<secagg::KeyAdvert> adverts;
+  std::vector<secagg::SealedShares> shares;
+  secagg::UnmaskRequest request;
+  std::vector<secagg::RevealedShare> revealed;
+};
+
 using Message = std::variant<Hello, Task, Chunk, Summary, Cancel, Heartbeat, Bye, Error,
-                             UploadRequest, UploadGrant>;
+                             UploadRequest, UploadGrant, SecAgg>;
 
 // Name of the message kind ("Hello", "Task", ...).
 const char* messageName(const Message& message);

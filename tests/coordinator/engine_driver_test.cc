@@ -73,6 +73,7 @@ class RecordingPort final : public DriverPort {
   void sendTask(engine::SendTask& send) override { tasks.push_back(send); }
   void sendCancel(const engine::SendCancel&) override { ++other_messages; }
   void sendGrant(const engine::SendGrant&) override { ++other_messages; }
+  void sendSecAgg(const engine::SendSecAgg&) override { ++other_messages; }
   void sendError(const engine::SendError&) override { ++other_messages; }
   void sendBye(const engine::SendBye&) override { ++other_messages; }
   void evaluate(const engine::Evaluate& ev) override {

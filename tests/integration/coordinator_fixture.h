@@ -79,6 +79,17 @@ inline std::unique_ptr<Process> startClient(const std::string& dir, const std::s
   return std::make_unique<Process>(args, dir + "/" + id + ".log");
 }
 
+// Clients "client-1" .. "client-`n`" of the job, started in that order.
+inline std::vector<std::unique_ptr<Process>> startClients(const std::string& dir,
+                                                          const std::string& config,
+                                                          const std::string& endpoint, int n) {
+  std::vector<std::unique_ptr<Process>> clients;
+  for (int i = 1; i <= n; ++i) {
+    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
+  }
+  return clients;
+}
+
 inline std::unique_ptr<history::HistoryStore> openHistory(const std::string& dir) {
   auto h = history::openSqliteHistory(dir + "/history.db");
   EXPECT_TRUE(h.isOk()) << h.status().toString();

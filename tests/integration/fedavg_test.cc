@@ -44,10 +44,7 @@ TEST(Integration, ThreeClientsThreeRoundsOfFedAvgOverCurve) {
   std::string endpoint;
   auto coord = startCoordinator(dir, config, {"--rounds", "3"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
-  std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 1; i <= 3; ++i) {
-    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
-  }
+  auto clients = testing::startClients(dir, config, endpoint, 3);
   auto rc = coord->waitFor(240);
   ASSERT_TRUE(rc.has_value()) << "coordinator did not finish\n" << coord->log();
   ASSERT_EQ(*rc, 0) << coord->log();
@@ -157,10 +154,7 @@ TEST(Integration, KilledClientIsDroppedAndTheRoundCompletesWithTheOthers) {
   auto coord =
       startCoordinator(dir, config, {"--rounds", "1", "--set", "train.epochs=8"}, &endpoint);
   ASSERT_FALSE(endpoint.empty()) << coord->log();
-  std::vector<std::unique_ptr<Process>> clients;
-  for (int i = 1; i <= 3; ++i) {
-    clients.push_back(startClient(dir, config, endpoint, "client-" + std::to_string(i)));
-  }
+  auto clients = testing::startClients(dir, config, endpoint, 3);
   ASSERT_TRUE(clients[2]->waitForLog("round 1 task", 60)) << clients[2]->log();
   clients[2]->kill(SIGKILL);
   auto rc = coord->waitFor(120);
@@ -524,6 +518,75 @@ TEST(Integration, TorchScriptModuleTrainsEndToEnd) {
   ASSERT_EQ(rounds->size(), 3u);
   EXPECT_EQ((*rounds)[2].status, "ok");
   EXPECT_GE(*(*rounds)[2].test_accuracy, *(*rounds)[0].test_accuracy + 0.20);
+}
+
+}  // namespace
+}  // namespace fedfleet
+
+namespace fedfleet {
+namespace {
+
+// Secure aggregation over CURVE: a coordinator and 8 client processes run a SecAgg+ round; one
+// client is killed after it sealed its shares (its masks are in its neighbours' uploads), one
+// after its masked upload (it never answers the unmasking). The round completes with the other
+// seven: the coordinator rebuilds the first one's mask key and the second one's seed from the
+// neighbours' shares. A wrong sum would be noise of the masks' size: the model would not
+// classify at all, and here it learns.
+TEST(Integration, SecAggPlusRoundSurvivesClientsKilledAtTwoStages) {
+  const std::string dir = testing::freshDir("secagg");
+  ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "8"}), 0);
+  const std::string config =
+      writeConfig(dir, coordinatorSection(8, 8, 2, 120, "liveness_s = 10") +
+                           "[aggregation]\nnorm_bound = 0\n[secagg]\nmode = \"secagg_plus\"\n"
+                           "stage_timeout_s = 30\n");
+  std::string endpoint;
+  auto coord =
+      startCoordinator(dir, config, {"--rounds", "1", "--set", "train.epochs=4"}, &endpoint);
+  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto clients = testing::startClients(dir, config, endpoint, 8);
+  // Client 8: stopped right after key sharing, while it trains; silent from then on, it holds
+  // the round's uploads open until its liveness runs out (10 s), so the unmasking cannot start
+  // before client 7 below is gone.
+  ASSERT_TRUE(clients[7]->waitForLog("shares sealed for", 90)) << clients[7]->log();
+  clients[7]->kill(SIGSTOP);
+  // Client 7: killed after its masked upload and summary went out (a moment for the frames to
+  // pass localhost), before the unmasking.
+  ASSERT_TRUE(clients[6]->waitForLog("round 1 uploaded", 90)) << clients[6]->log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  clients[6]->kill(SIGKILL);
+  clients[7]->kill(SIGKILL);
+  auto rc = coord->waitFor(180);
+  ASSERT_TRUE(rc.has_value()) << coord->log();
+  ASSERT_EQ(*rc, 0) << coord->log();
+
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  const int64_t run = store->runs()->front().run_id;
+  auto rounds = store->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 2u);
+  const auto& r1 = (*rounds)[1];
+  EXPECT_EQ(r1.status, "ok") << coord->log();
+  EXPECT_EQ(r1.completed, 7u);
+  EXPECT_EQ(r1.dropped, 1u);
+  ASSERT_TRUE(r1.test_accuracy && (*rounds)[0].test_accuracy);
+  EXPECT_GT(*r1.test_accuracy, 0.5);
+  EXPECT_GT(*r1.test_accuracy, *(*rounds)[0].test_accuracy + 0.3);
+  auto updates = store->updates(run, 1);
+  ASSERT_TRUE(updates.isOk());
+  double weight_sum = 0;
+  for (const auto& u : *updates) {
+    if (u.client_id == "client-8") {
+      EXPECT_EQ(u.status, "dropped");
+    } else {
+      EXPECT_EQ(u.status, "completed") << u.client_id;
+      EXPECT_EQ(u.codec, "secagg") << u.client_id;
+    }
+    weight_sum += u.weight;
+  }
+  EXPECT_NEAR(weight_sum, 1.0, 1e-9);
+  // Client 7 revealed nothing: it was killed first.
+  EXPECT_EQ(clients[6]->log().find("shares revealed"), std::string::npos);
 }
 
 }  // namespace

@@ -197,3 +197,43 @@ TEST(ClientMessageTest, CoordinatorMessagesFail) {
 
 }  // namespace
 }  // namespace fedfleet::wire
+
+namespace fedfleet::wire {
+namespace {
+
+// What a client may send of secure aggregation: its own steps, with entries of the sizes their
+// kinds have, and no more of them than kMaxSecAggEntries.
+TEST(SecAggLimitsTest, OnlyAClientsOwnStepsOfTheRightSizesPass) {
+  SecAgg advert;
+  advert.step = SecAggStep::kAdvert;
+  advert.adverts.push_back({0, std::string(32, 'a'), std::string(32, 'b'), std::string(32, 'c')});
+  EXPECT_TRUE(checkClientMessage(advert).isOk());
+  SecAgg short_key = advert;
+  short_key.adverts[0].mask_key.pop_back();
+  EXPECT_FALSE(checkClientMessage(short_key).isOk());
+  SecAgg keys = advert;
+  keys.step = SecAggStep::kKeys;  // the coordinator's step
+  const Status st = checkClientMessage(keys);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("not one a client sends"), std::string::npos) << st.message();
+
+  SecAgg shares;
+  shares.step = SecAggStep::kShares;
+  shares.shares.assign(kMaxSecAggEntries, {0, 1, std::string(secagg::kSealedSharesBytes, 's')});
+  EXPECT_TRUE(checkClientMessage(shares).isOk());
+  shares.shares.push_back(shares.shares[0]);
+  EXPECT_FALSE(checkClientMessage(shares).isOk());
+  shares.shares.resize(1);
+  shares.shares[0].sealed.push_back('x');
+  EXPECT_FALSE(checkClientMessage(shares).isOk());
+
+  SecAgg reveal;
+  reveal.step = SecAggStep::kReveal;
+  reveal.revealed.push_back({1, true, std::string(44, 'r')});
+  EXPECT_TRUE(checkClientMessage(reveal).isOk());
+  reveal.revealed[0].share.resize(43);
+  EXPECT_FALSE(checkClientMessage(reveal).isOk());
+}
+
+}  // namespace
+}  // namespace fedfleet::wire

@@ -1,0 +1,38 @@
+#include "client/masked_upload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/secagg/quantizer.h"
+
+namespace fedfleet::client {
+
+double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples) {
+  const double scale = task.weight_scale > 0 ? task.weight_scale : 1.0;
+  return std::min(1.0, static_cast<double>(n_samples) / scale);
+}
+
+Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggTask& task,
+                         double weight, uint64_t seed, const ChunkRange& r, const float* x,
+                         std::string* payload) {
+  std::vector<float> weighted(r.elements);
+  for (uint64_t i = 0; i < r.elements; ++i) {
+    if (!std::isfinite(x[i])) {
+      return invalidArgument("update value " + std::to_string(r.offset + i) + " is not finite");
+    }
+    weighted[i] = static_cast<float>(weight * x[i]);
+  }
+  std::vector<uint32_t> values(r.elements);
+  crypto::KeyedStream rounding(crypto::streamKeyFromSeed("fedfleet secagg rounding", seed), 0,
+                               r.offset);
+  secagg::quantize({task.clip_range, task.quant_range}, weighted.data(), weighted.size(), rounding,
+                   values.data());
+  masker.mask(r.offset, values.data(), values.size());
+  payload->resize(values.size() * sizeof(uint32_t));
+  std::memcpy(payload->data(), values.data(), payload->size());  // little-endian hosts
+  return Status::ok();
+}
+
+}  // namespace fedfleet::client

@@ -1,0 +1,26 @@
+// The upload of an update under secure aggregation (engine/secure_aggregation.h): each chunk's
+// values, weighted by n_k / weight_scale, clipped to the task's clip range, quantised by
+// stochastic rounding (seeded per chunk, so the same task gives the same upload) and masked by
+// the client's SecAgg+ state, as little-endian uint32 values. The coordinator only adds them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "client/upload_pipeline.h"
+#include "common/secagg/secagg_client.h"
+#include "common/status.h"
+#include "common/wire/messages.h"
+
+namespace fedfleet::client {
+
+// The weight a client of `n_samples` applies to its update: n_samples / weight_scale, at most 1.
+double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples);
+
+// Encodes values x[0 .. r.elements) (the delta's range `r`) into `payload`. kInvalidArgument when
+// a value is not finite (nothing is encoded).
+Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggTask& task,
+                         double weight, uint64_t seed, const ChunkRange& r, const float* x,
+                         std::string* payload);
+
+}  // namespace fedfleet::client

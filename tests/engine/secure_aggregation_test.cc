@@ -1,0 +1,210 @@
+// The round engine under secure aggregation (engine/secure_aggregation.h), driven by clients
+// that run the SecAgg+ client state machine themselves: the step is FedAvg's to within the
+// quantisation; a client that never advertises is left out after the stage's timeout and the
+// round completes without it; clients lost during unmasking beyond the threshold fail the
+// round, and the model is unchanged; start-up refuses what cannot be summed under masks.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "common/secagg/quantizer.h"
+#include "common/secagg/secagg_client.h"
+#include "engine/round_engine.h"
+#include "tests/engine/round_engine_fixture.h"
+
+namespace fedfleet::engine {
+namespace {
+
+using engine_test::actionsOf;
+using engine_test::eventsOf;
+using engine_test::Fixture;
+using engine_test::hello;
+
+EngineOptions secureOptions() {
+  EngineOptions o = engine_test::baseOptions(4, 4, 2);
+  o.rounds = 1;
+  o.partition_sizes = {10, 20, 30, 40};
+  o.norm_bound = 0;
+  o.liveness_s = 100;  // the stages' timeouts are the subject here
+  o.secagg.enabled = true;
+  o.secagg.stage_timeout_s = 5;
+  return o;
+}
+
+struct Peer {
+  uint64_t token = 0;
+  wire::Task task;
+  std::unique_ptr<secagg::SecAggClient> sa;
+};
+
+// Drives one round: `silent` never advertise, `no_reveal` do not answer the unmasking.
+struct SecureRound {
+  Fixture f{secureOptions()};
+  std::map<std::string, Peer> peers;
+  std::map<std::string, std::vector<float>> deltas = {{"a", {0.5f, -1.0f, 2.0f}},
+                                                      {"b", {1.5f, 0.0f, -0.5f}},
+                                                      {"c", {-0.25f, 0.75f, 1.0f}},
+                                                      {"d", {0.0f, 2.0f, 0.5f}}};
+  std::map<std::string, uint64_t> samples = {{"a", 10}, {"b", 20}, {"c", 30}, {"d", 40}};
+
+  std::vector<SendSecAgg> steps() { return actionsOf<SendSecAgg>(f.take()); }
+
+  void run(const std::set<std::string>& silent, const std::set<std::string>& no_reveal) {
+    f.engine->start(0);
+    for (const char* id : {"a", "b", "c", "d"}) {
+      f.engine->onHello(id, hello(id, static_cast<int32_t>(id[0] - 'a')), 0);
+    }
+    for (const auto& st : actionsOf<SendTask>(f.take())) {
+      ASSERT_TRUE(st.task.secagg.on());
+      Peer& p = peers[st.client];
+      p.token = st.task.task_token;
+      p.task = st.task;
+      secagg::RoundParams rp;
+      rp.round = st.task.round;
+      rp.clients = st.task.secagg.clients;
+      rp.neighbours = st.task.secagg.neighbours;
+      rp.threshold = st.task.secagg.threshold;
+      rp.length = 3;
+      rp.graph_seed = st.task.secagg.graph_seed;
+      p.sa = std::make_unique<secagg::SecAggClient>(
+          rp, st.task.secagg.index, crypto::streamKeyFromSeed("engine secagg test", p.token));
+    }
+    ASSERT_EQ(peers.size(), 4u);
+    for (auto& [id, p] : peers) {
+      if (silent.count(id)) continue;
+      wire::SecAgg m{p.token, wire::SecAggStep::kAdvert, {p.sa->advertise()}, {}, {}, {}};
+      f.engine->onSecAgg(id, m, 100, 1);
+    }
+    std::vector<SendSecAgg> keys = steps();
+    double t = 2;  // each stage's messages a second after the last
+    if (!silent.empty()) {
+      EXPECT_TRUE(keys.empty()) << "the stage waits for the silent client";
+      f.engine->onTick(6);  // past its timeout
+      keys = steps();
+      t = 7;
+    }
+    ASSERT_EQ(keys.size(), 4 - silent.size());
+    for (const auto& k : keys) {
+      ASSERT_EQ(k.message.step, wire::SecAggStep::kKeys);
+      Peer& p = peers[k.client];
+      auto shares = p.sa->shareKeys(k.message.adverts);
+      ASSERT_TRUE(shares.isOk()) << shares.status().toString();
+      wire::SecAgg m{p.token, wire::SecAggStep::kShares, {}, *shares, {}, {}};
+      f.engine->onSecAgg(k.client, m, 100, t);
+    }
+    for (const auto& fw : steps()) {
+      ASSERT_EQ(fw.message.step, wire::SecAggStep::kForwarded);
+      Peer& p = peers[fw.client];
+      Status received = p.sa->receiveShares(fw.message.shares);
+      ASSERT_TRUE(received.isOk()) << received.toString();
+      // Weighted, quantised and masked, as client/masked_upload.cc does.
+      const auto& sat = p.task.secagg;
+      const double w = std::min(1.0, samples[fw.client] / sat.weight_scale);
+      std::vector<float> weighted;
+      for (float v : deltas[fw.client]) weighted.push_back(static_cast<float>(w * v));
+      std::vector<uint32_t> q(3);
+      crypto::KeyedStream rounding(crypto::streamKeyFromSeed("rounding", p.token), 0, 0);
+      secagg::quantize({sat.clip_range, sat.quant_range}, weighted.data(), 3, rounding, q.data());
+      p.sa->mask(0, q.data(), 3);
+      wire::Chunk c;
+      c.task_token = p.token;
+      c.payload.resize(12);
+      std::memcpy(c.payload.data(), q.data(), 12);
+      c.elements = 3;
+      c.last = true;
+      c.n_samples = samples[fw.client];
+      c.steps = 3;
+      f.engine->onChunk(fw.client, c, 100, t + 1);
+      wire::Summary s;
+      s.task_token = p.token;
+      s.n_samples = samples[fw.client];
+      s.steps = 3;
+      s.mean_loss = 1;
+      f.engine->onSummary(fw.client, s, 50, t + 1);
+    }
+    for (const auto& un : steps()) {
+      ASSERT_EQ(un.message.step, wire::SecAggStep::kUnmask);
+      if (no_reveal.count(un.client)) continue;
+      Peer& p = peers[un.client];
+      auto revealed = p.sa->unmask(un.message.request);
+      ASSERT_TRUE(revealed.isOk()) << revealed.status().toString();
+      wire::SecAgg m{p.token, wire::SecAggStep::kReveal, {}, {}, {}, *revealed};
+      f.engine->onSecAgg(un.client, m, 100, t + 2);
+    }
+    if (!no_reveal.empty()) f.engine->onTick(t + 1 + 6);  // past the unmasking timeout
+    f.take();
+  }
+
+  // Round 1's commit (round 0 is the initial model's).
+  CommitRound commit() const {
+    for (const auto& c : actionsOf<CommitRound>(f.log)) {
+      if (c.round.round == 1) return c;
+    }
+    ADD_FAILURE() << "round 1 was not committed";
+    return CommitRound{};
+  }
+};
+
+TEST(SecureAggregation, TheStepIsFedAvgsToWithinTheQuantisation) {
+  SecureRound r;
+  r.run({}, {});
+  const CommitRound c = r.commit();
+  EXPECT_EQ(c.round.status, "ok");
+  EXPECT_EQ(c.round.completed, 4u);
+  // x = 0 + sum_k n_k D_k / sum_k n_k, n = 10, 20, 30, 40.
+  const std::vector<float>& x = r.f.engine->params();
+  const std::vector<double> want = {(10 * 0.5 + 20 * 1.5 + 30 * -0.25 + 40 * 0.0) / 100,
+                                    (10 * -1.0 + 20 * 0.0 + 30 * 0.75 + 40 * 2.0) / 100,
+                                    (10 * 2.0 + 20 * -0.5 + 30 * 1.0 + 40 * 0.5) / 100};
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(x[i], want[i], 1e-5) << i;
+  for (const auto& u : c.updates) EXPECT_EQ(u.codec, "secagg");
+}
+
+TEST(SecureAggregation, AClientThatNeverAdvertisesIsLeftOutAndTheRestSum) {
+  SecureRound r;
+  r.run({"b"}, {});
+  const CommitRound c = r.commit();
+  EXPECT_EQ(c.round.status, "ok");
+  EXPECT_EQ(c.round.completed, 3u);
+  EXPECT_EQ(c.round.rejected, 1u);
+  const std::vector<float>& x = r.f.engine->params();
+  const std::vector<double> want = {(10 * 0.5 + 30 * -0.25) / 80, (10 * -1.0 + 30 * 0.75 + 80) / 80,
+                                    (20 + 30 * 1.0 + 20) / 80.0};
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(x[i], want[i], 1e-5) << i;
+}
+
+TEST(SecureAggregation, TooFewSharesAtUnmaskingFailTheRoundAndKeepTheModel) {
+  SecureRound r;
+  // Complete graph of 4 (k = 3, t = 3): with two silent at unmasking, each survivor's seed has
+  // its own share and one neighbour's, fewer than 3.
+  r.run({}, {"c", "d"});
+  const CommitRound c = r.commit();
+  EXPECT_EQ(c.round.status, "failed");
+  EXPECT_EQ(eventsOf(r.f.log, "secagg_failed"), 1);
+  for (float v : r.f.engine->params()) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(SecureAggregation, StartUpRefusesWhatCannotBeSummedUnderMasks) {
+  EngineOptions o = secureOptions();
+  EXPECT_TRUE(checkEngineOptions(o).isOk());
+  o.aggregator = AggregatorKind::kMedian;
+  EXPECT_NE(checkEngineOptions(o).message().find("median"), std::string::npos);
+  o = secureOptions();
+  o.codec = "topk:0.01";
+  EXPECT_NE(checkEngineOptions(o).message().find("codec"), std::string::npos);
+  o = secureOptions();
+  o.aggregator = AggregatorKind::kScaffold;
+  EXPECT_FALSE(checkEngineOptions(o).isOk());
+  o = secureOptions();
+  o.async = true;
+  EXPECT_NE(checkEngineOptions(o).message().find("synchronous"), std::string::npos);
+  o = secureOptions();
+  o.secagg.threshold = 1;  // at most half the holders
+  EXPECT_NE(checkEngineOptions(o).message().find("threshold"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fedfleet::engine
