@@ -539,7 +539,9 @@ void ZmqClient::startUpload(const SendUploadRequest& ask) {
     UploadPipelineOptions po;
     po.queue_depth = options_.upload_queue_chunks;
     po.pipelined = options_.upload_pipelined;
-    po.encode_host = [masker = ask.masker, task = ask.secagg, weight = ask.secagg_weight](
+    const double weight = maskedUploadWeight(ask.secagg, ask.secagg_weight, u.result.delta.data(),
+                                             u.result.delta.size());
+    po.encode_host = [masker = ask.masker, task = ask.secagg, weight](
                          const ChunkRange& r, const float* x, uint64_t seed, std::string* out) {
       return encodeMaskedChunk(*masker, task, weight, seed, r, x, out);
     };

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/privacy/gaussian_noise.h"
 #include "common/secagg/quantizer.h"
 
 namespace fedfleet::client {
@@ -12,6 +13,15 @@ namespace fedfleet::client {
 double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples) {
   const double scale = task.weight_scale > 0 ? task.weight_scale : 1.0;
   return std::min(1.0, static_cast<double>(n_samples) / scale);
+}
+
+double maskedUploadWeight(const wire::SecAggTask& task, double session_weight, const float* delta,
+                          size_t n) {
+  if (!(task.dp_clip > 0)) return session_weight;
+  double sq = 0;
+  for (size_t i = 0; i < n; ++i) sq += static_cast<double>(delta[i]) * delta[i];
+  const double norm = std::sqrt(sq);
+  return norm > task.dp_clip ? task.dp_clip / norm : 1.0;
 }
 
 Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggTask& task,
@@ -23,6 +33,10 @@ Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggT
       return invalidArgument("update value " + std::to_string(r.offset + i) + " is not finite");
     }
     weighted[i] = static_cast<float>(weight * x[i]);
+  }
+  if (task.dp_noise_stddev > 0) {
+    privacy::GaussianStream noise(masker.privateStream(r.offset));
+    noise.addTo(weighted.data(), weighted.size(), task.dp_noise_stddev);
   }
   std::vector<uint32_t> values(r.elements);
   crypto::KeyedStream rounding(crypto::streamKeyFromSeed("fedfleet secagg rounding", seed), 0,

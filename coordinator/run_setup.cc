@@ -122,6 +122,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   if (auto mode = engine::parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
   const auto& d = config.dp;
   eo.dp.central = d.mode == "central";
+  eo.dp.distributed = d.mode == "distributed";
   eo.dp.noise_multiplier = d.noise_multiplier;
   eo.dp.clip_norm = d.clip_norm;
   eo.dp.adaptive_clip = d.adaptive_clip;

@@ -39,7 +39,18 @@ bool positiveFinite(double v) { return std::isfinite(v) && v > 0; }
 
 Status validateDpOptions(const EngineOptions& o) {
   const DpOptions& d = o.dp;
-  if (!d.central) return Status::ok();
+  if (!d.on()) return Status::ok();
+  if (d.distributed && !o.secagg.enabled) {
+    return bad("mode",
+               "= \"distributed\" adds the noise on the clients, which only the masked "
+               "sum hides: set secagg.mode = \"secagg_plus\" (or use dp.mode = \"central\")");
+  }
+  if (d.distributed && d.adaptive_clip) {
+    return bad("adaptive_clip",
+               "is not available with dp.mode = \"distributed\" (the noised "
+               "count of unclipped updates would have to travel in the masked "
+               "sum); use a fixed dp.clip_norm");
+  }
   if (o.aggregator != AggregatorKind::kFedAvg) {
     return bad("mode", std::string("= \"central\" needs aggregation.method = \"fedavg\" (got \"") +
                            aggregatorName(o.aggregator) +

@@ -28,7 +28,12 @@ namespace fedfleet::engine {
 struct EngineOptions;
 
 struct DpOptions {
-  bool central = false;           // dp.mode = "central"
+  bool central = false;  // dp.mode = "central"
+  // dp.mode = "distributed": under secure aggregation each client clips its own update to C and
+  // adds N(0, (z C)^2 / M), M = the quorum, so that a round of at least M survivors carries
+  // the central mechanism's noise or more; the coordinator adds none.
+  bool distributed = false;
+  bool on() const { return central || distributed; }
   double noise_multiplier = 1.0;  // z
   double clip_norm = 1.0;         // C (adaptive: the first round's)
   bool adaptive_clip = false;

@@ -61,7 +61,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     FEDFLEET_CHECK(validateSecAggOptions(options_).isOk());  // checkEngineOptions says why
     secagg_ = std::make_unique<SecureAggregation>(options_, params_.size());
   }
-  if (options_.dp.central) {
+  if (options_.dp.on()) {
     FEDFLEET_CHECK(validateDpOptions(options_).isOk());  // checkEngineOptions says why
     dp_ = std::make_unique<CentralDp>(options_);
     // The privacy budget: no more rounds than keep epsilon within it (each round spends at
@@ -687,7 +687,8 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   totals.registered_clients = clients_.size();
   if (dp_) {
     // G = (sum of clipped updates + N(0, (z_D C)^2 I)) / K (engine/central_dp.h).
-    dp_->addNoise(sum_.data(), n, round_);
+    // Distributed: the clients' noise is in the sum already.
+    if (options_.dp.central) dp_->addNoise(sum_.data(), n, round_);
     totals.weight = dp_->denominator();
   }
   if (!aggregator_->pseudoGradient(sum_.data(), totals, &step_failure_)) return false;

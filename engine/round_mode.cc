@@ -223,8 +223,9 @@ bool SynchronousRounds::settleSecurely(double now, std::string* failure) {
       rejectAtSettlement(p, token, "secure aggregation: not in the masked sum", now);
       continue;
     }
-    // The client weighted its update by min(1, n_k / scale) (client/masked_upload.h).
-    p.agg_weight = std::min(p.weight, e_.secagg_->weightScale());
+    // The client weighted its update by min(1, n_k / scale) (client/masked_upload.h); under
+    // distributed DP by its clip scale alone: each counts 1, the average divides by K.
+    p.agg_weight = e_.dp_ ? 1.0 : std::min(p.weight, e_.secagg_->weightScale());
     e_.sum_weight_ += p.agg_weight;
   }
   std::vector<float> sum;

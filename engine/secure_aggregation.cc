@@ -45,8 +45,8 @@ Status validateSecAggOptions(const EngineOptions& o) {
   if (o.blocks.count > 0) return refuse("does not run with [blocks]");
   if (o.dp.central) {
     return refuse(
-        "with dp.mode = \"central\" would need the clip applied on the clients; use "
-        "one of them");
+        "with dp.mode = \"central\" would need the clip applied on the clients: use "
+        "dp.mode = \"distributed\", which does that");
   }
   if (o.sample_partitions) return refuse("needs each client to train its own partition");
   if (o.codec != "none" || !o.slow_link_codec.empty()) {
@@ -81,6 +81,11 @@ Status validateSecAggOptions(const EngineOptions& o) {
 SecureAggregation::SecureAggregation(const EngineOptions& options, uint64_t n_params)
     : options_(options.secagg), n_params_(n_params), max_cohort_(maxCohort(options)) {
   quant_ = {options_.clip_range, quantRangeOf(options)};
+  if (options.dp.distributed) {
+    dp_clip_ = options.dp.clip_norm;
+    dp_noise_stddev_ = options.dp.noise_multiplier * options.dp.clip_norm /
+                       std::sqrt(static_cast<double>(std::max<uint32_t>(options.quorum, 1)));
+  }
 }
 
 void SecureAggregation::startRound(uint64_t round, uint32_t cohort, uint64_t max_samples,
@@ -107,7 +112,8 @@ void SecureAggregation::startRound(uint64_t round, uint32_t cohort, uint64_t max
   tokens_.clear();
   if (cohort < 2 || !secagg::validateRoundParams(p).isOk()) return;  // the round runs without
   server_ = std::make_unique<secagg::SecAggServer>(p);
-  weight_scale_ = static_cast<double>(std::max<uint64_t>(max_samples, 1));
+  // Distributed DP: every update weighs 1 (its sensitivity is the clip).
+  weight_scale_ = dp_clip_ > 0 ? 1.0 : static_cast<double>(std::max<uint64_t>(max_samples, 1));
   stage_started_ = now;
 }
 
@@ -124,6 +130,8 @@ wire::SecAggTask SecureAggregation::taskFor(uint64_t token) {
   t.clip_range = quant_.clip_range;
   t.quant_range = quant_.quant_range;
   t.weight_scale = weight_scale_;
+  t.dp_clip = dp_clip_;
+  t.dp_noise_stddev = dp_noise_stddev_;
   index_[token] = t.index;
   tokens_.push_back(token);
   return t;

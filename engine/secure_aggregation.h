@@ -116,6 +116,8 @@ class SecureAggregation {
   const SecAggOptions options_;
   const uint64_t n_params_;
   const uint32_t max_cohort_;
+  double dp_clip_ = 0;          // distributed DP: each client's L2 clip (0: off)
+  double dp_noise_stddev_ = 0;  // ... and the standard deviation of the noise it adds
 
   // The round's.
   std::unique_ptr<secagg::SecAggServer> server_;

@@ -889,13 +889,15 @@ void Simulator::secAggUp(uint64_t k, wire::SecAgg m) {
 
 Status Simulator::maskUpload(InFlight& f, const client::SendUploadRequest& ask) {
   const ClientProfile p = fleet_->profile(f.client);
+  const double weight =
+      client::maskedUploadWeight(ask.secagg, ask.secagg_weight, f.delta.data(), f.delta.size());
   for (size_t j = 0; j < f.plan.size(); ++j) {
     client::EncodedChunk c;
     c.index = j;
     c.range = f.plan[j];
     c.last = j + 1 == f.plan.size();
     FEDFLEET_RETURN_IF_ERROR(client::encodeMaskedChunk(
-        *ask.masker, ask.secagg, ask.secagg_weight, client::chunkSeed(f.task_seed, j), f.plan[j],
+        *ask.masker, ask.secagg, weight, client::chunkSeed(f.task_seed, j), f.plan[j],
         f.delta.data() + f.plan[j].offset, &c.payload));
     f.encoded.push_back(std::move(c));
   }

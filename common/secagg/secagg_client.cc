@@ -4,6 +4,7 @@
 
 #include "common/check.h"
 #include "common/crypto/aes_gcm.h"
+#include "common/crypto/hkdf.h"
 #include "common/crypto/sha256.h"
 #include "common/crypto/x25519.h"
 
@@ -165,6 +166,12 @@ void SecAggClient::mask(uint64_t offset, uint32_t* values, size_t n) const {
   for (const auto& [j, seed] : pair_seeds_) {
     addMask(seed, /*pairwise=*/true, index_ < j ? +1 : -1, offset, values, n);
   }
+}
+
+crypto::KeyedStream SecAggClient::privateStream(uint64_t id) const {
+  return crypto::KeyedStream(
+      crypto::hkdfSha256(seed_, "fedfleet secagg v1 private stream", "", crypto::kStreamKeyBytes),
+      0x707269763176, id);
 }
 
 std::vector<uint32_t> SecAggClient::maskPartners() const {

@@ -47,6 +47,10 @@ class SecAggClient {
 
   // The neighbours it masks with (after receiveShares).
   std::vector<uint32_t> maskPartners() const;
+  // A stream of this client's own secret randomness for the round (from its self-mask seed
+  // through HKDF, so neither the coordinator nor a neighbour can predict it), stream `id`: the
+  // noise of distributed differential privacy.
+  crypto::KeyedStream privateStream(uint64_t id) const;
 
  private:
   struct Held {

@@ -196,6 +196,8 @@ void fill(schema::Task::Builder b, const Task& m) {
     sa.setClipRange(m.secagg.clip_range);
     sa.setQuantRange(m.secagg.quant_range);
     sa.setWeightScale(m.secagg.weight_scale);
+    sa.setDpClip(m.secagg.dp_clip);
+    sa.setDpNoiseStddev(m.secagg.dp_noise_stddev);
   }
   if (canReference(m.control_bytes)) {
     b.adoptControlBytes(referenceBlob(b, m.control_bytes));
@@ -425,6 +427,8 @@ Result<Message> read(schema::Task::Reader r) {
     m.secagg.clip_range = sa.getClipRange();
     m.secagg.quant_range = sa.getQuantRange();
     m.secagg.weight_scale = sa.getWeightScale();
+    m.secagg.dp_clip = sa.getDpClip();
+    m.secagg.dp_noise_stddev = sa.getDpNoiseStddev();
     if (m.secagg.on() && m.secagg.index >= m.secagg.clients) {
       return corrupt("Task: secure aggregation index " + std::to_string(m.secagg.index) +
                      " outside a cohort of " + std::to_string(m.secagg.clients));

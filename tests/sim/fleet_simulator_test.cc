@@ -815,3 +815,66 @@ TEST(FleetSimulator, SecureAggregationMatchesFedAvgAndSurvivesDropouts) {
 
 }  // namespace
 }  // namespace fedfleet::sim
+
+namespace fedfleet::sim {
+namespace {
+
+// Distributed DP under secure aggregation: every client clips its update to C at weight 1 and
+// adds N(0, (z C)^2 / M) (M = the quorum) from its own secret stream; the coordinator adds
+// nothing and divides by K. With updates near zero (a learning rate of 1e-9) the second round's
+// step is that noise alone: its standard deviation over the model's 7,850 values must be
+// sqrt(survivors) z C / (sqrt(M) K), checked to 5% (the estimate's own spread is 1.6%). Every
+// round records the accountant's epsilon for q = K / N; without secure aggregation the mode is
+// refused.
+TEST(FleetSimulator, DistributedDpNoiseHasTheScaleItPromises) {
+  auto job = [](const std::string& db) {
+    config::Config c = smallJob(db);
+    c.model.name = "logreg";
+    c.run.rounds = 2;
+    c.train.lr = 1e-9;
+    c.coordinator.quorum = 4;
+    c.coordinator.deadline_s = 600;
+    c.aggregation.norm_bound = 0;
+    c.secagg.mode = "secagg_plus";
+    c.dp.mode = "distributed";
+    c.dp.noise_multiplier = 0.5;
+    c.dp.clip_norm = 2.0;
+    return c;
+  };
+  const std::string db = tmpPath("sim_ddp.db");
+  auto summary = runJob(job(db));
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  const History h = readHistory(db, summary->run_id);
+  ASSERT_EQ(h.rounds.size(), 3u);
+  const auto& r = h.rounds[2];
+  ASSERT_EQ(h.rounds[1].status, "ok");
+  ASSERT_EQ(r.status, "ok");
+  ASSERT_TRUE(r.dp_epsilon.has_value());
+  EXPECT_DOUBLE_EQ(*r.dp_epsilon, privacy::epsilonOf(8.0 / 40, 0.5, 2, 1e-5)->epsilon);
+  EXPECT_EQ(*r.dp_clip, 2.0);
+
+  auto store = history::openSqliteHistory(db);
+  ASSERT_TRUE(store.isOk());
+  auto first = (*store)->checkpointAt(summary->run_id, 1);
+  auto after = (*store)->checkpointAt(summary->run_id, 2);
+  ASSERT_TRUE(first.isOk()) << first.status().toString();
+  ASSERT_TRUE(after.isOk()) << after.status().toString();
+  const std::vector<float> x0 = client::floatsOf(first->blob);
+  const std::vector<float> x1 = client::floatsOf(after->blob);
+  ASSERT_EQ(x0.size(), x1.size());
+  double sq = 0;
+  for (size_t i = 0; i < x0.size(); ++i) sq += (x1[i] - x0[i]) * double(x1[i] - x0[i]);
+  const double got = std::sqrt(sq / x0.size());
+  const double want = std::sqrt(static_cast<double>(r.completed)) * 0.5 * 2.0 / std::sqrt(4.0) / 8;
+  EXPECT_NEAR(got, want, 0.05 * want) << r.completed << " survivors";
+
+  config::Config clear = job(":memory:");
+  clear.secagg.mode = "none";
+  auto refused = FleetSimulator::create(clear);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("secagg"), std::string::npos)
+      << refused.status().message();
+}
+
+}  // namespace
+}  // namespace fedfleet::sim
