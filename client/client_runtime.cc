@@ -19,6 +19,7 @@
 
 #include "client/client_session.h"
 #include "client/control_variate.h"
+#include "client/local_dp.h"
 #include "client/masked_upload.h"
 #include "client/token_bucket.h"
 #include "client/trainer.h"
@@ -523,17 +524,27 @@ void ZmqClient::finishTraining() {
   if (!session_->holdsUpload(token)) uploads_.erase(token);  // nothing of it goes out
 }
 
+// A delta trained on the GPU, brought to the host (local DP and secure aggregation work there).
+void moveDeltaToHost(TrainResult& r) {
+  if (!r.device_delta.defined()) return;
+  at::Tensor host = r.device_delta.to(at::kCPU).contiguous();
+  r.delta.assign(host.data_ptr<float>(), host.data_ptr<float>() + host.numel());
+  r.device_delta = at::Tensor();
+}
+
 void ZmqClient::startUpload(const SendUploadRequest& ask) {
   UploadJob& u = *uploads_.at(ask.request.task_token);
   if (u.pipeline) return;  // asked again (after a Hello): it is already encoding
   const compress::Codec& codec = *u.request->codec;
+  if (u.request->task.local_dp.on()) {
+    // Local DP: clipped and noised before anything of it is encoded (client/local_dp.h).
+    moveDeltaToHost(u.result);
+    applyLocalDp(u.request->task.local_dp, u.result.delta.data(), u.result.delta.size(),
+                 crypto::KeyedStream(crypto::randomStreamKey(), 0, 0));
+  }
   if (ask.masker) {
     // Secure aggregation: weighted, quantised and masked on the host; no codec, no residual.
-    if (u.result.device_delta.defined()) {
-      at::Tensor host = u.result.device_delta.to(at::kCPU).contiguous();
-      u.result.delta.assign(host.data_ptr<float>(), host.data_ptr<float>() + host.numel());
-      u.result.device_delta = at::Tensor();
-    }
+    moveDeltaToHost(u.result);
     u.uses_residual = false;
     u.started_at = steadyNow();
     UploadPipelineOptions po;

@@ -8,6 +8,7 @@
 #include "client/masked_upload.h"
 #include "common/crypto/keyed_stream.h"
 #include "common/crypto/sha256.h"
+#include "common/privacy/rdp_accountant.h"
 #include "common/secagg/quantizer.h"
 
 namespace fedfleet::client {
@@ -113,6 +114,7 @@ void ClientSession::onTask(ReceivedTask received, double now) {
   t.stop_after_s = task.hparams.stop_after_s;
   t.serves = task.served.source != wire::ServedSource::kNone;
   t.evaluating = request->served_sha;
+  t.local_dp = task.local_dp;
   training_ = t;
   request->task = std::move(task);
   request->model_bytes = std::move(received.model_bytes);
@@ -208,6 +210,7 @@ void ClientSession::onTrainingDone(uint64_t token, TrainingOutcome outcome, doub
   u.received_at = t.received_at;
   u.deadline_s = t.deadline_s;
   u.serves = t.serves;
+  u.local_dp = t.local_dp;
   u.outcome = std::move(outcome);
   uploads_.push_back(std::move(u));
   startUpload();
@@ -352,6 +355,17 @@ void ClientSession::pumpChunks() {
   if (!u.granted || u.chunk_out || u.ready.empty()) return;
   u.chunk_out = true;
   u.last_out = u.ready.front().last;
+  if (u.local_dp.on() && !u.released) {
+    // Its first chunk leaves: one more release of this client's data (client/local_dp.h).
+    u.released = true;
+    ++local_dp_releases_;
+    auto spent =
+        privacy::epsilonOf(1.0, u.local_dp.noise_multiplier, local_dp_releases_, u.local_dp.delta);
+    if (spent.isOk()) {
+      spdlog::info("client {}: local DP: {} updates released, epsilon {:.3f} at delta {:g}",
+                   options_.client_id, local_dp_releases_, spent->epsilon, u.local_dp.delta);
+    }
+  }
   emit(SendChunk{std::move(u.ready.front())});
   u.ready.pop_front();
 }

@@ -273,6 +273,7 @@ class ClientSession {
     bool partial = false;       // stopped by stop_after_s: the work done is uploaded
     bool serves = false;        // the task named a served model
     wire::Sha256 evaluating{};  // the served model its training evaluates (request's)
+    wire::LocalDpTask local_dp;
   };
   struct Upload {
     uint64_t token = 0;
@@ -280,6 +281,8 @@ class ClientSession {
     double received_at = 0;
     double deadline_s = 0;
     bool serves = false;
+    wire::LocalDpTask local_dp;
+    bool released = false;    // local DP: its first chunk went out (counted)
     TrainingOutcome outcome;  // control_delta moved out once the Summary is sent
     bool asked = false;       // SendUploadRequest emitted
     bool granted = false;
@@ -330,6 +333,7 @@ class ClientSession {
   ServedModelStore served_;
   std::optional<std::pair<wire::Sha256, ServedEvaluation>> served_eval_;
   std::map<uint64_t, SecAggRound> secagg_;  // by task token, until its shares are revealed
+  uint64_t local_dp_releases_ = 0;          // local DP: updates of this client that went out
   std::vector<ClientAction> actions_;
 };
 

@@ -123,6 +123,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   const auto& d = config.dp;
   eo.dp.central = d.mode == "central";
   eo.dp.distributed = d.mode == "distributed";
+  eo.dp.local = d.mode == "local";
   eo.dp.noise_multiplier = d.noise_multiplier;
   eo.dp.clip_norm = d.clip_norm;
   eo.dp.adaptive_clip = d.adaptive_clip;

@@ -45,6 +45,16 @@ Status validateDpOptions(const EngineOptions& o) {
                "= \"distributed\" adds the noise on the clients, which only the masked "
                "sum hides: set secagg.mode = \"secagg_plus\" (or use dp.mode = \"central\")");
   }
+  if (d.local && o.secagg.enabled) {
+    return bad("mode",
+               "= \"local\" with secure aggregation: use dp.mode = \"distributed\", "
+               "which splits the noise among the clients instead of giving each all of it");
+  }
+  if (d.local && d.adaptive_clip) {
+    return bad("adaptive_clip",
+               "is not available with dp.mode = \"local\" (each client clips "
+               "with the fixed dp.clip_norm)");
+  }
   if (d.distributed && d.adaptive_clip) {
     return bad("adaptive_clip",
                "is not available with dp.mode = \"distributed\" (the noised "
@@ -126,7 +136,10 @@ Status validateDpOptions(const EngineOptions& o) {
 
 CentralDp::CentralDp(const EngineOptions& o)
     : key_(o.dp.noise_key),
-      q_(sampledPerRound(o) / static_cast<double>(std::max<uint64_t>(populationOf(o), 1))),
+      // Local DP: each release is a client's own, with no sampling to amplify it.
+      q_(o.dp.local
+             ? 1.0
+             : sampledPerRound(o) / static_cast<double>(std::max<uint64_t>(populationOf(o), 1))),
       z_(o.dp.noise_multiplier),
       delta_(o.dp.delta),
       denominator_(o.clients_per_round),

@@ -17,6 +17,7 @@
 // One owner: not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -33,7 +34,11 @@ struct DpOptions {
   // adds N(0, (z C)^2 / M), M = the quorum, so that a round of at least M survivors carries
   // the central mechanism's noise or more; the coordinator adds none.
   bool distributed = false;
-  bool on() const { return central || distributed; }
+  // dp.mode = "local": each client clips its update to C and adds N(0, (z C)^2) itself, and the
+  // accountant counts releases per client (sampling rate 1: a client's own view); the epsilon
+  // recorded is that of the client with the most releases.
+  bool local = false;
+  bool on() const { return central || distributed || local; }
   double noise_multiplier = 1.0;  // z
   double clip_norm = 1.0;         // C (adaptive: the first round's)
   bool adaptive_clip = false;
@@ -76,6 +81,8 @@ class CentralDp {
   // Forgets the round's count (a round that failed releases nothing).
   void clearRound() { unclipped_ = 0; }
 
+  // Local DP: the most releases any client has made so far (the steps counted).
+  void releasesObserved(uint64_t most) { steps_ = std::max(steps_, most); }
   // epsilon at dp.delta after the steps taken so far.
   double epsilon() const;
   // epsilon after `steps` steps.

@@ -160,7 +160,10 @@ Status RoundEngine::loadState(std::string_view blob) {
   aggregator_->loadState(control_blob);
   rng_ = rng;
   if (blocks) blocks_->restore(std::move(*blocks));
-  if (dp) *dp_ = std::move(*dp);
+  if (dp) {
+    *dp_ = std::move(*dp);
+    if (options_.dp.local) dp_release_floor_ = dp_->steps();
+  }
   for (auto& [id, partition] : partitions) {
     if (!clients_.count(id)) partitions_.reserve(id, partition);
   }
@@ -462,6 +465,9 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   }
   task.task_token = newToken();
   task.chunk_bytes = options_.chunk_bytes;
+  if (options_.dp.local) {
+    task.local_dp = {options_.dp.clip_norm, options_.dp.noise_multiplier, options_.dp.delta};
+  }
   if (secagg_ && secagg_->active()) {
     task.secagg = secagg_->taskFor(task.task_token);
     task.codec = "none";
@@ -685,7 +691,7 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   totals.weight = sum_weight_;
   totals.completed = completed;
   totals.registered_clients = clients_.size();
-  if (dp_) {
+  if (dp_ && !options_.dp.local) {
     // G = (sum of clipped updates + N(0, (z_D C)^2 I)) / K (engine/central_dp.h).
     // Distributed: the clients' noise is in the sum already.
     if (options_.dp.central) dp_->addNoise(sum_.data(), n, round_);
@@ -698,7 +704,7 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   }
   if (!stepModel(sum_.data())) return false;
   aggregator_->stepTaken();
-  if (dp_) dp_->stepTaken(round_);
+  if (dp_ && !options_.dp.local) dp_->stepTaken(round_);
   return true;
 }
 

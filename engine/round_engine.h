@@ -336,6 +336,7 @@ class RoundEngine {
     double steps_per_s = 0;  // local steps per compute second, last completed task (0: unknown)
     double overhead_s = -1;  // its task duration less compute (download, upload; -1: unknown)
     std::optional<wire::Sha256> served_sha;  // blocks: the served model it was last sent
+    uint64_t dp_releases = 0;  // local DP: its updates the coordinator received, this process
   };
 
   using Participant = engine::Participant;
@@ -488,6 +489,9 @@ class RoundEngine {
   std::unique_ptr<CentralDp> dp_;              // null: no differential privacy
   std::unique_ptr<SecureAggregation> secagg_;  // null: updates in the clear
   uint32_t configured_rounds_ = 0;             // run.rounds before the privacy budget's limit
+  // Local DP after a resume: the most releases of any client before it, counted for every
+  // client (their own counts were not kept), so no client's epsilon is under-stated.
+  uint64_t dp_release_floor_ = 0;
   // Evaluations awaited, snapshots, commits and roll-backs (steps 9, 10, 10a).
   CommitPipeline commits_{*this, options_};
 };

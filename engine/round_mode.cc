@@ -286,7 +286,7 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
         now);
   }
   if (!e_.aggregator_->buffersUpdates() && !abort_reason && !secure) {
-    if (e_.dp_) {
+    if (e_.dp_ && !e_.options_.dp.local) {
       settlePrivately(now);
     } else {
       settle(now);
@@ -314,7 +314,8 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
     // Each update's share of the average (differential privacy: of the fixed K).
-    const double denominator = e_.dp_ ? e_.dp_->denominator() : std::max(e_.sum_weight_, 1.0);
+    const double denominator =
+        e_.dp_ && !e_.options_.dp.local ? e_.dp_->denominator() : std::max(e_.sum_weight_, 1.0);
     c.updates.push_back(e_.updateRecord(p, p.agg_weight / denominator, now));
     e_.feedback(p, now);
   }
@@ -337,6 +338,19 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
                  e_.aggregator_->name() + ", " + e_.optimizer_->name() +
                  "); the model is unchanged",
              now);
+  }
+  if (e_.dp_ && e_.options_.dp.local) {
+    // Local DP: every update that reached the coordinator, even in part, was a release of its
+    // client's, whatever became of it.
+    uint64_t most = 0;
+    for (const auto& [token, p] : e_.participants_) {
+      if (p.first_chunk_at < 0) continue;
+      auto c = e_.clients_.find(p.client);
+      if (c == e_.clients_.end()) continue;
+      ++c->second.dp_releases;
+      most = std::max(most, c->second.dp_releases);
+    }
+    e_.dp_->releasesObserved(e_.dp_release_floor_ + most);
   }
   if (e_.dp_) {
     if (!ok) e_.dp_->clearRound();  // nothing released: nothing spent

@@ -16,6 +16,7 @@
 #include <variant>
 
 #include "client/client_session.h"
+#include "client/local_dp.h"
 #include "client/masked_upload.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
@@ -721,6 +722,13 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
     // Compress as a client's encoder does: the same chunks and per-chunk seeds
     // (client/upload_pipeline.h), through this client's residual.
     std::vector<float> delta = client::takeUpload(r);
+    if (req.task.local_dp.on()) {  // the client's own noise, seeded by (seed, round, client)
+      client::applyLocalDp(
+          req.task.local_dp, delta.data(), delta.size(),
+          crypto::KeyedStream(crypto::streamKeyFromSeed("fedfleet sim local dp",
+                                                        mix(recipe.seed, req.task.round, k)),
+                              0, 0));
+    }
     const auto plan = client::planUploadChunks(model->layout(), req.task.chunk_bytes, scaffold,
                                                req.codec->spec());
     if (req.task.secagg.on()) {  // masked once the key stages let it (Simulator::maskUpload)

@@ -845,7 +845,7 @@ Status Config::validateSecAgg() const {
 Status Config::validateDp() const {
   // The ranges and the combinations that cannot work are the engine's check
   // (engine::validateDpOptions), which every driver runs before the first round.
-  return oneOf("dp.mode", dp.mode, {"none", "central", "distributed"});
+  return oneOf("dp.mode", dp.mode, {"none", "central", "distributed", "local"});
 }
 
 Status Config::validateBlocks() const {

@@ -112,6 +112,13 @@ struct Task {
   coordinatorSession @14 :UInt64;  # the coordinator process's session id (0: none)
   fedEval @15 :Bool;  # evaluate the task's model on the client's held-out data first
   secagg @16 :SecAggTask;  # secure aggregation of this task's update (clients = 0: off)
+  localDp @17 :LocalDpTask;  # local differential privacy of this task's update (clip = 0: off)
+}
+
+struct LocalDpTask {
+  clip @0 :Float64;
+  noiseMultiplier @1 :Float64;
+  delta @2 :Float64;
 }
 
 # Secure aggregation (SecAgg+): the round the client's masked update joins.

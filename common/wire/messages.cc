@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -186,6 +187,12 @@ void fill(schema::Task::Builder b, const Task& m) {
   b.setChunkBytes(m.chunk_bytes);
   b.setCoordinatorSession(m.coordinator_session);
   b.setFedEval(m.fed_eval);
+  if (m.local_dp.on()) {
+    auto ld = b.initLocalDp();
+    ld.setClip(m.local_dp.clip);
+    ld.setNoiseMultiplier(m.local_dp.noise_multiplier);
+    ld.setDelta(m.local_dp.delta);
+  }
   if (m.secagg.on()) {
     auto sa = b.initSecagg();
     sa.setIndex(m.secagg.index);
@@ -417,6 +424,17 @@ Result<Message> read(schema::Task::Reader r) {
   m.chunk_bytes = r.getChunkBytes();
   m.coordinator_session = r.getCoordinatorSession();
   m.fed_eval = r.getFedEval();
+  if (r.hasLocalDp()) {
+    auto ld = r.getLocalDp();
+    m.local_dp = {ld.getClip(), ld.getNoiseMultiplier(), ld.getDelta()};
+    if (m.local_dp.on() && !(std::isfinite(m.local_dp.clip) && m.local_dp.noise_multiplier > 0 &&
+                             std::isfinite(m.local_dp.noise_multiplier) && m.local_dp.delta > 0 &&
+                             m.local_dp.delta < 1)) {
+      return corrupt(
+          "Task: local DP needs a finite clip, a noise multiplier > 0 and delta in "
+          "(0, 1)");
+    }
+  }
   if (r.hasSecagg()) {
     auto sa = r.getSecagg();
     m.secagg.index = sa.getIndex();

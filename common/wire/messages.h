@@ -170,6 +170,17 @@ struct SecAggTask {
   bool on() const { return clients > 0; }
 };
 
+// Local differential privacy (dp.mode = "local"): the client clips its update to L2 norm
+// `clip` and adds N(0, (noise_multiplier clip)^2) to every value before it leaves, from a
+// stream the coordinator cannot predict, and accounts its own releases at `delta`. clip = 0:
+// off.
+struct LocalDpTask {
+  double clip = 0;
+  double noise_multiplier = 0;
+  double delta = 0;
+  bool on() const { return clip > 0; }
+};
+
 struct Task {
   uint64_t run_id = 0;
   uint32_t round = 0;
@@ -198,6 +209,7 @@ struct Task {
   // part, model.local) on the client's held-out data and report it in the Summary's eval_*.
   bool fed_eval = false;
   SecAggTask secagg;
+  LocalDpTask local_dp;
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first

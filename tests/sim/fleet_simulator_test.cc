@@ -878,3 +878,68 @@ TEST(FleetSimulator, DistributedDpNoiseHasTheScaleItPromises) {
 
 }  // namespace
 }  // namespace fedfleet::sim
+
+namespace fedfleet::sim {
+namespace {
+
+// Local DP: every client clips its own update to C and adds N(0, (z C)^2) before it leaves.
+// With updates near zero the round's step is the weighted average of that noise, of standard
+// deviation z C sqrt(sum n_k^2) / sum n_k, checked to 5% over the model's 7,850 values; each
+// round records the epsilon of the client with the most releases, at sampling rate 1.
+TEST(FleetSimulator, LocalDpNoisesEachUpdateAndAccountsPerClient) {
+  const std::string db = tmpPath("sim_ldp.db");
+  config::Config c = smallJob(db);
+  c.model.name = "logreg";
+  c.run.rounds = 3;
+  c.train.lr = 1e-9;
+  c.aggregation.norm_bound = 0;
+  c.aggregation.weight_cap = 1e9;
+  c.dp.mode = "local";
+  c.dp.noise_multiplier = 0.02;
+  c.dp.clip_norm = 1.0;
+  auto summary = runJob(c);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  const History h = readHistory(db, summary->run_id);
+  ASSERT_EQ(h.rounds.size(), 4u);
+  std::map<std::string, uint64_t> releases;
+  for (uint32_t round = 1; round <= 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    ASSERT_EQ(h.rounds[round].status, "ok");
+    uint64_t most = 0;
+    for (const auto& u : h.updates) {
+      if (u.round == round) most = std::max(most, ++releases[u.client_id]);
+    }
+    for (const auto& [id, n] : releases) most = std::max(most, n);
+    ASSERT_TRUE(h.rounds[round].dp_epsilon.has_value());
+    EXPECT_DOUBLE_EQ(*h.rounds[round].dp_epsilon,
+                     privacy::epsilonOf(1.0, 0.02, most, 1e-5)->epsilon);
+  }
+  auto store = history::openSqliteHistory(db);
+  ASSERT_TRUE(store.isOk());
+  auto before = (*store)->checkpointAt(summary->run_id, 2);
+  auto after = (*store)->checkpointAt(summary->run_id, 3);
+  ASSERT_TRUE(before.isOk() && after.isOk());
+  const std::vector<float> x0 = client::floatsOf(before->blob);
+  const std::vector<float> x1 = client::floatsOf(after->blob);
+  double sq = 0;
+  for (size_t i = 0; i < x0.size(); ++i) sq += (x1[i] - x0[i]) * double(x1[i] - x0[i]);
+  double sum_n = 0, sum_n2 = 0;
+  for (const auto& u : h.updates) {
+    if (u.round != 3) continue;
+    sum_n += static_cast<double>(u.n_samples);
+    sum_n2 += static_cast<double>(u.n_samples) * static_cast<double>(u.n_samples);
+  }
+  const double want = 0.02 * 1.0 * std::sqrt(sum_n2) / sum_n;
+  EXPECT_NEAR(std::sqrt(sq / x0.size()), want, 0.05 * want);
+
+  config::Config with_secagg = c;
+  with_secagg.history.db = ":memory:";
+  with_secagg.secagg.mode = "secagg_plus";
+  auto refused = FleetSimulator::create(with_secagg);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("distributed"), std::string::npos)
+      << refused.status().message();
+}
+
+}  // namespace
+}  // namespace fedfleet::sim
