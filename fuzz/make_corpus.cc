@@ -191,6 +191,24 @@ void writeWire(CorpusWriter& w) {
   w.write("wire", "upload_request", singleFrame(wire::UploadRequest{0x1234}));
   w.write("wire", "upload_grant", singleFrame(wire::UploadGrant{0x1234}));
 
+  // Secure aggregation and local DP: a task of each, and a SecAgg message of every list.
+  wire::Task secure = task;
+  secure.secagg = {3, 8, 6, 4, 99, 8.0, 1u << 20, 600.0, 0.5, 0.1};
+  secure.local_dp = {};
+  w.write("wire", "task_secagg_frames", taskFrames(secure));
+  wire::Task local = task;
+  local.local_dp = {1.0, 0.8, 1e-5};
+  w.write("wire", "task_local_dp_frames", taskFrames(local));
+  wire::SecAgg step;
+  step.task_token = 0x1234;
+  step.step = wire::SecAggStep::kForwarded;
+  step.adverts.push_back({3, std::string(32, 'e'), std::string(32, 'm'), std::string(32, 'd')});
+  step.shares.push_back({2, 3, std::string(112, 's')});
+  step.request.survivors = {1, 3};
+  step.request.dropped = {5};
+  step.revealed.push_back({1, true, std::string(44, 'r')});
+  w.write("wire", "secagg", singleFrame(step));
+
   // Refused shapes: a Heartbeat followed by a model frame, a truncated Task frame.
   std::string extra(1, '\1');
   const std::string beat = wire::encode(wire::Heartbeat{1});

@@ -35,6 +35,12 @@ Status validateRoundParams(const RoundParams& p) {
   if (p.length == 0) return invalidArgument("secure aggregation of an empty vector");
   const uint32_t k = effectiveDegree(p);
   if (k < 2 && p.clients > 2) return invalidArgument("secagg.neighbours must be at least 2");
+  if (k > kMaxNeighbours) {
+    return invalidArgument("a client may have at most " + std::to_string(kMaxNeighbours) +
+                           " neighbours (secagg.neighbours, or the cohort size - 1 for every "
+                           "pair), got " +
+                           std::to_string(k));
+  }
   if (k < p.clients - 1 && k % 2 != 0) {
     return invalidArgument(
         "secagg.neighbours must be even (or at least the cohort size - 1), "

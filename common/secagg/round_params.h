@@ -12,6 +12,10 @@
 
 namespace fedfleet::secagg {
 
+// The most neighbours a client may have (and so the most entries of a secure-aggregation
+// message): bounds what a peer can make the other side allocate.
+inline constexpr uint32_t kMaxNeighbours = 65535;
+
 struct RoundParams {
   uint64_t round = 0;       // bound into every derived key, nonce and ciphertext
   uint32_t clients = 0;     // n: the round's cohort, indices 0 .. n - 1 in dispatch order

@@ -43,9 +43,9 @@ constexpr uint32_t kMaxCores = 1u << 16;
 constexpr size_t kMaxReasonBytes = 1024;
 
 // SecAgg from a client: only its own steps (advert, shares, reveal), at most this many entries
-// (a client's neighbours and itself; secagg.neighbours is bounded by it too), each of the size
-// its kind has (32-byte keys, sealed shares and shares of common/secagg's sizes).
-constexpr size_t kMaxSecAggEntries = 1024;
+// (a client's neighbours and itself), each of the size its kind has (32-byte keys, sealed
+// shares and shares of common/secagg's sizes).
+constexpr size_t kMaxSecAggEntries = secagg::kMaxNeighbours + 1;
 
 // OK when `message` is one a client may send (Hello, Chunk, Summary, UploadRequest, Heartbeat,
 // Bye, Error) and every field above is within its bound. Otherwise kInvalidArgument, with a

@@ -576,6 +576,14 @@ Result<Message> read(schema::SecAgg::Reader r) {
     return corrupt("SecAgg: unknown step " + std::to_string(step));
   }
   m.step = static_cast<SecAggStep>(step);
+  // Bounded before anything is built: a list of empty structs costs the sender almost nothing.
+  const size_t most = secagg::kMaxNeighbours + 1;
+  if (r.getAdverts().size() > most || r.getShares().size() > most ||
+      r.getSurvivors().size() > most || r.getDropped().size() > most ||
+      r.getRevealed().size() > most) {
+    return corrupt("SecAgg: a list of more than " + std::to_string(most) +
+                   " entries (a client's neighbours and itself)");
+  }
   for (auto a : r.getAdverts()) {
     m.adverts.push_back({a.getIndex(), toString(a.getEncryptionKey()), toString(a.getMaskKey()),
                          toString(a.getSeedDigest())});

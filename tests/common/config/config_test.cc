@@ -380,7 +380,7 @@ TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
         Bad{"aggregation.norm_bound_action=\"scale\"", "aggregation.norm_bound_action"},
         Bad{"aggregation.weight_cap=0.9", "aggregation.weight_cap"},
         Bad{"limits.events_per_client_round=0", "limits.events_per_client_round"},
-        Bad{"limits.max_loss=0", "limits.max_loss"}, Bad{"dp.mode=\"local\"", "dp.mode"}}) {
+        Bad{"limits.max_loss=0", "limits.max_loss"}, Bad{"dp.mode=\"shuffled\"", "dp.mode"}}) {
     Config d;
     ASSERT_TRUE(d.set(b.set).isOk()) << b.set;
     Status st = d.validate();

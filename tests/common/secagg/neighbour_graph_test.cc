@@ -74,6 +74,14 @@ TEST(RoundParams, ThresholdMustExceedHalfTheHolders) {
   p.neighbours = 10;
   p.clients = 1;
   EXPECT_EQ(validateRoundParams(p).code(), StatusCode::kInvalidArgument);
+  // Every pair of 70,000 clients: more neighbours than a message may list.
+  p.clients = 70000;
+  p.neighbours = 69999;
+  p.threshold = 35001;
+  EXPECT_EQ(validateRoundParams(p).code(), StatusCode::kInvalidArgument);
+  p.neighbours = kMaxNeighbours - 1;  // even, sparse: allowed
+  p.threshold = kMaxNeighbours / 2 + 1;
+  EXPECT_TRUE(validateRoundParams(p).isOk()) << validateRoundParams(p).toString();
 }
 
 }  // namespace

@@ -830,6 +830,14 @@ TEST(WireSecAggTest, StepsAndListsRoundTrip) {
   EXPECT_EQ(decode(b).status().code(), StatusCode::kCorrupt);
   b[at] = 0;
   EXPECT_EQ(decode(b).status().code(), StatusCode::kCorrupt);
+
+  // A list longer than a client's neighbours and itself is refused before it is built.
+  SecAgg many;
+  many.step = SecAggStep::kUnmask;
+  many.request.survivors.assign(secagg::kMaxNeighbours + 2, 1);
+  EXPECT_EQ(decode(encode(Message(many))).status().code(), StatusCode::kCorrupt);
+  many.request.survivors.pop_back();
+  EXPECT_TRUE(decode(encode(Message(many))).isOk());
 }
 
 TEST(WireSecAggTest, TaskFieldsRoundTripAndAnIndexOutsideTheCohortIsCorrupt) {
