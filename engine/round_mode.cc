@@ -31,6 +31,8 @@ void SynchronousRounds::startRound(double now) {
   }
   std::vector<ClientId> idle = e_.sampleIdle(want, now);
   if (idle.empty()) return;
+  // Secure aggregation: a single client's masked sum would be its update; wait for another.
+  if (e_.secagg_ && idle.size() < 2) return;
   const size_t k = idle.size();
 
   std::vector<uint32_t> partitions;

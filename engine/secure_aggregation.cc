@@ -60,6 +60,11 @@ Status validateSecAggOptions(const EngineOptions& o) {
   if (!(s.stage_timeout_s > 0)) return refuse("needs secagg.stage_timeout_s > 0");
   const uint32_t cohort = maxCohort(o);
   if (cohort < 2) return refuse("needs at least 2 clients a round (coordinator.clients_per_round)");
+  if (o.min_clients < 2) {
+    return refuse(
+        "needs coordinator.min_clients >= 2: a round of one client would show its "
+        "update to the coordinator");
+  }
   if (cohort > 1000000) return refuse("supports at most 1,000,000 clients a round");
   secagg::QuantizerOptions q{s.clip_range, quantRangeOf(o)};
   Status st = secagg::validateQuantizer(q, cohort);
@@ -110,7 +115,9 @@ void SecureAggregation::startRound(uint64_t round, uint32_t cohort, uint64_t max
   server_.reset();
   index_.clear();
   tokens_.clear();
-  if (cohort < 2 || !secagg::validateRoundParams(p).isOk()) return;  // the round runs without
+  // The engine starts no round of fewer than 2 (SynchronousRounds::startRound), and the
+  // defaults hold for any cohort of 2 or more: never a round in the clear.
+  FEDFLEET_CHECK(cohort >= 2 && secagg::validateRoundParams(p).isOk());
   server_ = std::make_unique<secagg::SecAggServer>(p);
   // Distributed DP: every update weighs 1 (its sensitivity is the clip).
   weight_scale_ = dp_clip_ > 0 ? 1.0 : static_cast<double>(std::max<uint64_t>(max_samples, 1));

@@ -202,6 +202,9 @@ TEST(SecureAggregation, StartUpRefusesWhatCannotBeSummedUnderMasks) {
   o.async = true;
   EXPECT_NE(checkEngineOptions(o).message().find("synchronous"), std::string::npos);
   o = secureOptions();
+  o.min_clients = 1;  // a round of one would show its update
+  EXPECT_NE(checkEngineOptions(o).message().find("min_clients"), std::string::npos);
+  o = secureOptions();
   o.secagg.threshold = 1;  // at most half the holders
   EXPECT_NE(checkEngineOptions(o).message().find("threshold"), std::string::npos);
 }
