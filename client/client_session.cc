@@ -233,7 +233,7 @@ SendUploadRequest ClientSession::uploadRequestFor(const Upload& u) const {
   if (sa != secagg_.end()) {
     ask.masker = sa->second.client;
     ask.secagg = sa->second.task;
-    ask.secagg_weight = secAggWeight(sa->second.task, u.outcome.partition_size);
+    ask.secagg_weight = secAggWeight(sa->second.task, u.outcome.partition_size, u.outcome.steps);
   }
   return ask;
 }

@@ -5,14 +5,18 @@
 #include <cstring>
 #include <vector>
 
+#include "common/fednova.h"
 #include "common/privacy/gaussian_noise.h"
 #include "common/secagg/quantizer.h"
 
 namespace fedfleet::client {
 
-double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples) {
+double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples, uint64_t steps) {
   const double scale = task.weight_scale > 0 ? task.weight_scale : 1.0;
-  return std::min(1.0, static_cast<double>(n_samples) / scale);
+  const double w = std::min(1.0, static_cast<double>(n_samples) / scale);
+  if (!task.fednova) return w;
+  if (steps == 0) return 0.0;
+  return w / fedNovaNormaliser(steps, task.fednova_momentum);
 }
 
 double maskedUploadWeight(const wire::SecAggTask& task, double session_weight, const float* delta,

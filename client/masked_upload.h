@@ -1,7 +1,8 @@
 // The upload of an update under secure aggregation (engine/secure_aggregation.h): each chunk's
-// values, weighted by n_k / weight_scale, clipped to the task's clip range, quantised by
-// stochastic rounding (seeded per chunk, so the same task gives the same upload) and masked by
-// the client's SecAgg+ state, as little-endian uint32 values. The coordinator only adds them.
+// values, weighted by n_k / weight_scale (FedNova: and by 1 / a_k), clipped to the task's clip
+// range, quantised by stochastic rounding (seeded per chunk, so the same task gives the same
+// upload) and masked by the client's SecAgg+ state, as little-endian uint32 values. The coordinator
+// only adds them.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,12 @@
 
 namespace fedfleet::client {
 
-// The weight a client of `n_samples` applies to its update: n_samples / weight_scale, at most 1.
-double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples);
+// The weight a client of `n_samples` applies to an update of `steps` local steps:
+// min(1, n_samples / weight_scale), and under FedNova (task.fednova) that divided by
+// a = fedNovaNormaliser(steps, task.fednova_momentum) (a >= 1, so the weight stays <= 1); the
+// coordinator adds the update's n_k and a_k to FedNova's totals itself (from the steps the
+// update declares). 0 for an update of 0 steps under FedNova (the coordinator refuses it).
+double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples, uint64_t steps);
 
 // The weight the driver applies to the whole update: `session_weight` (secAggWeight), or under
 // distributed DP (task.dp_clip > 0) min(1, dp_clip / ||delta||_2), the clip at weight 1.

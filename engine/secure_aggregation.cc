@@ -31,12 +31,12 @@ Status validateSecAggOptions(const EngineOptions& o) {
   auto refuse = [](const std::string& why) {
     return invalidArgument("secure aggregation (secagg.mode = \"secagg_plus\") " + why);
   };
-  if (o.aggregator != AggregatorKind::kFedAvg) {
+  if (o.aggregator != AggregatorKind::kFedAvg && o.aggregator != AggregatorKind::kFedNova) {
     return refuse(std::string("sums masked updates, so aggregation.method must be fedavg (or "
-                              "fedprox, which is fedavg on the coordinator), not ") +
+                              "fedprox, which is fedavg on the coordinator) or fednova, not ") +
                   aggregatorName(o.aggregator) +
-                  ": median and trimmed_mean need every update in the clear, SCAFFOLD's control "
-                  "variates and FedNova's normalised weights are not in the masked sum");
+                  ": median and trimmed_mean need every update in the clear, and SCAFFOLD's "
+                  "control variates are not in the masked sum");
   }
   if (o.async)
     return refuse(
@@ -86,6 +86,10 @@ Status validateSecAggOptions(const EngineOptions& o) {
 SecureAggregation::SecureAggregation(const EngineOptions& options, uint64_t n_params)
     : options_(options.secagg), n_params_(n_params), max_cohort_(maxCohort(options)) {
   quant_ = {options_.clip_range, quantRangeOf(options)};
+  if (options.aggregator == AggregatorKind::kFedNova) {
+    fednova_ = true;
+    fednova_momentum_ = options.hparams.momentum;
+  }
   if (options.dp.distributed) {
     dp_clip_ = options.dp.clip_norm;
     dp_noise_stddev_ = options.dp.noise_multiplier * options.dp.clip_norm /
@@ -139,6 +143,8 @@ wire::SecAggTask SecureAggregation::taskFor(uint64_t token) {
   t.weight_scale = weight_scale_;
   t.dp_clip = dp_clip_;
   t.dp_noise_stddev = dp_noise_stddev_;
+  t.fednova = fednova_;
+  t.fednova_momentum = fednova_momentum_;
   index_[token] = t.index;
   tokens_.push_back(token);
   return t;

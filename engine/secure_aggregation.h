@@ -7,7 +7,9 @@
 //  - each task carries the client's place in the cohort (its index, in dispatch order), the
 //    graph and threshold, and what to quantise by: (n_k / weight_scale) D_k clipped to
 //    [-clip_range, clip_range], weight_scale the largest partition in the cohort, so the
-//    weighted sum sum_k n_k D_k comes out of the masked sum;
+//    weighted sum sum_k n_k D_k comes out of the masked sum; under FedNova the client also
+//    divides by its a_k (common/fednova.h), so the sum is FedNova's sum_k n_k D_k / a_k, and
+//    the engine records n_k and a_k from the update's declared steps at settlement;
 //  - stages 1 and 2 (keys, shares) run while the clients train, each closing when every client
 //    still in has answered or stage_timeout_s after it began; a client left out of U2 cannot
 //    mask, and its task is rejected at once;
@@ -16,10 +18,10 @@
 //  - when the round's uploads end (every task completed or ended, the deadline, or the K-th
 //    completion with over-selection), stage 4 asks the survivors for shares, closing when all
 //    answered or stage_timeout_s later; then the sum is unmasked, decoded, and the round steps
-//    like any FedAvg round. Too few holders for some client: the round fails (event
+//    like any FedAvg (or FedNova) round. Too few holders for some client: the round fails (event
 //    "secagg_failed"), the model unchanged.
 // Not available with it (checkEngineOptions says why): robust aggregators and SCAFFOLD (no
-// single masked sum), FedNova (weights the client cannot apply), asynchronous rounds, blocks,
+// single masked sum), asynchronous rounds, blocks,
 // central DP, codecs other than "none", sampled partitions.
 #pragma once
 
@@ -118,6 +120,8 @@ class SecureAggregation {
   const uint32_t max_cohort_;
   double dp_clip_ = 0;          // distributed DP: each client's L2 clip (0: off)
   double dp_noise_stddev_ = 0;  // ... and the standard deviation of the noise it adds
+  bool fednova_ = false;        // clients divide their weight by FedNova's a_k
+  double fednova_momentum_ = 0;
 
   // The round's.
   std::unique_ptr<secagg::SecAggServer> server_;

@@ -8,15 +8,6 @@
 
 namespace fedfleet::engine {
 
-double fedNovaNormaliser(uint64_t tau, double momentum) {
-  FEDFLEET_CHECK_MSG(std::isfinite(momentum) && momentum >= 0.0 && momentum < 1.0,
-                     "FedNova: client momentum must be in [0, 1)");
-  const double t = static_cast<double>(tau);
-  if (momentum == 0.0) return t;
-  const double rho = momentum;
-  return (t - rho * (1.0 - std::pow(rho, t)) / (1.0 - rho)) / (1.0 - rho);
-}
-
 double stalenessWeight(uint64_t staleness) {
   return 1.0 / std::sqrt(1.0 + static_cast<double>(staleness));
 }

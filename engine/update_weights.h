@@ -23,14 +23,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/fednova.h"
+
 namespace fedfleet::engine {
 
-// FedNova's normaliser a_k for tau local steps of SGD with momentum rho in [0, 1):
-// tau when rho == 0, else (tau - rho (1 - rho^tau) / (1 - rho)) / (1 - rho) (the sum over the
-// tau steps of the geometric weights (1 - rho^j) / (1 - rho), j = 1..tau). a(1, rho) = 1 and
-// a(0, rho) = 0; a >= 1 for tau >= 1. rho outside [0, 1) or non-finite is a bug (the config is
-// validated): aborts.
-double fedNovaNormaliser(uint64_t tau, double momentum);
+// FedNova's normaliser a_k (common/fednova.h): shared with the client, which applies it itself
+// under secure aggregation.
+using fedfleet::fedNovaNormaliser;
 
 // FedBuff's staleness weight w(s) = 1 / sqrt(1 + s): w(0) = 1, w(3) = 0.5.
 double stalenessWeight(uint64_t staleness);

@@ -133,6 +133,8 @@ struct SecAggTask {
   weightScale @7 :Float64;  # the update is quantised as (n_samples / weightScale) x delta
   dpClip @8 :Float64;       # distributed DP: L2 clip of the update, weight 1 (0: off)
   dpNoiseStddev @9 :Float64;  # ... and the Gaussian noise each value gets before quantising
+  fedNova @10 :Bool;        # the weight is also divided by FedNova's a(steps, fedNovaMomentum)
+  fedNovaMomentum @11 :Float64;
 }
 
 struct SecAggKeys {

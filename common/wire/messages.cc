@@ -30,6 +30,7 @@
 #include <variant>
 
 #include "common/check.h"
+#include "common/fednova.h"
 #include "common/wire/fedfleet.capnp.h"
 
 namespace fedfleet::wire {
@@ -205,6 +206,8 @@ void fill(schema::Task::Builder b, const Task& m) {
     sa.setWeightScale(m.secagg.weight_scale);
     sa.setDpClip(m.secagg.dp_clip);
     sa.setDpNoiseStddev(m.secagg.dp_noise_stddev);
+    sa.setFedNova(m.secagg.fednova);
+    sa.setFedNovaMomentum(m.secagg.fednova_momentum);
   }
   if (canReference(m.control_bytes)) {
     b.adoptControlBytes(referenceBlob(b, m.control_bytes));
@@ -447,6 +450,12 @@ Result<Message> read(schema::Task::Reader r) {
     m.secagg.weight_scale = sa.getWeightScale();
     m.secagg.dp_clip = sa.getDpClip();
     m.secagg.dp_noise_stddev = sa.getDpNoiseStddev();
+    m.secagg.fednova = sa.getFedNova();
+    m.secagg.fednova_momentum = sa.getFedNovaMomentum();
+    if (m.secagg.fednova && !fedNovaMomentumValid(m.secagg.fednova_momentum)) {
+      return corrupt("Task: FedNova momentum " + std::to_string(m.secagg.fednova_momentum) +
+                     " outside [0, 1)");
+    }
     if (m.secagg.on() && m.secagg.index >= m.secagg.clients) {
       return corrupt("Task: secure aggregation index " + std::to_string(m.secagg.index) +
                      " outside a cohort of " + std::to_string(m.secagg.clients));

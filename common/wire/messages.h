@@ -149,10 +149,10 @@ struct ServedModel {
 //     holds values of both halves. Chunk and Summary steps are K, as for any update.
 // Secure aggregation (SecAgg+, common/secagg/secagg_server.h) of a task's update: its client's
 // place in the round and what it must quantise by. `clients` = 0: the update goes in the clear.
-// With it, the update is (n_samples / weight_scale) x delta, clipped to [-clip_range,
-// clip_range], quantised to 0 .. quant_range and masked, sent as Chunks whose payloads are
-// little-endian uint32 values (no codec header); the client first takes part in the round's
-// key stages (SecAgg messages).
+// With it, the update is (n_samples / weight_scale) x delta (FedNova: also / a_k), clipped to
+// [-clip_range, clip_range], quantised to 0 .. quant_range and masked, sent as Chunks whose
+// payloads are little-endian uint32 values (no codec header); the client first takes part in the
+// round's key stages (SecAgg messages).
 struct SecAggTask {
   uint32_t index = 0;
   uint32_t clients = 0;
@@ -167,6 +167,11 @@ struct SecAggTask {
   // it is quantised. 0: off.
   double dp_clip = 0;
   double dp_noise_stddev = 0;
+  // FedNova (aggregation.method = "fednova"): the weight is also divided by
+  // fedNovaNormaliser(steps, fednova_momentum) (common/fednova.h) for the update's local steps,
+  // so that the masked sum is FedNova's sum_k n_k D_k / a_k (over weight_scale).
+  bool fednova = false;
+  double fednova_momentum = 0;
   bool on() const { return clients > 0; }
 };
 

@@ -5,6 +5,7 @@
 // round, and the model is unchanged; start-up refuses what cannot be summed under masks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -42,13 +43,17 @@ struct Peer {
 
 // Drives one round: `silent` never advertise, `no_reveal` do not answer the unmasking.
 struct SecureRound {
-  Fixture f{secureOptions()};
+  explicit SecureRound(EngineOptions o = secureOptions()) : f(o) {}
+  Fixture f;
   std::map<std::string, Peer> peers;
   std::map<std::string, std::vector<float>> deltas = {{"a", {0.5f, -1.0f, 2.0f}},
                                                       {"b", {1.5f, 0.0f, -0.5f}},
                                                       {"c", {-0.25f, 0.75f, 1.0f}},
                                                       {"d", {0.0f, 2.0f, 0.5f}}};
   std::map<std::string, uint64_t> samples = {{"a", 10}, {"b", 20}, {"c", 30}, {"d", 40}};
+  std::map<std::string, uint64_t> local_steps = {{"a", 3}, {"b", 3}, {"c", 3}, {"d", 3}};
+  // Under FedNova, each client's a(tau_k, rho), hand-computed by the test.
+  std::map<std::string, double> normaliser;
 
   std::vector<SendSecAgg> steps() { return actionsOf<SendSecAgg>(f.take()); }
 
@@ -102,7 +107,8 @@ struct SecureRound {
       ASSERT_TRUE(received.isOk()) << received.toString();
       // Weighted, quantised and masked, as client/masked_upload.cc does.
       const auto& sat = p.task.secagg;
-      const double w = std::min(1.0, samples[fw.client] / sat.weight_scale);
+      double w = std::min(1.0, samples[fw.client] / sat.weight_scale);
+      if (sat.fednova) w /= normaliser.at(fw.client);
       std::vector<float> weighted;
       for (float v : deltas[fw.client]) weighted.push_back(static_cast<float>(w * v));
       std::vector<uint32_t> q(3);
@@ -116,12 +122,12 @@ struct SecureRound {
       c.elements = 3;
       c.last = true;
       c.n_samples = samples[fw.client];
-      c.steps = 3;
+      c.steps = local_steps[fw.client];
       f.engine->onChunk(fw.client, c, 100, t + 1);
       wire::Summary s;
       s.task_token = p.token;
       s.n_samples = samples[fw.client];
-      s.steps = 3;
+      s.steps = local_steps[fw.client];
       s.mean_loss = 1;
       f.engine->onSummary(fw.client, s, 50, t + 1);
     }
@@ -161,6 +167,39 @@ TEST(SecureAggregation, TheStepIsFedAvgsToWithinTheQuantisation) {
                                     (10 * 2.0 + 20 * -0.5 + 30 * 1.0 + 40 * 0.5) / 100};
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(x[i], want[i], 1e-5) << i;
   for (const auto& u : c.updates) EXPECT_EQ(u.codec, "secagg");
+}
+
+// FedNova (Wang et al., NeurIPS 2020) under masks: the task tells each client its momentum,
+// the client divides its weight by a(tau_k, rho), the engine adds n_k and a_k to FedNova's
+// totals from the declared steps. With rho = 0.5 and steps 2, 3, 2, 3 the normalisers are
+// a(2) = 1 + 1.5 = 2.5 and a(3) = 2.5 + 1.75 = 4.25; tau_eff = sum n_k a_k / N = 355 / 100, and
+// x = tau_eff / N * sum_k n_k D_k / a_k (server learning rate 1).
+TEST(SecureAggregation, FedNovaWeightsAreAppliedByTheClientsAndCountedByTheEngine) {
+  EngineOptions o = secureOptions();
+  o.aggregator = AggregatorKind::kFedNova;
+  o.hparams.momentum = 0.5f;
+  ASSERT_TRUE(checkEngineOptions(o).isOk()) << checkEngineOptions(o).toString();
+  SecureRound r(o);
+  r.local_steps = {{"a", 2}, {"b", 3}, {"c", 2}, {"d", 3}};
+  r.normaliser = {{"a", 2.5}, {"b", 4.25}, {"c", 2.5}, {"d", 4.25}};
+  r.run({}, {});
+  for (const auto& [id, p] : r.peers) {
+    EXPECT_TRUE(p.task.secagg.fednova) << id;
+    EXPECT_EQ(p.task.secagg.fednova_momentum, 0.5) << id;
+  }
+  const CommitRound c = r.commit();
+  EXPECT_EQ(c.round.status, "ok");
+  EXPECT_EQ(c.round.completed, 4u);
+  const double tau_eff = (10 * 2.5 + 20 * 4.25 + 30 * 2.5 + 40 * 4.25) / 100;
+  ASSERT_DOUBLE_EQ(tau_eff, 3.55);
+  const std::vector<double> want = {
+      tau_eff / 100 * (10 * 0.5 / 2.5 + 20 * 1.5 / 4.25 + 30 * -0.25 / 2.5 + 40 * 0.0 / 4.25),
+      tau_eff / 100 * (10 * -1.0 / 2.5 + 20 * 0.0 / 4.25 + 30 * 0.75 / 2.5 + 40 * 2.0 / 4.25),
+      tau_eff / 100 * (10 * 2.0 / 2.5 + 20 * -0.5 / 4.25 + 30 * 1.0 / 2.5 + 40 * 0.5 / 4.25)};
+  const std::vector<float>& x = r.f.engine->params();
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(x[i], want[i], 1e-5) << i;
+  // FedAvg's step differs from it by far more than the tolerance: the weights were applied.
+  EXPECT_GT(std::fabs(x[1] - 0.925), 0.05);
 }
 
 TEST(SecureAggregation, AClientThatNeverAdvertisesIsLeftOutAndTheRestSum) {

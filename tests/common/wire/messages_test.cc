@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -850,6 +851,8 @@ TEST(WireSecAggTest, TaskFieldsRoundTripAndAnIndexOutsideTheCohortIsCorrupt) {
   t.secagg.clip_range = 2.5;
   t.secagg.quant_range = 1u << 20;
   t.secagg.weight_scale = 600;
+  t.secagg.fednova = true;
+  t.secagg.fednova_momentum = 0.9;
   auto back = decode(encode(Message(t)));
   ASSERT_TRUE(back.isOk()) << back.status().toString();
   const SecAggTask& s = std::get<Task>(*back).secagg;
@@ -862,9 +865,41 @@ TEST(WireSecAggTest, TaskFieldsRoundTripAndAnIndexOutsideTheCohortIsCorrupt) {
   EXPECT_EQ(s.clip_range, 2.5);
   EXPECT_EQ(s.quant_range, 1u << 20);
   EXPECT_EQ(s.weight_scale, 600);
+  EXPECT_TRUE(s.fednova);
+  EXPECT_EQ(s.fednova_momentum, 0.9);
   EXPECT_FALSE(std::get<Task>(*decode(encode(Message(Task{})))).secagg.on());
+  // FedNova's momentum outside [0, 1) would abort the client's normaliser: corrupt.
+  for (double bad : {1.0, -0.1, std::nan("")}) {
+    Task m = t;
+    m.secagg.fednova_momentum = bad;
+    auto refused = decode(encode(Message(m)));
+    EXPECT_EQ(refused.status().code(), StatusCode::kCorrupt) << bad;
+    EXPECT_NE(refused.status().message().find("FedNova"), std::string::npos);
+  }
   t.secagg.index = 9;
   EXPECT_EQ(decode(encode(Message(t))).status().code(), StatusCode::kCorrupt);
+}
+
+TEST(WireLocalDpTest, TaskFieldsRoundTripAndBadParametersAreCorrupt) {
+  Task t;
+  t.local_dp = {1.5, 0.8, 1e-5};
+  auto back = decode(encode(Message(t)));
+  ASSERT_TRUE(back.isOk()) << back.status().toString();
+  const LocalDpTask& l = std::get<Task>(*back).local_dp;
+  EXPECT_EQ(l.clip, 1.5);
+  EXPECT_EQ(l.noise_multiplier, 0.8);
+  EXPECT_EQ(l.delta, 1e-5);
+  const LocalDpTask bad[] = {{1.5, 0, 1e-5},       {1.5, -1, 1e-5}, {1.5, 0.8, 0},
+                             {1.5, 0.8, 1},        {1.5, 0.8, 2},   {HUGE_VAL, 0.8, 1e-5},
+                             {1.5, HUGE_VAL, 1e-5}};
+  for (const LocalDpTask& b : bad) {
+    Task m;
+    m.local_dp = b;
+    auto refused = decode(encode(Message(m)));
+    EXPECT_EQ(refused.status().code(), StatusCode::kCorrupt)
+        << b.clip << " " << b.noise_multiplier << " " << b.delta;
+    EXPECT_NE(refused.status().message().find("local DP"), std::string::npos);
+  }
 }
 
 }  // namespace
