@@ -51,7 +51,8 @@ void clientCost(uint32_t n, uint64_t params, int reps) {
     for (uint32_t i = 0; i < n; ++i) {
       t0 = now();
       clients.push_back(
-          std::make_unique<secagg::SecAggClient>(p, i, crypto::streamKeyFromSeed("bench", i)));
+          std::make_unique<secagg::SecAggClient>(p, i, crypto::streamKeyFromSeed("bench", i),
+                                                 crypto::streamKeyFromSeed("bench noise", i)));
       wire::SecAgg advert{1, wire::SecAggStep::kAdvert, {clients[i]->advertise()}, {}, {}, {}};
       if (i == 0) {
         own += now() - t0;

@@ -246,6 +246,7 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   o.local_state_path = cc.local_state;
   o.scaffold_storage = compress::parseResidualStorage(cc.scaffold_storage).value();
   o.served_model_path = cc.served_model_path;
+  o.local_dp_min_noise = cc.local_dp_min_noise;
   o.transport.endpoint = cc.coordinator;
   // No routing id: ZeroMQ gives the connection one. The coordinator knows this client by its
   // key, never by a routing id it could choose.

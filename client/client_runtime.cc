@@ -229,6 +229,11 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
   so.load_control = [path = options_.scaffold_state_path, storage = options_.scaffold_storage](
                         size_t n) { return ControlVariate::loadOrZeros(path, n, storage); };
   so.served_model_path = options_.served_model_path;
+  so.local_dp_min_noise = options_.local_dp_min_noise;
+  if (so.local_dp_min_noise > 0) {
+    spdlog::info("client {}: refusing tasks without local DP of noise multiplier >= {:g}",
+                 options_.client_id, so.local_dp_min_noise);
+  }
   session_ = std::make_unique<ClientSession>(std::move(so));
   return Status::ok();
 }

@@ -125,6 +125,9 @@ struct ClientRuntimeOptions {
   // Block-cyclic serving: where the served model is published (client/served_model.h; empty:
   // kept in memory only).
   std::string served_model_path;
+  // client.local_dp_min_noise: tasks whose local DP is off or noises with a smaller multiplier
+  // are refused (ClientSessionOptions::local_dp_min_noise); 0: off.
+  double local_dp_min_noise = 0;
 };
 
 // The partitions of a data set with labels `labels` that `spec` describes (its scheme, seed and

@@ -1,11 +1,14 @@
 #include "client/client_session.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "client/masked_upload.h"
+#include "common/crypto/hkdf.h"
 #include "common/crypto/keyed_stream.h"
 #include "common/crypto/sha256.h"
 #include "common/privacy/rdp_accountant.h"
@@ -46,6 +49,24 @@ std::vector<ClientAction> ClientSession::takeActions() {
 
 void ClientSession::refuse(const wire::Task& task, std::string why) {
   emit(SendError{wire::Error{wire::ErrorCode::kRejected, std::move(why), task.task_token}});
+}
+
+std::string ClientSession::localDpShortfall(const wire::Task& task) const {
+  const double min_noise = options_.local_dp_min_noise;
+  if (!(min_noise > 0)) return {};
+  const wire::LocalDpTask& dp = task.local_dp;
+  const std::string key = fmt::format("client.local_dp_min_noise = {:g}", min_noise);
+  if (!dp.on()) {
+    return key + " needs local DP (dp.mode = \"local\"); this task has none";
+  }
+  // The noise is z C on an update clipped to C, so z alone says how private a release is; a
+  // clip that is not finite would clip nothing.
+  if (!std::isfinite(dp.clip)) return key + ": this task's local DP clip is not finite";
+  if (!(dp.noise_multiplier >= min_noise)) {
+    return fmt::format("{}: this task's local DP noise multiplier {:g} is below it", key,
+                       dp.noise_multiplier);
+  }
+  return {};
 }
 
 Result<std::shared_ptr<const compress::Codec>> ClientSession::codecFor(const std::string& text) {
@@ -96,6 +117,7 @@ void ClientSession::onTask(ReceivedTask received, double now) {
                             " bytes of control variate for " + std::to_string(model.size()) +
                             " bytes of model");
   }
+  if (std::string why = localDpShortfall(task); !why.empty()) return refuse(task, std::move(why));
   spdlog::info("client {}: round {} task, partition {}, codec {}{}", options_.client_id, task.round,
                task.data.index, compress::toString((*codec)->spec()),
                uploads_.empty() ? "" : " (an upload is still draining)");
@@ -259,10 +281,21 @@ bool ClientSession::startSecAgg(const wire::Task& task, size_t n_values) {
   for (auto it = secagg_.begin(); it != secagg_.end();) {
     it = it->second.round + 2 <= task.round ? secagg_.erase(it) : std::next(it);
   }
-  std::string key =
-      options_.secagg_key ? options_.secagg_key(task.task_token) : crypto::randomStreamKey();
+  // Distributed DP's noise needs a key of its own: the coordinator rebuilds every survivor's
+  // self-mask seed at unmasking, so noise drawn from anything secret-shared could be regenerated
+  // and subtracted, leaving it the noise-free sum.
+  std::string key, noise_key;
+  if (options_.secagg_key) {
+    key = options_.secagg_key(task.task_token);
+    noise_key = crypto::hkdfSha256(key, "", "fedfleet distributed dp noise key v1",
+                                   crypto::kStreamKeyBytes);
+  } else {
+    key = crypto::randomStreamKey();
+    noise_key = crypto::randomStreamKey();
+  }
   SecAggRound r;
-  r.client = std::make_shared<secagg::SecAggClient>(p, t.index, std::move(key));
+  r.client =
+      std::make_shared<secagg::SecAggClient>(p, t.index, std::move(key), std::move(noise_key));
   r.task = t;
   r.round = task.round;
   wire::SecAgg advert;

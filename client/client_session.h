@@ -13,8 +13,9 @@
 // What it owns, on the driver's loop thread alone:
 //  - the task in training (its token, receipt time, deadline and partial-work stop), and the
 //    checks a task passes before it is trained: the model's SHA-256, the codec text, SCAFFOLD's
-//    control variate size and the served model (client/served_model.h; a mismatch refuses the
-//    task with Error kRejected, nothing is trained);
+//    control variate size, the client's local DP floor and the served model
+//    (client/served_model.h; a mismatch refuses the task with Error kRejected, nothing is
+//    trained);
 //  - the uploads: trained updates in the order they finished. Only the front one is on its way:
 //    it asks for a credit (SendUploadRequest; the driver starts encoding it then), its encoded
 //    chunks wait for the grant and then go one at a time (SendChunk; the driver reports each
@@ -183,8 +184,16 @@ struct ClientSessionOptions {
   enum class ServedEvaluationPolicy { kUntilEvaluated, kWhenBytesArrive };
   ServedEvaluationPolicy served_evaluation = ServedEvaluationPolicy::kUntilEvaluated;
   // Secure aggregation: the 32-byte key a task's SecAgg+ secrets come from (null: a fresh key
-  // from the CSPRNG each task; the simulator derives one from its seed).
+  // from the CSPRNG each task; the simulator derives one from its seed). The task's
+  // distributed-DP noise key is never one of those secrets: with null, a second fresh key; with
+  // a key given, HKDF of it under a label of its own (the self-mask seed and mask key that the
+  // coordinator may rebuild come from another derivation of it and do not reveal the noise).
   std::function<std::string(uint64_t token)> secagg_key;
+  // The local differential privacy this client insists on (client.local_dp_min_noise): a task
+  // whose local DP is off, or noises with a multiplier z below this, is refused (Error kRejected
+  // naming the key) and not trained, so that the client's guarantee does not rest on the
+  // coordinator asking for it. 0: off (the task's local DP is taken as it comes).
+  double local_dp_min_noise = 0;
 };
 
 class ClientSession {
@@ -195,7 +204,8 @@ class ClientSession {
 
   // A task arrived. A task of a new coordinator session abandons everything of the old one; a
   // task in training is abandoned for it. A task that fails a check (model SHA-256, codec,
-  // SCAFFOLD control size, served model) is answered with Error kRejected and not trained.
+  // SCAFFOLD control size, the local DP floor, served model) is answered with Error kRejected
+  // and not trained.
   void onTask(ReceivedTask received, double now);
   // Training of `token` ended (the driver's worker finished). A failure is answered with Error
   // kInternal; a stopped task uploads its work done when it was stopped by stop_after_s and did
@@ -306,6 +316,8 @@ class ClientSession {
   // Starts the secure aggregation of `task` (its advert); false when it must be refused (done).
   bool startSecAgg(const wire::Task& task, size_t n_values);
   void refuse(const wire::Task& task, std::string why);
+  // Why `task` falls short of options_.local_dp_min_noise; empty when it does not.
+  std::string localDpShortfall(const wire::Task& task) const;
   void abandonTraining(const std::string& why);
   // Abandons the upload of `token` (queued or on its way); true if there was one.
   bool abandonUpload(uint64_t token, const std::string& why);

@@ -28,9 +28,9 @@ double maskedUploadWeight(const wire::SecAggTask& task, double session_weight, c
                           size_t n);
 
 // Encodes values x[0 .. r.elements) (the delta's range `r`) into `payload`: weighted, plus (under
-// distributed DP) N(0, dp_noise_stddev^2) from the masker's private stream for this range,
-// clipped, quantised and masked. kInvalidArgument when a value is not finite (nothing is
-// encoded).
+// distributed DP) N(0, dp_noise_stddev^2) from the masker's private stream for this range (keyed
+// by its noise key, which no share reveals: SecAggClient::privateStream), clipped, quantised and
+// masked. kInvalidArgument when a value is not finite (nothing is encoded).
 Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggTask& task,
                          double weight, uint64_t seed, const ChunkRange& r, const float* x,
                          std::string* payload);

@@ -152,6 +152,7 @@ void forEachField(C& c, F&& f) {
   f("client.scaffold_state", c.client.scaffold_state);
   f("client.scaffold_storage", c.client.scaffold_storage);
   f("client.served_model_path", c.client.served_model_path);
+  f("client.local_dp_min_noise", c.client.local_dp_min_noise);
   f("sim.clients", c.sim.clients);
   f("sim.fleet", c.sim.fleet);
   f("sim.availability", c.sim.availability);
@@ -814,6 +815,9 @@ Status Config::validate() const {
   if (client.threads == 0) return bad("client.threads", "must be at least 1");
   if (!(client.heartbeat_s > 0)) return bad("client.heartbeat_s", "must be > 0");
   if (client.exit_idle_s < 0) return bad("client.exit_idle_s", "must be >= 0");
+  if (!(client.local_dp_min_noise >= 0 && std::isfinite(client.local_dp_min_noise))) {
+    return bad("client.local_dp_min_noise", "must be a noise multiplier >= 0 (0: off)");
+  }
   if (history.db.empty()) return bad("history.db", "must not be empty");
   if (metrics.port > 65535) return bad("metrics.port", "must be a TCP port (1-65535) or 0 (off)");
   if (metrics.bind.empty()) return bad("metrics.bind", "must not be empty");

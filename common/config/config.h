@@ -219,6 +219,8 @@ struct ClientSection {
   std::string scaffold_storage = "fp32";  // SCAFFOLD: c_k held as fp32, bf16 or fp16
   std::string served_model_path;          // blocks: publish the served model here (and <path>.json;
                                           // written atomically; "": memory only)
+  double local_dp_min_noise = 0;          // refuse tasks without local DP of at least this noise
+                                          // multiplier z (0: off; docs/PRIVACY.md)
 };
 
 // The fleet simulator (`fedfleet sim`). The run, coordinator, model, data and train sections
@@ -275,7 +277,9 @@ struct BlocksSection {
 
 // Differential privacy of the trained model (engine/central_dp.h; docs/PRIVACY.md).
 struct DpSection {
-  std::string mode = "none";      // none, central (DP-FedAvg: the coordinator clips and noises)
+  std::string mode = "none";      // none, central (DP-FedAvg: the coordinator clips and noises),
+                                  // distributed (the clients do, under secure aggregation) or
+                                  // local (each client's update on its own)
   double noise_multiplier = 1.0;  // z: noise standard deviation over the clip norm
   double clip_norm = 1.0;         // updates clipped to this L2 norm (adaptive: the first clip)
   bool adaptive_clip = false;     // clip tracks target_quantile of the update norms

@@ -4,7 +4,6 @@
 
 #include "common/check.h"
 #include "common/crypto/aes_gcm.h"
-#include "common/crypto/hkdf.h"
 #include "common/crypto/sha256.h"
 #include "common/crypto/x25519.h"
 
@@ -40,13 +39,17 @@ std::string digestOf(std::string_view seed) {
 
 }  // namespace
 
-SecAggClient::SecAggClient(const RoundParams& params, uint32_t index, std::string random_key)
+SecAggClient::SecAggClient(const RoundParams& params, uint32_t index, std::string random_key,
+                           std::string noise_key)
     : params_(params),
       index_(index),
       graph_(graphOf(params)),
+      noise_key_(std::move(noise_key)),
       random_(random_key, 0x5ec466c1, params.round) {
   FEDFLEET_CHECK_MSG(validateRoundParams(params).isOk(), "invalid secure aggregation round");
   FEDFLEET_CHECK(index < params.clients);
+  FEDFLEET_CHECK_MSG(noise_key_.size() == crypto::kStreamKeyBytes,
+                     "the distributed-DP noise key is 32 bytes");
   encryption_private_ = take(random_, crypto::kX25519KeyBytes);
   encryption_public_ = crypto::x25519PublicKey(encryption_private_);
   mask_private_ = take(random_, crypto::kX25519KeyBytes);
@@ -169,9 +172,7 @@ void SecAggClient::mask(uint64_t offset, uint32_t* values, size_t n) const {
 }
 
 crypto::KeyedStream SecAggClient::privateStream(uint64_t id) const {
-  return crypto::KeyedStream(
-      crypto::hkdfSha256(seed_, "fedfleet secagg v1 private stream", "", crypto::kStreamKeyBytes),
-      0x707269763176, id);
+  return crypto::KeyedStream(noise_key_, 0x707269763176, id);
 }
 
 std::vector<uint32_t> SecAggClient::maskPartners() const {

@@ -1,8 +1,9 @@
 // A client's side of a SecAgg+ round (secagg_server.h has the protocol, stage by stage). It
-// holds the client's two X25519 key pairs, its self-mask seed and the shares its neighbours sent
-// it, and refuses what would leak its input: too few neighbours to hide behind, shares for a
-// neighbour it was not given, and a second unmasking request (so a coordinator cannot learn both
-// a neighbour's self-mask seed and its mask key). One owner; one object per round.
+// holds the client's two X25519 key pairs, its self-mask seed, the shares its neighbours sent
+// it and the key of its distributed-DP noise (shared with no one), and refuses what would leak
+// its input: too few neighbours to hide behind, shares for a neighbour it was not given, and a
+// second unmasking request (so a coordinator cannot learn both a neighbour's self-mask seed and
+// its mask key). One owner; one object per round.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,12 @@ class SecAggClient {
  public:
   // Client `index` of a round with `params` (validateRoundParams accepted them); its secrets
   // come from the 32-byte `random_key` (crypto::randomStreamKey() in a real client, a seeded key
-  // in the simulator). Aborts on parameters validateRoundParams refuses.
-  SecAggClient(const RoundParams& params, uint32_t index, std::string random_key);
+  // in the simulator). `noise_key` (32 bytes) keys privateStream alone: it must be independent
+  // of `random_key`'s self-mask seed and mask key, which the coordinator may rebuild (a second
+  // crypto::randomStreamKey() in a real client). Aborts on parameters validateRoundParams
+  // refuses and on keys of another size.
+  SecAggClient(const RoundParams& params, uint32_t index, std::string random_key,
+               std::string noise_key);
 
   uint32_t index() const { return index_; }
   const std::vector<uint32_t>& neighbours() const { return graph_.neighbours(index_); }
@@ -47,9 +52,11 @@ class SecAggClient {
 
   // The neighbours it masks with (after receiveShares).
   std::vector<uint32_t> maskPartners() const;
-  // A stream of this client's own secret randomness for the round (from its self-mask seed
-  // through HKDF, so neither the coordinator nor a neighbour can predict it), stream `id`: the
-  // noise of distributed differential privacy.
+  // A stream of this client's own secret randomness for the round, stream `id`: the noise of
+  // distributed differential privacy. It is keyed by the constructor's `noise_key`, which is
+  // never split into shares nor sent: the coordinator rebuilds every survivor's self-mask seed
+  // at unmasking (and a dropped client's mask key), so noise drawn from either could be
+  // regenerated and taken out of the sum.
   crypto::KeyedStream privateStream(uint64_t id) const;
 
  private:
@@ -61,6 +68,7 @@ class SecAggClient {
   const RoundParams params_;
   const uint32_t index_;
   const NeighbourGraph graph_;
+  const std::string noise_key_;  // privateStream's key: never shared, never sent
   std::string encryption_private_, encryption_public_;
   std::string mask_private_, mask_public_;
   std::string seed_;  // self-mask seed b

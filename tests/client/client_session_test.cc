@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <variant>
@@ -377,6 +378,54 @@ TEST_F(ClientSessionTest, AnEncodingFailureIsReportedAndTheUploadAbandoned) {
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(std::get<SendError>(a[0]).error.code, wire::ErrorCode::kInternal);
   EXPECT_TRUE(is<AbandonUpload>(a[1]));
+}
+
+// A client with a local DP floor (client.local_dp_min_noise) refuses, naming the key, a task
+// that asks for no local DP or for less noise than the floor, and trains one at or above it.
+TEST(ClientSessionLocalDpFloorTest, ATaskBelowTheFloorIsRefusedNotTrained) {
+  ClientSessionOptions o;
+  o.local_dp_min_noise = 1.0;
+  ClientSession session(o);
+  const auto refusal = [&session](wire::LocalDpTask dp, uint64_t token) -> std::string {
+    wire::Task t = makeTask(token);
+    t.local_dp = dp;
+    session.onTask(receivedTask(std::move(t)), 0);
+    auto a = session.takeActions();
+    if (a.size() != 1 || !is<SendError>(a[0])) return "";
+    const wire::Error& e = std::get<SendError>(a[0]).error;
+    EXPECT_EQ(e.code, wire::ErrorCode::kRejected);
+    EXPECT_EQ(e.task_token, token);
+    EXPECT_FALSE(session.trainingToken());
+    return e.message;
+  };
+  const std::string off = refusal({}, 7);
+  EXPECT_NE(off.find("client.local_dp_min_noise"), std::string::npos) << off;
+  EXPECT_NE(off.find("has none"), std::string::npos) << off;
+  const std::string weak = refusal({/*clip=*/1.0, /*noise_multiplier=*/0.5, 1e-5}, 8);
+  EXPECT_NE(weak.find("client.local_dp_min_noise"), std::string::npos) << weak;
+  EXPECT_NE(weak.find("0.5 is below"), std::string::npos) << weak;
+  const std::string unclipped = refusal({INFINITY, 2.0, 1e-5}, 9);
+  EXPECT_NE(unclipped.find("client.local_dp_min_noise"), std::string::npos) << unclipped;
+
+  for (double z : {1.0, 2.5}) {
+    wire::Task t = makeTask(10);
+    t.local_dp = {1.0, z, 1e-5};
+    session.onTask(receivedTask(std::move(t)), 0);
+    auto a = session.takeActions();
+    ASSERT_EQ(a.size(), 1u) << "z = " << z;
+    EXPECT_TRUE(is<StartTraining>(a[0])) << "z = " << z;
+    EXPECT_EQ(session.trainingToken(), 10u);
+    session.onCancel(wire::Cancel{10, "next"}, 1);
+    session.takeActions();
+  }
+}
+
+TEST(ClientSessionLocalDpFloorTest, WithoutAFloorATaskWithoutLocalDpTrains) {
+  ClientSession session{ClientSessionOptions{}};
+  session.onTask(receivedTask(makeTask(7)), 0);
+  auto a = session.takeActions();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_TRUE(is<StartTraining>(a[0]));
 }
 
 class ClientSessionScaffoldTest : public ClientSessionTest {

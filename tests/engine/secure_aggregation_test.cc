@@ -2,7 +2,8 @@
 // that run the SecAgg+ client state machine themselves: the step is FedAvg's to within the
 // quantisation; a client that never advertises is left out after the stage's timeout and the
 // round completes without it; clients lost during unmasking beyond the threshold fail the
-// round, and the model is unchanged; start-up refuses what cannot be summed under masks.
+// round, and the model is unchanged; start-up refuses what cannot be summed under masks, saying
+// which setting and why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 
 #include "common/secagg/quantizer.h"
 #include "common/secagg/secagg_client.h"
@@ -75,7 +77,8 @@ struct SecureRound {
       rp.length = 3;
       rp.graph_seed = st.task.secagg.graph_seed;
       p.sa = std::make_unique<secagg::SecAggClient>(
-          rp, st.task.secagg.index, crypto::streamKeyFromSeed("engine secagg test", p.token));
+          rp, st.task.secagg.index, crypto::streamKeyFromSeed("engine secagg test", p.token),
+          crypto::streamKeyFromSeed("engine secagg test noise", p.token));
     }
     ASSERT_EQ(peers.size(), 4u);
     for (auto& [id, p] : peers) {
@@ -230,13 +233,22 @@ TEST(SecureAggregation, StartUpRefusesWhatCannotBeSummedUnderMasks) {
   EngineOptions o = secureOptions();
   EXPECT_TRUE(checkEngineOptions(o).isOk());
   o.aggregator = AggregatorKind::kMedian;
-  EXPECT_NE(checkEngineOptions(o).message().find("median"), std::string::npos);
+  EXPECT_NE(checkEngineOptions(o).message().find("not median"), std::string::npos);
   o = secureOptions();
   o.codec = "topk:0.01";
   EXPECT_NE(checkEngineOptions(o).message().find("codec"), std::string::npos);
   o = secureOptions();
+  o.aggregator = AggregatorKind::kTrimmedMean;
+  const std::string trimmed = checkEngineOptions(o).message();
+  EXPECT_NE(trimmed.find("not trimmed_mean"), std::string::npos) << trimmed;
+  EXPECT_NE(trimmed.find("need every update in the clear"), std::string::npos) << trimmed;
+  o = secureOptions();
   o.aggregator = AggregatorKind::kScaffold;
-  EXPECT_FALSE(checkEngineOptions(o).isOk());
+  const std::string scaffold = checkEngineOptions(o).message();
+  EXPECT_NE(scaffold.find("not scaffold"), std::string::npos) << scaffold;
+  EXPECT_NE(scaffold.find("SCAFFOLD's control variates are not in the masked sum"),
+            std::string::npos)
+      << scaffold;
   o = secureOptions();
   o.async = true;
   EXPECT_NE(checkEngineOptions(o).message().find("synchronous"), std::string::npos);

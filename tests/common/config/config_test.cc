@@ -93,6 +93,20 @@ TEST(Config, WrongTypesAndRangesAreErrors) {
   EXPECT_FALSE(g.validate().isOk());
 }
 
+// client.local_dp_min_noise: off by default, read from [client], and a negative floor is an
+// error naming the key.
+TEST(Config, TheLocalDpFloorIsOffByDefaultAndChecked) {
+  Config c;
+  EXPECT_EQ(c.client.local_dp_min_noise, 0.0);
+  ASSERT_TRUE(c.loadString("[client]\nlocal_dp_min_noise = 1.5\n", "t").isOk());
+  EXPECT_EQ(c.client.local_dp_min_noise, 1.5);
+  EXPECT_TRUE(c.validate().isOk()) << c.validate().toString();
+  Config d;
+  ASSERT_TRUE(d.set("client.local_dp_min_noise=-0.5").isOk());
+  EXPECT_NE(d.validate().message().find("client.local_dp_min_noise"), std::string::npos)
+      << d.validate().toString();
+}
+
 // train.optimizer and model.local: names, and the combinations that cannot work, are start-up
 // errors naming the key.
 TEST(Config, OptimizerAndLocalPartCombinationsAreChecked) {

@@ -7,6 +7,8 @@
 #include <array>
 #include <memory>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/crypto/keyed_stream.h"
@@ -55,7 +57,8 @@ Round runRound(const RoundParams& p, const Drops& d) {
   std::vector<std::unique_ptr<SecAggClient>> clients;
   for (uint32_t i = 0; i < p.clients; ++i) {
     clients.push_back(
-        std::make_unique<SecAggClient>(p, i, crypto::streamKeyFromSeed("secagg test client", i)));
+        std::make_unique<SecAggClient>(p, i, crypto::streamKeyFromSeed("secagg test client", i),
+                                       crypto::streamKeyFromSeed("secagg test noise", i)));
     r.inputs.push_back(inputOf(i, p.length));
   }
   r.uploads.resize(p.clients);
@@ -248,7 +251,8 @@ TEST(SecAgg, AMaskedUploadLooksUniform) {
   SecAggServer server(p);
   std::vector<std::unique_ptr<SecAggClient>> clients;
   for (uint32_t i = 0; i < p.clients; ++i) {
-    clients.push_back(std::make_unique<SecAggClient>(p, i, crypto::streamKeyFromSeed("chi", i)));
+    clients.push_back(std::make_unique<SecAggClient>(p, i, crypto::streamKeyFromSeed("chi", i),
+                                                     crypto::streamKeyFromSeed("chi noise", i)));
     ASSERT_TRUE(server.onAdvert(i, clients[i]->advertise()).isOk());
   }
   for (auto& [i, adverts] : server.closeAdvertise()) {
@@ -266,12 +270,31 @@ TEST(SecAgg, AMaskedUploadLooksUniform) {
   EXPECT_GT(chiSquare(plain), 10000.0);
 }
 
+// The private stream (distributed DP's noise) is keyed by the noise key alone: the key the
+// shared secrets (self-mask seed, mask key) come from does not change it, the noise key does.
+TEST(SecAgg, ThePrivateStreamFollowsTheNoiseKeyNotTheSharedSecrets) {
+  const RoundParams p = params(5, 64);
+  // (the first 8 bytes of private stream 7, the self-mask seed's digest)
+  const auto firstBytes = [&p](const char* secrets_label, const char* noise_label) {
+    SecAggClient c(p, 0, crypto::streamKeyFromSeed(secrets_label, 1),
+                   crypto::streamKeyFromSeed(noise_label, 1));
+    crypto::KeyedStream s = c.privateStream(7);
+    return std::make_pair(s.next64(), c.advertise().seed_digest);
+  };
+  const auto a = firstBytes("a", "x"), b = firstBytes("b", "x"), c = firstBytes("a", "y");
+  EXPECT_NE(a.second, b.second);  // other self-mask seeds ...
+  EXPECT_EQ(a.first, b.first);    // ... the same noise
+  EXPECT_EQ(a.second, c.second);  // the same self-mask seed ...
+  EXPECT_NE(a.first, c.first);    // ... other noise
+}
+
 class SecAggHostile : public ::testing::Test {
  protected:
   void SetUp() override {
     for (uint32_t i = 0; i < p_.clients; ++i) {
       clients_.push_back(
-          std::make_unique<SecAggClient>(p_, i, crypto::streamKeyFromSeed("hostile", i)));
+          std::make_unique<SecAggClient>(p_, i, crypto::streamKeyFromSeed("hostile", i),
+                                         crypto::streamKeyFromSeed("hostile noise", i)));
     }
   }
   void advertiseAll() {
