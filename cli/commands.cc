@@ -20,6 +20,7 @@
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "sim/fleet_simulator.h"
+#include "sim/mpi_workers.h"
 
 namespace fedfleet::cli {
 namespace {
@@ -172,19 +173,48 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
 }
 
 int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
+  // Started by mpirun / srun as one of several ranks: rank 0 runs the simulation with the
+  // others as its workers (sim/mpi_workers.h); only rank 0 prints.
+  std::unique_ptr<sim::MpiSession> mpi;
+  if (sim::launchedAsMpiJob()) {
+    auto session = sim::MpiSession::start();
+    if (!session.isOk()) {
+      std::cerr << "fedfleet sim: " << session.status().message() << "\n";
+      return 2;
+    }
+    mpi = std::move(*session);
+  }
+  const bool rank0 = !mpi || mpi->rank() == 0;
   config::Config config;
   Status st = buildConfig(f, overrides, config);
   if (!st.isOk()) {
-    std::cerr << "fedfleet sim: " << st.message() << "\n";
+    if (rank0) std::cerr << "fedfleet sim: " << st.message() << "\n";
     return 2;
   }
-  auto sim = sim::FleetSimulator::create(config);
+  installSignalHandlers();
+  std::shared_ptr<sim::RemoteWorkers> remote;
+  if (mpi && mpi->rank() != 0) {
+    st = sim::runMpiWorker(*mpi, config);
+    if (!st.isOk()) {
+      std::cerr << "fedfleet sim (MPI rank " << mpi->rank() << "): " << st.toString() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  if (mpi) {
+    auto workers = sim::connectMpiWorkers(*mpi, &g_stop);
+    if (!workers.isOk()) {
+      std::cerr << "fedfleet sim: " << workers.status().message() << "\n";
+      return 1;
+    }
+    remote = std::move(*workers);
+  }
+  auto sim = sim::FleetSimulator::create(config, remote);
   if (!sim.isOk()) {
     std::cerr << "fedfleet sim: " << sim.status().toString() << "\n";
     return sim.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   g_sim = sim->get();
-  installSignalHandlers();
   auto summary = (*sim)->run();
   g_sim = nullptr;
   if (!summary.isOk()) {

@@ -9,6 +9,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev
   capnproto libcapnp-dev
   libtorch-dev libopenblas0-openmp
+  libopenmpi-dev openmpi-bin
   libssl-dev libsqlite3-dev sqlite3
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev

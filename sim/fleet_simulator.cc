@@ -38,8 +38,10 @@
 #include "sim/hash.h"
 #include "sim/model_cost.h"
 #include "sim/progress.h"
+#include "sim/remote_workers.h"
 #include "sim/replay_history.h"
 #include "sim/secagg_cost.h"
+#include "sim/sim_jobs.h"
 #include "sim/worker_pool.h"
 
 namespace fedfleet::sim {
@@ -131,6 +133,16 @@ struct EvalPiece {
       }
     }
   }
+  // One piece's sums as a worker job reports them (sim/sim_jobs.h).
+  static EvalPiece from(const wire::SimEvalPiece& p) {
+    EvalPiece e;
+    e.n = p.n;
+    e.loss_sum = p.loss_sum;
+    e.correct = p.correct;
+    e.has_accuracy = p.has_accuracy;
+    e.metric_sums = p.metric_sums;
+    return e;
+  }
   void add(const EvalPiece& o) {
     n += o.n;
     loss_sum += o.loss_sum;
@@ -207,37 +219,15 @@ struct InFlight {
 struct PendingEval {
   uint32_t round = 0;
   double at = 0;  // virtual time of the Evaluate action
-  std::vector<std::future<Result<EvalPiece>>> pieces;
+  // The evaluation's jobs in sample order, each the pieces of its stretch in order.
+  std::vector<std::future<Result<std::vector<wire::SimEvalPiece>>>> pieces;
 };
-
-// What a worker needs to build the run's model.
-struct ModelRecipe {
-  std::string name, path;
-  uint64_t seed = 0;
-  model::InputShape shape;
-  model::LossKind loss = model::LossKind::kCrossEntropy;
-};
-
-// The calling worker's model, built on first use and reused by every job on that thread
-// (training and evaluation set the parameters they need first, so nothing carries over).
-Result<model::Model*> workerModel(const ModelRecipe& recipe) {
-  thread_local std::unique_ptr<model::Model> model;
-  thread_local std::string key;
-  const std::string want = recipe.name + "|" + recipe.path;
-  if (!model || key != want) {
-    FEDFLEET_ASSIGN_OR_RETURN(
-        model, model::createModel(recipe.name, recipe.seed, recipe.path, recipe.shape));
-    key = want;
-  }
-  model->setLoss(recipe.loss);
-  return model.get();
-}
 
 class Simulator final : public FleetSimulator, private coordinator::DriverPort {
  public:
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
   ~Simulator() override { pool_.reset(); }
-  Status init(const config::Config& config);
+  Status init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote);
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }
   int64_t runId() const override { return run_id_; }
@@ -296,9 +286,12 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   void submitEvaluation(const engine::Evaluate& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
-  ModelRecipe modelRecipe() const {
-    return {config_.model.name, config_.model.path, config_.run.seed, data_->inputShape(),
-            wire::parseLoss(config_.train.loss).value()};  // validated
+  wire::SimModelRecipe modelRecipe() const {
+    const model::InputShape shape = data_->inputShape();
+    return {config_.model.name, config_.model.path,
+            config_.run.seed,   shape.sample,
+            shape.classes,      wire::parseLoss(config_.train.loss).value(),  // validated
+            config_.sim.device};
   }
 
   // Opens the history and begins a new run (its model described as `model_json`); with
@@ -315,6 +308,9 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::unique_ptr<FleetData> data_;
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
+  // The MPI ranks that train and evaluate (sim/remote_workers.h); null: pool_ does it all.
+  std::shared_ptr<RemoteWorkers> remote_;
+  std::shared_ptr<const model::Layout> layout_;  // the run's model's
   std::unique_ptr<Residuals> residuals_;
   model::LocalPart local_part_;                                 // model.local
   std::unique_ptr<PerClient<model::LocalState>> local_states_;  // each client's values of it
@@ -374,9 +370,12 @@ wire::Hello Simulator::helloFor(uint64_t k, const ClientProfile& p, uint64_t ses
   return h;
 }
 
-Status Simulator::init(const config::Config& config) {
+Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote) {
   config_ = config;
+  remote_ = std::move(remote);
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
+  // A device this process cannot use fails here, once (the MPI ranks check their own).
+  FEDFLEET_RETURN_IF_ERROR(deviceOf(config_.sim.device).status());
   const auto& sc = config_.sim;
   if (config_.data.partition == "none") {
     return invalidArgument(
@@ -422,6 +421,7 @@ Status Simulator::init(const config::Config& config) {
   });
   std::vector<float> params = model->flatParameters();
   num_params_ = params.size();
+  layout_ = std::make_shared<const model::Layout>(model->layout());
   ref_samples_per_s_ =
       sc.reference_gflops * 1e9 / trainFlopsPerSample(config_.model.name, num_params_);
 
@@ -476,11 +476,14 @@ Status Simulator::init(const config::Config& config) {
   residual_storage_ = storage;
   pool_ = std::make_unique<WorkerPool>(sc.workers);
   progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
+  const std::string workers =
+      remote_ ? remote_->describe() : std::to_string(pool_->size()) + " workers";
   spdlog::info(
       "sim: run {}: {} clients ({} fleet, {} availability), {} a round, {} rounds, model {} "
-      "({} parameters), {} workers; reference device {:.0f} samples/s",
+      "({} parameters), {} on {}; reference device {:.0f} samples/s",
       run_id_, sc.clients, sc.fleet, sc.availability, config_.coordinator.clients_per_round,
-      config_.run.rounds, config_.model.name, num_params_, pool_->size(), ref_samples_per_s_);
+      config_.run.rounds, config_.model.name, num_params_, workers, config_.sim.device,
+      ref_samples_per_s_);
   return Status::ok();
 }
 
@@ -668,69 +671,89 @@ void Simulator::dispatch(engine::SendTask& st) {
   runSession(k);
 }
 
+// A client-side evaluation as a worker job reports it, as the client's session takes it.
+Result<client::ServedEvaluation> servedEvaluationOf(const wire::SimEvaluation& e) {
+  if (!e.status.isOk()) return e.status;
+  return client::ServedEvaluation{e.n, e.loss, e.accuracy, e.metrics};
+}
+
 void Simulator::submitTraining(uint64_t token, InFlight& f, const client::TrainingRequest& r) {
   f.task_seed = r.task.hparams.seed;
   if (!std::isfinite(f.done_at)) return;  // a dropping straggler: it never reports
   f.stop = std::make_shared<std::atomic<bool>>(false);
   const uint64_t k = f.client;
-  const FleetData* data = data_.get();
-  const ModelRecipe recipe = modelRecipe();
   compress::ErrorFeedback* residual =
       compress::usesErrorFeedback(r.codec->spec()) ? &residuals_->of(k) : nullptr;
   model::LocalState* local = local_part_.empty() ? nullptr : &local_states_->of(k);
   auto request = std::make_shared<const client::TrainingRequest>(r);
-  f.result = pool_->submit([data, k, request, o = f.options, stop = f.stop, recipe, residual,
-                            local]() -> Result<TrainOutcome> {
-    FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
-    const auto t0 = std::chrono::steady_clock::now();
-    FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data->shard(k));
+
+  // The job: what a worker needs, by value (sim/sim_jobs.h), here or on an MPI rank.
+  auto job = std::make_shared<wire::SimTrainJob>();
+  job->client = k;
+  job->recipe = modelRecipe();
+  const client::TrainOptions& o = f.options;
+  job->epochs = o.epochs;
+  job->max_steps = o.max_steps;
+  job->batch_size = o.batch_size;
+  job->lr = o.lr;
+  job->momentum = o.momentum;
+  job->weight_decay = o.weight_decay;
+  job->prox_mu = o.prox_mu;
+  job->optimizer = o.optimizer;
+  job->seed = o.seed;
+  if (local != nullptr) {  // the task's model with the client's own local part
+    std::vector<float> start = client::floatsOf(*r.model_bytes);
+    local->applyTo(start);
+    job->start = std::make_shared<const std::string>(reinterpret_cast<const char*>(start.data()),
+                                                     start.size() * sizeof(float));
+  } else {
+    job->start = r.model_bytes;
+  }
+  if (r.task.hparams.scaffold) {
+    job->scaffold = true;
+    job->control_c = r.control_c;
+    job->control_ck = r.control_ck;
+  }
+  job->fed_eval = r.task.fed_eval;
+  job->served = r.served_to_evaluate;
+
+  // What the client does with its trained delta, on this process: its model.local part, then
+  // compressing as a client's encoder does (the same chunks and per-chunk seeds,
+  // client/upload_pipeline.h) through its error-feedback residual, which never leaves here.
+  const uint64_t run_seed = config_.run.seed;
+  auto finish = [job, request, residual, local, run_seed, k,
+                 layout = layout_](wire::SimTrainResult t) -> Result<TrainOutcome> {
+    FEDFLEET_RETURN_IF_ERROR(t.status);
     const client::TrainingRequest& req = *request;
     const bool scaffold = req.task.hparams.scaffold;
-    client::Trainer trainer(c10::kCPU);
-    client::TrainOptions opts = o;
-    std::vector<float> start = client::floatsOf(*req.model_bytes);
-    if (local != nullptr) local->applyTo(start);
-    std::optional<Result<client::ServedEvaluation>> fed_evaluation;
-    if (req.task.fed_eval) {  // the model it starts from, on its held-out data
-      fed_evaluation = [&]() -> Result<client::ServedEvaluation> {
-        FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
-        if (held.indices.empty()) return client::ServedEvaluation{};
-        FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(start));
-        FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
-                                  model::evaluateIndices(*model, *held.data, held.indices));
-        return client::ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
-      }();
+    if (local != nullptr) {
+      FEDFLEET_RETURN_IF_ERROR(local->absorb(client::floatsOf(*job->start), t.delta));
     }
-    std::vector<float> server_c;
-    if (scaffold) {
-      server_c = client::floatsOf(*req.control_c);
-      opts.scaffold = {&server_c, &req.control_ck};
-    }
-    FEDFLEET_ASSIGN_OR_RETURN(
-        client::TrainResult r,
-        trainer.train(*model, start, *shard.data, shard.indices, opts, stop.get()));
-    if (local != nullptr) FEDFLEET_RETURN_IF_ERROR(local->absorb(start, r.delta));
     TrainOutcome out;
-    out.session.fed_evaluation = std::move(fed_evaluation);
-    out.session.steps = r.steps;
-    out.session.stopped_early = r.stopped_early;
-    out.session.mean_loss = r.mean_loss;
-    out.session.sum_sq_loss = r.sum_sq_loss;
-    out.session.control_delta = r.control_delta;
+    if (t.fed_evaluation) out.session.fed_evaluation = servedEvaluationOf(*t.fed_evaluation);
+    if (t.served_evaluation) {
+      out.session.served_evaluation = servedEvaluationOf(*t.served_evaluation);
+    }
+    out.session.steps = t.steps;
+    out.session.stopped_early = t.stopped_early;
+    out.session.mean_loss = t.mean_loss;
+    out.session.sum_sq_loss = t.sum_sq_loss;
+    out.session.control_delta = t.control_delta;
+    out.wall_seconds = t.wall_seconds;
     const auto t1 = std::chrono::steady_clock::now();
-    out.wall_seconds = std::chrono::duration<double>(t1 - t0).count();
-    // Compress as a client's encoder does: the same chunks and per-chunk seeds
-    // (client/upload_pipeline.h), through this client's residual.
-    std::vector<float> delta = client::takeUpload(r);
+    client::TrainResult trained;
+    trained.delta = std::move(t.delta);
+    trained.control_delta = std::move(t.control_delta);
+    std::vector<float> delta = client::takeUpload(trained);
     if (req.task.local_dp.on()) {  // the client's own noise, seeded by (seed, round, client)
       client::applyLocalDp(
           req.task.local_dp, delta.data(), delta.size(),
-          crypto::KeyedStream(crypto::streamKeyFromSeed("fedfleet sim local dp",
-                                                        mix(recipe.seed, req.task.round, k)),
-                              0, 0));
+          crypto::KeyedStream(
+              crypto::streamKeyFromSeed("fedfleet sim local dp", mix(run_seed, req.task.round, k)),
+              0, 0));
     }
-    const auto plan = client::planUploadChunks(model->layout(), req.task.chunk_bytes, scaffold,
-                                               req.codec->spec());
+    const auto plan =
+        client::planUploadChunks(*layout, req.task.chunk_bytes, scaffold, req.codec->spec());
     if (req.task.secagg.on()) {  // masked once the key stages let it (Simulator::maskUpload)
       out.delta = std::move(delta);
       out.plan = plan;
@@ -747,18 +770,25 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
     }
     out.encode_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    if (req.served_to_evaluate) {
-      out.session.served_evaluation = [&]() -> Result<client::ServedEvaluation> {
-        FEDFLEET_ASSIGN_OR_RETURN(ClientShard held, data->heldOut(k));
-        FEDFLEET_RETURN_IF_ERROR(
-            model->setFlatParameters(client::floatsOf(*req.served_to_evaluate)));
-        FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult e,
-                                  model::evaluateIndices(*model, *held.data, held.indices));
-        return client::ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
-      }();
-    }
     return out;  // the delta is gone: only the payloads travel on
-  });
+  };
+
+  if (remote_) {
+    auto reply = std::make_shared<std::future<Result<std::string>>>(
+        remote_->submit(wire::encodeSimJob(*job)));
+    f.result = pool_->submit([reply, finish]() -> Result<TrainOutcome> {
+      FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, reply->get());
+      FEDFLEET_ASSIGN_OR_RETURN(wire::SimJobResult got, wire::decodeSimJobResult(bytes));
+      auto* t = std::get_if<wire::SimTrainResult>(&got);
+      if (t == nullptr) return internalError("an MPI worker answered a training job with another");
+      return finish(std::move(*t));
+    });
+  } else {
+    const FleetData* data = data_.get();
+    f.result = pool_->submit([job, data, stop = f.stop, finish]() -> Result<TrainOutcome> {
+      return finish(runTrainJob(*job, *data, stop.get()));
+    });
+  }
   push(f.done_at, EventKind::kTrainDone, token, k);
 }
 
@@ -1012,27 +1042,45 @@ void Simulator::handle(const Event& e) {
   }
 }
 
+// The server's evaluation in 250-sample pieces summed in order (collectEvaluations), so the
+// numbers are the same on any worker: one job a piece on this process's pool, a few pieces a
+// job on MPI ranks (each job carries the model).
 void Simulator::submitEvaluation(const engine::Evaluate& ev) {
   PendingEval pe;
   pe.round = ev.round;
   pe.at = now_;
   const auto test = data_->testSet();
-  constexpr size_t kPiece = 250;
-  const ModelRecipe recipe = modelRecipe();
-  for (size_t begin = 0; begin < test->size(); begin += kPiece) {
-    const size_t end = std::min(test->size(), begin + kPiece);
-    auto params = ev.params;
-    pe.pieces.push_back(pool_->submit([=]() -> Result<EvalPiece> {
-      FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
-      FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(*params));
-      std::vector<uint32_t> idx(end - begin);
-      for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(begin + i);
-      FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult r,
-                                model::evaluateIndices(*model, *test, idx, idx.size()));
-      EvalPiece piece;
-      piece.add(r);
-      return piece;
-    }));
+  constexpr uint32_t kPiece = 250;
+  constexpr uint64_t kPiecesPerRemoteJob = 8;
+  const wire::SimModelRecipe recipe = modelRecipe();
+  const uint64_t stretch = remote_ ? kPiece * kPiecesPerRemoteJob : kPiece;
+  std::shared_ptr<const std::string> bytes;
+  if (remote_) {
+    bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(ev.params->data()),
+                                                ev.params->size() * sizeof(float));
+  }
+  for (uint64_t begin = 0; begin < test->size(); begin += stretch) {
+    const uint64_t end = std::min<uint64_t>(test->size(), begin + stretch);
+    if (remote_) {
+      wire::SimEvalJob job{recipe, bytes, begin, end, kPiece};
+      auto reply = std::make_shared<std::future<Result<std::string>>>(
+          remote_->submit(wire::encodeSimJob(job)));
+      pe.pieces.push_back(pool_->submit([reply]() -> Result<std::vector<wire::SimEvalPiece>> {
+        FEDFLEET_ASSIGN_OR_RETURN(std::string got, reply->get());
+        FEDFLEET_ASSIGN_OR_RETURN(wire::SimJobResult r, wire::decodeSimJobResult(got));
+        auto* e = std::get_if<wire::SimEvalResult>(&r);
+        if (e == nullptr) {
+          return internalError("an MPI worker answered an evaluation job with another");
+        }
+        FEDFLEET_RETURN_IF_ERROR(e->status);
+        return std::move(e->pieces);
+      }));
+    } else {
+      auto params = ev.params;
+      pe.pieces.push_back(pool_->submit([=]() -> Result<std::vector<wire::SimEvalPiece>> {
+        return evaluateTestPieces(recipe, *params, *test, begin, end, kPiece);
+      }));
+    }
   }
   evals_.push_back(std::move(pe));
 }
@@ -1057,7 +1105,7 @@ Result<EvalPiece> evaluatePieces(model::Model& model, const data::Dataset& data,
 // thousand samples a model) and reports to the engine.
 void Simulator::evaluateBlocks(const engine::EvaluateBlocks& ev) {
   const auto& sets = data_->blockSets();
-  const ModelRecipe recipe = modelRecipe();
+  const wire::SimModelRecipe recipe = modelRecipe();
   struct Job {
     engine::BlockModelToEvaluate what;
     std::future<Result<std::pair<EvalPiece, EvalPiece>>> result;  // validation, test
@@ -1111,13 +1159,13 @@ void Simulator::collectEvaluations(bool block) {
     EvalPiece total;
     bool ok = true;
     for (auto& f : pe.pieces) {
-      Result<EvalPiece> r = f.get();
+      Result<std::vector<wire::SimEvalPiece>> r = f.get();
       if (!r.isOk()) {
         spdlog::warn("sim: evaluating round {}: {}", pe.round, r.status().toString());
         ok = false;
         continue;
       }
-      total.add(*r);
+      for (const wire::SimEvalPiece& piece : *r) total.add(EvalPiece::from(piece));
     }
     if (ok && total.n > 0) {
       const auto n = static_cast<double>(total.n);
@@ -1266,9 +1314,10 @@ Result<SimSummary> Simulator::run() {
 
 }  // namespace
 
-Result<std::unique_ptr<FleetSimulator>> FleetSimulator::create(const config::Config& config) {
+Result<std::unique_ptr<FleetSimulator>> FleetSimulator::create(
+    const config::Config& config, std::shared_ptr<RemoteWorkers> remote) {
   auto sim = std::make_unique<Simulator>();
-  FEDFLEET_RETURN_IF_ERROR(sim->init(config));
+  FEDFLEET_RETURN_IF_ERROR(sim->init(config, std::move(remote)));
   return std::unique_ptr<FleetSimulator>(std::move(sim));
 }
 

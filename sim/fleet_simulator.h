@@ -34,6 +34,7 @@
 #include "common/config/config.h"
 #include "common/history/history.h"
 #include "common/status.h"
+#include "sim/remote_workers.h"
 
 namespace fedfleet::sim {
 
@@ -58,8 +59,11 @@ class FleetSimulator {
  public:
   // Validates the config, loads or prepares the data, registers sim.clients virtual clients and
   // opens the history (config.history.db; ":memory:" keeps it in memory). Errors name the key or
-  // file at fault.
-  static Result<std::unique_ptr<FleetSimulator>> create(const config::Config& config);
+  // file at fault. With `remote` (the MPI ranks of sim/mpi_workers.h), the virtual clients'
+  // training and the server's evaluation run there, and this process's sim.workers threads only
+  // encode the updates and wait; the history is the same as without it.
+  static Result<std::unique_ptr<FleetSimulator>> create(
+      const config::Config& config, std::shared_ptr<RemoteWorkers> remote = nullptr);
   virtual ~FleetSimulator() = default;
 
   // Runs every round. Errors: a history write that fails (the run stops; what was committed

@@ -166,6 +166,7 @@ void forEachField(C& c, F&& f) {
   f("sim.coordinator_ingress_mbps", c.sim.coordinator_ingress_mbps);
   f("sim.stragglers", c.sim.stragglers);
   f("sim.straggler_mode", c.sim.straggler_mode);
+  f("sim.device", c.sim.device);
   f("history.db", c.history.db);
   f("metrics.port", c.metrics.port);
   f("metrics.bind", c.metrics.bind);
@@ -770,6 +771,7 @@ Status Config::validate() const {
   if (!(sim.stragglers >= 0 && sim.stragglers <= 1))
     return bad("sim.stragglers", "must be in [0, 1]");
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.straggler_mode", sim.straggler_mode, {"partial", "drop"}));
+  FEDFLEET_RETURN_IF_ERROR(oneOf("sim.device", sim.device, {"cpu", "cuda"}));
   if (!(sim.reference_gflops > 0)) return bad("sim.reference_gflops", "must be > 0");
   if (sim.progress != "auto" && sim.progress != "on" && sim.progress != "off") {
     return bad("sim.progress", "must be auto, on or off; got \"" + sim.progress + "\"");

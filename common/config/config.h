@@ -245,6 +245,9 @@ struct SimSection {
   double stragglers = 0;
   std::string straggler_mode = "partial";  // partial: they send that work; drop: they never
                                            // report (late at the deadline), as FedAvg drops them
+  // Where virtual clients train and the server evaluates: cpu, or cuda (the first GPU; start-up
+  // fails when this process, or an MPI rank, sees none).
+  std::string device = "cpu";
 };
 
 struct HistorySection {

@@ -32,6 +32,7 @@
 #include "common/check.h"
 #include "common/fednova.h"
 #include "common/wire/fedfleet.capnp.h"
+#include "common/wire/flat_message.h"
 
 namespace fedfleet::wire {
 namespace {
@@ -733,12 +734,7 @@ std::string encode(const Message& message) {
         static_cast<unsigned int>(std::min<size_t>(estimateWords(message), UINT_MAX / 2)),
         capnp::AllocationStrategy::GROW_HEURISTICALLY);
     fillEnvelope(builder.initRoot<schema::Envelope>(), message);
-    auto segments = builder.getSegmentsForOutput();
-    std::string out(capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word), '\0');
-    kj::ArrayOutputStream stream(kj::arrayPtr(reinterpret_cast<kj::byte*>(out.data()), out.size()));
-    capnp::writeMessage(stream, segments);
-    FEDFLEET_CHECK(stream.getArray().size() == out.size());
-    return out;
+    return writeFlat(builder);
   } catch (const kj::Exception& e) {
     // Only a field over Cap'n Proto's size limits (kMaxFieldBytes) gets here: a caller bug.
     FEDFLEET_CHECK_MSG(false, e.getDescription().cStr());
@@ -789,46 +785,7 @@ Result<Message> decodeFrames(std::string_view frame, std::optional<std::string> 
 namespace {
 
 Result<Message> decodeEnvelope(std::string_view bytes, const DecodeLimits& limits) {
-  if (bytes.size() > limits.max_bytes) {
-    return resourceExhausted("frame of " + std::to_string(bytes.size()) +
-                             " bytes exceeds limit of " + std::to_string(limits.max_bytes));
-  }
-  if (bytes.empty()) return corrupt("empty frame");
-  if (bytes.size() % sizeof(capnp::word) != 0) {
-    return corrupt("frame of " + std::to_string(bytes.size()) +
-                   " bytes is not a whole number of 8-byte words");
-  }
-  try {
-    const size_t n_words = bytes.size() / sizeof(capnp::word);
-    kj::Array<capnp::word> aligned_copy;
-    kj::ArrayPtr<const capnp::word> words;
-    if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
-      words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), n_words);
-    } else {
-      aligned_copy = kj::heapArray<capnp::word>(n_words);
-      std::memcpy(aligned_copy.begin(), bytes.data(), bytes.size());
-      words = aligned_copy;
-    }
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = limits.traversal_limit_words;
-    options.nestingLimit = static_cast<int>(std::min<uint32_t>(limits.nesting_limit, INT_MAX));
-    capnp::FlatArrayMessageReader reader(words, options);
-    if (reader.getEnd() != words.end()) {
-      return corrupt("frame has " +
-                     std::to_string((words.end() - reader.getEnd()) * sizeof(capnp::word)) +
-                     " bytes after the message");
-    }
-    return readEnvelope(reader.getRoot<schema::Envelope>());
-  } catch (const kj::Exception& e) {
-    return corrupt(std::string("malformed frame: ") + e.getDescription().cStr());
-  } catch (const std::bad_alloc&) {
-    return resourceExhausted("out of memory decoding a frame of " + std::to_string(bytes.size()) +
-                             " bytes");
-  } catch (const std::exception& e) {
-    return corrupt(std::string("malformed frame: ") + e.what());
-  } catch (...) {
-    return corrupt("malformed frame");
-  }
+  return readFlat<schema::Envelope, Message>(bytes, limits, "frame", readEnvelope);
 }
 
 }  // namespace

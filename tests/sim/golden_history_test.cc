@@ -36,6 +36,7 @@
 
 #include "common/crypto/sha256.h"
 #include "sim/fleet_simulator.h"
+#include "tests/sim/history_digest.h"
 
 namespace fedfleet::sim {
 namespace {
@@ -171,111 +172,10 @@ const std::vector<GoldenCase>& goldenCases() {
   return cases;
 }
 
-// Columns that measure the host, not the run.
-const std::map<std::string, std::set<std::string>>& excludedColumns() {
-  static const std::map<std::string, std::set<std::string>> excluded = {
-      {"rounds", {"wall_start", "wall_end"}},
-      {"updates", {"id", "wall_compute_s", "encode_s", "decode_s"}},
-      {"events", {"id"}},
-      {"block_metrics", {}},
-      {"checkpoints", {}},
-  };
-  return excluded;
-}
-
-// Row order of each table: its primary key (ids follow insertion order).
-const std::map<std::string, std::string>& rowOrder() {
-  static const std::map<std::string, std::string> order = {
-      {"rounds", "round"},      {"updates", "id"},
-      {"events", "id"},         {"block_metrics", "round, block, model"},
-      {"checkpoints", "round"},
-  };
-  return order;
-}
-
-struct TableDigest {
-  uint64_t rows = 0;
-  std::string sha256;  // hex, of the values in row order
-};
-
-class Db {
- public:
-  explicit Db(const std::string& path) {
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-      ADD_FAILURE() << "cannot open " << path << ": " << sqlite3_errmsg(db_);
-    }
-  }
-  ~Db() { sqlite3_close(db_); }
-  sqlite3* get() const { return db_; }
-
- private:
-  sqlite3* db_ = nullptr;
-};
-
-std::vector<std::string> columns(sqlite3* db, const std::string& table) {
-  std::vector<std::string> out;
-  sqlite3_stmt* st = nullptr;
-  const std::string sql = "PRAGMA table_info(" + table + ")";
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return out;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-    if (!excludedColumns().at(table).count(name)) out.push_back(name);
-  }
-  sqlite3_finalize(st);
-  return out;
-}
-
-// Each value as type tag, length and content, so that no two different rows hash alike.
-void appendValue(sqlite3_stmt* st, int i, std::string& out) {
-  char buf[64];
-  switch (sqlite3_column_type(st, i)) {
-    case SQLITE_NULL:
-      out += "N;";
-      return;
-    case SQLITE_INTEGER:
-      std::snprintf(buf, sizeof buf, "I%lld;", static_cast<long long>(sqlite3_column_int64(st, i)));
-      out += buf;
-      return;
-    case SQLITE_FLOAT:
-      std::snprintf(buf, sizeof buf, "R%a;", sqlite3_column_double(st, i));
-      out += buf;
-      return;
-    default: {  // TEXT and BLOB: their bytes
-      const int n = sqlite3_column_bytes(st, i);
-      const auto* p = static_cast<const char*>(sqlite3_column_blob(st, i));
-      out += (sqlite3_column_type(st, i) == SQLITE_TEXT ? "T" : "B") + std::to_string(n) + ":";
-      if (n > 0) out.append(p, static_cast<size_t>(n));
-      out += ";";
-    }
-  }
-}
-
-TableDigest digestTable(sqlite3* db, const std::string& table, int64_t run_id) {
-  TableDigest d;
-  const std::vector<std::string> cols = columns(db, table);
-  EXPECT_FALSE(cols.empty()) << table;
-  std::string select;
-  for (const auto& c : cols) select += (select.empty() ? "\"" : ", \"") + c + "\"";
-  const std::string sql =
-      "SELECT " + select + " FROM " + table + " WHERE run_id = ? ORDER BY " + rowOrder().at(table);
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-    ADD_FAILURE() << sql << ": " << sqlite3_errmsg(db);
-    return d;
-  }
-  sqlite3_bind_int64(st, 1, run_id);
-  std::string bytes;
-  for (const auto& c : cols) bytes += c + ",";  // the column set is part of the digest
-  bytes += "\n";
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    ++d.rows;
-    for (int i = 0; i < static_cast<int>(cols.size()); ++i) appendValue(st, i, bytes);
-    bytes += "\n";
-  }
-  sqlite3_finalize(st);
-  d.sha256 = crypto::toHex(crypto::sha256(bytes));
-  return d;
-}
+using testing::Db;
+using testing::TableDigest;
+using testing::digestTable;
+using testing::rowOrder;
 
 // "case table" -> digest, as the committed file holds them: "case table rows sha256" lines;
 // lines starting with '#' are comments.

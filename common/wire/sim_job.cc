@@ -1,0 +1,336 @@
+#include "common/wire/sim_job.h"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <kj/io.h>
+
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "common/check.h"
+#include "common/wire/flat_message.h"
+#include "common/wire/sim_job.capnp.h"
+
+namespace fedfleet::wire {
+namespace {
+
+capnp::Data::Reader asData(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const kj::byte*>(s.data()), s.size());
+}
+std::string bytesOf(capnp::Data::Reader d) {
+  return std::string(reinterpret_cast<const char*>(d.begin()), d.size());
+}
+std::shared_ptr<const std::string> sharedBytesOf(capnp::Data::Reader d) {
+  return std::make_shared<const std::string>(bytesOf(d));
+}
+const std::string& orEmpty(const std::shared_ptr<const std::string>& s) {
+  static const std::string kEmpty;
+  return s ? *s : kEmpty;
+}
+
+template <typename Builder>
+void setFloats(Builder list, const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i) list.set(static_cast<unsigned>(i), v[i]);
+}
+std::vector<float> floatsOf(capnp::List<float>::Reader list) {
+  std::vector<float> out(list.size());
+  for (unsigned i = 0; i < list.size(); ++i) out[i] = list[i];
+  return out;
+}
+
+// ---- writing ---------------------------------------------------------------------------------
+
+void fillRecipe(schema::SimModelRecipe::Builder b, const SimModelRecipe& r) {
+  b.setName(r.name);
+  b.setPath(r.path);
+  b.setSeed(r.seed);
+  auto shape = b.initSampleShape(static_cast<unsigned>(r.sample_shape.size()));
+  for (size_t i = 0; i < r.sample_shape.size(); ++i) {
+    shape.set(static_cast<unsigned>(i), r.sample_shape[i]);
+  }
+  b.setClasses(r.classes);
+  b.setLoss(static_cast<uint8_t>(r.loss));
+  b.setDevice(r.device);
+}
+
+void fillStatus(schema::SimStatus::Builder b, const Status& s) {
+  b.setCode(static_cast<uint16_t>(s.code()));
+  b.setMessage(s.message());
+}
+
+template <typename Builder>
+void fillMetrics(Builder list, const std::vector<std::pair<std::string, double>>& m) {
+  for (size_t i = 0; i < m.size(); ++i) {
+    list[static_cast<unsigned>(i)].setName(m[i].first);
+    list[static_cast<unsigned>(i)].setValue(m[i].second);
+  }
+}
+
+void fillEvaluation(schema::SimEvaluation::Builder b, const SimEvaluation& e) {
+  fillStatus(b.initStatus(), e.status);
+  b.setN(e.n);
+  b.setLoss(e.loss);
+  b.setHasAccuracy(e.accuracy.has_value());
+  b.setAccuracy(e.accuracy.value_or(0));
+  fillMetrics(b.initMetrics(static_cast<unsigned>(e.metrics.size())), e.metrics);
+}
+
+void fillTrainJob(schema::SimTrainJob::Builder b, const SimTrainJob& j) {
+  b.setClient(j.client);
+  fillRecipe(b.initRecipe(), j.recipe);
+  b.setEpochs(j.epochs);
+  b.setMaxSteps(j.max_steps);
+  b.setBatchSize(j.batch_size);
+  b.setLr(j.lr);
+  b.setMomentum(j.momentum);
+  b.setWeightDecay(j.weight_decay);
+  b.setProxMu(j.prox_mu);
+  b.setOptimizer(static_cast<uint8_t>(j.optimizer));
+  b.setSeed(j.seed);
+  b.setStart(asData(orEmpty(j.start)));
+  b.setScaffold(j.scaffold);
+  b.setControlC(asData(orEmpty(j.control_c)));
+  setFloats(b.initControlCk(static_cast<unsigned>(j.control_ck.size())), j.control_ck);
+  b.setFedEval(j.fed_eval);
+  b.setHasServed(j.served != nullptr);
+  b.setServed(asData(orEmpty(j.served)));
+}
+
+void fillEvalJob(schema::SimEvalJob::Builder b, const SimEvalJob& j) {
+  fillRecipe(b.initRecipe(), j.recipe);
+  b.setParams(asData(orEmpty(j.params)));
+  b.setBegin(j.begin);
+  b.setEnd(j.end);
+  b.setPiece(j.piece);
+}
+
+void fillTrainResult(schema::SimTrainResult::Builder b, const SimTrainResult& r) {
+  fillStatus(b.initStatus(), r.status);
+  b.setSteps(r.steps);
+  b.setStoppedEarly(r.stopped_early);
+  b.setMeanLoss(r.mean_loss);
+  b.setSumSqLoss(r.sum_sq_loss);
+  setFloats(b.initDelta(static_cast<unsigned>(r.delta.size())), r.delta);
+  setFloats(b.initControlDelta(static_cast<unsigned>(r.control_delta.size())), r.control_delta);
+  b.setHasFedEvaluation(r.fed_evaluation.has_value());
+  if (r.fed_evaluation) fillEvaluation(b.initFedEvaluation(), *r.fed_evaluation);
+  b.setHasServedEvaluation(r.served_evaluation.has_value());
+  if (r.served_evaluation) fillEvaluation(b.initServedEvaluation(), *r.served_evaluation);
+  b.setWallSeconds(r.wall_seconds);
+}
+
+void fillEvalResult(schema::SimEvalResult::Builder b, const SimEvalResult& r) {
+  fillStatus(b.initStatus(), r.status);
+  auto pieces = b.initPieces(static_cast<unsigned>(r.pieces.size()));
+  for (size_t i = 0; i < r.pieces.size(); ++i) {
+    const SimEvalPiece& p = r.pieces[i];
+    auto pb = pieces[static_cast<unsigned>(i)];
+    pb.setN(p.n);
+    pb.setLossSum(p.loss_sum);
+    pb.setCorrect(p.correct);
+    pb.setHasAccuracy(p.has_accuracy);
+    fillMetrics(pb.initMetricSums(static_cast<unsigned>(p.metric_sums.size())), p.metric_sums);
+  }
+}
+
+template <typename Fill>
+std::string serialise(Fill fill) {
+  try {
+    capnp::MallocMessageBuilder builder(1024, capnp::AllocationStrategy::GROW_HEURISTICALLY);
+    fill(builder.initRoot<schema::SimJobEnvelope>());
+    return writeFlat(builder);
+  } catch (const kj::Exception& e) {
+    FEDFLEET_CHECK_MSG(false, e.getDescription().cStr());  // a field over Cap'n Proto's limits
+  } catch (const std::exception& e) {
+    FEDFLEET_CHECK_MSG(false, e.what());  // out of memory
+  }
+  return {};
+}
+
+// ---- reading ---------------------------------------------------------------------------------
+
+Result<SimModelRecipe> readRecipe(schema::SimModelRecipe::Reader r) {
+  SimModelRecipe out;
+  out.name = r.getName();
+  out.path = r.getPath();
+  out.seed = r.getSeed();
+  for (int64_t d : r.getSampleShape()) out.sample_shape.push_back(d);
+  out.classes = r.getClasses();
+  if (r.getLoss() > static_cast<uint8_t>(Loss::kModule)) {
+    return corrupt("simulator job: unknown loss " + std::to_string(r.getLoss()));
+  }
+  out.loss = static_cast<Loss>(r.getLoss());
+  out.device = r.getDevice();
+  return out;
+}
+
+Status readStatus(schema::SimStatus::Reader r) {
+  if (r.getCode() > static_cast<uint16_t>(StatusCode::kInternal)) {
+    return corrupt("simulator result: unknown status code " + std::to_string(r.getCode()));
+  }
+  return Status(static_cast<StatusCode>(r.getCode()), r.getMessage());
+}
+
+template <typename Reader>
+std::vector<std::pair<std::string, double>> readMetrics(Reader list) {
+  std::vector<std::pair<std::string, double>> out;
+  for (auto m : list) out.emplace_back(m.getName(), m.getValue());
+  return out;
+}
+
+SimEvaluation readEvaluation(schema::SimEvaluation::Reader r) {
+  SimEvaluation e;
+  e.status = readStatus(r.getStatus());
+  e.n = r.getN();
+  e.loss = r.getLoss();
+  if (r.getHasAccuracy()) e.accuracy = r.getAccuracy();
+  e.metrics = readMetrics(r.getMetrics());
+  return e;
+}
+
+Status checkFloatBytes(const char* what, size_t n) {
+  if (n % sizeof(float) != 0) {
+    return corrupt(std::string("simulator job: ") + what + " of " + std::to_string(n) +
+                   " bytes is not a whole number of floats");
+  }
+  return Status::ok();
+}
+
+Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r) {
+  SimTrainJob j;
+  j.client = r.getClient();
+  FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe()));
+  j.epochs = r.getEpochs();
+  j.max_steps = r.getMaxSteps();
+  j.batch_size = r.getBatchSize();
+  j.lr = r.getLr();
+  j.momentum = r.getMomentum();
+  j.weight_decay = r.getWeightDecay();
+  j.prox_mu = r.getProxMu();
+  if (r.getOptimizer() > static_cast<uint8_t>(Optimizer::kAdamW)) {
+    return corrupt("simulator job: unknown optimizer " + std::to_string(r.getOptimizer()));
+  }
+  j.optimizer = static_cast<Optimizer>(r.getOptimizer());
+  j.seed = r.getSeed();
+  j.start = sharedBytesOf(r.getStart());
+  FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("start model", j.start->size()));
+  j.scaffold = r.getScaffold();
+  if (j.scaffold) {
+    j.control_c = sharedBytesOf(r.getControlC());
+    FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("control variate", j.control_c->size()));
+    j.control_ck = floatsOf(r.getControlCk());
+  }
+  j.fed_eval = r.getFedEval();
+  if (r.getHasServed()) {
+    j.served = sharedBytesOf(r.getServed());
+    FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("served model", j.served->size()));
+  }
+  return j;
+}
+
+Result<SimEvalJob> readEvalJob(schema::SimEvalJob::Reader r) {
+  SimEvalJob j;
+  FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe()));
+  j.params = sharedBytesOf(r.getParams());
+  FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("model", j.params->size()));
+  j.begin = r.getBegin();
+  j.end = r.getEnd();
+  j.piece = r.getPiece();
+  if (j.end < j.begin || j.piece == 0) {
+    return corrupt("simulator job: evaluation of [" + std::to_string(j.begin) + ", " +
+                   std::to_string(j.end) + ") in pieces of " + std::to_string(j.piece));
+  }
+  return j;
+}
+
+Result<SimTrainResult> readTrainResult(schema::SimTrainResult::Reader r) {
+  SimTrainResult out;
+  out.status = readStatus(r.getStatus());
+  out.steps = r.getSteps();
+  out.stopped_early = r.getStoppedEarly();
+  out.mean_loss = r.getMeanLoss();
+  out.sum_sq_loss = r.getSumSqLoss();
+  out.delta = floatsOf(r.getDelta());
+  out.control_delta = floatsOf(r.getControlDelta());
+  if (r.getHasFedEvaluation()) out.fed_evaluation = readEvaluation(r.getFedEvaluation());
+  if (r.getHasServedEvaluation()) out.served_evaluation = readEvaluation(r.getServedEvaluation());
+  out.wall_seconds = r.getWallSeconds();
+  return out;
+}
+
+SimEvalResult readEvalResult(schema::SimEvalResult::Reader r) {
+  SimEvalResult out;
+  out.status = readStatus(r.getStatus());
+  for (auto p : r.getPieces()) {
+    SimEvalPiece piece;
+    piece.n = p.getN();
+    piece.loss_sum = p.getLossSum();
+    piece.correct = p.getCorrect();
+    piece.has_accuracy = p.getHasAccuracy();
+    piece.metric_sums = readMetrics(p.getMetricSums());
+    out.pieces.push_back(std::move(piece));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string encodeSimJob(const SimJob& job) {
+  return serialise([&](schema::SimJobEnvelope::Builder b) {
+    if (const auto* t = std::get_if<SimTrainJob>(&job)) {
+      fillTrainJob(b.initTrain(), *t);
+    } else {
+      fillEvalJob(b.initEval(), std::get<SimEvalJob>(job));
+    }
+  });
+}
+
+std::string encodeSimJobResult(const SimJobResult& result) {
+  return serialise([&](schema::SimJobEnvelope::Builder b) {
+    if (const auto* t = std::get_if<SimTrainResult>(&result)) {
+      fillTrainResult(b.initTrainResult(), *t);
+    } else {
+      fillEvalResult(b.initEvalResult(), std::get<SimEvalResult>(result));
+    }
+  });
+}
+
+Result<SimJob> decodeSimJob(std::string_view bytes, const DecodeLimits& limits) {
+  return readFlat<schema::SimJobEnvelope, SimJob>(
+      bytes, limits, "simulator message", [](schema::SimJobEnvelope::Reader e) -> Result<SimJob> {
+        switch (e.which()) {
+          case schema::SimJobEnvelope::TRAIN: {
+            FEDFLEET_ASSIGN_OR_RETURN(SimTrainJob j, readTrainJob(e.getTrain()));
+            return SimJob(std::move(j));
+          }
+          case schema::SimJobEnvelope::EVAL: {
+            FEDFLEET_ASSIGN_OR_RETURN(SimEvalJob j, readEvalJob(e.getEval()));
+            return SimJob(std::move(j));
+          }
+          default:
+            return corrupt("simulator message is not a job");
+        }
+      });
+}
+
+Result<SimJobResult> decodeSimJobResult(std::string_view bytes, const DecodeLimits& limits) {
+  return readFlat<schema::SimJobEnvelope, SimJobResult>(
+      bytes, limits, "simulator message",
+      [](schema::SimJobEnvelope::Reader e) -> Result<SimJobResult> {
+        switch (e.which()) {
+          case schema::SimJobEnvelope::TRAIN_RESULT: {
+            FEDFLEET_ASSIGN_OR_RETURN(SimTrainResult r, readTrainResult(e.getTrainResult()));
+            return SimJobResult(std::move(r));
+          }
+          case schema::SimJobEnvelope::EVAL_RESULT:
+            return SimJobResult(readEvalResult(e.getEvalResult()));
+          default:
+            return corrupt("simulator message is not a job's result");
+        }
+      });
+}
+
+}  // namespace fedfleet::wire

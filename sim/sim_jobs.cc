@@ -1,0 +1,194 @@
+#include "sim/sim_jobs.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "client/client_session.h"
+#include "client/trainer.h"
+#include "common/model/evaluate.h"
+#include "common/model/model.h"
+
+namespace fedfleet::sim {
+
+Result<c10::Device> deviceOf(const std::string& name) {
+  if (name.empty() || name == "cpu") return c10::Device(c10::kCPU);
+  if (name == "cuda") {
+    if (!torch::cuda::is_available()) {
+      return invalidArgument(
+          "sim.device = \"cuda\" but this process sees no CUDA device (a CPU-only LibTorch, or "
+          "no GPU): set sim.device = \"cpu\"");
+    }
+    return c10::Device(c10::kCUDA, 0);
+  }
+  return invalidArgument("sim.device: unknown device \"" + name + "\" (cpu or cuda)");
+}
+
+Result<model::Model*> workerModel(const wire::SimModelRecipe& recipe) {
+  thread_local std::unique_ptr<model::Model> model;
+  thread_local std::string key;
+  const std::string want = recipe.name + "|" + recipe.path;
+  if (!model || key != want) {
+    model::InputShape shape;
+    shape.sample = recipe.sample_shape;
+    shape.classes = recipe.classes;
+    FEDFLEET_ASSIGN_OR_RETURN(model,
+                              model::createModel(recipe.name, recipe.seed, recipe.path, shape));
+    key = want;
+  }
+  model->setLoss(recipe.loss);
+  return model.get();
+}
+
+namespace {
+
+wire::SimEvaluation evaluationOf(const Result<model::EvalResult>& e) {
+  wire::SimEvaluation out;
+  if (!e.isOk()) {
+    out.status = e.status();
+    return out;
+  }
+  out.n = e->n;
+  out.loss = e->loss;
+  out.accuracy = e->accuracy;
+  out.metrics = model::namedMetrics(*e);
+  return out;
+}
+
+// `params` on the held-out samples of client k. A client that holds none: n = 0 when
+// `empty_is_none` (federated evaluation), else what evaluateIndices says of no samples.
+wire::SimEvaluation evaluateHeldOut(model::Model& model, const FleetData& data, uint64_t k,
+                                    const std::vector<float>& params, const c10::Device& device,
+                                    bool empty_is_none) {
+  Result<ClientShard> held = data.heldOut(k);
+  if (!held.isOk()) return evaluationOf(held.status());
+  if (empty_is_none && held->indices.empty()) return wire::SimEvaluation{};
+  if (Status st = model.setFlatParameters(params); !st.isOk()) return evaluationOf(st);
+  return evaluationOf(model::evaluateIndices(model, *held->data, held->indices, 1000, device));
+}
+
+Result<wire::SimTrainResult> train(const wire::SimTrainJob& job, const FleetData& data,
+                                   const std::atomic<bool>* stop) {
+  FEDFLEET_ASSIGN_OR_RETURN(const c10::Device device, deviceOf(job.recipe.device));
+  FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(job.recipe));
+  const auto t0 = std::chrono::steady_clock::now();
+  FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data.shard(job.client));
+  if (!job.start) return invalidArgument("simulator job without a start model");
+  const std::vector<float> start = client::floatsOf(*job.start);
+  wire::SimTrainResult out;
+  if (job.fed_eval)
+    out.fed_evaluation = evaluateHeldOut(*model, data, job.client, start, device, true);
+  client::TrainOptions opts;
+  opts.epochs = job.epochs;
+  opts.max_steps = job.max_steps;
+  opts.batch_size = job.batch_size;
+  opts.lr = job.lr;
+  opts.momentum = job.momentum;
+  opts.weight_decay = job.weight_decay;
+  opts.optimizer = job.optimizer;
+  opts.seed = job.seed;
+  opts.prox_mu = job.prox_mu;
+  std::vector<float> server_c;
+  if (job.scaffold) {
+    if (!job.control_c) return invalidArgument("SCAFFOLD simulator job without the server's c");
+    server_c = client::floatsOf(*job.control_c);
+    opts.scaffold = {&server_c, &job.control_ck};
+  }
+  client::Trainer trainer(device);
+  FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r,
+                            trainer.train(*model, start, *shard.data, shard.indices, opts, stop));
+  out.steps = r.steps;
+  out.stopped_early = r.stopped_early;
+  out.mean_loss = r.mean_loss;
+  out.sum_sq_loss = r.sum_sq_loss;
+  out.delta = std::move(r.delta);
+  out.control_delta = std::move(r.control_delta);
+  out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (job.served) {
+    out.served_evaluation =
+        evaluateHeldOut(*model, data, job.client, client::floatsOf(*job.served), device, false);
+  }
+  return out;
+}
+
+}  // namespace
+
+wire::SimEvalPiece pieceOf(const model::EvalResult& r) {
+  wire::SimEvalPiece p;
+  const auto rn = static_cast<double>(r.n);
+  p.n = r.n;
+  p.loss_sum = r.loss * rn;
+  if (r.accuracy) {
+    p.has_accuracy = true;
+    p.correct = static_cast<uint64_t>(std::llround(*r.accuracy * rn));
+  }
+  for (const auto& [name, v] : model::namedMetrics(r)) p.metric_sums.emplace_back(name, v * rn);
+  return p;
+}
+
+wire::SimTrainResult runTrainJob(const wire::SimTrainJob& job, const FleetData& data,
+                                 const std::atomic<bool>* stop) {
+  Result<wire::SimTrainResult> r = train(job, data, stop);
+  if (!r.isOk()) {
+    wire::SimTrainResult failed;
+    failed.status = r.status();
+    return failed;
+  }
+  return std::move(*r);
+}
+
+Result<std::vector<wire::SimEvalPiece>> evaluateTestPieces(const wire::SimModelRecipe& recipe,
+                                                           const std::vector<float>& params,
+                                                           const data::Dataset& test,
+                                                           uint64_t begin, uint64_t end,
+                                                           uint32_t piece) {
+  FEDFLEET_ASSIGN_OR_RETURN(const c10::Device device, deviceOf(recipe.device));
+  FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(recipe));
+  FEDFLEET_RETURN_IF_ERROR(model->setFlatParameters(params));
+  if (end > test.size() || begin > end || piece == 0) {
+    return invalidArgument("simulator evaluation job: samples [" + std::to_string(begin) + ", " +
+                           std::to_string(end) + ") of a test set of " +
+                           std::to_string(test.size()));
+  }
+  std::vector<wire::SimEvalPiece> out;
+  for (uint64_t b = begin; b < end; b += piece) {
+    const uint64_t e = std::min<uint64_t>(end, b + piece);
+    std::vector<uint32_t> idx(e - b);
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<uint32_t>(b + i);
+    FEDFLEET_ASSIGN_OR_RETURN(model::EvalResult r,
+                              model::evaluateIndices(*model, test, idx, idx.size(), device));
+    out.push_back(pieceOf(r));
+  }
+  return out;
+}
+
+wire::SimEvalResult runEvalJob(const wire::SimEvalJob& job, const data::Dataset& test) {
+  wire::SimEvalResult out;
+  if (!job.params) {
+    out.status = invalidArgument("simulator evaluation job without a model");
+    return out;
+  }
+  auto pieces = evaluateTestPieces(job.recipe, client::floatsOf(*job.params), test, job.begin,
+                                   job.end, job.piece);
+  if (pieces.isOk()) {
+    out.pieces = std::move(*pieces);
+  } else {
+    out.status = pieces.status();
+  }
+  return out;
+}
+
+wire::SimJobResult runJob(const wire::SimJob& job, const FleetData& data) {
+  if (const auto* t = std::get_if<wire::SimTrainJob>(&job)) return runTrainJob(*t, data);
+  const auto& e = std::get<wire::SimEvalJob>(job);
+  if (!data.testSet()) {
+    wire::SimEvalResult none;
+    none.status = failedPrecondition("simulator evaluation job on a worker without a test set");
+    return none;
+  }
+  return runEvalJob(e, *data.testSet());
+}
+
+}  // namespace fedfleet::sim

@@ -1,0 +1,54 @@
+// The simulator's worker jobs (common/wire/sim_job.h), run.
+//
+// One function per kind of job, pure apart from the calling thread's model (built from the
+// job's recipe on first use and reused by every later job on that thread: each job sets the
+// parameters it needs first, so nothing carries over). The in-process worker pool and the MPI
+// worker ranks (sim/mpi_workers.h) call the same functions on the same job descriptions, so a
+// job computes the same bits wherever it runs (one LibTorch thread per worker, both ways).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "common/data/dataset.h"
+#include "common/model/evaluate.h"
+#include "common/model/model.h"
+#include "common/wire/sim_job.h"
+#include "sim/fleet_data.h"
+
+namespace fedfleet::sim {
+
+// One virtual client's local training from job.start on its shard of `data` (with the
+// federated evaluation before it and the served model's evaluation after it when the job asks).
+// A failure is the result's status (kInvalidArgument for a device this build cannot use).
+// `stop`, when non-null, ends training early as client::Trainer::train says (the in-process
+// pool's abandoned tasks; an MPI worker runs each job to its end).
+wire::SimTrainResult runTrainJob(const wire::SimTrainJob& job, const FleetData& data,
+                                 const std::atomic<bool>* stop = nullptr);
+
+// The server's evaluation of job.params over test samples [job.begin, job.end) of `test`, in
+// pieces of job.piece samples.
+wire::SimEvalResult runEvalJob(const wire::SimEvalJob& job, const data::Dataset& test);
+// The same with the parameters as floats (the in-process pool's jobs share the engine's copy).
+Result<std::vector<wire::SimEvalPiece>> evaluateTestPieces(const wire::SimModelRecipe& recipe,
+                                                           const std::vector<float>& params,
+                                                           const data::Dataset& test,
+                                                           uint64_t begin, uint64_t end,
+                                                           uint32_t piece);
+
+// The calling thread's model for `recipe`, built on first use and reused by every later job on
+// that thread (each sets the parameters it needs first).
+Result<model::Model*> workerModel(const wire::SimModelRecipe& recipe);
+// The device a recipe names ("cpu", "cuda"); kInvalidArgument for one this process cannot use.
+Result<c10::Device> deviceOf(const std::string& name);
+
+// Either, as the job says (the worker ranks' entry point).
+wire::SimJobResult runJob(const wire::SimJob& job, const FleetData& data);
+
+// Sums of one piece's evaluation (loss and correct answers times n, each metric times n).
+wire::SimEvalPiece pieceOf(const model::EvalResult& r);
+
+}  // namespace fedfleet::sim
