@@ -3,8 +3,9 @@
 #
 # Rounds of 100 and of 1,000 clients (the built-in MLP, 199,210 parameters, Fashion-MNIST with
 # 60 samples a client, one local epoch, the uniform fleet: 20/50 Mbit/s, 20 ms), every client
-# of the fleet sampled each round, 10% dropping out at a random point of their task (before,
-# during or after the key stages, while training), each size run twice with the same seed:
+# of the fleet sampled each round, 10% dropping out at a random stage of their task (the key
+# stages while training, the masked upload, or the unmasking; docs/SIM.md), each size run twice
+# with the same seed:
 # with secagg.mode = "secagg_plus" and in the clear (both with norm_bound and weight_cap off,
 # which secure aggregation does without). Then one client's own work and bytes, measured in
 # process (bench/secagg.cc), at both sizes.

@@ -185,6 +185,9 @@ struct Event {
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
+// The secure-aggregation stage a dropping client goes in, when not during the key stages.
+enum class SecAggDrop { kNone, kDuringUpload, kAtUnmasking };
+
 struct InFlight {
   uint64_t client = 0;
   engine::ClientId id;
@@ -214,6 +217,8 @@ struct InFlight {
   double mask_s = 0;
   double drop_at = std::numeric_limits<double>::infinity();
   uint64_t task_seed = 0;  // hparams.seed: the masked chunks' rounding seeds
+  // Secure aggregation: a client that trains and then drops in a later stage.
+  SecAggDrop secagg_drop = SecAggDrop::kNone;
 };
 
 struct PendingEval {
@@ -265,6 +270,8 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
 
   void dispatch(engine::SendTask& st);
   void handle(const Event& e);
+  // Client k drops out now: it says goodbye and comes back sim.rejoin_s later.
+  void goOffline(uint64_t k);
   void onTrainDone(uint64_t token, InFlight& f);
   // Virtual clients: each runs a client::ClientSession (created when first sampled), fed on
   // the loop thread; runSession carries out what it asks for.
@@ -324,6 +331,8 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   // Secure aggregation messages on their way, by mail id (the event's token), with their
   // recipient; clients offline since they dropped (their mail is lost).
   std::map<uint64_t, std::pair<uint64_t, wire::SecAgg>> secagg_mail_;
+  // Tasks whose client goes when the unmasking request reaches it (SecAggDrop::kAtUnmasking).
+  std::set<uint64_t> unmask_drops_;
   uint64_t next_mail_ = 1;
   std::set<uint64_t> offline_;
   double ingress_bytes_per_s_ = 0;  // sim.coordinator_ingress_mbps (0: unlimited)
@@ -632,9 +641,23 @@ void Simulator::dispatch(engine::SendTask& st) {
     double fraction = 0;
     if (fleet_->dropsOut(p, k, task.round, &fraction)) {
       drop_at = now_ + f.download_s + fraction * f.compute_s;
+      if (task.secagg.on()) {
+        // Under secure aggregation the drop falls in one of its stages, each as likely: the key
+        // stages (while it trains, as above), its masked upload (after part of it, or before
+        // the first chunk when it is one chunk), or the unmasking (after its whole upload).
+        const double stage = unitInterval(mix(config_.run.seed ^ 0x5ec466c1ull, task.round, k));
+        if (stage >= 1.0 / 3) {
+          f.secagg_drop = stage < 2.0 / 3 ? SecAggDrop::kDuringUpload : SecAggDrop::kAtUnmasking;
+          drop_at = std::numeric_limits<double>::infinity();
+        }
+      }
     }
     const double offline_at = fleet_->onlineUntil(p, now_);
-    if (offline_at < f.done_at + upload_guess) drop_at = std::min(drop_at, offline_at);
+    if (offline_at < f.done_at + upload_guess) {
+      drop_at = std::min(drop_at, offline_at);
+      f.secagg_drop = SecAggDrop::kNone;  // its window closes first
+    }
+    if (f.secagg_drop == SecAggDrop::kAtUnmasking) unmask_drops_.insert(token);
     if (std::isfinite(drop_at)) {
       push(drop_at, EventKind::kDropOut, token, k);
       if (!task.secagg.on()) {
@@ -863,6 +886,15 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           const double t = f.upload_base + f.mask_s + p.latency_s + f.upload_sent / uploadRate(p);
           f.frame_bytes.push_back(bytes);
           f.chunks.push_back(std::move(a.chunk));
+          if (f.secagg_drop == SecAggDrop::kDuringUpload && f.chunks.size() > f.plan.size() / 2) {
+            // It goes with half its masked chunks sent (none of a one-chunk upload).
+            f.secagg_drop = SecAggDrop::kNone;
+            spdlog::info(
+                "sim: client {} round {}: drops out during its masked upload ({} of {} "
+                "chunks sent)",
+                f.id, f.round, f.chunks.size() - 1, f.plan.size());
+            push(t, EventKind::kDropOut, token, k);
+          }
           push(t, EventKind::kChunk, token, k, static_cast<uint32_t>(f.chunks.size() - 1));
           sessionOf(k).onChunkSent(token, t);
         } else if constexpr (std::is_same_v<T, client::SendSummary>) {
@@ -958,12 +990,20 @@ void Simulator::grant(const engine::SendGrant& g) {
 void Simulator::cancel(const engine::SendCancel& c) {
   tell(c.client, [&](client::ClientSession& s) { s.onCancel(c.cancel, now_); });
   in_flight_.erase(c.cancel.task_token);
+  unmask_drops_.erase(c.cancel.task_token);
 }
 
 void Simulator::rejected(const engine::SendError& e) {
   // A rejected update: the client stops sending.
   tell(e.client, [&](client::ClientSession& s) { s.onCoordinatorError(e.error, now_); });
   in_flight_.erase(e.error.task_token);
+  unmask_drops_.erase(e.error.task_token);
+}
+
+void Simulator::goOffline(uint64_t k) {
+  offline_.insert(k);  // what was on its way to or from it is lost
+  engine_->onBye(idOf(k), now_);
+  push(now_ + config_.sim.rejoin_s, EventKind::kRejoin, 0, k);
 }
 
 void Simulator::handle(const Event& e) {
@@ -973,6 +1013,13 @@ void Simulator::handle(const Event& e) {
     const wire::SecAgg m = std::move(mail->second.second);
     secagg_mail_.erase(mail);
     if (offline_.count(e.client)) return;
+    if (e.kind == EventKind::kSecAggDown && m.step == wire::SecAggStep::kUnmask &&
+        unmask_drops_.erase(m.task_token)) {
+      spdlog::info("sim: client {}: drops out at the unmasking, after its masked upload",
+                   idOf(e.client));
+      goOffline(e.client);  // its update is in the sum; its self mask must be rebuilt
+      return;
+    }
     if (e.kind == EventKind::kSecAggUp) {
       engine_->onSecAgg(idOf(e.client), m, wire::encode(wire::Message(m)).size(), now_);
     } else {
@@ -1027,12 +1074,10 @@ void Simulator::handle(const Event& e) {
       break;
     }
     case EventKind::kDropOut: {
-      const engine::ClientId id = f.id;
       const uint64_t k = f.client;
+      unmask_drops_.erase(e.token);
       in_flight_.erase(it);
-      offline_.insert(k);  // what was on its way to or from it is lost
-      engine_->onBye(id, now_);
-      push(now_ + config_.sim.rejoin_s, EventKind::kRejoin, 0, k);
+      goOffline(k);
       break;
     }
     case EventKind::kRejoin:
