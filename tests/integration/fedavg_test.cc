@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -558,6 +559,18 @@ TEST(Integration, SecAggPlusRoundSurvivesClientsKilledAtTwoStages) {
   auto rc = coord->waitFor(180);
   ASSERT_TRUE(rc.has_value()) << coord->log();
   ASSERT_EQ(*rc, 0) << coord->log();
+  // Client 8's sealed shares reached the coordinator before it stopped: every other client got
+  // the shares of all the neighbours it sealed its own for (client 8 is a neighbour of some),
+  // so client 8 dropped after key sharing, not during it.
+  const std::regex sealed("shares sealed for ([0-9]+) neighbours");
+  const std::regex received("([0-9]+) neighbours' shares received");
+  for (int i = 0; i < 7; ++i) {
+    const std::string log = clients[i]->log();
+    std::smatch s, r;
+    ASSERT_TRUE(std::regex_search(log, s, sealed)) << "client " << i + 1 << ": " << log;
+    ASSERT_TRUE(std::regex_search(log, r, received)) << "client " << i + 1 << ": " << log;
+    EXPECT_EQ(r[1].str(), s[1].str()) << "client " << i + 1;
+  }
 
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
