@@ -151,7 +151,7 @@ double arrive(const Update& u, size_t c, std::vector<float>& scratch) {
 // Receives update `u` as the engine does: every chunk decoded and checked, its payload kept in
 // `log`, then on_chunk(c) with the chunk's values in `scratch`. Returns the update's L2 norm.
 template <typename OnChunk>
-double receive(const Update& up, uint64_t u, engine::PartialLog& log, std::vector<float>& scratch,
+double receive(const Update& up, uint64_t u, PartialLog& log, std::vector<float>& scratch,
                OnChunk&& on_chunk) {
   double sq = 0;
   for (size_t c = 0; c < up.payloads.size(); ++c) {
@@ -164,7 +164,7 @@ double receive(const Update& up, uint64_t u, engine::PartialLog& log, std::vecto
 
 // The norm-bound scales of the round's updates (lower median of the norms, clip beyond M x).
 std::vector<double> scales(const std::vector<double>& norms, double m) {
-  const double median = fedfleet::coordinator::lowerMedian(norms);
+  const double median = fedfleet::engine::lowerMedian(norms);
   std::vector<double> s;
   for (double n : norms) s.push_back(n > m * median && median > 0 ? m * median / n : 1.0);
   return s;
@@ -176,7 +176,7 @@ double totalWeight(const Round& r) {
   return w;
 }
 
-void foldLog(engine::PartialLog& log, uint64_t token, float w, std::vector<float>& sum,
+void foldLog(PartialLog& log, uint64_t token, float w, std::vector<float>& sum,
              std::vector<float>& scratch) {
   check(log.forEach(token, [&](uint64_t off, uint64_t n, std::string_view p) {
     scratch.resize(n);
@@ -188,7 +188,7 @@ void foldLog(engine::PartialLog& log, uint64_t token, float w, std::vector<float
 
 // arrival: fold at once; correct a clipped update at its completion by (scale - 1) x it.
 // The median is taken over the updates completed so far (all the engine could know).
-std::vector<float> arrival(const Round& r, const Options& o, engine::PartialLog& log) {
+std::vector<float> arrival(const Round& r, const Options& o, PartialLog& log) {
   std::vector<float> sum(r.params, 0.0f), scratch;
   std::vector<double> norms;
   for (size_t u = 0; u < r.updates.size(); ++u) {
@@ -207,7 +207,7 @@ std::vector<float> arrival(const Round& r, const Options& o, engine::PartialLog&
 }
 
 // settle: check and keep on arrival; fold everything once at the end.
-std::vector<float> settle(const Round& r, const Options& o, engine::PartialLog& log) {
+std::vector<float> settle(const Round& r, const Options& o, PartialLog& log) {
   std::vector<float> sum(r.params, 0.0f), scratch;
   std::vector<double> norms;
   for (size_t u = 0; u < r.updates.size(); ++u) {
@@ -230,7 +230,7 @@ inline int64_t toFixed(double v) {
   return s >= 9.2e18 ? INT64_MAX / 4 : s <= -9.2e18 ? -INT64_MAX / 4 : static_cast<int64_t>(s);
 }
 
-std::vector<float> fixed(const Round& r, const Options& o, engine::PartialLog& log) {
+std::vector<float> fixed(const Round& r, const Options& o, PartialLog& log) {
   std::vector<int64_t> acc(r.params, 0);
   std::vector<float> scratch;
   std::vector<double> norms;
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
   };
   // One log per strategy for the whole run, as the engine keeps one across rounds (its spare
   // buffers are reused round after round).
-  engine::PartialLog arrival_log(o.bound_mib << 20), settle_log(uint64_t{1} << 40),
+  PartialLog arrival_log(o.bound_mib << 20), settle_log(uint64_t{1} << 40),
       spill_log(o.bound_mib << 20), fixed_log(o.bound_mib << 20);
   for (size_t rep = 0; rep < o.reps; ++rep) {
     arrival_exact &= exact(timed([&] { return arrival(r, o, arrival_log); }, &t_arrival), ref);

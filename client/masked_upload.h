@@ -23,14 +23,16 @@ namespace fedfleet::client {
 double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples, uint64_t steps);
 
 // The weight the driver applies to the whole update: `session_weight` (secAggWeight), or under
-// distributed DP (task.dp_clip > 0) min(1, dp_clip / ||delta||_2), the clip at weight 1.
+// differential privacy (task.dp_clip > 0: dp.mode "central" or "distributed") min(1, dp_clip /
+// ||delta||_2), the clip at weight 1.
 double maskedUploadWeight(const wire::SecAggTask& task, double session_weight, const float* delta,
                           size_t n);
 
 // Encodes values x[0 .. r.elements) (the delta's range `r`) into `payload`: weighted, plus (under
-// distributed DP) N(0, dp_noise_stddev^2) from the masker's private stream for this range (keyed
-// by its noise key, which no share reveals: SecAggClient::privateStream), clipped, quantised and
-// masked. kInvalidArgument when a value is not finite (nothing is encoded).
+// distributed DP; central DP's noise is the coordinator's) N(0, dp_noise_stddev^2) from the
+// masker's private stream for this range (keyed by its noise key, which no share reveals:
+// SecAggClient::privateStream), clipped, quantised and masked. kInvalidArgument when a value is not
+// finite (nothing is encoded).
 Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggTask& task,
                          double weight, uint64_t seed, const ChunkRange& r, const float* x,
                          std::string* payload);

@@ -55,6 +55,13 @@ Status validateDpOptions(const EngineOptions& o) {
                "is not available with dp.mode = \"local\" (each client clips "
                "with the fixed dp.clip_norm)");
   }
+  if (d.central && d.adaptive_clip && o.secagg.enabled) {
+    return bad("adaptive_clip",
+               "is not available with dp.mode = \"central\" under secure aggregation: it "
+               "moves the clip by the noised count of updates within it, and the coordinator "
+               "sees no update's norm (the clients clip; the count would have to travel in the "
+               "masked sum, with noise of its own); use a fixed dp.clip_norm");
+  }
   if (d.distributed && d.adaptive_clip) {
     return bad("adaptive_clip",
                "is not available with dp.mode = \"distributed\" (the noised "

@@ -692,7 +692,8 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   totals.completed = completed;
   totals.registered_clients = clients_.size();
   if (dp_ && !options_.dp.local) {
-    // G = (sum of clipped updates + N(0, (z_D C)^2 I)) / K (engine/central_dp.h).
+    // G = (sum of clipped updates + N(0, (z_D C)^2 I)) / K (engine/central_dp.h). Central
+    // under secure aggregation: the clients clipped, the unmasked sum gets the noise here.
     // Distributed: the clients' noise is in the sum already.
     if (options_.dp.central) dp_->addNoise(sum_.data(), n, round_);
     totals.weight = dp_->denominator();

@@ -226,7 +226,8 @@ bool SynchronousRounds::settleSecurely(double now, std::string* failure) {
       continue;
     }
     // The client weighted its update by min(1, n_k / scale) (client/masked_upload.h); under
-    // distributed DP by its clip scale alone: each counts 1, the average divides by K. The
+    // DP (central or distributed) by its clip scale alone: each counts 1, the average divides
+    // by K. No norm is observed: the coordinator sees none (adaptive clipping is refused). The
     // aggregator records the update as its fold would (FedNova: n_k and a_k in its totals); the
     // fold weight it returns was applied on the client already (FedNova's 1 / a_k).
     p.agg_weight = e_.dp_ ? 1.0 : std::min(p.weight, e_.secagg_->weightScale());

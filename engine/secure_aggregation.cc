@@ -43,11 +43,6 @@ Status validateSecAggOptions(const EngineOptions& o) {
         "needs synchronous rounds (every survivor unmasks together): set "
         "aggregation.async = false");
   if (o.blocks.count > 0) return refuse("does not run with [blocks]");
-  if (o.dp.central) {
-    return refuse(
-        "with dp.mode = \"central\" would need the clip applied on the clients: use "
-        "dp.mode = \"distributed\", which does that");
-  }
   if (o.sample_partitions) return refuse("needs each client to train its own partition");
   if (o.codec != "none" || !o.slow_link_codec.empty()) {
     return refuse(
@@ -84,14 +79,22 @@ Status validateSecAggOptions(const EngineOptions& o) {
 }
 
 SecureAggregation::SecureAggregation(const EngineOptions& options, uint64_t n_params)
-    : options_(options.secagg), n_params_(n_params), max_cohort_(maxCohort(options)) {
+    : options_(options.secagg),
+      n_params_(n_params),
+      max_cohort_(maxCohort(options)),
+      // The assembler keeps no payload of a masked update: its budget is the masked chunks'.
+      in_flight_memory_bytes_(options.partial_buffer_bytes) {
   quant_ = {options_.clip_range, quantRangeOf(options)};
   if (options.aggregator == AggregatorKind::kFedNova) {
     fednova_ = true;
     fednova_momentum_ = options.hparams.momentum;
   }
+  // DP under masks: the coordinator sees no single update to clip, so each client clips its
+  // own to C at weight 1 (validateDpOptions keeps C fixed). Central DP: the coordinator adds
+  // the noise to the unmasked sum (RoundEngine::applyServerStep), the clients none.
+  // Distributed DP: each client adds its share of it, N(0, (z C)^2 / M), M = the quorum.
+  if (options.dp.central || options.dp.distributed) dp_clip_ = options.dp.clip_norm;
   if (options.dp.distributed) {
-    dp_clip_ = options.dp.clip_norm;
     dp_noise_stddev_ = options.dp.noise_multiplier * options.dp.clip_norm /
                        std::sqrt(static_cast<double>(std::max<uint32_t>(options.quorum, 1)));
   }
@@ -122,8 +125,8 @@ void SecureAggregation::startRound(uint64_t round, uint32_t cohort, uint64_t max
   // The engine starts no round of fewer than 2 (SynchronousRounds::startRound), and the
   // defaults hold for any cohort of 2 or more: never a round in the clear.
   FEDFLEET_CHECK(cohort >= 2 && secagg::validateRoundParams(p).isOk());
-  server_ = std::make_unique<secagg::SecAggServer>(p);
-  // Distributed DP: every update weighs 1 (its sensitivity is the clip).
+  server_ = std::make_unique<secagg::SecAggServer>(p, in_flight_memory_bytes_);
+  // Differential privacy: every update weighs 1 (its sensitivity is the clip).
   weight_scale_ = dp_clip_ > 0 ? 1.0 : static_cast<double>(std::max<uint64_t>(max_samples, 1));
   stage_started_ = now;
 }

@@ -14,15 +14,23 @@
 //    still in has answered or stage_timeout_s after it began; a client left out of U2 cannot
 //    mask, and its task is rejected at once;
 //  - stage 3 is the round's upload: masked chunks (uint32 payloads) go into the sum as they
-//    arrive, under the engine's usual checks of offsets and claims; a summary completes one;
+//    arrive, under the engine's usual checks of offsets and claims; a summary completes one.
+//    The chunks of an upload not yet complete are kept to take them back should it never
+//    complete: in memory up to partial_buffer_bytes (coordinator.partial_buffer_mib, whose
+//    PartialLog holds nothing of a masked update), beyond it in a temporary file;
 //  - when the round's uploads end (every task completed or ended, the deadline, or the K-th
 //    completion with over-selection), stage 4 asks the survivors for shares, closing when all
 //    answered or stage_timeout_s later; then the sum is unmasked, decoded, and the round steps
 //    like any FedAvg (or FedNova) round. Too few holders for some client: the round fails (event
 //    "secagg_failed"), the model unchanged.
+// Differential privacy under masks (engine/central_dp.h): the task carries the DP clip C, and
+// each client clips its update to C at weight 1 before quantising (client/masked_upload.h); the
+// unmasked sum is then a sum of clipped updates. dp.mode = "central": the coordinator adds
+// N(0, (z C)^2) to it at the server step, as in the clear; "distributed": each client adds
+// N(0, (z C)^2 / quorum) before masking, and the coordinator none.
 // Not available with it (checkEngineOptions says why): robust aggregators and SCAFFOLD (no
-// single masked sum), asynchronous rounds, blocks,
-// central DP, codecs other than "none", sampled partitions.
+// single masked sum), asynchronous rounds, blocks, adaptive clipping, codecs other than "none",
+// sampled partitions.
 #pragma once
 
 #include <cstdint>
@@ -118,8 +126,9 @@ class SecureAggregation {
   const SecAggOptions options_;
   const uint64_t n_params_;
   const uint32_t max_cohort_;
-  double dp_clip_ = 0;          // distributed DP: each client's L2 clip (0: off)
-  double dp_noise_stddev_ = 0;  // ... and the standard deviation of the noise it adds
+  const uint64_t in_flight_memory_bytes_;  // SecAggServer's in-memory budget of masked chunks
+  double dp_clip_ = 0;          // central or distributed DP: each client's L2 clip (0: off)
+  double dp_noise_stddev_ = 0;  // distributed DP: the standard deviation of the noise it adds
   bool fednova_ = false;        // clients divide their weight by FedNova's a_k
   double fednova_momentum_ = 0;
 

@@ -1,6 +1,8 @@
 #include "common/secagg/secagg_server.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string_view>
 
 #include "common/check.h"
 #include "common/crypto/sha256.h"
@@ -43,7 +45,8 @@ const char* stageName(Stage stage) {
   return "?";
 }
 
-SecAggServer::SecAggServer(const RoundParams& params) : params_(params), graph_(graphOf(params)) {}
+SecAggServer::SecAggServer(const RoundParams& params, uint64_t in_flight_memory_bytes)
+    : params_(params), graph_(graphOf(params)), in_flight_log_(in_flight_memory_bytes) {}
 
 bool SecAggServer::isNeighbourIn(uint32_t i, uint32_t j,
                                  const std::map<uint32_t, KeyAdvert>& set) const {
@@ -163,26 +166,30 @@ Status SecAggServer::onMaskedChunk(uint32_t from, uint64_t offset, const uint32_
     return Status(StatusCode::kFailedPrecondition,
                   name(from) + " sent a masked input it is not expected to send");
   }
-  Upload& u = uploads_[from];
-  if (offset != u.received || n == 0 || n > params_.length - offset) {
+  uint64_t& received = in_flight_[from];
+  if (offset != received || n == 0 || n > params_.length - offset) {
     return invalidArgument(name(from) + " sent masked values [" + std::to_string(offset) + ", " +
                            std::to_string(offset + n) + "), expected the next from " +
-                           std::to_string(u.received) + " of " + std::to_string(params_.length));
+                           std::to_string(received) + " of " + std::to_string(params_.length));
   }
+  // Kept before it is added: a chunk that could not be taken back is never in the sum.
+  FEDFLEET_RETURN_IF_ERROR(in_flight_log_.append(
+      from, offset, n,
+      std::string_view(reinterpret_cast<const char*>(values), n * sizeof(*values))));
   uint32_t* dst = sum_.data() + offset;
   for (size_t i = 0; i < n; ++i) dst[i] += values[i];
-  u.chunks.emplace_back(offset, std::vector<uint32_t>(values, values + n));
-  u.received += n;
+  received += n;
   return Status::ok();
 }
 
 Status SecAggServer::onMaskedDone(uint32_t from) {
   if (stage_ != Stage::kMaskedInput) return outOfStage("a masked input's end", stage_);
-  auto it = uploads_.find(from);
-  if (it == uploads_.end() || it->second.received != params_.length) {
+  auto it = in_flight_.find(from);
+  if (it == in_flight_.end() || it->second != params_.length) {
     return invalidArgument(name(from) + " ended a masked input with values missing");
   }
-  uploads_.erase(it);  // folded for good: nothing of it is kept
+  in_flight_.erase(it);
+  in_flight_log_.erase(from);  // in the sum for good: nothing of it is kept
   complete_.insert(from);
   return Status::ok();
 }
@@ -190,13 +197,25 @@ Status SecAggServer::onMaskedDone(uint32_t from) {
 std::vector<std::pair<uint32_t, UnmaskRequest>> SecAggServer::closeMaskedInput() {
   FEDFLEET_CHECK(stage_ == Stage::kMaskedInput);
   stage_ = Stage::kUnmask;
-  for (auto& [i, u] : uploads_) {  // incomplete: take back what was added
-    for (const auto& [offset, chunk] : u.chunks) {
-      uint32_t* dst = sum_.data() + offset;
-      for (size_t v = 0; v < chunk.size(); ++v) dst[v] -= chunk[v];
+  std::vector<uint32_t> chunk;
+  for (const auto& [i, received] : in_flight_) {  // incomplete: take back what was added
+    Status st = in_flight_log_.forEach(
+        i, [&](uint64_t offset, uint64_t n, std::string_view bytes) -> Status {
+          // As appended by onMaskedChunk, inside the input.
+          FEDFLEET_CHECK(bytes.size() == n * sizeof(uint32_t) && offset + n <= params_.length);
+          chunk.resize(n);
+          std::memcpy(chunk.data(), bytes.data(), bytes.size());
+          uint32_t* dst = sum_.data() + offset;
+          for (uint64_t v = 0; v < n; ++v) dst[v] -= chunk[v];
+          return Status::ok();
+        });
+    if (!st.isOk() && taken_back_.isOk()) {
+      const std::string why = "taking back " + name(i) + "'s incomplete masked input: ";
+      taken_back_ = Status(st.code(), why + st.message());
     }
   }
-  uploads_.clear();
+  in_flight_.clear();
+  in_flight_log_.clear();
   std::vector<std::pair<uint32_t, UnmaskRequest>> out;
   for (uint32_t i : complete_) {
     UnmaskRequest r;
@@ -246,6 +265,7 @@ Result<std::vector<uint32_t>> SecAggServer::finish() {
     return Status(StatusCode::kFailedPrecondition,
                   "no client completed its masked input: nothing to sum");
   }
+  if (!taken_back_.isOk()) return taken_back_;
   // Shares of each secret, by owner and kind.
   std::map<std::pair<uint32_t, bool>, std::vector<Share>> shares;
   for (const auto& [holder, list] : revealed_) {

@@ -16,11 +16,17 @@
 //     addressed to it by U2.
 //  3. Masked input. Client i masks its quantised input x_i (integers mod 2^32):
 //     y_i = x_i + PRG(b_i) + sum_{j in N(i) and U2, j > i} PRG(s_ij) - sum_{j < i} PRG(s_ij),
-//     with s_ij from X25519 and HKDF (both ends compute it) and AES-256-CTR as the PRG. Chunks
-//     of y_i are added to the running sum as they arrive (memory: the sum, plus the chunks of
-//     uploads still in flight, kept to take them back if the upload never completes). No code
-//     path reads one client's upload for anything but that sum. U3: the complete uploads.
-//     An incomplete upload is subtracted again and its client counts as dropped.
+//     with s_ij from X25519 and HKDF (both ends compute it) and AES-256-CTR as the PRG. Each
+//     chunk of y_i is added (mod 2^32) into the one running sum as it arrives; no code path
+//     reads one client's upload for anything but that sum. U3: the complete uploads. An
+//     incomplete upload is subtracted again at the stage's close and its client counts as
+//     dropped. To subtract it, the chunks of each upload still in flight are kept in a
+//     ChunkLog (common/chunk_log.h) until it completes: in memory up to a bound, beyond it in
+//     an unlinked temporary file, so the server's memory is the sum plus at most the bound,
+//     however many uploads are in flight. Nothing cheaper can take an upload back: masked
+//     values are uniform mod 2^32 (incompressible), and the server cannot regenerate them
+//     (it never learns x_i, and of a dropped client it may rebuild the mask key, never b_i).
+//     A completed upload's chunks are forgotten at once.
 //  4. Unmasking. Each client of U3 is asked for its own share of b_i and, for each neighbour j
 //     it holds shares of, for b_j's share if j is in U3 and for j's mask key share if j is in U2
 //     but not U3, never both (the client refuses a second request). U4: the clients that answered.
@@ -41,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/chunk_log.h"
 #include "common/secagg/neighbour_graph.h"
 #include "common/secagg/round_params.h"
 #include "common/secagg/shamir.h"
@@ -52,8 +59,14 @@ const char* stageName(Stage stage);
 
 class SecAggServer {
  public:
-  // Aborts on parameters validateRoundParams refuses (drivers check first).
-  explicit SecAggServer(const RoundParams& params);
+  // The in-memory budget of the masked chunks kept for uploads in flight (the rest spill to a
+  // temporary file) when the driver names none.
+  static constexpr uint64_t kDefaultInFlightMemoryBytes = 64ull << 20;
+
+  // Aborts on parameters validateRoundParams refuses (drivers check first). At most
+  // `in_flight_memory_bytes` of masked chunks of incomplete uploads are held in memory.
+  explicit SecAggServer(const RoundParams& params,
+                        uint64_t in_flight_memory_bytes = kDefaultInFlightMemoryBytes);
 
   Stage stage() const { return stage_; }
   const RoundParams& params() const { return params_; }
@@ -78,14 +91,18 @@ class SecAggServer {
   // Ends stage 2: per client of U2, the sealed shares addressed to it by U2.
   std::vector<std::pair<uint32_t, std::vector<SealedShares>>> closeShareKeys();
 
-  // Stage 3: values [offset, offset + n) of the sender's masked input, added to the sum. Chunks
-  // of one sender are contiguous, starting at 0. kFailedPrecondition out of stage or from a
-  // client not in U2 (or already complete); kInvalidArgument out of order or past the length.
+  // Stage 3: values [offset, offset + n) of the sender's masked input, added to the sum and
+  // kept until the upload completes. Chunks of one sender are contiguous, starting at 0.
+  // kFailedPrecondition out of stage or from a client not in U2 (or already complete);
+  // kInvalidArgument out of order or past the length; kIoError when the chunk cannot be kept
+  // (the spill file): then nothing of it is added, and the caller drops the upload.
   Status onMaskedChunk(uint32_t from, uint64_t offset, const uint32_t* values, size_t n);
-  // The sender says its upload is complete. kInvalidArgument when values are missing.
+  // The sender says its upload is complete: it stays in the sum and its kept chunks are
+  // forgotten. kInvalidArgument when values are missing.
   Status onMaskedDone(uint32_t from);
-  // Ends stage 3: incomplete uploads are taken back out of the sum; per client of U3, which
-  // shares it must reveal.
+  // Ends stage 3: incomplete uploads are taken back out of the sum (should reading a spilled
+  // chunk back fail, finish() fails with that error); per client of U3, which shares it must
+  // reveal.
   std::vector<std::pair<uint32_t, UnmaskRequest>> closeMaskedInput();
 
   // Stage 4: the shares one client of U3 reveals. Each must be one it was asked for, carry its
@@ -103,12 +120,12 @@ class SecAggServer {
   std::array<size_t, 4> stageCounts() const {
     return {adverts_.size(), shared_.size(), complete_.size(), revealed_.size()};
   }
+  // Bytes of masked chunks of incomplete uploads held in memory (at most the budget given at
+  // construction), and spilled to the temporary file this round.
+  uint64_t inFlightMemoryBytes() const { return in_flight_log_.memoryBytes(); }
+  uint64_t inFlightSpilledBytes() const { return in_flight_log_.spilledBytes(); }
 
  private:
-  struct Upload {
-    uint64_t received = 0;
-    std::vector<std::pair<uint64_t, std::vector<uint32_t>>> chunks;  // until complete
-  };
   bool isNeighbourIn(uint32_t i, uint32_t j, const std::map<uint32_t, KeyAdvert>& set) const;
 
   const RoundParams params_;
@@ -117,12 +134,17 @@ class SecAggServer {
 
   std::map<uint32_t, KeyAdvert> adverts_;                    // U1
   std::map<uint32_t, std::vector<SealedShares>> shared_;     // U2: what each sent
-  std::map<uint32_t, Upload> uploads_;                       // in flight
+  std::map<uint32_t, uint64_t> in_flight_;                   // values received, until complete
   std::set<uint32_t> complete_;                              // U3
   std::map<uint32_t, UnmaskRequest> requests_;               // asked in stage 4
   std::map<uint32_t, std::vector<RevealedShare>> revealed_;  // U4
   std::vector<uint32_t> sum_;                                // running sum of masked inputs
   std::set<uint32_t> gone_;                                  // not waited for
+  // The chunks of the uploads in flight, to take back those that never complete.
+  ChunkLog in_flight_log_;
+  // Not ok: an incomplete upload could not be taken back (reading its chunks failed), and
+  // finish() fails with this.
+  Status taken_back_;
 };
 
 }  // namespace fedfleet::secagg

@@ -131,7 +131,7 @@ struct SecAggTask {
   clipRange @5 :Float64;
   quantRange @6 :UInt32;
   weightScale @7 :Float64;  # the update is quantised as (n_samples / weightScale) x delta
-  dpClip @8 :Float64;       # distributed DP: L2 clip of the update, weight 1 (0: off)
+  dpClip @8 :Float64;       # central or distributed DP: L2 clip of the update, weight 1 (0: off)
   dpNoiseStddev @9 :Float64;  # ... and the Gaussian noise each value gets before quantising
   fedNova @10 :Bool;        # the weight is also divided by FedNova's a(steps, fedNovaMomentum)
   fedNovaMomentum @11 :Float64;

@@ -162,9 +162,10 @@ struct SecAggTask {
   double clip_range = 0;
   uint32_t quant_range = 0;
   double weight_scale = 1;
-  // Distributed DP (dp.mode = "distributed"): the update is clipped to L2 norm dp_clip with
-  // weight 1 (weight_scale is 1), and N(0, dp_noise_stddev^2) is added to every value before
-  // it is quantised. 0: off.
+  // Central or distributed DP (dp.mode = "central" / "distributed"): the update is clipped to
+  // L2 norm dp_clip with weight 1 (weight_scale is 1), and N(0, dp_noise_stddev^2) is added to
+  // every value before it is quantised (0 under central DP: the coordinator noises the sum).
+  // dp_clip 0: off.
   double dp_clip = 0;
   double dp_noise_stddev = 0;
   // FedNova (aggregation.method = "fednova"): the weight is also divided by

@@ -1,8 +1,9 @@
 // The weights a client applies to its update under secure aggregation (client/masked_upload.h):
 // n_k / weight_scale capped at 1; under FedNova also divided by a(tau_k, rho) (hand-computed
 // values: a(4, 0) = 4, a(3, 0.5) = 3 - 0.5 (1 - 0.125) / 0.5 all over 0.5 = 4.25); under
-// distributed DP the L2 clip at weight 1. And the secrecy of distributed DP's noise: a full
-// SecAgg+ round in which the coordinator rebuilds what unmasking gives it (every survivor's
+// central or distributed DP the L2 clip at weight 1 (central: with no noise, and a round's
+// unmasked sum is then the sum of the clipped updates). And the secrecy of distributed DP's noise:
+// a full SecAgg+ round in which the coordinator rebuilds what unmasking gives it (every survivor's
 // self-mask seed b_i, a dropped client's mask key and its pairwise seeds) and still cannot
 // regenerate the noise the clients added, so the unmasked sum less anything it can derive is
 // not the noise-free sum.
@@ -69,6 +70,61 @@ TEST(MaskedUpload, DistributedDpClipsAtWeightOne) {
   EXPECT_DOUBLE_EQ(maskedUploadWeight(t, 0.3, delta.data(), 2), 0.4);
   t.dp_clip = 10;
   EXPECT_DOUBLE_EQ(maskedUploadWeight(t, 0.3, delta.data(), 2), 1.0);
+}
+
+// Central DP under SecAgg+: the task (as the coordinator makes it for dp.mode = "central")
+// carries the clip C = 1 and no noise. Three clients, every pair neighbours, run a round through
+// the server: the unmasked sum is the sum of the updates clipped to norm C at weight 1, to
+// within the quantisation (3 x 2c/q = 2.3e-5), so the clip was applied before masking and no
+// noise was added.
+TEST(MaskedUpload, CentralDpClipsBeforeMaskingAndAddsNoNoise) {
+  secagg::RoundParams p;
+  p.round = 1;
+  p.clients = 3;
+  p.neighbours = 2;
+  p.threshold = 2;
+  p.length = 3;
+  p.graph_seed = 5;
+  wire::SecAggTask task = taskOf(1);
+  task.clients = 3;
+  task.dp_clip = 1;
+  task.dp_noise_stddev = 0;
+  const std::vector<std::vector<float>> deltas = {{3, 4, 0}, {0, 0.3f, 0.4f}, {0, 0, -2}};
+  const std::vector<double> want = {0.6, 0.8 + 0.3, 0.4 - 1};  // norms 5, 0.5, 2 clipped to 1
+  secagg::SecAggServer server(p);
+  std::vector<std::unique_ptr<secagg::SecAggClient>> clients;
+  for (uint32_t i = 0; i < p.clients; ++i) {
+    clients.push_back(
+        std::make_unique<secagg::SecAggClient>(p, i, crypto::streamKeyFromSeed("central secagg", i),
+                                               crypto::streamKeyFromSeed("central noise", i)));
+    ASSERT_TRUE(server.onAdvert(i, clients[i]->advertise()).isOk());
+  }
+  for (auto& [i, adverts] : server.closeAdvertise()) {
+    ASSERT_TRUE(server.onSealedShares(i, clients[i]->shareKeys(adverts).value()).isOk());
+  }
+  ChunkRange range;
+  range.elements = p.length;
+  for (auto& [i, sealed] : server.closeShareKeys()) {
+    ASSERT_TRUE(clients[i]->receiveShares(sealed).isOk());
+    const double w = maskedUploadWeight(task, 0.5, deltas[i].data(), p.length);
+    EXPECT_DOUBLE_EQ(w, (std::vector<double>{0.2, 1.0, 0.5})[i]);
+    std::string payload;
+    ASSERT_TRUE(
+        encodeMaskedChunk(*clients[i], task, w, 7 + i, range, deltas[i].data(), &payload).isOk());
+    std::vector<uint32_t> y(p.length);
+    std::memcpy(y.data(), payload.data(), payload.size());
+    ASSERT_TRUE(server.onMaskedChunk(i, 0, y.data(), y.size()).isOk());
+    ASSERT_TRUE(server.onMaskedDone(i).isOk());
+  }
+  for (auto& [i, request] : server.closeMaskedInput()) {
+    ASSERT_TRUE(server.onRevealed(i, clients[i]->unmask(request).value()).isOk());
+  }
+  auto sum = server.finish();
+  ASSERT_TRUE(sum.isOk()) << sum.status().toString();
+  std::vector<float> decoded(p.length);
+  secagg::dequantizeSum({task.clip_range, task.quant_range}, sum->data(), p.length, 3,
+                        decoded.data());
+  for (uint64_t v = 0; v < p.length; ++v) EXPECT_NEAR(decoded[v], want[v], 3e-5) << v;
 }
 
 // Distributed DP under SecAgg+: 5 clients, every pair neighbours (k = 4, t = 3); client 4 shares

@@ -270,6 +270,12 @@ TEST(CentralDp, CombinationsThatCannotWorkAreRefusedWithTheReason) {
        },
        "must exceed dp.noise_multiplier / 2"},
       {[](EngineOptions& o) { o.dp.target_epsilon = 1e-6; }, "allows no round"},
+      {[](EngineOptions& o) {
+         o.dp.adaptive_clip = true;
+         o.dp.count_stddev = 1;
+         o.secagg.enabled = true;  // the clients clip: no norm to count
+       },
+       "adaptive_clip' is not available with dp.mode = \"central\" under secure aggregation"},
       {[](EngineOptions& o) { o.blocks.count = 2; }, "[blocks]"},
   };
   for (const auto& c : cases) {

@@ -1,14 +1,14 @@
-#include "engine/partial_log.h"
+#include "common/chunk_log.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-namespace fedfleet::engine {
+namespace fedfleet {
 
-Status PartialLog::append(uint64_t token, uint64_t offset, uint64_t elements,
-                          std::string_view payload) {
+Status ChunkLog::append(uint64_t token, uint64_t offset, uint64_t elements,
+                        std::string_view payload) {
   Record r;
   r.offset = offset;
   r.elements = elements;
@@ -41,8 +41,8 @@ Status PartialLog::append(uint64_t token, uint64_t offset, uint64_t elements,
   return Status::ok();
 }
 
-Status PartialLog::forEach(uint64_t token,
-                           const std::function<Status(uint64_t, uint64_t, std::string_view)>& fn) {
+Status ChunkLog::forEach(uint64_t token,
+                         const std::function<Status(uint64_t, uint64_t, std::string_view)>& fn) {
   auto it = records_.find(token);
   if (it == records_.end()) return Status::ok();
   std::string buffer;
@@ -62,7 +62,7 @@ Status PartialLog::forEach(uint64_t token,
   return Status::ok();
 }
 
-void PartialLog::recycle(std::vector<Record>& records) {
+void ChunkLog::recycle(std::vector<Record>& records) {
   for (Record& r : records) {
     if (r.file_pos >= 0) continue;
     in_memory_ -= r.payload.size();
@@ -74,14 +74,14 @@ void PartialLog::recycle(std::vector<Record>& records) {
   }
 }
 
-void PartialLog::erase(uint64_t token) {
+void ChunkLog::erase(uint64_t token) {
   auto it = records_.find(token);
   if (it == records_.end()) return;
   recycle(it->second);
   records_.erase(it);
 }
 
-void PartialLog::clear() {
+void ChunkLog::clear() {
   for (auto& [token, records] : records_) recycle(records);
   records_.clear();
   in_memory_ = 0;
@@ -92,4 +92,4 @@ void PartialLog::clear() {
   }
 }
 
-}  // namespace fedfleet::engine
+}  // namespace fedfleet
