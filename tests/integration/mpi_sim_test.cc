@@ -21,7 +21,7 @@ namespace fedfleet {
 namespace {
 
 const std::string kBinary = FEDFLEET_BINARY;
-constexpr uint32_t kRounds = 8;
+constexpr uint32_t kRounds = 16;  // long enough that a kill after round 2 lands mid-run
 
 // Dropouts and rejoins, a biased codec whose error-feedback residuals stay on rank 0, and
 // federated evaluation (a client-side evaluation inside each training job).
