@@ -173,9 +173,9 @@ const std::vector<GoldenCase>& goldenCases() {
 }
 
 using testing::Db;
-using testing::TableDigest;
 using testing::digestTable;
 using testing::rowOrder;
+using testing::TableDigest;
 
 // "case table" -> digest, as the committed file holds them: "case table rows sha256" lines;
 // lines starting with '#' are comments.

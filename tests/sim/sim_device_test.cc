@@ -46,8 +46,7 @@ TEST(SimDevice, CudaWithoutADeviceStopsTheStartNamingTheKey) {
   auto sim = FleetSimulator::create(job("cuda", "cuda"));
   ASSERT_FALSE(sim.isOk());
   EXPECT_EQ(sim.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(sim.status().message().find("sim.device"), std::string::npos)
-      << sim.status().message();
+  EXPECT_NE(sim.status().message().find("sim.device"), std::string::npos) << sim.status().message();
   // A worker (an MPI rank) refuses the same device the same way.
   EXPECT_EQ(deviceOf("cuda").status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(deviceOf("cpu").isOk());
