@@ -22,6 +22,7 @@
 #include "common/compress/codec.h"
 #include "common/config/config.h"
 #include "common/wire/messages.h"
+#include "common/wire/sim_job.h"
 
 namespace fedfleet::fuzz {
 namespace {
@@ -217,6 +218,32 @@ void writeWire(CorpusWriter& w) {
   std::string cut = singleFrame(task);
   cut.resize(cut.size() / 2 + 1);
   w.write("wire", "task_truncated", cut);
+
+  // The simulator's worker jobs and results (common/wire/sim_job.h), decoded from the same input.
+  const auto floats = [](std::initializer_list<float> v) {
+    return std::make_shared<const std::string>(reinterpret_cast<const char*>(v.begin()),
+                                               v.size() * sizeof(float));
+  };
+  wire::SimTrainJob train;
+  train.client = 7;
+  train.recipe = {"mlp", "", 3, {1, 28, 28}, 10, wire::Loss::kCrossEntropy, "cpu"};
+  train.start = floats({1.0f, -2.0f, 0.5f});
+  train.scaffold = true;
+  train.control_c = floats({0.1f, 0.2f, 0.3f});
+  train.control_ck = {0.0f, 0.5f, -0.5f};
+  train.fed_eval = true;
+  train.served = floats({3.0f, 2.0f, 1.0f});
+  w.write("wire", "sim_train_job", std::string(1, '\0') + wire::encodeSimJob(train));
+  wire::SimEvalJob eval{train.recipe, floats({1.0f}), 0, 500, 250};
+  w.write("wire", "sim_eval_job", std::string(1, '\0') + wire::encodeSimJob(eval));
+  wire::SimTrainResult result;
+  result.steps = 9;
+  result.delta = {0.25f, -0.125f};
+  result.fed_evaluation = wire::SimEvaluation{Status::ok(), 40, 0.7, 0.5, {{"mae", 0.2}}};
+  w.write("wire", "sim_train_result", std::string(1, '\0') + wire::encodeSimJobResult(result));
+  wire::SimEvalResult pieces;
+  pieces.pieces.push_back({250, 120.5, 200, true, {}});
+  w.write("wire", "sim_eval_result", std::string(1, '\0') + wire::encodeSimJobResult(pieces));
 }
 
 // ----- payload ---------------------------------------------------------------------------------

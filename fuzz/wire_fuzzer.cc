@@ -1,5 +1,6 @@
 // Fuzzes the wire decoders of common/wire/messages.h: decode() of one frame, and decodeFrames()
-// of a frame with an optional model frame, as the transport delivers them. Whatever decodes must
+// of a frame with an optional model frame, as the transport delivers them; and, from the same
+// frame, the simulator's job decoders of common/wire/sim_job.h. Whatever decodes must
 // encode and decode again, and the second encoding must be the bytes of the first (the decoded
 // message loses nothing encode() writes). Any input must come back as a Status, never a crash.
 // Whatever decodes also goes through checkClientMessage() (common/wire/limits.h), as the
@@ -22,6 +23,7 @@
 
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
+#include "common/wire/sim_job.h"
 #include "fuzz/fuzz_input.h"
 
 namespace fedfleet::wire {
@@ -77,6 +79,34 @@ void checkFramesRoundTrip(const Message& first) {
   FUZZ_CHECK(second.model == frames.model, "the model frame changed");
 }
 
+// The simulator's worker jobs and results (common/wire/sim_job.h) from the same bytes: refused
+// as kCorrupt or kResourceExhausted, or decoded, and then what encodes again decodes to the
+// same bytes.
+void checkSimJobs(std::string_view bytes, const DecodeLimits& limits) {
+  const auto refusedWell = [](const Status& st) {
+    FUZZ_CHECK(st.code() == StatusCode::kCorrupt || st.code() == StatusCode::kResourceExhausted,
+               st.toString().c_str());
+  };
+  Result<SimJob> job = decodeSimJob(bytes, limits);
+  if (job.isOk()) {
+    const std::string once = encodeSimJob(*job);
+    Result<SimJob> again = decodeSimJob(once);
+    FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
+    FUZZ_CHECK(encodeSimJob(*again) == once, "a simulator job changed in a round trip");
+  } else {
+    refusedWell(job.status());
+  }
+  Result<SimJobResult> result = decodeSimJobResult(bytes, limits);
+  if (result.isOk()) {
+    const std::string once = encodeSimJobResult(*result);
+    Result<SimJobResult> again = decodeSimJobResult(once);
+    FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
+    FUZZ_CHECK(encodeSimJobResult(*again) == once, "a simulator result changed in a round trip");
+  } else {
+    refusedWell(result.status());
+  }
+}
+
 }  // namespace
 }  // namespace fedfleet::wire
 
@@ -110,6 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    single.status().code() == fedfleet::StatusCode::kResourceExhausted,
                single.status().toString().c_str());
   }
+
+  checkSimJobs(frame, limits);
 
   Result<Message> framed = decodeFrames(frame, std::move(model_frame), limits);
   if (framed.isOk()) {

@@ -35,7 +35,7 @@ template <typename Builder>
 void setFloats(Builder list, const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) list.set(static_cast<unsigned>(i), v[i]);
 }
-std::vector<float> floatsOf(capnp::List<float>::Reader list) {
+std::vector<float> floatsOf(capnp::List<float>::Reader list) {  // bounded by the caller
   std::vector<float> out(list.size());
   for (unsigned i = 0; i < list.size(); ++i) out[i] = list[i];
   return out;
@@ -152,8 +152,31 @@ std::string serialise(Fill fill) {
 
 // ---- reading ---------------------------------------------------------------------------------
 
-Result<SimModelRecipe> readRecipe(schema::SimModelRecipe::Reader r) {
+// A list of zero-sized structs (or a primitive list read from one) can claim millions of
+// elements in a few bytes, and several pointers may name the same list; Cap'n Proto's traversal
+// limit lets through about one element a word. So every list draws on one budget, the bytes
+// that carry the message, before anything is built: an honest list of n floats takes 4n of
+// them, of n structs at least 8n, and the lists of one message never take more than it has.
+class ListBudget {
+ public:
+  explicit ListBudget(size_t message_bytes) : left_(message_bytes), total_(message_bytes) {}
+  Status take(const char* what, size_t n, size_t bytes_each) {
+    if (n > left_ / bytes_each) {
+      return corrupt(std::string("simulator message: a list of ") + std::to_string(n) + " " + what +
+                     " more than its " + std::to_string(total_) + " bytes can hold");
+    }
+    left_ -= n * bytes_each;
+    return Status::ok();
+  }
+
+ private:
+  size_t left_;
+  const size_t total_;
+};
+
+Result<SimModelRecipe> readRecipe(schema::SimModelRecipe::Reader r, ListBudget& bound) {
   SimModelRecipe out;
+  FEDFLEET_RETURN_IF_ERROR(bound.take("shape dimensions", r.getSampleShape().size(), 8));
   out.name = r.getName();
   out.path = r.getPath();
   out.seed = r.getSeed();
@@ -175,19 +198,20 @@ Status readStatus(schema::SimStatus::Reader r) {
 }
 
 template <typename Reader>
-std::vector<std::pair<std::string, double>> readMetrics(Reader list) {
+Result<std::vector<std::pair<std::string, double>>> readMetrics(Reader list, ListBudget& bound) {
+  FEDFLEET_RETURN_IF_ERROR(bound.take("metrics", list.size(), 8));
   std::vector<std::pair<std::string, double>> out;
   for (auto m : list) out.emplace_back(m.getName(), m.getValue());
   return out;
 }
 
-SimEvaluation readEvaluation(schema::SimEvaluation::Reader r) {
+Result<SimEvaluation> readEvaluation(schema::SimEvaluation::Reader r, ListBudget& bound) {
   SimEvaluation e;
   e.status = readStatus(r.getStatus());
   e.n = r.getN();
   e.loss = r.getLoss();
   if (r.getHasAccuracy()) e.accuracy = r.getAccuracy();
-  e.metrics = readMetrics(r.getMetrics());
+  FEDFLEET_ASSIGN_OR_RETURN(e.metrics, readMetrics(r.getMetrics(), bound));
   return e;
 }
 
@@ -199,10 +223,10 @@ Status checkFloatBytes(const char* what, size_t n) {
   return Status::ok();
 }
 
-Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r) {
+Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r, ListBudget& bound) {
   SimTrainJob j;
   j.client = r.getClient();
-  FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe()));
+  FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe(), bound));
   j.epochs = r.getEpochs();
   j.max_steps = r.getMaxSteps();
   j.batch_size = r.getBatchSize();
@@ -221,6 +245,7 @@ Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r) {
   if (j.scaffold) {
     j.control_c = sharedBytesOf(r.getControlC());
     FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("control variate", j.control_c->size()));
+    FEDFLEET_RETURN_IF_ERROR(bound.take("control values", r.getControlCk().size(), 4));
     j.control_ck = floatsOf(r.getControlCk());
   }
   j.fed_eval = r.getFedEval();
@@ -231,9 +256,9 @@ Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r) {
   return j;
 }
 
-Result<SimEvalJob> readEvalJob(schema::SimEvalJob::Reader r) {
+Result<SimEvalJob> readEvalJob(schema::SimEvalJob::Reader r, ListBudget& bound) {
   SimEvalJob j;
-  FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe()));
+  FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe(), bound));
   j.params = sharedBytesOf(r.getParams());
   FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("model", j.params->size()));
   j.begin = r.getBegin();
@@ -246,31 +271,39 @@ Result<SimEvalJob> readEvalJob(schema::SimEvalJob::Reader r) {
   return j;
 }
 
-Result<SimTrainResult> readTrainResult(schema::SimTrainResult::Reader r) {
+Result<SimTrainResult> readTrainResult(schema::SimTrainResult::Reader r, ListBudget& bound) {
   SimTrainResult out;
   out.status = readStatus(r.getStatus());
   out.steps = r.getSteps();
   out.stopped_early = r.getStoppedEarly();
   out.mean_loss = r.getMeanLoss();
   out.sum_sq_loss = r.getSumSqLoss();
+  FEDFLEET_RETURN_IF_ERROR(bound.take("delta values", r.getDelta().size(), 4));
+  FEDFLEET_RETURN_IF_ERROR(bound.take("control values", r.getControlDelta().size(), 4));
   out.delta = floatsOf(r.getDelta());
   out.control_delta = floatsOf(r.getControlDelta());
-  if (r.getHasFedEvaluation()) out.fed_evaluation = readEvaluation(r.getFedEvaluation());
-  if (r.getHasServedEvaluation()) out.served_evaluation = readEvaluation(r.getServedEvaluation());
+  if (r.getHasFedEvaluation()) {
+    FEDFLEET_ASSIGN_OR_RETURN(out.fed_evaluation, readEvaluation(r.getFedEvaluation(), bound));
+  }
+  if (r.getHasServedEvaluation()) {
+    FEDFLEET_ASSIGN_OR_RETURN(out.served_evaluation,
+                              readEvaluation(r.getServedEvaluation(), bound));
+  }
   out.wall_seconds = r.getWallSeconds();
   return out;
 }
 
-SimEvalResult readEvalResult(schema::SimEvalResult::Reader r) {
+Result<SimEvalResult> readEvalResult(schema::SimEvalResult::Reader r, ListBudget& bound) {
   SimEvalResult out;
   out.status = readStatus(r.getStatus());
+  FEDFLEET_RETURN_IF_ERROR(bound.take("evaluation pieces", r.getPieces().size(), 8));
   for (auto p : r.getPieces()) {
     SimEvalPiece piece;
     piece.n = p.getN();
     piece.loss_sum = p.getLossSum();
     piece.correct = p.getCorrect();
     piece.has_accuracy = p.getHasAccuracy();
-    piece.metric_sums = readMetrics(p.getMetricSums());
+    FEDFLEET_ASSIGN_OR_RETURN(piece.metric_sums, readMetrics(p.getMetricSums(), bound));
     out.pieces.push_back(std::move(piece));
   }
   return out;
@@ -299,15 +332,17 @@ std::string encodeSimJobResult(const SimJobResult& result) {
 }
 
 Result<SimJob> decodeSimJob(std::string_view bytes, const DecodeLimits& limits) {
+  ListBudget bound(bytes.size());
   return readFlat<schema::SimJobEnvelope, SimJob>(
-      bytes, limits, "simulator message", [](schema::SimJobEnvelope::Reader e) -> Result<SimJob> {
+      bytes, limits, "simulator message",
+      [&bound](schema::SimJobEnvelope::Reader e) -> Result<SimJob> {
         switch (e.which()) {
           case schema::SimJobEnvelope::TRAIN: {
-            FEDFLEET_ASSIGN_OR_RETURN(SimTrainJob j, readTrainJob(e.getTrain()));
+            FEDFLEET_ASSIGN_OR_RETURN(SimTrainJob j, readTrainJob(e.getTrain(), bound));
             return SimJob(std::move(j));
           }
           case schema::SimJobEnvelope::EVAL: {
-            FEDFLEET_ASSIGN_OR_RETURN(SimEvalJob j, readEvalJob(e.getEval()));
+            FEDFLEET_ASSIGN_OR_RETURN(SimEvalJob j, readEvalJob(e.getEval(), bound));
             return SimJob(std::move(j));
           }
           default:
@@ -317,16 +352,19 @@ Result<SimJob> decodeSimJob(std::string_view bytes, const DecodeLimits& limits) 
 }
 
 Result<SimJobResult> decodeSimJobResult(std::string_view bytes, const DecodeLimits& limits) {
+  ListBudget bound(bytes.size());
   return readFlat<schema::SimJobEnvelope, SimJobResult>(
       bytes, limits, "simulator message",
-      [](schema::SimJobEnvelope::Reader e) -> Result<SimJobResult> {
+      [&bound](schema::SimJobEnvelope::Reader e) -> Result<SimJobResult> {
         switch (e.which()) {
           case schema::SimJobEnvelope::TRAIN_RESULT: {
-            FEDFLEET_ASSIGN_OR_RETURN(SimTrainResult r, readTrainResult(e.getTrainResult()));
+            FEDFLEET_ASSIGN_OR_RETURN(SimTrainResult r, readTrainResult(e.getTrainResult(), bound));
             return SimJobResult(std::move(r));
           }
-          case schema::SimJobEnvelope::EVAL_RESULT:
-            return SimJobResult(readEvalResult(e.getEvalResult()));
+          case schema::SimJobEnvelope::EVAL_RESULT: {
+            FEDFLEET_ASSIGN_OR_RETURN(SimEvalResult r, readEvalResult(e.getEvalResult(), bound));
+            return SimJobResult(std::move(r));
+          }
           default:
             return corrupt("simulator message is not a job's result");
         }

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -175,6 +177,25 @@ TEST(SimJob, BytesThatAreNotAJobAreRefused) {
   // An evaluation of a range that ends before it starts.
   SimEvalJob backwards{recipe(), floatBytes({1.0f}), 10, 5, 250};
   EXPECT_EQ(decodeSimJob(encodeSimJob(backwards)).status().code(), StatusCode::kCorrupt);
+}
+
+// Found by the wire fuzzer: 128 bytes whose lists claim millions of zero-sized elements, which
+// decoded to a result that encodes to over 400 MB. Every list now draws on the bytes that carry
+// the message, so such bytes are refused before anything is built.
+TEST(SimJob, ListsThatClaimMoreThanTheirBytesAreRefused) {
+  for (const char* name : {"sim_list_amplification", "sim_list_amplification_2"}) {
+    std::ifstream in(std::string(FEDFLEET_SOURCE_DIR) + "/fuzz/corpus/wire/" + name,
+                     std::ios::binary);
+    const std::string seed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(seed.size(), 1u) << name;
+    ASSERT_EQ(seed[0] & 1, 0) << name;  // the fuzzer's control byte: one frame follows
+    const std::string_view frame(seed.data() + 1, seed.size() - 1);
+    auto result = decodeSimJobResult(frame);  // an evaluation result: pieces or metrics
+    ASSERT_FALSE(result.isOk()) << name;
+    EXPECT_EQ(result.status().code(), StatusCode::kCorrupt) << name;
+    EXPECT_NE(result.status().message().find("bytes can hold"), std::string::npos)
+        << result.status().message();
+  }
 }
 
 }  // namespace
