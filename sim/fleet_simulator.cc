@@ -116,23 +116,7 @@ struct EvalPiece {
   std::vector<std::pair<std::string, double>> metric_sums;  // each metric * n, in order
 
   // Adds one evaluation's figures (pieces of one model's evaluation: the same metrics).
-  void add(const model::EvalResult& r) {
-    const auto rn = static_cast<double>(r.n);
-    n += r.n;
-    loss_sum += r.loss * rn;
-    if (r.accuracy) {
-      has_accuracy = true;
-      correct += static_cast<uint64_t>(std::llround(*r.accuracy * rn));
-    }
-    const auto named = model::namedMetrics(r);
-    if (metric_sums.empty()) {
-      for (const auto& [name, v] : named) metric_sums.emplace_back(name, v * rn);
-    } else {
-      for (size_t i = 0; i < named.size() && i < metric_sums.size(); ++i) {
-        metric_sums[i].second += named[i].second * rn;
-      }
-    }
-  }
+  void add(const model::EvalResult& r) { add(from(pieceOf(r))); }
   // One piece's sums as a worker job reports them (sim/sim_jobs.h).
   static EvalPiece from(const wire::SimEvalPiece& p) {
     EvalPiece e;
@@ -694,6 +678,19 @@ void Simulator::dispatch(engine::SendTask& st) {
   runSession(k);
 }
 
+// Waits for a remote worker's answer to `what` and decodes it as a result of kind T (an
+// answer of another kind is kInternal: the ranks disagree about the protocol).
+template <typename T>
+Result<T> awaitRemote(std::future<Result<std::string>>& reply, const char* what) {
+  FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, reply.get());
+  FEDFLEET_ASSIGN_OR_RETURN(wire::SimJobResult got, wire::decodeSimJobResult(bytes));
+  T* r = std::get_if<T>(&got);
+  if (r == nullptr)
+    return internalError(std::string("an MPI worker answered ") + what +
+                         " with the result of another kind of job");
+  return std::move(*r);
+}
+
 // A client-side evaluation as a worker job reports it, as the client's session takes it.
 Result<client::ServedEvaluation> servedEvaluationOf(const wire::SimEvaluation& e) {
   if (!e.status.isOk()) return e.status;
@@ -800,11 +797,9 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
     auto reply = std::make_shared<std::future<Result<std::string>>>(
         remote_->submit(wire::encodeSimJob(*job)));
     f.result = pool_->submit([reply, finish]() -> Result<TrainOutcome> {
-      FEDFLEET_ASSIGN_OR_RETURN(std::string bytes, reply->get());
-      FEDFLEET_ASSIGN_OR_RETURN(wire::SimJobResult got, wire::decodeSimJobResult(bytes));
-      auto* t = std::get_if<wire::SimTrainResult>(&got);
-      if (t == nullptr) return internalError("an MPI worker answered a training job with another");
-      return finish(std::move(*t));
+      FEDFLEET_ASSIGN_OR_RETURN(wire::SimTrainResult t,
+                                awaitRemote<wire::SimTrainResult>(*reply, "a training job"));
+      return finish(std::move(t));
     });
   } else {
     const FleetData* data = data_.get();
@@ -1111,14 +1106,10 @@ void Simulator::submitEvaluation(const engine::Evaluate& ev) {
       auto reply = std::make_shared<std::future<Result<std::string>>>(
           remote_->submit(wire::encodeSimJob(job)));
       pe.pieces.push_back(pool_->submit([reply]() -> Result<std::vector<wire::SimEvalPiece>> {
-        FEDFLEET_ASSIGN_OR_RETURN(std::string got, reply->get());
-        FEDFLEET_ASSIGN_OR_RETURN(wire::SimJobResult r, wire::decodeSimJobResult(got));
-        auto* e = std::get_if<wire::SimEvalResult>(&r);
-        if (e == nullptr) {
-          return internalError("an MPI worker answered an evaluation job with another");
-        }
-        FEDFLEET_RETURN_IF_ERROR(e->status);
-        return std::move(e->pieces);
+        FEDFLEET_ASSIGN_OR_RETURN(wire::SimEvalResult e,
+                                  awaitRemote<wire::SimEvalResult>(*reply, "an evaluation job"));
+        FEDFLEET_RETURN_IF_ERROR(e.status);
+        return std::move(e.pieces);
       }));
     } else {
       auto params = ev.params;

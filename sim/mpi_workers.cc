@@ -96,12 +96,18 @@ Result<std::string> receive(const MPI_Status& probed) {
   return bytes;
 }
 
-// Sends without blocking inside MPI (the wait polls), so a rank never spins a core.
-Status sendPolling(const std::string& bytes, int to, int tag) {
+// OK when `bytes` fit one MPI message (an int count of bytes).
+Status fitsOneMessage(const std::string& bytes) {
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     return resourceExhausted("a simulator job of " + std::to_string(bytes.size()) +
                              " bytes is over MPI's 2 GiB message limit");
   }
+  return Status::ok();
+}
+
+// Sends without blocking inside MPI (the wait polls), so a rank never spins a core.
+Status sendPolling(const std::string& bytes, int to, int tag) {
+  FEDFLEET_RETURN_IF_ERROR(fitsOneMessage(bytes));
   MPI_Request req;
   int rc = MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to, tag,
                      MPI_COMM_WORLD, &req);
@@ -193,10 +199,8 @@ class MpiWorkers final : public RemoteWorkers {
         busy[r] = std::move(waiting.front());
         waiting.pop_front();
         const std::string& bytes = busy[r]->job;
-        if (bytes.size() > static_cast<size_t>(INT_MAX)) {
-          busy[r]->reply.set_value(resourceExhausted("a simulator job of " +
-                                                     std::to_string(bytes.size()) +
-                                                     " bytes is over MPI's 2 GiB message limit"));
+        if (Status fits = fitsOneMessage(bytes); !fits.isOk()) {
+          busy[r]->reply.set_value(fits);
           busy[r].reset();
           continue;
         }
