@@ -21,13 +21,17 @@
 # on as many threads, measured in the same run.
 # Goals: mlp_ratio <= 0.3, cnn_ratio <= 0.45, cnn_gemm_fraction >= 0.5, |acc gaps| <= 1.5, sim
 # RSS below the Python loop's (flops_fraction is reported, not a gate).
-# Environment: BUILD_DIR (default build), ROUNDS (20), CNN_PROBE_ROUNDS (3).
+# Environment: BUILD_DIR (default build), ROUNDS (20), CNN_PROBE_ROUNDS (3), BATCH (0; 1: the
+# simulator trains each round's clients batched, sim.batch_clients = true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 ROUNDS=${ROUNDS:-20}
 CNN_PROBE_ROUNDS=${CNN_PROBE_ROUNDS:-3}
+BATCH=${BATCH:-0}
+SIM_EXTRA=()
+if [ "$BATCH" = 1 ]; then SIM_EXTRA=(--set sim.batch_clients=true); fi
 source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/sim_vs_pytorch.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -47,7 +51,7 @@ sim_run() {  # model -> db; peak RSS KiB in db.rss
     --clients 100 --clients-per-round 10 --rounds "$ROUNDS" --fleet uniform --workers 0 \
     --db "$db" --set data.partition=\"dirichlet\" --set data.alpha=0.5 --set train.epochs=1 \
     --set train.batch=32 --set train.lr=0.05 --set coordinator.deadline_s=100000 \
-    > "$WORK/sim-$1.log" 2>&1 || { cat "$WORK/sim-$1.log" >&2; exit 1; }
+    "${SIM_EXTRA[@]}" > "$WORK/sim-$1.log" 2>&1 || { cat "$WORK/sim-$1.log" >&2; exit 1; }
   echo "$db"
 }
 

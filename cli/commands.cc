@@ -14,13 +14,16 @@
 #include "cli/history_command.h"
 #include "cli/model_command.h"
 #include "client/client_runtime.h"
+#include "client/peer_runtime.h"
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
 #include "common/model/data_files.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/peer_coordinator.h"
 #include "sim/fleet_simulator.h"
 #include "sim/mpi_workers.h"
+#include "sim/peer_simulator.h"
 
 namespace fedfleet::cli {
 namespace {
@@ -28,13 +31,19 @@ namespace {
 std::atomic<bool> g_stop{false};
 coordinator::CoordinatorService* g_coordinator = nullptr;
 client::ClientRuntime* g_client = nullptr;
+coordinator::PeerCoordinator* g_peer_coordinator = nullptr;
+client::PeerRuntime* g_peer = nullptr;
 sim::FleetSimulator* g_sim = nullptr;
+sim::PeerSimulator* g_peer_sim = nullptr;
 
 void onSignal(int) {
   g_stop.store(true);
   if (g_coordinator) g_coordinator->stop();
   if (g_client) g_client->stop();
+  if (g_peer_coordinator) g_peer_coordinator->stop();
+  if (g_peer) g_peer->stop();
   if (g_sim) g_sim->stop();
+  if (g_peer_sim) g_peer_sim->stop();
 }
 
 // SIGHUP: the coordinator re-reads its allow-list (others ignore it).
@@ -135,6 +144,99 @@ void addFlagOverride(CLI::App* app, std::vector<std::string>& overrides, const s
       flag, [&overrides, key] { overrides.push_back(key + "=true"); }, help + " (" + key + ")");
 }
 
+// Writes `endpoint` to `path` (when set) after binding, atomically, so that a script that waits
+// for the file can connect at once.
+void writeEndpointFile(const std::string& path, const std::string& endpoint) {
+  if (path.empty() || endpoint.empty()) return;
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << endpoint << "\n";
+  std::filesystem::rename(tmp, path);
+}
+
+// `fedfleet coordinator` with policy.mode = "decentralized": the peers' rendezvous, Prague's
+// group generator and the history (coordinator/peer_coordinator.h).
+int runPeerCoordinator(const config::Config& config, const std::string& endpoint_file) {
+  auto service = coordinator::PeerCoordinator::create(config);
+  if (!service.isOk()) {
+    std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
+    return service.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  writeEndpointFile(endpoint_file, (*service)->boundEndpoint());
+  g_peer_coordinator = service->get();
+  installSignalHandlers();
+  Status st = (*service)->run();
+  g_peer_coordinator = nullptr;
+  if (!st.isOk()) {
+    std::cerr << "fedfleet coordinator: " << st.toString() << "\n";
+    return 1;
+  }
+  std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
+            << (*service)->runId() << ")\n";
+  return 0;
+}
+
+// `fedfleet peer`: one peer of a decentralised run (client/peer_runtime.h).
+int runPeer(const ConfigFlags& f, const std::vector<std::string>& overrides, uint32_t index,
+            const std::string& listen, const std::string& allow_dir, bool insecure_flag) {
+  config::Config config;
+  Status st = buildConfig(f, overrides, config);
+  if (!st.isOk()) {
+    std::cerr << "fedfleet peer: " << st.message() << "\n";
+    return 2;
+  }
+  const auto& cc = config.client;
+  client::PeerRuntimeOptions o;
+  o.index = index;
+  o.config = config;
+  o.device = cc.device;
+  o.threads = cc.threads;
+  o.coordinator.endpoint = cc.coordinator;
+  o.mesh.listen_endpoint = listen;
+  // The peers watch each other with coordinator.liveness_s, beating six times per period.
+  o.mesh.heartbeat_timeout_ms = static_cast<int>(config.coordinator.liveness_s * 1000);
+  o.mesh.heartbeat_interval_ms = std::max(1, o.mesh.heartbeat_timeout_ms / 6);
+  o.coordinator_silence_s = std::max(30.0, 5 * config.coordinator.liveness_s);
+  o.register_timeout_s = config.coordinator.wait_clients_s;
+  const std::string name = "peer-" + std::to_string(index);
+  const bool insecure = insecure_flag || config.coordinator.insecure;
+  o.coordinator.insecure = o.mesh.insecure = insecure;
+  if (insecure) {
+    spdlog::warn("--insecure: this peer talks to the coordinator and its peers in plain text");
+    o.coordinator.routing_id = name;  // all an insecure coordinator has to know it by
+  } else {
+    auto keys = transport::readKeyPair(cc.keys_dir, name);
+    if (!keys.isOk()) {
+      std::cerr << "fedfleet peer: " << keys.status().message()
+                << " (create keys with `fedfleet keygen --dir " << cc.keys_dir << " --name " << name
+                << "`)\n";
+      return 2;
+    }
+    auto server_key = transport::readPublicKeyFile(cc.keys_dir + "/coordinator.key");
+    if (!server_key.isOk()) {
+      std::cerr << "fedfleet peer: coordinator public key: " << server_key.status().message()
+                << "\n";
+      return 2;
+    }
+    o.coordinator.client_keys = o.mesh.keys = *keys;
+    o.coordinator.server_public_key = *server_key;
+    o.mesh.allow_dir = allow_dir.empty() ? cc.keys_dir + "/clients" : allow_dir;
+  }
+  auto rt = client::PeerRuntime::create(o);
+  if (!rt.isOk()) {
+    std::cerr << "fedfleet peer: " << rt.status().toString() << "\n";
+    return rt.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  g_peer = rt->get();
+  installSignalHandlers();
+  st = (*rt)->run();
+  g_peer = nullptr;
+  if (!st.isOk()) {
+    std::cerr << "fedfleet peer: " << st.toString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrides,
                    const std::string& endpoint_file) {
   config::Config config;
@@ -148,6 +250,7 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
         "--insecure: the coordinator accepts plain-text connections from anyone; "
         "traffic and models are not encrypted");
   }
+  if (config.policy.mode == "decentralized") return runPeerCoordinator(config, endpoint_file);
   auto service = coordinator::CoordinatorService::create(config);
   if (!service.isOk()) {
     std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
@@ -172,6 +275,41 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
   return 0;
 }
 
+// Runs a simulator to its end (`running` points at it meanwhile, for the signal handler): its
+// summary and where the history went on stdout, or the error (exit 2 for a bad config, else 1).
+template <typename Simulator, typename Format>
+int runSimulator(Result<std::unique_ptr<Simulator>> sim, Simulator*& running,
+                 const config::Config& config, Format format) {
+  if (!sim.isOk()) {
+    std::cerr << "fedfleet sim: " << sim.status().toString() << "\n";
+    return sim.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  running = sim->get();
+  auto summary = (*sim)->run();
+  running = nullptr;
+  if (!summary.isOk()) {
+    std::cerr << "fedfleet sim: " << summary.status().toString() << "\n";
+    return 1;
+  }
+  std::cout << format(*summary);
+  if (config.history.db != ":memory:") {
+    std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
+              << summary->run_id << ")\n";
+  }
+  return 0;
+}
+
+// policy.mode = "decentralized": the peers of sim/peer_simulator.h, in this process.
+int runPeerSim(const config::Config& config, bool mpi) {
+  if (mpi) {
+    std::cerr << "fedfleet sim: a decentralised simulation runs in one process (sim.workers "
+                 "threads); start it without mpirun\n";
+    return 2;
+  }
+  return runSimulator(sim::PeerSimulator::create(config), g_peer_sim, config,
+                      [](const sim::PeerSimSummary& s) { return sim::formatPeerSummary(s); });
+}
+
 int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
   // Started by mpirun / srun as one of several ranks: rank 0 runs the simulation with the
   // others as its workers (sim/mpi_workers.h); only rank 0 prints.
@@ -192,6 +330,7 @@ int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
     return 2;
   }
   installSignalHandlers();
+  if (config.policy.mode == "decentralized") return runPeerSim(config, mpi != nullptr);
   std::shared_ptr<sim::RemoteWorkers> remote;
   if (mpi && mpi->rank() != 0) {
     st = sim::runMpiWorker(*mpi, config);
@@ -209,24 +348,8 @@ int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
     }
     remote = std::move(*workers);
   }
-  auto sim = sim::FleetSimulator::create(config, remote);
-  if (!sim.isOk()) {
-    std::cerr << "fedfleet sim: " << sim.status().toString() << "\n";
-    return sim.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  g_sim = sim->get();
-  auto summary = (*sim)->run();
-  g_sim = nullptr;
-  if (!summary.isOk()) {
-    std::cerr << "fedfleet sim: " << summary.status().toString() << "\n";
-    return 1;
-  }
-  std::cout << sim::formatSummary(*summary);
-  if (config.history.db != ":memory:") {
-    std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
-              << summary->run_id << ")\n";
-  }
-  return 0;
+  return runSimulator(sim::FleetSimulator::create(config, remote), g_sim, config,
+                      [](const sim::SimSummary& s) { return sim::formatSummary(s); });
 }
 
 int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, bool insecure_flag) {
@@ -431,6 +554,30 @@ int main(int argc, char** argv) {
                       "Exit after this much coordinator silence");
   cl->add_flag("--insecure", client_insecure, "Plain text, no CURVE");
 
+  // peer
+  ConfigFlags peer_flags;
+  std::vector<std::string> peer_overrides;
+  bool peer_insecure = false;
+  uint32_t peer_index = 0;
+  std::string peer_listen = "tcp://127.0.0.1:0";
+  std::string peer_allow;
+  auto* peerc = app.add_subcommand(
+      "peer", "Run one peer of a decentralised run (policy.mode = \"decentralized\")");
+  addConfigFlags(peerc, peer_flags);
+  peerc->add_option("--id", peer_index, "Peer index 0 .. decentralized.peers - 1 (key peer-N)")
+      ->required();
+  addOverride<std::string>(peerc, peer_overrides, "--coordinator", "client.coordinator",
+                           "Coordinator address");
+  addOverride<std::string>(peerc, peer_overrides, "--keys", "client.keys_dir",
+                           "Key directory (peer-N.key, peer-N.key_secret, coordinator.key)");
+  peerc->add_option("--allow", peer_allow, "Allowed peer public keys (default: <keys>/clients)");
+  peerc->add_option("--listen", peer_listen,
+                    "Where this peer's mesh listens (the address other peers dial)");
+  addOverride<std::string>(peerc, peer_overrides, "--data-dir", "data.dir",
+                           "Fashion-MNIST directory");
+  addOverride<int64_t>(peerc, peer_overrides, "--threads", "client.threads", "LibTorch threads");
+  peerc->add_flag("--insecure", peer_insecure, "Plain text, no CURVE");
+
   // sim
   ConfigFlags sim_flags;
   std::vector<std::string> sim_overrides;
@@ -473,19 +620,22 @@ int main(int argc, char** argv) {
   kg->add_option("--prefix", key_prefix, "Client name prefix for --clients");
   kg->add_flag("--force", key_force, "Overwrite existing key files");
 
-  // history: `fedfleet history [runs|rounds|clients|updates|tiers|events|blocks|served]`;
+  // history: `fedfleet history [runs|rounds|clients|updates|tiers|events|blocks|served|peers|
+  // peer-evals]`;
   // rounds without a subcommand. The options may come before or after the subcommand.
   HistoryArgs hist_args;
   std::string hist_level = "warn";
   auto* hist = app.add_subcommand(
       "history",
       "Print the history: runs, rounds (default), clients, updates, tiers, events, blocks, "
-      "served. Tables show a simulated (virtual-clock) run's times as seconds from its start "
-      "(t=64.00 s), a real run's as UTC dates; CSV and JSON give the stored numbers");
+      "served, peers, peer-evals. Tables show a simulated (virtual-clock) run's times as "
+      "seconds from its start (t=64.00 s), a real run's as UTC dates; CSV and JSON give the "
+      "stored numbers");
   hist->add_option("--db", hist_args.db, "SQLite history file");
   hist->add_option("--format", hist_args.format, "table, csv or json");
   hist->add_option("--run", hist_args.run,
-                   "Run id (rounds, updates, tiers, blocks, served: default the latest; runs, "
+                   "Run id (rounds, updates, tiers, blocks, served, peers, peer-evals: default "
+                   "the latest; runs, "
                    "clients, events: all)");
   hist->require_subcommand(0, 1);
   const std::pair<const char*, const char*> kHistoryViews[] = {
@@ -507,6 +657,10 @@ int main(int argc, char** argv) {
       {"served",
        "Block-cyclic runs: the model each client serves now (block, model, version) and its "
        "accuracy on the client's held-out data"},
+      {"peers",
+       "Decentralised runs: per peer, iterations, exchanges, bytes, compute, communication and "
+       "waiting seconds, staleness"},
+      {"peer-evals", "Decentralised runs: the test accuracy and loss of the peers' average model"},
   };
   std::vector<CLI::App*> hist_views;
   for (const auto& [name, help] : kHistoryViews) {
@@ -586,6 +740,10 @@ int main(int argc, char** argv) {
   if (cl->parsed()) {
     setupLogging(client_flags.log_level);
     return runClient(client_flags, client_overrides, client_insecure);
+  }
+  if (peerc->parsed()) {
+    setupLogging(peer_flags.log_level);
+    return runPeer(peer_flags, peer_overrides, peer_index, peer_listen, peer_allow, peer_insecure);
   }
   setupLogging(hist_level);
   if (kg->parsed()) {

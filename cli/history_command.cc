@@ -15,6 +15,7 @@
 #include "cli/report.h"
 #include "common/history/format.h"
 #include "common/history/history.h"
+#include "common/history/peer_summary.h"
 #include "common/history/tier_summary.h"
 
 namespace fedfleet::cli {
@@ -72,7 +73,7 @@ int runHistoryCommand(const HistoryArgs& args) {
     return 0;
   }
 
-  // rounds, updates, tiers, blocks and served: one run, the latest by default.
+  // rounds, updates, tiers, blocks, served, peers and peer-evals: one run, the latest by default.
   if (runs->empty()) {
     std::cerr << "fedfleet history: " << args.db << " holds no runs\n";
     return 1;
@@ -90,6 +91,18 @@ int runHistoryCommand(const HistoryArgs& args) {
     auto rows = store->blockMetrics(run);
     if (failed(rows, kCommand)) return 1;
     std::cout << history::formatBlockMetrics(*rows, *fmt);
+    return 0;
+  }
+  if (args.what == "peers") {
+    auto rows = store->peerIterations(run);
+    if (failed(rows, kCommand)) return 1;
+    std::cout << history::formatPeers(run, history::summarizePeers(*rows), *fmt);
+    return 0;
+  }
+  if (args.what == "peer-evals") {
+    auto rows = store->peerEvals(run);
+    if (failed(rows, kCommand)) return 1;
+    std::cout << history::formatPeerEvals(*rows, *fmt);
     return 0;
   }
   if (args.what == "updates" || args.what == "served") {

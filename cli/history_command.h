@@ -1,6 +1,7 @@
-// `fedfleet history` (runs, rounds, clients, updates, tiers, events, blocks, served as table,
-// CSV or JSON) and `fedfleet report` (the HTML report, cli/report.h): the read side of a
-// history database. Times in the tables are on their run's clock (common/history/format.h).
+// `fedfleet history` (runs, rounds, clients, updates, tiers, events, blocks, served, peers,
+// peer-evals as table, CSV or JSON) and `fedfleet report` (the HTML report, cli/report.h): the
+// read side of a history database. Times in the tables are on their run's clock
+// (common/history/format.h).
 //
 // Both return the process exit status and print their errors to stderr: 2 for bad usage (a
 // database file that does not exist, an unknown format, a run id the database does not hold),
@@ -18,8 +19,10 @@ namespace fedfleet::cli {
 struct HistoryArgs {
   std::string db = "fedfleet.db";
   std::string format = "table";  // table, csv, json
-  std::string what = "rounds";   // runs, rounds, clients, updates, tiers, events, blocks, served
-  // runs: only this run; rounds, updates, tiers, blocks, served: this run (default: the latest);
+  std::string what = "rounds";   // runs, rounds, clients, updates, tiers, events, blocks, served,
+                                 // peers, peer-evals
+  // runs: only this run; rounds, updates, tiers, blocks, served, peers, peer-evals: this run
+  // (default: the latest);
   // clients: the clients with an update in this run (default: all); events: this run's
   // (default: all).
   int64_t run = 0;

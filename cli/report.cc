@@ -8,6 +8,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli/peer_report.h"
+#include "cli/report_text.h"
 #include "cli/svg_chart.h"
 
 namespace fedfleet::cli {
@@ -41,56 +43,6 @@ details { margin: 8px 0; }
 summary { cursor: pointer; font-weight: bold; font-size: 14px; }
 )css";
 
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
-
-std::string percent(const std::optional<double>& v) {
-  return v && std::isfinite(*v) ? fixed(*v * 100, 2) + "%" : "-";
-}
-
-std::string utcTime(double unix_seconds) {
-  if (!std::isfinite(unix_seconds) || unix_seconds <= 0 || unix_seconds > 1e11) return "-";
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  if (gmtime_r(&t, &tm) == nullptr) return "-";
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
-// A unit for values up to `max`: its name and the factor values are multiplied by.
-struct Unit {
-  std::string name;
-  double scale;
-};
-
-Unit timeUnit(double max_seconds) {
-  if (max_seconds > 3 * 3600) return {"h", 1.0 / 3600};
-  if (max_seconds > 300) return {"min", 1.0 / 60};
-  return {"s", 1};
-}
-
-Unit byteUnit(double max_bytes) {
-  if (max_bytes >= 1e9) return {"GB", 1e-9};
-  if (max_bytes >= 1e6) return {"MB", 1e-6};
-  if (max_bytes >= 1e3) return {"kB", 1e-3};
-  return {"B", 1};
-}
-
-std::string humanBytes(double bytes) {
-  const Unit u = byteUnit(bytes);
-  return fixed(bytes * u.scale, u.scale == 1 ? 0 : 1) + " " + u.name;
-}
-
-std::string humanSeconds(double seconds) {
-  if (!std::isfinite(seconds)) return "-";
-  const Unit u = timeUnit(seconds);
-  return fixed(seconds * u.scale, u.scale == 1 ? 1 : 2) + " " + u.name;
-}
-
 // One run's rows, loaded once.
 struct RunData {
   RunRecord run;
@@ -98,16 +50,16 @@ struct RunData {
   std::vector<UpdateRecord> updates;
   std::vector<history::BlockMetricRecord> blocks;
   double origin = 0;  // the run's first round start, on its clock
+  // A decentralised run (peer_iterations or peer_evals rows): what the report draws of them.
+  std::optional<PeerRunView> peer;
+  // Drawn as a federated run: it has rounds, or no peer rows either.
+  bool federated() const { return !peer || !rounds.empty(); }
 
   std::string label() const {
     return "run " + std::to_string(run.run_id) + " · " + run.name + " (" + run.clock + " clock)";
   }
   double elapsed(double t) const { return t - origin; }
 };
-
-std::string td(const std::string& text, bool numeric = false) {
-  return std::string(numeric ? "<td class=\"num\">" : "<td>") + htmlEscape(text) + "</td>";
-}
 
 std::string runsTable(const std::vector<RunData>& data) {
   std::string out =
@@ -140,7 +92,9 @@ std::string runsTable(const std::vector<RunData>& data) {
            td(utcTime(d.run.started_at)) + td(std::to_string(trained), true) +
            td(std::to_string(failed), true) + td(percent(initial), true) + td(percent(last), true) +
            td(percent(best), true) + td(percent(fed), true) + td(humanBytes(up), true) +
-           td(humanBytes(down), true) + td(humanSeconds(d.elapsed(end)), true) +
+           td(humanBytes(down), true) +
+           // A decentralised run has no rounds: its time is its peers' (cli/peer_report.h).
+           td(humanSeconds(d.federated() ? d.elapsed(end) : d.peer->end_time), true) +
            td(wall_hi >= wall_lo ? humanSeconds(wall_hi - wall_lo) : "-", true) + "</tr>\n";
   }
   return out + "</table>\n";
@@ -507,7 +461,28 @@ Result<std::string> renderReport(history::HistoryStore& store, const ReportOptio
     FEDFLEET_ASSIGN_OR_RETURN(d.blocks, store.blockMetrics(run.run_id));
     d.origin = d.rounds.empty() ? 0 : d.rounds.front().start_time;
     for (const auto& r : d.rounds) d.origin = std::min(d.origin, r.start_time);
+    {
+      // Reduced to what is drawn at once, so only one run's iteration rows are held at a time.
+      FEDFLEET_ASSIGN_OR_RETURN(auto iterations, store.peerIterations(run.run_id));
+      FEDFLEET_ASSIGN_OR_RETURN(auto evals, store.peerEvals(run.run_id));
+      if (!iterations.empty() || !evals.empty()) {
+        d.peer = buildPeerRunView(run, std::move(iterations), std::move(evals));
+      }
+    }
     data.push_back(std::move(d));
+  }
+  // The overlays of federated runs draw their run and rounds only: copy just those.
+  std::vector<RunData> federated;
+  std::vector<PeerRunView> decentralized;
+  for (const auto& d : data) {
+    if (d.federated()) {
+      RunData f;
+      f.run = d.run;
+      f.rounds = d.rounds;
+      f.origin = d.origin;
+      federated.push_back(std::move(f));
+    }
+    if (d.peer) decentralized.push_back(*d.peer);
   }
 
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" +
@@ -518,18 +493,25 @@ Result<std::string> renderReport(history::HistoryStore& store, const ReportOptio
           " from the fedfleet history. Times on each run's own clock: <em>virtual</em> seconds "
           "for a simulation, <em>wall</em> seconds for a coordinator.</p>\n";
   html += "<h2>Runs</h2>\n" + runsTable(data);
-  html += "<h2>Accuracy and loss</h2>\n" + overlayCharts(data);
-  html += metricCharts(data);
-  html += privacyCharts(data);
+  if (!federated.empty()) {
+    html += "<h2>Accuracy and loss</h2>\n" + overlayCharts(federated);
+    html += metricCharts(federated);
+    html += privacyCharts(federated);
+  }
+  html += peerOverviewSection(decentralized);
   for (const auto& d : data) {
     const std::string id = std::to_string(d.run.run_id);
     html += "<section class=\"run\" data-run-id=\"" + id + "\">\n<h2>" +
-            htmlEscape("Run " + id + ": " + d.run.name) + "</h2>\n<div class=\"grid\">\n";
-    html += participantsChart(d, "participants-" + id);
-    html += bytesChart(d, "bytes-" + id);
-    html += "</div>\n<h3>Stragglers</h3>\n";
-    html += timelineSection(d, options.timeline_round, "timeline-" + id);
-    html += blockSection(d, "blocks-" + id);
+            htmlEscape("Run " + id + ": " + d.run.name) + "</h2>\n";
+    if (d.federated()) {
+      html += "<div class=\"grid\">\n";
+      html += participantsChart(d, "participants-" + id);
+      html += bytesChart(d, "bytes-" + id);
+      html += "</div>\n<h3>Stragglers</h3>\n";
+      html += timelineSection(d, options.timeline_round, "timeline-" + id);
+      html += blockSection(d, "blocks-" + id);
+    }
+    if (d.peer) html += peerRunSection(*d.peer, "peer-timeline-" + id);
     html += configTable(d);
     html += "</section>\n";
   }

@@ -10,7 +10,11 @@
 //     and down per round, the per-client timeline of one round (download and waiting, compute,
 //     upload, idle until the round ended; late and dropped clients marked), per-block accuracy
 //     when the database has a block_metrics table (block-cyclic runs; the section is left out
-//     otherwise, see history::BlockMetricRecord), and the run's configuration as a table.
+//     otherwise, see history::BlockMetricRecord), and the run's configuration as a table;
+//   - decentralised runs (peer_iterations or peer_evals rows; cli/peer_report.h): the averaged
+//     model's accuracy and loss against time and iterations, a line per run labelled by its
+//     algorithm, and per run a per-peer timeline and table in place of the per-round charts (a
+//     run with no rounds is left out of the charts above).
 // Everything shown comes from the HistoryStore's queries; the report writes nothing.
 #pragma once
 

@@ -310,7 +310,7 @@ std::string renderTimeline(const std::string& id, const std::string& title,
     const double top = f.top + i * kRowHeight;
     svg += "<g class=\"timeline-row\" data-client=\"" + htmlEscape(r.client) + "\" data-status=\"" +
            htmlEscape(r.status) + "\">";
-    const bool odd = r.status != "completed";
+    const bool odd = !r.status.empty() && r.status != "completed";
     svg += "<text x=\"" + num(f.left - 6) + "\" y=\"" + num(top + kRowHeight - 3) +
            "\" text-anchor=\"end\" font-size=\"10\" fill=\"" + (odd ? "#b00" : "#333") + "\">" +
            htmlEscape(r.client) + (odd ? " (" + htmlEscape(r.status) + ")" : "") + "</text>";

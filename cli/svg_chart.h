@@ -65,7 +65,8 @@ struct TimelineSegment {
 
 struct TimelineRow {
   std::string client;
-  std::string status;  // "completed", "late", "dropped", "rejected"
+  std::string status;  // "completed", "late", "dropped", "rejected"; "" for rows without one
+                       // (a peer of a decentralised run)
   std::vector<TimelineSegment> segments;
 };
 
@@ -76,7 +77,8 @@ struct TimelineKind {
 };
 
 // One row per client, segments coloured by kind; a dashed vertical line marks `end_marker` (the
-// round's end). Rows whose status is not "completed" have their label marked with the status.
+// round's end). Rows whose status is neither "completed" nor "" have their label marked with the
+// status.
 std::string renderTimeline(const std::string& id, const std::string& title,
                            const std::vector<TimelineRow>& rows,
                            const std::vector<TimelineKind>& kinds, const ChartAxis& x,

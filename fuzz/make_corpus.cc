@@ -22,6 +22,7 @@
 #include "common/compress/codec.h"
 #include "common/config/config.h"
 #include "common/wire/messages.h"
+#include "common/wire/peer_message.h"
 #include "common/wire/sim_job.h"
 
 namespace fedfleet::fuzz {
@@ -244,6 +245,25 @@ void writeWire(CorpusWriter& w) {
   wire::SimEvalResult pieces;
   pieces.pieces.push_back({250, 120.5, 200, true, {}});
   w.write("wire", "sim_eval_result", std::string(1, '\0') + wire::encodeSimJobResult(pieces));
+
+  // Decentralised peers' messages (common/wire/peer_message.h): a ring chunk and a group
+  // assignment, within the fuzzer's receiver limits (16 peers, 4096 elements).
+  wire::PeerMessage peer_chunk;
+  peer_chunk.kind = wire::PeerMessageKind::kChunk;
+  peer_chunk.from = 3;
+  peer_chunk.to = 4;
+  peer_chunk.iteration = 7;
+  peer_chunk.step = 5;
+  peer_chunk.chunk = 2;
+  peer_chunk.values = {0.5f, -1.0f, 2.0f, 0.25f};
+  w.write("wire", "peer_chunk", std::string(1, '\0') + wire::encodePeerMessage(peer_chunk));
+  wire::PeerMessage peer_assign;
+  peer_assign.kind = wire::PeerMessageKind::kGroupAssign;
+  peer_assign.from = 16;
+  peer_assign.to = 1;
+  peer_assign.group = 9;
+  peer_assign.members = {1, 4, 7, 12};
+  w.write("wire", "peer_group_assign", std::string(1, '\0') + wire::encodePeerMessage(peer_assign));
 }
 
 // ----- payload ---------------------------------------------------------------------------------

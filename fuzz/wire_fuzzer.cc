@@ -5,6 +5,8 @@
 // message loses nothing encode() writes). Any input must come back as a Status, never a crash.
 // Whatever decodes also goes through checkClientMessage() (common/wire/limits.h), as the
 // coordinator's does: OK or kInvalidArgument, and the same answer for the re-decoded message.
+// The same frame also goes to the peers' decoder (common/wire/peer_message.h) under small
+// receiver limits (16 peers, 4096 model elements).
 //
 // Input layout: byte 0 is a control byte.
 //   bit 0  a model frame follows: bytes 1-4 (little endian) are the frame's length, taken modulo
@@ -23,6 +25,7 @@
 
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
+#include "common/wire/peer_message.h"
 #include "common/wire/sim_job.h"
 #include "fuzz/fuzz_input.h"
 
@@ -107,6 +110,25 @@ void checkSimJobs(std::string_view bytes, const DecodeLimits& limits) {
   }
 }
 
+// decodePeerMessage: kCorrupt, kResourceExhausted or kInvalidArgument, or a message that
+// passes its own checks and round-trips to the same bytes.
+void checkPeerMessages(std::string_view bytes, const DecodeLimits& limits) {
+  const PeerMessageLimits peer_limits{16, 4096};
+  Result<PeerMessage> m = decodePeerMessage(bytes, peer_limits, limits);
+  if (!m.isOk()) {
+    const StatusCode code = m.status().code();
+    FUZZ_CHECK(code == StatusCode::kCorrupt || code == StatusCode::kResourceExhausted ||
+                   code == StatusCode::kInvalidArgument,
+               m.status().toString().c_str());
+    return;
+  }
+  FUZZ_CHECK(checkPeerMessage(*m, peer_limits).isOk(), "a decoded peer message fails its checks");
+  const std::string once = encodePeerMessage(*m);
+  Result<PeerMessage> again = decodePeerMessage(once, peer_limits);
+  FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
+  FUZZ_CHECK(encodePeerMessage(*again) == once, "a peer message changed in a round trip");
+}
+
 }  // namespace
 }  // namespace fedfleet::wire
 
@@ -142,6 +164,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   checkSimJobs(frame, limits);
+  checkPeerMessages(frame, limits);
 
   Result<Message> framed = decodeFrames(frame, std::move(model_frame), limits);
   if (framed.isOk()) {

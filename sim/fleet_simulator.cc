@@ -238,7 +238,11 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   void push(double t, EventKind kind, uint64_t token, uint64_t client, uint32_t chunk = 0) {
     events_.push(Event{t, next_seq_++, kind, token, client, chunk});
   }
-  Status carryOut() { return driver_->carryOut(*engine_); }
+  Status carryOut() {
+    Status st = driver_->carryOut(*engine_);
+    flushTraining();
+    return st;
+  }
   // DriverPort: messages reach virtual clients as events, evaluations run on the pool.
   void sendTask(engine::SendTask& send) override { dispatch(send); }
   void sendCancel(const engine::SendCancel& a) override { cancel(a); }
@@ -263,6 +267,10 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   void runSession(uint64_t k);
   void carryOut(uint64_t k, client::ClientAction& action);
   void submitTraining(uint64_t token, InFlight& f, const client::TrainingRequest& request);
+  // sim.batch_clients: the training jobs submitted since the last call, split into one batch
+  // per worker (in submission order) and run there with runTrainJobs. Called after every
+  // carryOut(), so a round's dispatched tasks batch together, and before any wait on a result.
+  void flushTraining();
   // The engine's answers to a virtual client, through its session (tell: when it has one).
   void tell(const engine::ClientId& id, const std::function<void(client::ClientSession&)>& event);
   void grant(const engine::SendGrant& g);
@@ -338,6 +346,15 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   uint64_t next_session_ = 2;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::unordered_map<uint64_t, InFlight> in_flight_;
+  // sim.batch_clients: jobs waiting for flushTraining, each with the promise its task's
+  // InFlight::result waits on and what its client does with the result.
+  struct PendingTraining {
+    std::shared_ptr<const wire::SimTrainJob> job;
+    std::shared_ptr<std::atomic<bool>> stop;
+    std::function<Result<TrainOutcome>(wire::SimTrainResult)> finish;
+    std::shared_ptr<std::promise<Result<TrainOutcome>>> promise;
+  };
+  std::vector<PendingTraining> pending_training_;
   std::deque<PendingEval> evals_;
   std::set<uint64_t> recorded_clients_;
   std::set<uint64_t> participants_;
@@ -801,6 +818,10 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
                                 awaitRemote<wire::SimTrainResult>(*reply, "a training job"));
       return finish(std::move(t));
     });
+  } else if (config_.sim.batch_clients) {
+    auto promise = std::make_shared<std::promise<Result<TrainOutcome>>>();
+    f.result = promise->get_future();
+    pending_training_.push_back({job, f.stop, finish, std::move(promise)});
   } else {
     const FleetData* data = data_.get();
     f.result = pool_->submit([job, data, stop = f.stop, finish]() -> Result<TrainOutcome> {
@@ -810,7 +831,46 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
   push(f.done_at, EventKind::kTrainDone, token, k);
 }
 
+void Simulator::flushTraining() {
+  if (pending_training_.empty()) return;
+  std::vector<PendingTraining> pending = std::move(pending_training_);
+  pending_training_.clear();
+  // Contiguous groups of near-equal size, one per worker, so that every worker has work.
+  const size_t groups = std::min(pool_->size(), pending.size());
+  const FleetData* data = data_.get();
+  size_t begin = 0;
+  for (size_t g = 0; g < groups; ++g) {
+    const size_t end = begin + (pending.size() - begin) / (groups - g);
+    auto group = std::make_shared<std::vector<PendingTraining>>(
+        std::make_move_iterator(pending.begin() + static_cast<std::ptrdiff_t>(begin)),
+        std::make_move_iterator(pending.begin() + static_cast<std::ptrdiff_t>(end)));
+    pool_->submit([group, data] {
+      std::vector<const wire::SimTrainJob*> jobs;
+      std::vector<const std::atomic<bool>*> stops;
+      for (const auto& p : *group) {
+        jobs.push_back(p.job.get());
+        stops.push_back(p.stop.get());
+      }
+      size_t done = 0;
+      try {
+        std::vector<wire::SimTrainResult> results = runTrainJobs(jobs, *data, stops);
+        for (; done < group->size(); ++done) {
+          PendingTraining& p = (*group)[done];
+          p.promise->set_value(p.finish(std::move(results[done])));
+        }
+      } catch (const std::exception& e) {  // no exception leaves a worker: the loop waits on these
+        for (; done < group->size(); ++done) {
+          (*group)[done].promise->set_value(
+              internalError(std::string("batched training: ") + e.what()));
+        }
+      }
+    });
+    begin = end;
+  }
+}
+
 void Simulator::onTrainDone(uint64_t token, InFlight& f) {
+  flushTraining();  // (a no-op unless sim.batch_clients left jobs waiting)
   Result<TrainOutcome> got = f.result.get();
   const uint64_t k = f.client;
   if (!got.isOk()) {

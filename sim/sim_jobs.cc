@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "client/batched_trainer.h"
 #include "client/client_session.h"
 #include "client/trainer.h"
 #include "common/model/evaluate.h"
@@ -69,18 +70,29 @@ wire::SimEvaluation evaluateHeldOut(model::Model& model, const FleetData& data, 
   return evaluationOf(model::evaluateIndices(model, *held->data, held->indices, 1000, device));
 }
 
-Result<wire::SimTrainResult> train(const wire::SimTrainJob& job, const FleetData& data,
-                                   const std::atomic<bool>* stop) {
-  FEDFLEET_ASSIGN_OR_RETURN(const c10::Device device, deviceOf(job.recipe.device));
-  FEDFLEET_ASSIGN_OR_RETURN(model::Model * model, workerModel(job.recipe));
-  const auto t0 = std::chrono::steady_clock::now();
-  FEDFLEET_ASSIGN_OR_RETURN(ClientShard shard, data.shard(job.client));
+// A train job's inputs, ready for a trainer: what runTrainJob and runTrainJobs share.
+struct PreparedJob {
+  c10::Device device = c10::Device(c10::kCPU);
+  model::Model* model = nullptr;  // the calling thread's model for the job's recipe
+  std::chrono::steady_clock::time_point t0;
+  ClientShard shard;
+  std::vector<float> start, server_c;
+  client::TrainOptions opts;  // its SCAFFOLD controls point at server_c and job.control_ck
+  wire::SimTrainResult out;   // the federated evaluation before training, when asked
+};
+
+// Everything of `job` before training, the federated evaluation included. `p` must stay where
+// it is: p.opts points into it.
+Status prepare(const wire::SimTrainJob& job, const FleetData& data, PreparedJob& p) {
+  FEDFLEET_ASSIGN_OR_RETURN(p.device, deviceOf(job.recipe.device));
+  FEDFLEET_ASSIGN_OR_RETURN(p.model, workerModel(job.recipe));
+  p.t0 = std::chrono::steady_clock::now();
+  FEDFLEET_ASSIGN_OR_RETURN(p.shard, data.shard(job.client));
   if (!job.start) return invalidArgument("simulator job without a start model");
-  const std::vector<float> start = client::floatsOf(*job.start);
-  wire::SimTrainResult out;
+  p.start = client::floatsOf(*job.start);
   if (job.fed_eval)
-    out.fed_evaluation = evaluateHeldOut(*model, data, job.client, start, device, true);
-  client::TrainOptions opts;
+    p.out.fed_evaluation = evaluateHeldOut(*p.model, data, job.client, p.start, p.device, true);
+  client::TrainOptions& opts = p.opts;
   opts.epochs = job.epochs;
   opts.max_steps = job.max_steps;
   opts.batch_size = job.batch_size;
@@ -90,27 +102,50 @@ Result<wire::SimTrainResult> train(const wire::SimTrainJob& job, const FleetData
   opts.optimizer = job.optimizer;
   opts.seed = job.seed;
   opts.prox_mu = job.prox_mu;
-  std::vector<float> server_c;
   if (job.scaffold) {
     if (!job.control_c) return invalidArgument("SCAFFOLD simulator job without the server's c");
-    server_c = client::floatsOf(*job.control_c);
-    opts.scaffold = {&server_c, &job.control_ck};
+    p.server_c = client::floatsOf(*job.control_c);
+    opts.scaffold = {&p.server_c, &job.control_ck};
   }
-  client::Trainer trainer(device);
-  FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r,
-                            trainer.train(*model, start, *shard.data, shard.indices, opts, stop));
+  return Status::ok();
+}
+
+// The job's result from its training: the numbers, the wall time (`wall_seconds`, or the time
+// since p.t0 when negative), then the served model's evaluation when asked.
+wire::SimTrainResult complete(const wire::SimTrainJob& job, const FleetData& data, PreparedJob& p,
+                              client::TrainResult r, double wall_seconds) {
+  wire::SimTrainResult out = std::move(p.out);
   out.steps = r.steps;
   out.stopped_early = r.stopped_early;
   out.mean_loss = r.mean_loss;
   out.sum_sq_loss = r.sum_sq_loss;
   out.delta = std::move(r.delta);
   out.control_delta = std::move(r.control_delta);
-  out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.wall_seconds =
+      wall_seconds >= 0
+          ? wall_seconds
+          : std::chrono::duration<double>(std::chrono::steady_clock::now() - p.t0).count();
   if (job.served) {
     out.served_evaluation =
-        evaluateHeldOut(*model, data, job.client, client::floatsOf(*job.served), device, false);
+        evaluateHeldOut(*p.model, data, job.client, client::floatsOf(*job.served), p.device, false);
   }
   return out;
+}
+
+Result<wire::SimTrainResult> train(const wire::SimTrainJob& job, const FleetData& data,
+                                   const std::atomic<bool>* stop) {
+  PreparedJob p;
+  FEDFLEET_RETURN_IF_ERROR(prepare(job, data, p));
+  client::Trainer trainer(p.device);
+  FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r, trainer.train(*p.model, p.start, *p.shard.data,
+                                                                 p.shard.indices, p.opts, stop));
+  return complete(job, data, p, std::move(r), -1);
+}
+
+wire::SimTrainResult failedWith(Status st) {
+  wire::SimTrainResult failed;
+  failed.status = std::move(st);
+  return failed;
 }
 
 }  // namespace
@@ -131,12 +166,61 @@ wire::SimEvalPiece pieceOf(const model::EvalResult& r) {
 wire::SimTrainResult runTrainJob(const wire::SimTrainJob& job, const FleetData& data,
                                  const std::atomic<bool>* stop) {
   Result<wire::SimTrainResult> r = train(job, data, stop);
-  if (!r.isOk()) {
-    wire::SimTrainResult failed;
-    failed.status = r.status();
-    return failed;
-  }
+  if (!r.isOk()) return failedWith(r.status());
   return std::move(*r);
+}
+
+std::vector<wire::SimTrainResult> runTrainJobs(const std::vector<const wire::SimTrainJob*>& jobs,
+                                               const FleetData& data,
+                                               const std::vector<const std::atomic<bool>*>& stops) {
+  std::vector<wire::SimTrainResult> results(jobs.size());
+  if (jobs.empty()) return results;
+  const wire::SimModelRecipe& recipe = jobs.front()->recipe;
+  const auto same_recipe = [&](const wire::SimModelRecipe& r) {
+    return r.name == recipe.name && r.path == recipe.path && r.device == recipe.device &&
+           r.sample_shape == recipe.sample_shape && r.classes == recipe.classes &&
+           r.loss == recipe.loss;
+  };
+  // The batch: the jobs of the first job's recipe (one model serves them all); any other job
+  // runs on its own afterwards (the thread's model is rebuilt for it).
+  std::vector<std::unique_ptr<PreparedJob>> prepared(jobs.size());
+  std::vector<size_t> batch, others;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!same_recipe(jobs[i]->recipe)) {
+      others.push_back(i);
+      continue;
+    }
+    auto p = std::make_unique<PreparedJob>();
+    if (Status st = prepare(*jobs[i], data, *p); !st.isOk()) {
+      results[i] = failedWith(st);
+      continue;
+    }
+    prepared[i] = std::move(p);
+    batch.push_back(i);
+  }
+  if (!batch.empty()) {
+    std::vector<client::BatchedJob> batched;
+    for (size_t i : batch) {
+      const PreparedJob& p = *prepared[i];
+      batched.push_back({&p.start, p.shard.data.get(), &p.shard.indices, p.opts,
+                         i < stops.size() ? stops[i] : nullptr});
+    }
+    PreparedJob& first = *prepared[batch.front()];
+    client::BatchedTrainer trainer(first.device);
+    std::vector<Result<client::TrainResult>> trained = trainer.train(*first.model, batched);
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const size_t i = batch[b];
+      if (!trained[b].isOk()) {
+        results[i] = failedWith(trained[b].status());
+        continue;
+      }
+      const double share = trained[b]->compute_seconds;
+      results[i] = complete(*jobs[i], data, *prepared[i], std::move(*trained[b]), share);
+    }
+  }
+  for (size_t i : others)
+    results[i] = runTrainJob(*jobs[i], data, i < stops.size() ? stops[i] : nullptr);
+  return results;
 }
 
 Result<std::vector<wire::SimEvalPiece>> evaluateTestPieces(const wire::SimModelRecipe& recipe,

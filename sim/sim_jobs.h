@@ -29,6 +29,17 @@ namespace fedfleet::sim {
 wire::SimTrainResult runTrainJob(const wire::SimTrainJob& job, const FleetData& data,
                                  const std::atomic<bool>* stop = nullptr);
 
+// Several virtual clients' jobs trained together (client::BatchedTrainer: one batched
+// computation for the jobs of one recipe; sim.batch_clients), results in the order of `jobs`,
+// each what runTrainJob would return up to float rounding (its evaluations before and after
+// run per client, as runTrainJob runs them). stops[i] (may be null, or `stops` shorter) is job
+// i's stop flag. A job of another recipe than the first runs on its own through runTrainJob.
+// wall_seconds of a batched job is its share of the batch's training time (see
+// BatchedTrainer::train).
+std::vector<wire::SimTrainResult> runTrainJobs(const std::vector<const wire::SimTrainJob*>& jobs,
+                                               const FleetData& data,
+                                               const std::vector<const std::atomic<bool>*>& stops);
+
 // The server's evaluation of job.params over test samples [job.begin, job.end) of `test`, in
 // pieces of job.piece samples.
 wire::SimEvalResult runEvalJob(const wire::SimEvalJob& job, const data::Dataset& test);

@@ -167,6 +167,31 @@ void forEachField(C& c, F&& f) {
   f("sim.stragglers", c.sim.stragglers);
   f("sim.straggler_mode", c.sim.straggler_mode);
   f("sim.device", c.sim.device);
+  f("sim.batch_clients", c.sim.batch_clients);
+  f("sim.slow_fraction", c.sim.slow_fraction);
+  f("sim.slow_factor", c.sim.slow_factor);
+  f("sim.slowdown_probability", c.sim.slowdown_probability);
+  f("sim.slowdown_factor", c.sim.slowdown_factor);
+  f("sim.slowdown_s", c.sim.slowdown_s);
+  f("decentralized.algorithm", c.decentralized.algorithm);
+  f("decentralized.peers", c.decentralized.peers);
+  f("decentralized.iterations", c.decentralized.iterations);
+  f("decentralized.time_budget_s", c.decentralized.time_budget_s);
+  f("decentralized.eval_every_s", c.decentralized.eval_every_s);
+  f("decentralized.pipeline", c.decentralized.pipeline);
+  f("decentralized.codec", c.decentralized.codec);
+  f("decentralized.topology", c.decentralized.topology);
+  f("decentralized.degree", c.decentralized.degree);
+  f("decentralized.group_size", c.decentralized.group_size);
+  f("decentralized.group_buffer", c.decentralized.group_buffer);
+  f("decentralized.hop_bound", c.decentralized.hop_bound);
+  f("decentralized.hop_backup", c.decentralized.hop_backup);
+  f("decentralized.local_steps", c.decentralized.local_steps);
+  f("decentralized.outer_lr", c.decentralized.outer_lr);
+  f("decentralized.outer_momentum", c.decentralized.outer_momentum);
+  f("decentralized.steps_per_iteration", c.decentralized.steps_per_iteration);
+  f("decentralized.mbps", c.decentralized.mbps);
+  f("decentralized.latency_ms", c.decentralized.latency_ms);
   f("history.db", c.history.db);
   f("metrics.port", c.metrics.port);
   f("metrics.bind", c.metrics.bind);
@@ -840,7 +865,85 @@ Status Config::validate() const {
   FEDFLEET_RETURN_IF_ERROR(validateBlocks());
   FEDFLEET_RETURN_IF_ERROR(validateDp());
   FEDFLEET_RETURN_IF_ERROR(validateSecAgg());
+  FEDFLEET_RETURN_IF_ERROR(validateDecentralized());
   return validateAggregation();
+}
+
+Status Config::validateDecentralized() const {
+  auto bad = [](const std::string& key, const std::string& why) {
+    return invalidArgument("'" + key + "' " + why);
+  };
+  const auto& s = sim;
+  if (!(s.slow_fraction >= 0 && s.slow_fraction <= 1)) {
+    return bad("sim.slow_fraction", "must be in [0, 1]");
+  }
+  if (!(s.slow_factor >= 1 && std::isfinite(s.slow_factor))) {
+    return bad("sim.slow_factor", "must be finite and >= 1 (times slower)");
+  }
+  if (!(s.slowdown_probability >= 0 && s.slowdown_probability <= 1)) {
+    return bad("sim.slowdown_probability", "must be in [0, 1]");
+  }
+  if (!(s.slowdown_factor >= 1 && std::isfinite(s.slowdown_factor))) {
+    return bad("sim.slowdown_factor", "must be finite and >= 1 (times slower)");
+  }
+  if (!(s.slowdown_s >= 0 && std::isfinite(s.slowdown_s))) {
+    return bad("sim.slowdown_s", "must be finite and >= 0");
+  }
+  const auto& d = decentralized;
+  FEDFLEET_RETURN_IF_ERROR(oneOf("decentralized.algorithm", d.algorithm,
+                                 {"allreduce", "dpsgd", "adpsgd", "prague", "hop", "local"}));
+  FEDFLEET_RETURN_IF_ERROR(
+      oneOf("decentralized.topology", d.topology, {"ring", "torus", "random"}));
+  if (d.peers < 2 || d.peers > 4096) return bad("decentralized.peers", "must be in [2, 4096]");
+  if (d.iterations == 0 && !(d.time_budget_s > 0)) {
+    return bad("decentralized.iterations", "must be at least 1 when time_budget_s is 0");
+  }
+  if (!(d.time_budget_s >= 0 && std::isfinite(d.time_budget_s))) {
+    return bad("decentralized.time_budget_s", "must be finite and >= 0 (0: off)");
+  }
+  if (!(d.eval_every_s > 0 && std::isfinite(d.eval_every_s))) {
+    return bad("decentralized.eval_every_s", "must be finite and > 0");
+  }
+  if (d.pipeline != 1 && d.pipeline != 2) {
+    return bad("decentralized.pipeline", "must be 1 or 2 (Pipe-SGD)");
+  }
+  if (auto spec = compress::parseCodecSpec(d.codec); !spec.isOk()) {
+    return bad("decentralized.codec", spec.status().message());
+  }
+  if (d.degree < 1 || d.degree >= d.peers) {
+    return bad("decentralized.degree", "must be in [1, peers - 1]");
+  }
+  if (d.topology == "random" && (uint64_t{d.peers} * d.degree) % 2 != 0) {
+    return bad("decentralized.degree", "times peers must be even for a random regular graph");
+  }
+  if (d.algorithm == "prague" && (d.group_size < 2 || d.group_size > d.peers)) {
+    return bad("decentralized.group_size", "must be in [2, peers]");
+  }
+  if (d.group_buffer == 0) return bad("decentralized.group_buffer", "must be at least 1");
+  if (d.local_steps == 0) return bad("decentralized.local_steps", "must be at least 1");
+  if (d.steps_per_iteration == 0) {
+    return bad("decentralized.steps_per_iteration", "must be at least 1");
+  }
+  if (!(d.outer_lr > 0 && std::isfinite(d.outer_lr))) {
+    return bad("decentralized.outer_lr", "must be finite and > 0");
+  }
+  if (!(d.outer_momentum >= 0 && d.outer_momentum < 1)) {
+    return bad("decentralized.outer_momentum", "must be in [0, 1)");
+  }
+  if (!(d.mbps >= 0 && std::isfinite(d.mbps))) {
+    return bad("decentralized.mbps", "must be finite and >= 0 (0: the fleet's links)");
+  }
+  if (!(d.latency_ms >= 0 || d.latency_ms == -1) || !std::isfinite(d.latency_ms)) {
+    return bad("decentralized.latency_ms", "must be >= 0, or -1 for the fleet's links");
+  }
+  // A decentralised run keeps no checkpoint (the models live on the peers): a resume would
+  // silently start over, so it is refused.
+  if (policy.mode == "decentralized" && coordinator.resume) {
+    return bad("coordinator.resume",
+               "a decentralised run cannot be resumed (the peers hold the models and no "
+               "checkpoint is kept); start it again without --resume");
+  }
+  return Status::ok();
 }
 
 Status Config::validateSecAgg() const {
@@ -897,7 +1000,7 @@ Status Config::validatePolicy() const {
     return invalidArgument("'" + key + "' " + why);
   };
   const auto& p = policy;
-  FEDFLEET_RETURN_IF_ERROR(oneOf("policy.mode", p.mode, {"sync", "async"}));
+  FEDFLEET_RETURN_IF_ERROR(oneOf("policy.mode", p.mode, {"sync", "async", "decentralized"}));
   FEDFLEET_RETURN_IF_ERROR(oneOf("policy.deadline", p.deadline, {"fixed", "percentile"}));
   if (!(p.deadline_percentile > 0 && p.deadline_percentile <= 1)) {
     return bad("policy.deadline_percentile", "must be in (0, 1]");

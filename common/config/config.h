@@ -68,7 +68,8 @@ struct CoordinatorSection {
 
 // How rounds treat slow clients (engine/round_engine.h).
 struct PolicySection {
-  std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff)
+  std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff),
+                                   // decentralized (peers, no central model: [decentralized])
   std::string deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
                                    // task durations, at most coordinator.deadline_s)
   double deadline_percentile = 0.9;
@@ -248,6 +249,44 @@ struct SimSection {
   // Where virtual clients train and the server evaluates: cpu, or cuda (the first GPU; start-up
   // fails when this process, or an MPI rank, sees none).
   std::string device = "cpu";
+  // Train a round's clients batched (client/batched_trainer.h): the tasks dispatched together
+  // are split into one batch per worker, each trained as one batched computation. Results equal
+  // per-client training up to float rounding, so a history differs from an unbatched one in the
+  // last bits; off by default. The MPI backend trains per client whatever this says.
+  bool batch_clients = false;
+  // Decentralised runs (policy.mode = "decentralized"): this fraction of the peers (the
+  // highest ids) compute slow_factor times slower for the whole run, and every iteration of a
+  // peer is slowed by slowdown_factor with probability slowdown_probability for slowdown_s
+  // virtual seconds (transient slowdowns; seeded by run.seed).
+  double slow_fraction = 0;
+  double slow_factor = 1;
+  double slowdown_probability = 0;
+  double slowdown_factor = 1;
+  double slowdown_s = 0;
+};
+
+// Decentralised training (policy.mode = "decentralized"; peer/peer_engine.h): peers train on
+// their own shards and exchange with each other; no central model.
+struct DecentralizedSection {
+  std::string algorithm = "allreduce";  // allreduce, dpsgd, adpsgd, prague, hop, local
+  uint32_t peers = 16;                  // P peers (each one data shard of data.partitions)
+  uint64_t iterations = 100;            // per peer (0: until time_budget_s)
+  double time_budget_s = 0;             // stop at this virtual time (0: iterations alone)
+  double eval_every_s = 10;             // evaluate the peers' average model this often
+  uint32_t pipeline = 1;                // allreduce: 1, or 2 (Pipe-SGD's one-step-stale overlap)
+  std::string codec = "none";           // allreduce and local: codec inside the all-reduce
+  std::string topology = "ring";        // dpsgd, adpsgd, hop: ring, torus, random
+  uint32_t degree = 4;                  // random: d of the d-regular graph
+  uint32_t group_size = 4;              // prague: peers per group
+  uint32_t group_buffer = 4;            // prague: groups generated per Group Buffer batch
+  uint32_t hop_bound = 2;               // hop: iteration gap bound
+  uint32_t hop_backup = 0;              // hop: backup workers (proceed on n - b neighbours)
+  uint32_t local_steps = 8;             // local: H inner steps per averaging
+  double outer_lr = 0.7;                // local: outer Nesterov learning rate (DiLoCo)
+  double outer_momentum = 0.9;          // local: outer momentum
+  uint32_t steps_per_iteration = 1;     // local steps of one iteration (all but local)
+  double mbps = 0;                      // simulator: every link's bandwidth, Mbit/s (0: fleet's)
+  double latency_ms = -1;               // simulator: every link's latency (-1: fleet's)
 };
 
 struct HistorySection {
@@ -315,6 +354,7 @@ struct Config {
   TrainSection train;
   ClientSection client;
   SimSection sim;
+  DecentralizedSection decentralized;
   HistorySection history;
   MetricsSection metrics;
   BlocksSection blocks;
@@ -333,11 +373,12 @@ struct Config {
 
   // Checks ranges and cross-field rules (for example quorum <= clients_per_round).
   Status validate() const;
-  Status validatePolicy() const;       // the [policy] section (part of validate())
-  Status validateAggregation() const;  // the [aggregation] section (part of validate())
-  Status validateBlocks() const;       // the [blocks] section (part of validate())
-  Status validateDp() const;           // the [dp] section's names (ranges: the engine's check)
-  Status validateSecAgg() const;       // the [secagg] section's names (ranges: the engine's)
+  Status validatePolicy() const;         // the [policy] section (part of validate())
+  Status validateAggregation() const;    // the [aggregation] section (part of validate())
+  Status validateBlocks() const;         // the [blocks] section (part of validate())
+  Status validateDp() const;             // the [dp] section's names (ranges: the engine's check)
+  Status validateSecAgg() const;         // the [secagg] section's names (ranges: the engine's)
+  Status validateDecentralized() const;  // [decentralized] and the [sim] slowdown keys
 
   // Effective values after defaults are resolved.
   uint32_t minClients() const;

@@ -585,4 +585,72 @@ std::string formatBlockMetrics(const std::vector<BlockMetricRecord>& rows, Forma
   return render(rows, format, kFields, kColumns);
 }
 
+std::string formatPeers(int64_t run_id, const std::vector<PeerSummary>& peers, Format format) {
+  struct Row {
+    int64_t run_id;
+    const PeerSummary* peer;
+  };
+  std::vector<Row> rows;
+  rows.reserve(peers.size());
+  for (const auto& p : peers) rows.push_back({run_id, &p});
+  using R = Row;
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"peer", [](const R& r) -> Value { return uint64_t{r.peer->peer}; }},
+      {"iterations", [](const R& r) -> Value { return r.peer->iterations; }},
+      {"skipped", [](const R& r) -> Value { return r.peer->skipped; }},
+      {"exchanges", [](const R& r) -> Value { return r.peer->exchanges; }},
+      {"bytes_sent", [](const R& r) -> Value { return r.peer->bytes_sent; }},
+      {"bytes_received", [](const R& r) -> Value { return r.peer->bytes_received; }},
+      {"compute_s", [](const R& r) -> Value { return r.peer->compute_s; }},
+      {"comm_s", [](const R& r) -> Value { return r.peer->comm_s; }},
+      {"wait_s", [](const R& r) -> Value { return r.peer->wait_s; }},
+      {"mean_staleness", [](const R& r) -> Value { return r.peer->mean_staleness; }},
+      {"max_staleness", [](const R& r) -> Value { return uint64_t{r.peer->max_staleness}; }},
+      {"first_start", [](const R& r) -> Value { return r.peer->first_start; }},
+      {"last_end", [](const R& r) -> Value { return r.peer->last_end; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"peer", true, [](const R& r) { return str(r.peer->peer); }},
+      {"iterations", true, [](const R& r) { return str(r.peer->iterations); }},
+      {"skipped", true, [](const R& r) { return str(r.peer->skipped); }},
+      {"exchanges", true, [](const R& r) { return str(r.peer->exchanges); }},
+      {"bytes_sent", true, [](const R& r) { return str(r.peer->bytes_sent); }},
+      {"bytes_received", true, [](const R& r) { return str(r.peer->bytes_received); }},
+      {"compute_s", true, [](const R& r) { return fixed(r.peer->compute_s, 2); }},
+      {"comm_s", true, [](const R& r) { return fixed(r.peer->comm_s, 2); }},
+      {"wait_s", true, [](const R& r) { return fixed(r.peer->wait_s, 2); }},
+      {"mean_staleness", true, [](const R& r) { return fixed(r.peer->mean_staleness, 2); }},
+      {"max_staleness", true, [](const R& r) { return str(r.peer->max_staleness); }},
+      {"first_start", true, [](const R& r) { return fixed(r.peer->first_start, 2); }},
+      {"last_end", true, [](const R& r) { return fixed(r.peer->last_end, 2); }},
+  };
+  return render(rows, format, kFields, kColumns);
+}
+
+std::string formatPeerEvals(const std::vector<PeerEvalRecord>& rows, Format format) {
+  using R = PeerEvalRecord;
+  // A NaN accuracy (a regression) is "no accuracy".
+  static constexpr auto accuracy = [](const R& r) {
+    return std::isnan(r.accuracy) ? std::nullopt : std::optional<double>(r.accuracy);
+  };
+  static const std::vector<Field<R>> kFields = {
+      {"run_id", [](const R& r) -> Value { return r.run_id; }},
+      {"time_s", [](const R& r) -> Value { return r.time_s; }},
+      {"iterations", [](const R& r) -> Value { return r.iterations; }},
+      {"peers_averaged", [](const R& r) -> Value { return uint64_t{r.peers_averaged}; }},
+      {"accuracy", [](const R& r) -> Value { return optionalValue(accuracy(r)); }},
+      {"loss", [](const R& r) -> Value { return r.loss; }},
+  };
+  static const std::vector<Column<R>> kColumns = {
+      {"time", true, [](const R& r) { return fixed(r.time_s, 2); }},
+      {"iterations", true, [](const R& r) { return str(r.iterations); }},
+      {"peers_averaged", true, [](const R& r) { return str(r.peers_averaged); }},
+      {"accuracy", true, [](const R& r) { return percent(accuracy(r)); }},
+      {"loss", true,
+       [](const R& r) { return std::isnan(r.loss) ? std::string("-") : fixed(r.loss, 4); }},
+  };
+  return render(rows, format, kFields, kColumns);
+}
+
 }  // namespace fedfleet::history

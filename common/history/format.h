@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/history/history.h"
+#include "common/history/peer_summary.h"
 #include "common/history/tier_summary.h"
 #include "common/status.h"
 
@@ -79,5 +80,14 @@ std::string formatTiers(int64_t run_id, const std::vector<TierSummary>& tiers, F
 // Table columns: round, block, model, accuracy (percent), loss; CSV and JSON: run_id, round,
 // block, model, accuracy (a fraction), loss.
 std::string formatBlockMetrics(const std::vector<BlockMetricRecord>& rows, Format format);
+// Per-peer totals of decentralised run `run_id` (common/history/peer_summary.h). Table columns:
+// peer, iterations, skipped, exchanges, bytes_sent, bytes_received, compute_s, comm_s, wait_s,
+// mean_staleness, max_staleness, first_start, last_end (seconds from the run's start). CSV and
+// JSON: run_id, then every PeerSummary field.
+std::string formatPeers(int64_t run_id, const std::vector<PeerSummary>& peers, Format format);
+// Evaluations of a decentralised run's averaged model. Table columns: time (seconds from the
+// run's start), iterations, peers_averaged, accuracy (percent; "-" when NaN), loss. CSV and
+// JSON: every field (accuracy a fraction; NaN empty or null).
+std::string formatPeerEvals(const std::vector<PeerEvalRecord>& rows, Format format);
 
 }  // namespace fedfleet::history

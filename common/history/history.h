@@ -9,15 +9,18 @@
 // Both backends behave the same, down to the error codes:
 //   kNotFound            a write names a run_id that beginRun never returned; latestCheckpoint
 //                        with no checkpoint for the run
-//   kFailedPrecondition  commitRound for a (run_id, round) already committed (never overwritten);
-//                        a SQLite file with an unknown schema version
+//   kFailedPrecondition  commitRound for a (run_id, round) already committed (never overwritten),
+//                        likewise a block_metrics or peer_iterations row already written; a
+//                        SQLite file with an unknown schema version
 //   kInvalidArgument     a status string outside the documented values, update/checkpoint rows
-//                        whose run_id/round differ from the round's, an empty client_id
+//                        whose run_id/round differ from the round's, an empty client_id, peer
+//                        rows with negative or non-finite times
 //   kIoError             file-system/database failure; a full disk says "disk is full"
 //   kTimeout             the database stayed locked by another connection past the busy timeout
 //   kCorrupt             the file is not a SQLite database or is damaged
 // A failed write changes nothing. Query results are ordered: runs by run_id, rounds by round,
-// updates and events in insertion order, clients by client_id.
+// updates and events in insertion order, clients by client_id, peer iterations by (peer,
+// iteration), peer evaluations by time.
 //
 // Numbers: uint64_t fields round-trip exactly (SQLite stores their bit pattern as INTEGER).
 // Doubles round-trip exactly, except that SQLite stores NaN as NULL: a NaN in a plain double
@@ -106,6 +109,33 @@ class HistoryStore {
   // test doubles) returns kFailedPrecondition; both backends override it.
   virtual Status pruneCheckpoints(int64_t /*run_id*/, uint32_t /*keep_last*/, bool /*keep_best*/) {
     return failedPrecondition("pruneCheckpoints is not supported by this history backend");
+  }
+
+  // Decentralised runs (records.h). Both backends override these four; the defaults (test
+  // doubles) refuse the writes with kFailedPrecondition and read nothing.
+  //
+  // Writes iteration rows, all or none (one transaction). Errors: kNotFound for a run_id beginRun
+  // never returned; kInvalidArgument for a row whose t_start, t_end, compute_s, comm_s or wait_s
+  // is negative or not finite, or whose t_end < t_start, or two rows with the same (run_id,
+  // peer, iteration); kFailedPrecondition for a (run_id, peer, iteration) already written (rows
+  // are never overwritten). An empty vector is OK and writes nothing.
+  virtual Status recordPeerIterations(const std::vector<PeerIterationRecord>& /*rows*/) {
+    return failedPrecondition("recordPeerIterations is not supported by this history backend");
+  }
+  // Writes one evaluation of the averaged model. Errors: kNotFound for an unknown run_id;
+  // kInvalidArgument for a time_s that is negative or not finite, or an accuracy outside
+  // [0, 1] (NaN is allowed: no accuracy). The loss may be anything (NaN is stored as NULL).
+  virtual Status recordPeerEval(const PeerEvalRecord& /*row*/) {
+    return failedPrecondition("recordPeerEval is not supported by this history backend");
+  }
+  // The iteration rows of `run_id`, ordered by (peer, iteration); empty for an unknown run.
+  virtual Result<std::vector<PeerIterationRecord>> peerIterations(int64_t /*run_id*/) const {
+    return std::vector<PeerIterationRecord>{};
+  }
+  // The evaluations of `run_id`, ordered by time_s, equal times in the order they were written;
+  // empty for an unknown run.
+  virtual Result<std::vector<PeerEvalRecord>> peerEvals(int64_t /*run_id*/) const {
+    return std::vector<PeerEvalRecord>{};
   }
 };
 

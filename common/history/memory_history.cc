@@ -2,6 +2,7 @@
 // checks, same error codes, same ordering, same NaN rule), so tests and quick simulations can
 // swap one for the other.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -225,8 +226,61 @@ class MemoryHistory final : public HistoryStore {
     return Status::ok();
   }
 
+  Status recordPeerIterations(const std::vector<PeerIterationRecord>& rows) override {
+    const std::string ctx = "recordPeerIterations(" + std::to_string(rows.size()) + " rows)";
+    FEDFLEET_RETURN_IF_ERROR(checkPeerIterationRows(rows).withContext(ctx));
+    for (const PeerIterationRecord& r : rows) {
+      const std::string row = "run " + std::to_string(r.run_id) + " peer " +
+                              std::to_string(r.peer) + " iteration " + std::to_string(r.iteration);
+      if (runs_.count(r.run_id) == 0) {
+        return notFound(ctx + ": " + row + ": run " + std::to_string(r.run_id) + " does not exist");
+      }
+      if (peer_iterations_.count(peerKey(r)) != 0) {
+        return failedPrecondition(ctx + ": " + row + " is already written");
+      }
+    }
+    for (const PeerIterationRecord& r : rows) peer_iterations_.emplace(peerKey(r), r);
+    return Status::ok();
+  }
+
+  Status recordPeerEval(const PeerEvalRecord& row) override {
+    const std::string ctx = "recordPeerEval(run " + std::to_string(row.run_id) + ")";
+    FEDFLEET_RETURN_IF_ERROR(checkPeerEval(row).withContext(ctx));
+    if (runs_.count(row.run_id) == 0) {
+      return notFound(ctx + ": run " + std::to_string(row.run_id) + " does not exist");
+    }
+    peer_evals_.push_back(row);
+    return Status::ok();
+  }
+
+  Result<std::vector<PeerIterationRecord>> peerIterations(int64_t run_id) const override {
+    std::vector<PeerIterationRecord> out;
+    for (auto it = peer_iterations_.lower_bound({run_id, 0, INT64_MIN});
+         it != peer_iterations_.end() && std::get<0>(it->first) == run_id; ++it) {
+      out.push_back(it->second);
+    }
+    return out;
+  }
+
+  Result<std::vector<PeerEvalRecord>> peerEvals(int64_t run_id) const override {
+    std::vector<PeerEvalRecord> out;
+    for (const PeerEvalRecord& e : peer_evals_) {
+      if (e.run_id == run_id) out.push_back(e);
+    }
+    // By time, equal times in insertion order, as SQLite's ORDER BY time_s, id.
+    std::stable_sort(out.begin(), out.end(), [](const PeerEvalRecord& a, const PeerEvalRecord& b) {
+      return a.time_s < b.time_s;
+    });
+    return out;
+  }
+
  private:
   using RoundKey = std::pair<int64_t, uint32_t>;
+  // SQLite orders iterations by the signed integer their bit pattern is; so does this key.
+  using PeerKey = std::tuple<int64_t, uint32_t, int64_t>;
+  static PeerKey peerKey(const PeerIterationRecord& r) {
+    return {r.run_id, r.peer, static_cast<int64_t>(r.iteration)};
+  }
 
   int64_t next_run_id_ = 1;
   std::map<int64_t, RunRecord> runs_;
@@ -236,7 +290,9 @@ class MemoryHistory final : public HistoryStore {
   std::map<RoundKey, CheckpointRecord> checkpoints_;
   std::vector<EventRecord> events_;  // insertion order
   using BlockKey = std::tuple<int64_t, uint32_t, std::string, std::string>;
-  std::map<BlockKey, BlockMetricRecord> block_metrics_;  // ordered as SQLite orders them
+  std::map<BlockKey, BlockMetricRecord> block_metrics_;     // ordered as SQLite orders them
+  std::map<PeerKey, PeerIterationRecord> peer_iterations_;  // ordered as SQLite orders them
+  std::vector<PeerEvalRecord> peer_evals_;                  // insertion order
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "common/history/record_checks.h"
 
+#include <cmath>
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 
 namespace fedfleet::history {
 
@@ -50,6 +52,46 @@ Status checkBlockMetricRows(const std::vector<BlockMetricRecord>& rows) {
                              std::to_string(b.round) + ", block " + b.block + ", model " + b.model +
                              ")");
     }
+  }
+  return Status::ok();
+}
+
+Status checkPeerIterationRows(const std::vector<PeerIterationRecord>& rows) {
+  std::set<std::tuple<int64_t, uint32_t, uint64_t>> seen;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PeerIterationRecord& r = rows[i];
+    const std::string where = "peer iteration row " + std::to_string(i) + " (run " +
+                              std::to_string(r.run_id) + ", peer " + std::to_string(r.peer) +
+                              ", iteration " + std::to_string(r.iteration) + ")";
+    for (const auto& [name, value] :
+         {std::pair{"t_start", r.t_start}, std::pair{"t_end", r.t_end},
+          std::pair{"compute_s", r.compute_s}, std::pair{"comm_s", r.comm_s},
+          std::pair{"wait_s", r.wait_s}}) {
+      if (!std::isfinite(value) || value < 0) {
+        return invalidArgument(where + ": " + name + " is " + std::to_string(value) +
+                               ", not a finite non-negative number of seconds");
+      }
+    }
+    if (r.t_end < r.t_start) {
+      return invalidArgument(where + ": t_end " + std::to_string(r.t_end) + " is before t_start " +
+                             std::to_string(r.t_start));
+    }
+    if (!seen.emplace(r.run_id, r.peer, r.iteration).second) {
+      return invalidArgument(where + " repeats");
+    }
+  }
+  return Status::ok();
+}
+
+Status checkPeerEval(const PeerEvalRecord& row) {
+  const std::string where = "peer evaluation (run " + std::to_string(row.run_id) + ", time " +
+                            std::to_string(row.time_s) + ")";
+  if (!std::isfinite(row.time_s) || row.time_s < 0) {
+    return invalidArgument(where + ": time_s must be a finite non-negative number of seconds");
+  }
+  if (!std::isnan(row.accuracy) && !(row.accuracy >= 0 && row.accuracy <= 1)) {
+    return invalidArgument(where + ": accuracy " + std::to_string(row.accuracy) +
+                           " is outside [0, 1]");
   }
   return Status::ok();
 }

@@ -27,6 +27,14 @@ Status checkCommitArguments(const RoundRecord& round, const std::vector<UpdateRe
 // same (run_id, round, block, model).
 Status checkBlockMetricRows(const std::vector<BlockMetricRecord>& rows);
 
+// kInvalidArgument for a peer_iterations row with a negative or non-finite time or duration, or
+// t_end < t_start, or two rows with the same (run_id, peer, iteration).
+Status checkPeerIterationRows(const std::vector<PeerIterationRecord>& rows);
+
+// kInvalidArgument for a peer_evals row with a negative or non-finite time_s, or an accuracy
+// outside [0, 1] (NaN passes: no accuracy).
+Status checkPeerEval(const PeerEvalRecord& row);
+
 // "commitRound(run 3, round 7)": the context prefix of commitRound's messages.
 std::string commitContext(const RoundRecord& round);
 

@@ -155,4 +155,44 @@ struct BlockMetricRecord {
   std::optional<double> loss;
 };
 
+// Decentralised (peer-to-peer) runs. Such a run is a RunRecord like any other (its config_json
+// is the resolved configuration: policy.mode "decentralized", and decentralized.algorithm,
+// which `fedfleet report` labels it by), and its clock says
+// whether the times below are virtual (the simulator) or real (peer processes). Instead of
+// rounds it has one row per peer and iteration, and now and then an evaluation of the average
+// of the peers' models (schema version 10). A run with either is what the report draws as
+// decentralised.
+
+// One iteration of one peer (table peer_iterations, primary key (run_id, peer, iteration)).
+// The durations are what the peer spent in [t_start, t_end]; they need not add up to it
+// (computation and transfers may overlap), and an iteration Hop skipped has skipped set and
+// usually zero compute.
+struct PeerIterationRecord {
+  int64_t run_id = 0;
+  uint32_t peer = 0;       // peer index 0..P-1
+  uint64_t iteration = 0;  // the peer's own iteration counter
+  double t_start = 0;      // seconds since the run's start (virtual time in the simulator)
+  double t_end = 0;        // when the iteration's exchange finished
+  double compute_s = 0;    // time computing (training) in this iteration
+  double comm_s = 0;       // time sending/receiving
+  double wait_s = 0;       // time blocked waiting for peers (neither computing nor transferring)
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint32_t exchanges = 0;  // peers exchanged with (neighbours averaged, group size - 1, ...)
+  uint32_t staleness = 0;  // iterations between the model a gradient was computed on and the one
+                           // it is applied to
+  bool skipped = false;    // Hop: the iteration was skipped to catch up
+};
+
+// One evaluation of the average of the peers' models on the test set (table peer_evals).
+struct PeerEvalRecord {
+  int64_t run_id = 0;
+  double time_s = 0;            // seconds since the run's start (virtual in the simulator)
+  uint64_t iterations = 0;      // sum of all peers' iterations so far
+  uint32_t peers_averaged = 0;  // how many peers' models were averaged for this evaluation
+  double accuracy = 0;          // of the average model on the test set, in [0, 1]; NaN: none
+                                // (a regression)
+  double loss = 0;
+};
+
 }  // namespace fedfleet::history

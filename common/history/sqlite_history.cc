@@ -3,7 +3,8 @@
 // Every value reaches SQLite through a bound parameter of a statement prepared once at open;
 // no SQL text is built from data. The statements that write or read whole records are generated
 // from the tables' column lists (common/history/sqlite_schema.h). Each public method is one
-// statement in autocommit mode except commitRound and recordBlockMetrics, which run BEGIN
+// statement in autocommit mode except commitRound, recordBlockMetrics and recordPeerIterations,
+// which run BEGIN
 // IMMEDIATE (take the write lock first, so the transaction cannot fail half-way on a lock
 // upgrade), the writes, COMMIT, and ROLLBACK on any failure.
 
@@ -48,6 +49,10 @@ class SqliteHistory final : public HistoryStore {
   Status recordBlockMetrics(const std::vector<BlockMetricRecord>& rows) override;
   Result<CheckpointRecord> checkpointAt(int64_t run_id, uint32_t round) override;
   Status pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool keep_best) override;
+  Status recordPeerIterations(const std::vector<PeerIterationRecord>& rows) override;
+  Status recordPeerEval(const PeerEvalRecord& row) override;
+  Result<std::vector<PeerIterationRecord>> peerIterations(int64_t run_id) const override;
+  Result<std::vector<PeerEvalRecord>> peerEvals(int64_t run_id) const override;
 
  private:
   explicit SqliteHistory(DbPtr db) : db_(std::move(db)) {}
@@ -56,11 +61,11 @@ class SqliteHistory final : public HistoryStore {
   // The writes of commitRound, inside its transaction.
   Status writeRound(const RoundRecord& round, const std::vector<UpdateRecord>& updates,
                     const std::optional<CheckpointRecord>& checkpoint, const std::string& ctx);
-  Query query(const StatementPtr& stmt, std::string context) {
+  Query query(const StatementPtr& stmt, std::string context) const {
     return Query(db_.get(), stmt.get(), std::move(context));
   }
   template <typename RecordStatement>
-  Query query(const RecordStatement& stmt, std::string context) {
+  Query query(const RecordStatement& stmt, std::string context) const {
     return Query(db_.get(), stmt.statement(), std::move(context));
   }
 
@@ -75,6 +80,10 @@ class SqliteHistory final : public HistoryStore {
   RecordInsert<CheckpointRecord> insert_checkpoint_;
   RecordInsert<EventRecord> insert_event_;
   RecordInsert<BlockMetricRecord> insert_block_metric_;
+  RecordInsert<PeerIterationRecord> insert_peer_iteration_;
+  RecordInsert<PeerEvalRecord> insert_peer_eval_;
+  RecordSelect<PeerIterationRecord> select_peer_iterations_;
+  RecordSelect<PeerEvalRecord> select_peer_evals_;
   RecordSelect<RunRecord> select_runs_;
   RecordSelect<RoundRecord> select_rounds_;
   RecordSelect<UpdateRecord> select_updates_;
@@ -220,6 +229,15 @@ Status SqliteHistory::prepareStatements() {
   FEDFLEET_RETURN_IF_ERROR(records(insert_event_, kEventsTable, insertSql(kEventsTable)));
   FEDFLEET_RETURN_IF_ERROR(
       records(insert_block_metric_, kBlockMetricsTable, insertSql(kBlockMetricsTable)));
+  FEDFLEET_RETURN_IF_ERROR(
+      records(insert_peer_iteration_, kPeerIterationsTable, insertSql(kPeerIterationsTable)));
+  FEDFLEET_RETURN_IF_ERROR(records(insert_peer_eval_, kPeerEvalsTable, insertSql(kPeerEvalsTable)));
+  FEDFLEET_RETURN_IF_ERROR(
+      records(select_peer_iterations_, kPeerIterationsTable,
+              selectSql(kPeerIterationsTable, "WHERE run_id = :run_id ORDER BY peer, iteration")));
+  FEDFLEET_RETURN_IF_ERROR(
+      records(select_peer_evals_, kPeerEvalsTable,
+              selectSql(kPeerEvalsTable, "WHERE run_id = :run_id ORDER BY time_s, id")));
   FEDFLEET_RETURN_IF_ERROR(
       records(select_runs_, kRunsTable, selectSql(kRunsTable, "ORDER BY run_id")));
   FEDFLEET_RETURN_IF_ERROR(
@@ -466,6 +484,59 @@ Status SqliteHistory::pruneCheckpoints(int64_t run_id, uint32_t keep_last, bool 
   q.parameter(":keep_last").integer(keep_last);
   q.parameter(":keep_best").integer(keep_best ? 1 : 0);
   return q.run();
+}
+
+Status SqliteHistory::recordPeerIterations(const std::vector<PeerIterationRecord>& rows) {
+  const std::string ctx = "recordPeerIterations(" + std::to_string(rows.size()) + " rows)";
+  if (rows.empty()) return Status::ok();
+  FEDFLEET_RETURN_IF_ERROR(checkPeerIterationRows(rows).withContext(ctx));
+  FEDFLEET_RETURN_IF_ERROR(execSql(db_.get(), "BEGIN IMMEDIATE", ctx));
+  Status st;
+  for (const PeerIterationRecord& r : rows) {
+    // The context names the row only when it fails: a batch may hold many thousand rows.
+    Query q = query(insert_peer_iteration_, ctx);
+    insert_peer_iteration_.bind(q, r);
+    st = q.run();
+    if (!st.isOk()) {
+      const std::string row = "run " + std::to_string(r.run_id) + " peer " +
+                              std::to_string(r.peer) + " iteration " + std::to_string(r.iteration);
+      if (st.code() == StatusCode::kNotFound) {  // the foreign key on run_id
+        st = notFound(ctx + ": " + row + ": run " + std::to_string(r.run_id) + " does not exist");
+      } else if (st.code() == StatusCode::kFailedPrecondition) {  // the primary key
+        st = failedPrecondition(ctx + ": " + row + " is already written");
+      } else {
+        st = st.withContext(row);
+      }
+      break;
+    }
+  }
+  if (st.isOk()) st = execSql(db_.get(), "COMMIT", ctx + ": commit");
+  if (!st.isOk()) return rollback(db_.get(), st);
+  return Status::ok();
+}
+
+Status SqliteHistory::recordPeerEval(const PeerEvalRecord& row) {
+  const std::string ctx = "recordPeerEval(run " + std::to_string(row.run_id) + ")";
+  FEDFLEET_RETURN_IF_ERROR(checkPeerEval(row).withContext(ctx));
+  Query q = query(insert_peer_eval_, ctx);
+  insert_peer_eval_.bind(q, row);
+  Status st = q.run();
+  if (st.code() == StatusCode::kNotFound) {  // the foreign key on run_id
+    return notFound(ctx + ": run " + std::to_string(row.run_id) + " does not exist");
+  }
+  return st;
+}
+
+Result<std::vector<PeerIterationRecord>> SqliteHistory::peerIterations(int64_t run_id) const {
+  Query q = query(select_peer_iterations_, "peerIterations(" + std::to_string(run_id) + ")");
+  q.parameter(":run_id").integer(run_id);
+  return collectRecords(q, select_peer_iterations_);
+}
+
+Result<std::vector<PeerEvalRecord>> SqliteHistory::peerEvals(int64_t run_id) const {
+  Query q = query(select_peer_evals_, "peerEvals(" + std::to_string(run_id) + ")");
+  q.parameter(":run_id").integer(run_id);
+  return collectRecords(q, select_peer_evals_);
 }
 
 }  // namespace

@@ -16,7 +16,7 @@
 namespace fedfleet::history {
 
 // The schema version this build reads and writes.
-inline constexpr int kSqliteSchemaVersion = 9;
+inline constexpr int kSqliteSchemaVersion = 10;
 
 struct SqliteHistoryOptions {
   // How long a statement waits for another connection's lock before failing with kTimeout.

@@ -201,6 +201,36 @@ constexpr Column<BlockMetricRecord> kBlockMetricColumns[] = {
 constexpr std::string_view kBlockMetricConstraints[] = {
     "PRIMARY KEY (run_id, round, block, model)"};
 
+constexpr Column<PeerIterationRecord> kPeerIterationColumns[] = {
+    field<&PeerIterationRecord::run_id>("run_id", "INTEGER", "NOT NULL REFERENCES runs (run_id)"),
+    field<&PeerIterationRecord::peer>("peer", "INTEGER", "NOT NULL"),
+    field<&PeerIterationRecord::iteration>("iteration", "INTEGER", "NOT NULL"),
+    field<&PeerIterationRecord::t_start>("t_start", "REAL", "NOT NULL"),
+    field<&PeerIterationRecord::t_end>("t_end", "REAL", "NOT NULL"),
+    field<&PeerIterationRecord::compute_s>("compute_s", "REAL", "NOT NULL"),
+    field<&PeerIterationRecord::comm_s>("comm_s", "REAL", "NOT NULL"),
+    field<&PeerIterationRecord::wait_s>("wait_s", "REAL", "NOT NULL"),
+    field<&PeerIterationRecord::bytes_sent>("bytes_sent", "INTEGER", "NOT NULL"),
+    field<&PeerIterationRecord::bytes_received>("bytes_received", "INTEGER", "NOT NULL"),
+    field<&PeerIterationRecord::exchanges>("exchanges", "INTEGER", "NOT NULL"),
+    field<&PeerIterationRecord::staleness>("staleness", "INTEGER", "NOT NULL"),
+    field<&PeerIterationRecord::skipped>("skipped", "INTEGER",
+                                         "NOT NULL CHECK (skipped IN (0, 1))"),
+};
+constexpr std::string_view kPeerIterationConstraints[] = {"PRIMARY KEY (run_id, peer, iteration)"};
+
+// Evaluations keep their insertion order (id) to order equal times.
+constexpr Column<PeerEvalRecord> kPeerEvalColumns[] = {
+    insertionOrder<PeerEvalRecord>("id"),
+    field<&PeerEvalRecord::run_id>("run_id", "INTEGER", "NOT NULL REFERENCES runs (run_id)"),
+    field<&PeerEvalRecord::time_s>("time_s", "REAL", "NOT NULL"),
+    field<&PeerEvalRecord::iterations>("iterations", "INTEGER", "NOT NULL"),
+    field<&PeerEvalRecord::peers_averaged>("peers_averaged", "INTEGER", "NOT NULL"),
+    field<&PeerEvalRecord::accuracy>("accuracy", "REAL"),
+    field<&PeerEvalRecord::loss>("loss", "REAL"),
+};
+constexpr Index kPeerEvalIndexes[] = {{"peer_evals_by_run", "run_id, time_s"}};
+
 // The released upgrade steps. Each one's SQL is what that version's fedfleet ran; never edit
 // one, add a step.
 constexpr SchemaUpgrade kSchemaUpgrades[] = {
@@ -284,6 +314,37 @@ ALTER TABLE updates ADD COLUMN eval_metrics TEXT;
 ALTER TABLE rounds ADD COLUMN dp_epsilon REAL;
 ALTER TABLE rounds ADD COLUMN dp_clip REAL;
 )sql"},
+    {9, 10,
+     "decentralised runs: each peer's iterations (times, bytes, exchanges, staleness) and the "
+     "evaluations of the peers' averaged model",
+     R"sql(
+CREATE TABLE peer_iterations (
+  run_id INTEGER NOT NULL REFERENCES runs (run_id),
+  peer INTEGER NOT NULL,
+  iteration INTEGER NOT NULL,
+  t_start REAL NOT NULL,
+  t_end REAL NOT NULL,
+  compute_s REAL NOT NULL,
+  comm_s REAL NOT NULL,
+  wait_s REAL NOT NULL,
+  bytes_sent INTEGER NOT NULL,
+  bytes_received INTEGER NOT NULL,
+  exchanges INTEGER NOT NULL,
+  staleness INTEGER NOT NULL,
+  skipped INTEGER NOT NULL CHECK (skipped IN (0, 1)),
+  PRIMARY KEY (run_id, peer, iteration)
+);
+CREATE TABLE peer_evals (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs (run_id),
+  time_s REAL NOT NULL,
+  iterations INTEGER NOT NULL,
+  peers_averaged INTEGER NOT NULL,
+  accuracy REAL,
+  loss REAL
+);
+CREATE INDEX peer_evals_by_run ON peer_evals (run_id, time_s);
+)sql"},
 };
 
 // The steps go from version 1 to this build's, one version at a time.
@@ -343,6 +404,9 @@ const Table<CheckpointRecord> kCheckpointsTable{
 const Table<EventRecord> kEventsTable{"events", kEventColumns, {}, kEventIndexes};
 const Table<BlockMetricRecord> kBlockMetricsTable{
     "block_metrics", kBlockMetricColumns, kBlockMetricConstraints, {}};
+const Table<PeerIterationRecord> kPeerIterationsTable{
+    "peer_iterations", kPeerIterationColumns, kPeerIterationConstraints, {}};
+const Table<PeerEvalRecord> kPeerEvalsTable{"peer_evals", kPeerEvalColumns, {}, kPeerEvalIndexes};
 
 std::string sqlName(std::string_view name) {
   if (sqlite3_keyword_check(name.data(), static_cast<int>(name.size())) == 0) {

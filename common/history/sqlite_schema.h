@@ -55,9 +55,10 @@ struct Table {
   std::span<const Index> indexes;
 };
 
-// How a field's C++ type is stored: integers as INTEGER (uint64_t by its bit pattern, so values
-// above INT64_MAX read back exactly), doubles as REAL (NaN becomes NULL and reads back as NaN),
-// optional doubles as REAL or NULL, strings as TEXT.
+// How a field's C++ type is stored: integers and bools (0 or 1) as INTEGER (uint64_t by its bit
+// pattern, so values above INT64_MAX read back exactly), doubles as REAL (NaN becomes NULL and
+// reads back as NaN), optional doubles as REAL or NULL, strings as TEXT.
+inline void bindValue(const Parameter& p, bool v) { p.integer(v ? 1 : 0); }
 inline void bindValue(const Parameter& p, int64_t v) { p.integer(v); }
 inline void bindValue(const Parameter& p, int32_t v) { p.integer(v); }
 inline void bindValue(const Parameter& p, uint32_t v) { p.integer(v); }
@@ -66,6 +67,7 @@ inline void bindValue(const Parameter& p, double v) { p.real(v); }
 inline void bindValue(const Parameter& p, const std::optional<double>& v) { p.optionalReal(v); }
 inline void bindValue(const Parameter& p, const std::string& v) { p.text(v); }
 
+inline void readValue(const Value& v, bool& out) { out = v.integer() != 0; }
 inline void readValue(const Value& v, int64_t& out) { out = v.integer(); }
 inline void readValue(const Value& v, int32_t& out) { out = static_cast<int32_t>(v.integer()); }
 inline void readValue(const Value& v, uint32_t& out) { out = static_cast<uint32_t>(v.integer()); }
@@ -107,6 +109,8 @@ extern const Table<ClientRecord> kClientsTable;
 extern const Table<CheckpointRecord> kCheckpointsTable;
 extern const Table<EventRecord> kEventsTable;
 extern const Table<BlockMetricRecord> kBlockMetricsTable;
+extern const Table<PeerIterationRecord> kPeerIterationsTable;
+extern const Table<PeerEvalRecord> kPeerEvalsTable;
 
 // Calls visit(table) for every table, in the order a new file creates them.
 template <typename Visit>
@@ -118,6 +122,8 @@ void forEachTable(Visit&& visit) {
   visit(kCheckpointsTable);
   visit(kEventsTable);
   visit(kBlockMetricsTable);
+  visit(kPeerIterationsTable);
+  visit(kPeerEvalsTable);
 }
 
 // `name` as SQL text: double-quoted when SQLite reserves the word ("partition").

@@ -99,6 +99,8 @@ struct ClientOptions {
   int reconnect_ivl_max_ms = 2000;
   int io_threads = 1;
   int send_timeout_ms = 5000;  // send() gives up with kTimeout (no connection, queue full)
+  // ZMQ_SNDHWM: messages queued for the server before send() waits (then kTimeout).
+  int send_hwm = 10000;
 };
 
 // A message received by the server.

@@ -560,7 +560,7 @@ class ZmqClientTransport final : public ClientTransport {
     try {
       socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
       socket_.set(zmq::sockopt::linger, 0);
-      socket_.set(zmq::sockopt::sndhwm, kHighWaterMark);
+      socket_.set(zmq::sockopt::sndhwm, options_.send_hwm);
       socket_.set(zmq::sockopt::rcvhwm, kHighWaterMark);
       socket_.set(zmq::sockopt::sndtimeo, std::max(0, options_.send_timeout_ms));
       socket_.set(zmq::sockopt::maxmsgsize,
@@ -840,6 +840,7 @@ Result<std::unique_ptr<ClientTransport>> createClient(const ClientOptions& optio
   FEDFLEET_RETURN_IF_ERROR(
       checkCommon(options.endpoint, options.io_threads, options.max_message_bytes));
   if (options.routing_id.size() > 255) return invalidArgument("routing_id is over 255 bytes");
+  if (options.send_hwm < 0) return invalidArgument("send_hwm must not be negative");
   if (!options.routing_id.empty() && options.routing_id[0] == '\0') {
     return invalidArgument("routing_id must not start with a zero byte (reserved by ZeroMQ)");
   }

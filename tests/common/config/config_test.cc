@@ -93,6 +93,54 @@ TEST(Config, WrongTypesAndRangesAreErrors) {
   EXPECT_FALSE(g.validate().isOk());
 }
 
+// sim.batch_clients: off by default (the golden histories are per-client training's), a boolean
+// from [sim] or --set, anything else an error naming the key.
+TEST(Config, BatchClientsIsOffByDefaultAndABoolean) {
+  Config c;
+  EXPECT_FALSE(c.sim.batch_clients);
+  ASSERT_TRUE(c.loadString("[sim]\nbatch_clients = true\n", "t").isOk());
+  EXPECT_TRUE(c.sim.batch_clients);
+  EXPECT_TRUE(c.validate().isOk());
+  ASSERT_TRUE(c.set("sim.batch_clients=false").isOk());
+  EXPECT_FALSE(c.sim.batch_clients);
+  Config d;
+  Status st = d.loadString("[sim]\nbatch_clients = \"yes\"\n", "t");
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("sim.batch_clients"), std::string::npos) << st.message();
+}
+
+// [decentralized]: read from TOML, every range an error naming its key, and a decentralised run
+// cannot be resumed (the peers hold the models; nothing would be continued).
+TEST(Config, DecentralizedSectionIsReadAndChecked) {
+  Config c;
+  ASSERT_TRUE(c.loadString("[policy]\nmode = \"decentralized\"\n[decentralized]\n"
+                           "algorithm = \"prague\"\npeers = 6\ngroup_size = 3\npipeline = 2\n",
+                           "t")
+                  .isOk());
+  EXPECT_EQ(c.decentralized.algorithm, "prague");
+  EXPECT_EQ(c.decentralized.peers, 6u);
+  EXPECT_EQ(c.decentralized.group_size, 3u);
+  EXPECT_TRUE(c.validate().isOk());
+  auto refused = [](const std::string& assignment, const std::string& key) {
+    Config d;
+    ASSERT_TRUE(d.set("policy.mode=decentralized").isOk());
+    ASSERT_TRUE(d.set(assignment).isOk()) << assignment;
+    Status st = d.validate();
+    ASSERT_FALSE(st.isOk()) << assignment;
+    EXPECT_NE(st.message().find(key), std::string::npos) << st.message();
+  };
+  refused("decentralized.algorithm=gossip", "decentralized.algorithm");
+  refused("decentralized.peers=1", "decentralized.peers");
+  refused("decentralized.pipeline=3", "decentralized.pipeline");
+  refused("decentralized.codec=zip", "decentralized.codec");
+  refused("decentralized.degree=16", "decentralized.degree");
+  refused("decentralized.outer_momentum=1", "decentralized.outer_momentum");
+  refused("coordinator.resume=true", "coordinator.resume");
+  Config star;  // a star run resumes as before
+  ASSERT_TRUE(star.set("coordinator.resume=true").isOk());
+  EXPECT_TRUE(star.validate().isOk());
+}
+
 // client.local_dp_min_noise: off by default, read from [client], and a negative floor is an
 // error naming the key.
 TEST(Config, TheLocalDpFloorIsOffByDefaultAndChecked) {

@@ -275,6 +275,51 @@ TEST(Format, TiersInEachFormat) {
             "late_or_dropped,mean_completed_s\r\n");
 }
 
+TEST(Format, PeersInEachFormat) {
+  PeerSummary p;
+  p.peer = 7;
+  p.iterations = 12;
+  p.skipped = 1;
+  p.exchanges = 24;
+  p.bytes_sent = 123456789012ULL;
+  p.bytes_received = 42;
+  p.compute_s = 6.5;
+  p.comm_s = 1.255;
+  p.wait_s = 0.1;
+  p.mean_staleness = 2.0 / 3;
+  p.max_staleness = 2;
+  p.first_start = 0.25;
+  p.last_end = 9.875;
+  EXPECT_EQ(
+      formatPeers(3, {p}, Format::kTable),
+      "peer  iterations  skipped  exchanges    bytes_sent  bytes_received  compute_s  comm_s  "
+      "wait_s  mean_staleness  max_staleness  first_start  last_end\n"
+      "   7          12        1         24  123456789012              42       6.50    1.25  "
+      "  0.10            0.67              2         0.25      9.88\n");
+  EXPECT_EQ(formatPeers(3, {p}, Format::kCsv),
+            "run_id,peer,iterations,skipped,exchanges,bytes_sent,bytes_received,compute_s,comm_s,"
+            "wait_s,mean_staleness,max_staleness,first_start,last_end\r\n"
+            "3,7,12,1,24,123456789012,42,6.5,1.255,0.1,0.6666666666666666,2,0.25,9.875\r\n");
+}
+
+TEST(Format, PeerEvalsInEachFormat) {
+  const std::vector<PeerEvalRecord> rows = {
+      {2, 10.5, 160, 16, 0.8125, 0.5},
+      {2, 20.0, 320, 16, std::numeric_limits<double>::quiet_NaN(), 0.25}};
+  EXPECT_EQ(formatPeerEvals(rows, Format::kTable),
+            " time  iterations  peers_averaged  accuracy    loss\n"
+            "10.50         160              16    81.25%  0.5000\n"
+            "20.00         320              16         -  0.2500\n");
+  auto json = nlohmann::json::parse(formatPeerEvals(rows, Format::kJson));
+  ASSERT_EQ(json.size(), 2u);
+  EXPECT_EQ(json[0]["run_id"], 2);
+  EXPECT_EQ(json[0]["time_s"], 10.5);
+  EXPECT_EQ(json[0]["iterations"], 160);
+  EXPECT_EQ(json[0]["accuracy"], 0.8125);
+  EXPECT_TRUE(json[1]["accuracy"].is_null());
+  EXPECT_EQ(json[1]["loss"], 0.25);
+}
+
 TEST(Format, JsonOfOtherRecordsParsesBack) {
   RunRecord run{7, "demo \xc3\xa9", R"({"lr": 0.1})", 1700000000.25, 18446744073709551615ull};
   auto runs = nlohmann::json::parse(formatRuns({run}, Format::kJson));

@@ -66,6 +66,16 @@ auto fields(const BlockMetricRecord& b) {
   const auto& [run_id, round, block, model, accuracy, loss] = b;
   return std::tie(run_id, round, block, model, accuracy, loss);
 }
+auto fields(const PeerIterationRecord& r) {
+  const auto& [run_id, peer, iteration, t_start, t_end, compute_s, comm_s, wait_s, bytes_sent,
+               bytes_received, exchanges, staleness, skipped] = r;
+  return std::tie(run_id, peer, iteration, t_start, t_end, compute_s, comm_s, wait_s, bytes_sent,
+                  bytes_received, exchanges, staleness, skipped);
+}
+auto fields(const PeerEvalRecord& e) {
+  const auto& [run_id, time_s, iterations, peers_averaged, accuracy, loss] = e;
+  return std::tie(run_id, time_s, iterations, peers_averaged, accuracy, loss);
+}
 
 template <typename T>
 void expectSameRecords(const std::vector<T>& got, const std::vector<T>& want) {
@@ -767,6 +777,141 @@ TEST_P(HistoryStoreTest, NanFollowsTheStoredAsNullRule) {
   ASSERT_EQ(blocks->size(), 1u);
   EXPECT_FALSE((*blocks)[0].accuracy.has_value());
   EXPECT_EQ((*blocks)[0].loss, 1.0);
+}
+
+PeerIterationRecord makeIteration(int64_t run_id, uint32_t peer, uint64_t iteration) {
+  PeerIterationRecord r;
+  r.run_id = run_id;
+  r.peer = peer;
+  r.iteration = iteration;
+  r.t_start = 0.25 * static_cast<double>(iteration) + peer;
+  r.t_end = r.t_start + 0.2;
+  r.compute_s = 0.125;
+  r.comm_s = 0.0625;
+  r.wait_s = 0.0125;
+  r.bytes_sent = 1000 + peer;
+  r.bytes_received = 2000 + iteration;
+  r.exchanges = 2;
+  r.staleness = peer % 3;
+  r.skipped = iteration % 5 == 4;
+  return r;
+}
+
+// Iteration rows come back as written, ordered by peer then iteration whatever order they were
+// written in, across batches, and only the asked run's.
+TEST_P(HistoryStoreTest, PeerIterationsRoundTripOrderedByPeerThenIteration) {
+  const int64_t run = newRun("dpsgd");
+  const int64_t other = newRun("ring");
+  PeerIterationRecord edge =
+      makeIteration(run, std::numeric_limits<uint32_t>::max(), std::numeric_limits<int64_t>::max());
+  edge.bytes_sent = std::numeric_limits<uint64_t>::max();
+  edge.bytes_received = 0;
+  edge.exchanges = std::numeric_limits<uint32_t>::max();
+  edge.staleness = std::numeric_limits<uint32_t>::max();
+  edge.t_start = std::numeric_limits<double>::denorm_min();
+  edge.t_end = std::numeric_limits<double>::max();
+  edge.skipped = true;
+  ASSERT_TRUE(store_
+                  ->recordPeerIterations({makeIteration(run, 1, 1), edge, makeIteration(run, 0, 2),
+                                          makeIteration(other, 0, 0), makeIteration(run, 1, 0)})
+                  .isOk());
+  ASSERT_TRUE(
+      store_->recordPeerIterations({makeIteration(run, 0, 0), makeIteration(run, 0, 1)}).isOk());
+  ASSERT_TRUE(store_->recordPeerIterations({}).isOk());
+  auto rows = store_->peerIterations(run);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  expectSameRecords(*rows,
+                    {makeIteration(run, 0, 0), makeIteration(run, 0, 1), makeIteration(run, 0, 2),
+                     makeIteration(run, 1, 0), makeIteration(run, 1, 1), edge});
+  auto others = store_->peerIterations(other);
+  ASSERT_TRUE(others.isOk());
+  expectSameRecords(*others, {makeIteration(other, 0, 0)});
+  auto none = store_->peerIterations(other + 100);
+  ASSERT_TRUE(none.isOk());
+  EXPECT_TRUE(none->empty());
+  // A federated run's tables are untouched by a decentralised one.
+  auto rounds = store_->rounds(run);
+  ASSERT_TRUE(rounds.isOk());
+  EXPECT_TRUE(rounds->empty());
+}
+
+// A batch with one bad row is refused whole, with the code of what is wrong with it.
+TEST_P(HistoryStoreTest, PeerIterationWritesAreCheckedAndAllOrNone) {
+  const int64_t run = newRun();
+  ASSERT_TRUE(store_->recordPeerIterations({makeIteration(run, 0, 0)}).isOk());
+  auto with = [&](auto change) {
+    PeerIterationRecord bad = makeIteration(run, 2, 7);
+    change(bad);
+    return store_->recordPeerIterations({makeIteration(run, 1, 0), bad}).code();
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(with([&](PeerIterationRecord& r) { r.run_id = run + 100; }), StatusCode::kNotFound);
+  EXPECT_EQ(with([&](PeerIterationRecord& r) {
+              r.peer = 0;
+              r.iteration = 0;
+            }),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(with([&](PeerIterationRecord& r) {
+              r.peer = 1;
+              r.iteration = 0;
+            }),
+            StatusCode::kInvalidArgument);  // the same row twice in one batch
+  EXPECT_EQ(with([](PeerIterationRecord& r) { r.t_start = -0.5; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](PeerIterationRecord& r) { r.t_end = r.t_start - 0.001; }),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([&](PeerIterationRecord& r) { r.t_end = inf; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([&](PeerIterationRecord& r) { r.t_start = nan; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([&](PeerIterationRecord& r) { r.compute_s = nan; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([](PeerIterationRecord& r) { r.comm_s = -1; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(with([&](PeerIterationRecord& r) { r.wait_s = inf; }), StatusCode::kInvalidArgument);
+  // A zero-length iteration is fine.
+  EXPECT_EQ(with([](PeerIterationRecord& r) { r.t_end = r.t_start; }), StatusCode::kOk);
+  auto rows = store_->peerIterations(run);
+  ASSERT_TRUE(rows.isOk());
+  expectSameRecords(*rows, {makeIteration(run, 0, 0), makeIteration(run, 1, 0), [&] {
+                              PeerIterationRecord r = makeIteration(run, 2, 7);
+                              r.t_end = r.t_start;
+                              return r;
+                            }()});
+}
+
+// Evaluations come back by time, equal times in the order written; NaN accuracy (a regression)
+// and NaN loss read back as NaN; bad rows are refused.
+TEST_P(HistoryStoreTest, PeerEvalsRoundTripByTimeAndAreChecked) {
+  const int64_t run = newRun();
+  const int64_t other = newRun();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto eval = [](int64_t run_id, double time_s, uint64_t iterations, double accuracy) {
+    return PeerEvalRecord{run_id, time_s, iterations, 8, accuracy, 2.5 - accuracy};
+  };
+  for (const PeerEvalRecord& e :
+       {eval(run, 30.0, 300, 0.75), eval(run, 10.0, 100, 0.5), eval(other, 5.0, 50, 0.125),
+        eval(run, 10.0, 101, 0.625), eval(run, 0.0, 0, 0.1)}) {
+    ASSERT_TRUE(store_->recordPeerEval(e).isOk());
+  }
+  ASSERT_TRUE(store_->recordPeerEval(PeerEvalRecord{run, 40.0, 400, 3, nan, nan}).isOk());
+  auto rows = store_->peerEvals(run);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 5u);
+  expectSameRecords(std::vector<PeerEvalRecord>(rows->begin(), rows->begin() + 4),
+                    {eval(run, 0.0, 0, 0.1), eval(run, 10.0, 100, 0.5), eval(run, 10.0, 101, 0.625),
+                     eval(run, 30.0, 300, 0.75)});
+  EXPECT_EQ((*rows)[4].peers_averaged, 3u);
+  EXPECT_TRUE(std::isnan((*rows)[4].accuracy));
+  EXPECT_TRUE(std::isnan((*rows)[4].loss));
+  auto others = store_->peerEvals(other);
+  ASSERT_TRUE(others.isOk());
+  expectSameRecords(*others, {eval(other, 5.0, 50, 0.125)});
+
+  EXPECT_EQ(store_->recordPeerEval(eval(run + 100, 1.0, 1, 0.5)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->recordPeerEval(eval(run, -1.0, 1, 0.5)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->recordPeerEval(eval(run, nan, 1, 0.5)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->recordPeerEval(eval(run, 1.0, 1, 1.5)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->recordPeerEval(eval(run, 1.0, 1, -0.25)).code(), StatusCode::kInvalidArgument);
+  rows = store_->peerEvals(run);
+  ASSERT_TRUE(rows.isOk());
+  EXPECT_EQ(rows->size(), 5u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, HistoryStoreTest,

@@ -278,7 +278,9 @@ TEST_F(SqliteHistoryTest, OtherSchemaVersionsAreRefusedAndLeftAlone) {
     std::vector<std::string> says;
   };
   const Case cases[] = {
-      {99, {"schema version 99", "knows up to schema version 9", "newer", "upgrade fedfleet"}},
+      {99,
+       {"schema version 99", "knows up to schema version " + std::to_string(kSqliteSchemaVersion),
+        "newer", "upgrade fedfleet"}},
       {0, {"schema version 0, which no fedfleet writes", "damaged"}},
   };
   { ASSERT_TRUE(open()); }
@@ -514,7 +516,8 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion3FileKeepingItsBlockMetrics) {
                   "ALTER TABLE rounds DROP COLUMN test_metrics; ALTER TABLE rounds DROP COLUMN "
                   "fed_eval_metrics; ALTER TABLE updates DROP COLUMN eval_metrics; "
                   "ALTER TABLE rounds DROP COLUMN dp_epsilon; ALTER TABLE rounds DROP COLUMN "
-                  "dp_clip; UPDATE schema_version SET version = 3",
+                  "dp_clip; DROP TABLE peer_iterations; DROP TABLE peer_evals; "
+                  "UPDATE schema_version SET version = 3",
                   nullptr, nullptr, &err),
               SQLITE_OK)
         << (err ? err : "");
@@ -578,6 +581,7 @@ TEST_F(SqliteHistoryTest, UpgradesAVersion4FileWithServedModelColumns) {
     for (const char* c : {"test_metrics", "fed_eval_metrics", "dp_epsilon", "dp_clip"}) {
       sql += std::string("ALTER TABLE rounds DROP COLUMN ") + c + "; ";
     }
+    sql += "DROP TABLE peer_iterations; DROP TABLE peer_evals; ";
     sql += "ALTER TABLE runs DROP COLUMN model_json; UPDATE schema_version SET version = 4";
     EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
     sqlite3_free(err);
@@ -829,6 +833,65 @@ INSERT INTO events (run_id, time, kind, client_id, detail) VALUES (NULL, 102.0, 
       std::filesystem::remove(old + suffix);
     }
   }
+}
+
+// A version-9 file (before decentralised runs) is upgraded to hold them: a run it already had
+// takes iteration rows and evaluations, which read back through a read-write and a read-only
+// store, while the file's rounds stay as they were.
+TEST_F(SqliteHistoryTest, UpgradesAVersion9FileToRecordPeerRuns) {
+  rawExec(path_, schemaFixture(9) + R"sql(
+INSERT INTO runs (run_id, name, config_json, started_at, seed) VALUES (1, 'fed', '{}', 1.0, 7);
+INSERT INTO rounds (run_id, round, start_time, end_time, selected, completed, late, dropped,
+  rejected, status, train_loss, bytes_up, bytes_down, model_version)
+  VALUES (1, 1, 0.0, 5.0, 2, 2, 0, 0, 0, 'ok', 0.5, 10, 20, 1);
+)sql");
+  ASSERT_EQ(rawQuery("SELECT count(*) FROM sqlite_master WHERE name LIKE 'peer_%'"), "0");
+  {
+    auto store = open();
+    ASSERT_TRUE(store);
+    EXPECT_EQ(rawQuery("SELECT version FROM schema_version"), "10");
+    PeerIterationRecord it;
+    it.run_id = 1;
+    it.peer = 3;
+    it.iteration = 9;
+    it.t_start = 1.5;
+    it.t_end = 2.75;
+    it.compute_s = 1.0;
+    it.comm_s = 0.25;
+    it.bytes_sent = 4096;
+    it.exchanges = 2;
+    it.staleness = 1;
+    it.skipped = true;
+    ASSERT_TRUE(store->recordPeerIterations({it}).isOk());
+    ASSERT_TRUE(store->recordPeerEval(PeerEvalRecord{1, 2.75, 10, 4, 0.5, 1.25}).isOk());
+    EXPECT_EQ(store->recordPeerEval(PeerEvalRecord{2, 1.0, 1, 1, 0.5, 1.0}).code(),
+              StatusCode::kNotFound);
+  }
+  // How the row is stored: booleans as 0/1, times as REAL.
+  EXPECT_EQ(rawRows(path_,
+                    "SELECT peer, iteration, t_start, t_end, wait_s, skipped FROM "
+                    "peer_iterations"),
+            std::vector<std::string>{"3|9|1.5|2.75|0.0|1"});
+  auto reader = openSqliteHistoryReadOnly(path_);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  auto rows = (*reader)->peerIterations(1);
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].peer, 3u);
+  EXPECT_EQ((*rows)[0].t_end, 2.75);
+  EXPECT_EQ((*rows)[0].bytes_sent, 4096u);
+  EXPECT_TRUE((*rows)[0].skipped);
+  auto evals = (*reader)->peerEvals(1);
+  ASSERT_TRUE(evals.isOk());
+  ASSERT_EQ(evals->size(), 1u);
+  EXPECT_EQ((*evals)[0].accuracy, 0.5);
+  EXPECT_EQ((*evals)[0].peers_averaged, 4u);
+  EXPECT_EQ((*reader)->recordPeerEval(PeerEvalRecord{1, 3.0, 11, 4, 0.5, 1.0}).code(),
+            StatusCode::kIoError);
+  auto rounds = (*reader)->rounds(1);
+  ASSERT_TRUE(rounds.isOk());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].end_time, 5.0);
 }
 
 // Each upgrade step is its own transaction: when one fails, the steps before it stay committed,
