@@ -22,6 +22,7 @@
 #include "common/compress/codec.h"
 #include "common/config/config.h"
 #include "common/wire/messages.h"
+#include "common/wire/peer_control.h"
 #include "common/wire/peer_message.h"
 #include "common/wire/sim_job.h"
 
@@ -264,6 +265,25 @@ void writeWire(CorpusWriter& w) {
   peer_assign.group = 9;
   peer_assign.members = {1, 4, 7, 12};
   w.write("wire", "peer_group_assign", std::string(1, '\0') + wire::encodePeerMessage(peer_assign));
+
+  // The peers' control messages with their coordinator (common/wire/peer_control.h): a peer
+  // table, an iteration report and a model reply, within the same limits.
+  wire::PeerControl table;
+  table.kind = wire::PeerControlKind::kTable;
+  table.table = {{0, "tcp://127.0.0.1:7001", std::string(40, 'a')},
+                 {1, "tcp://127.0.0.1:7002", std::string(40, 'b')}};
+  w.write("wire", "peer_control_table", std::string(1, '\0') + wire::encodePeerControl(table));
+  wire::PeerControl report;
+  report.kind = wire::PeerControlKind::kIterations;
+  report.iterations = {{4, 1.5, 2.25, 0.5, 0.125, 0.125, 4096, 4096, 2, 1, false, 0.7}};
+  w.write("wire", "peer_control_iterations",
+          std::string(1, '\0') + wire::encodePeerControl(report));
+  wire::PeerControl reply;
+  reply.kind = wire::PeerControlKind::kModelReply;
+  reply.request = 3;
+  reply.iteration = 12;
+  reply.values = {0.5f, -0.25f, 1.0f};
+  w.write("wire", "peer_control_model", std::string(1, '\0') + wire::encodePeerControl(reply));
 }
 
 // ----- payload ---------------------------------------------------------------------------------

@@ -5,8 +5,9 @@
 // message loses nothing encode() writes). Any input must come back as a Status, never a crash.
 // Whatever decodes also goes through checkClientMessage() (common/wire/limits.h), as the
 // coordinator's does: OK or kInvalidArgument, and the same answer for the re-decoded message.
-// The same frame also goes to the peers' decoder (common/wire/peer_message.h) under small
-// receiver limits (16 peers, 4096 model elements).
+// The same frame also goes to the peers' decoder (common/wire/peer_message.h) and to the
+// decoder of the peers' control messages with their coordinator (common/wire/peer_control.h),
+// both under small receiver limits (16 peers, 4096 model elements).
 //
 // Input layout: byte 0 is a control byte.
 //   bit 0  a model frame follows: bytes 1-4 (little endian) are the frame's length, taken modulo
@@ -25,6 +26,7 @@
 
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
+#include "common/wire/peer_control.h"
 #include "common/wire/peer_message.h"
 #include "common/wire/sim_job.h"
 #include "fuzz/fuzz_input.h"
@@ -129,6 +131,23 @@ void checkPeerMessages(std::string_view bytes, const DecodeLimits& limits) {
   FUZZ_CHECK(encodePeerMessage(*again) == once, "a peer message changed in a round trip");
 }
 
+// decodePeerControl: the same three refusals, or a message that round-trips to the same bytes.
+void checkPeerControl(std::string_view bytes, const DecodeLimits& limits) {
+  const PeerControlLimits control_limits{16, 4096};
+  Result<PeerControl> m = decodePeerControl(bytes, control_limits, limits);
+  if (!m.isOk()) {
+    const StatusCode code = m.status().code();
+    FUZZ_CHECK(code == StatusCode::kCorrupt || code == StatusCode::kResourceExhausted ||
+                   code == StatusCode::kInvalidArgument,
+               m.status().toString().c_str());
+    return;
+  }
+  const std::string once = encodePeerControl(*m);
+  Result<PeerControl> again = decodePeerControl(once, control_limits);
+  FUZZ_CHECK(again.isOk(), again.status().toString().c_str());
+  FUZZ_CHECK(encodePeerControl(*again) == once, "a peer control message changed in a round trip");
+}
+
 }  // namespace
 }  // namespace fedfleet::wire
 
@@ -165,6 +184,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   checkSimJobs(frame, limits);
   checkPeerMessages(frame, limits);
+  checkPeerControl(frame, limits);
 
   Result<Message> framed = decodeFrames(frame, std::move(model_frame), limits);
   if (framed.isOk()) {
