@@ -77,6 +77,10 @@ bool batchableJob(model::Model& model, const BatchedJob& j, size_t params, int64
     *log = std::string("optimizer ") + wire::optimizerName(o.optimizer) + " (only SGD batches)";
     return false;
   }
+  if (o.precision != wire::Precision::kFp32) {  // Trainer's autocast; batches compute in fp32
+    *log = std::string("precision ") + wire::precisionName(o.precision) + " (only fp32 batches)";
+    return false;
+  }
   if (ds.hasTargets()) {
     *log = "regression targets (only class labels batch)";
     return false;

@@ -30,7 +30,8 @@
 //
 // What cannot be batched trains client by client through Trainer, with one log line per reason
 // (once per process): TorchScript modules, models with buffers (BatchNorm), losses other than
-// cross-entropy, regression targets, Adam/AdamW, a job Trainer would refuse (Trainer returns its
+// cross-entropy, regression targets, Adam/AdamW, precision bf16 (batches compute in fp32;
+// Trainer's autocast does the bf16), a job Trainer would refuse (Trainer returns its
 // error), and a batch LibTorch fails on (a shape or label that does not fit: each client then
 // gets Trainer's own result or error).
 #pragma once

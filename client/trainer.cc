@@ -1,5 +1,6 @@
 #include "client/trainer.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -154,6 +155,48 @@ class LossLog {
 
   at::Tensor buf_, sums_;
   int64_t fill_ = 0;
+};
+
+// Autocast to bf16 on the calling thread for the device's type (CPU, or CUDA) while alive: the
+// mixed precision of TrainOptions::precision = kBf16. In LibTorch 1.13 autocast's flags (dispatch
+// keys of the thread's local key set), dtypes and cast cache are thread-local
+// (tests/client/trainer_precision_test.cc checks the flags and dtypes), so training on other
+// threads is untouched. The destructor, on every way out of the scope, clears the cache (it
+// holds bf16 copies of the fp32 weights, which the next optimiser step makes stale) and
+// restores the thread's previous flag and dtype. It cannot throw: the dtype is set back only
+// when it was not bf16, which CPU autocast never is (1.13 refuses any other CPU dtype).
+class Bf16Autocast {
+ public:
+  explicit Bf16Autocast(const c10::Device& device) : cuda_(device.is_cuda()) {
+    if (cuda_) {
+      was_enabled_ = at::autocast::is_enabled();
+      was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+      at::autocast::set_enabled(true);
+    } else {
+      was_enabled_ = at::autocast::is_cpu_enabled();
+      was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_cpu_enabled(true);
+    }
+  }
+  ~Bf16Autocast() {
+    at::autocast::clear_cache();
+    if (cuda_) {
+      at::autocast::set_enabled(was_enabled_);
+      if (was_dtype_ != at::kBFloat16) at::autocast::set_autocast_gpu_dtype(was_dtype_);
+    } else {
+      at::autocast::set_cpu_enabled(was_enabled_);
+      if (was_dtype_ != at::kBFloat16) at::autocast::set_autocast_cpu_dtype(was_dtype_);
+    }
+  }
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool cuda_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
 // One Linear layer of a fully connected model: y = x weight^T + bias.
@@ -522,15 +565,16 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
   bool was_training = true;
   try {
     const bool sgd_only = opts.optimizer == wire::Optimizer::kSgd;
-    const bool manual =
-        gradients_ != GradientPath::kAutograd && sgd_only && supportsManualGradients(model);
+    const bool bf16 = opts.precision == wire::Precision::kBf16;
+    const bool manual = gradients_ != GradientPath::kAutograd && sgd_only && !bf16 &&
+                        supportsManualGradients(model);
     if (gradients_ == GradientPath::kManual && !manual) {
-      return invalidArgument("train: no manual gradients for model '" + model.name() + "' on " +
-                             device_.str() + " with optimizer " +
-                             wire::optimizerName(opts.optimizer) + " and loss " +
-                             model::lossName(model.loss()) +
-                             " (only SGD with cross_entropy on the built-in logreg and mlp on "
-                             "the CPU)");
+      return invalidArgument(
+          "train: no manual gradients for model '" + model.name() + "' on " + device_.str() +
+          " with optimizer " + wire::optimizerName(opts.optimizer) + ", loss " +
+          model::lossName(model.loss()) + " and precision " + wire::precisionName(opts.precision) +
+          " (only SGD with cross_entropy in fp32 on the built-in logreg and "
+          "mlp on the CPU)");
     }
     was_training = model.isTraining();
     if (model.device() != device_) model.to(device_);
@@ -627,7 +671,16 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
         for (auto& p : params) {  // keep the gradient buffers: re-allocating them costs more
           if (p.grad().defined()) p.mutable_grad().zero_();
         }
-        const at::Tensor logits = model.forward(x);
+        at::Tensor logits;
+        if (bf16) {  // bf16 products and convolutions; the loss in fp32 on fp32 logits
+          {
+            Bf16Autocast autocast(device_);
+            logits = model.forward(x);
+          }
+          logits = logits.to(at::kFloat);
+        } else {
+          logits = model.forward(x);
+        }
         const at::Tensor per_sample = model::perSampleLoss(model.loss(), model, logits, y);
         per_sample.mean().backward();
         if (correction) {  // g += mu (w - x_t) + (c - c_k), before SGD's weight decay and momentum

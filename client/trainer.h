@@ -21,6 +21,14 @@
 // small batches of a simulated fleet. Everything else (cnn, lenet, TorchScript, a GPU) goes
 // through autograd. Both paths compute the same function up to float rounding.
 //
+// Precision: fp32 by default. TrainOptions::precision = kBf16 is mixed precision through
+// LibTorch's autocast (on the CPU, or on CUDA for a CUDA trainer): each step's forward pass runs
+// its matrix products and convolutions in bf16, the logits are cast back to fp32 for the loss,
+// and the backward pass follows the forward's types; the weights, their gradients and the
+// optimiser stay fp32 (the master weights). The manual-gradient path has no bf16: with kBf16
+// "logreg" and "mlp" train through autograd. Worth it only where bf16 is fast (CPUs with
+// AVX-512 BF16 or AMX, GPUs); elsewhere it is slower than fp32.
+//
 // Unlike common/model/*.h, this header includes <torch/torch.h>: client code that trains speaks
 // LibTorch (torch::Device, torch::set_num_threads) and gets it from here.
 #pragma once
@@ -65,6 +73,8 @@ struct TrainOptions {
   // instead of copying it to result.delta, when that device is a CUDA device and SCAFFOLD is
   // off; ignored otherwise.
   bool delta_on_device = false;
+  // kBf16: mixed precision (see above); kFp32 computes exactly as before the option existed.
+  wire::Precision precision = wire::Precision::kFp32;
 
   bool usesScaffold() const { return scaffold.c != nullptr || scaffold.ck != nullptr; }
 };
@@ -139,9 +149,12 @@ class Trainer {
   // SCAFFOLD control without the other or either not start.size() long, lr == 0 with SCAFFOLD
   // (the control update divides by it), sample storage that does not match the
   // labels (data::checkSampleStorage: an empty image shape, too few bytes or floats), or
-  // GradientPath::kManual for a model supportsManualGradients() rejects -> kInvalidArgument; a
-  // LibTorch failure (model/input mismatch, a label >= the model's classes, out of memory) ->
-  // kInternal. Safe to call concurrently from several threads with different models.
+  // GradientPath::kManual for a model supportsManualGradients() rejects or with precision kBf16
+  // -> kInvalidArgument; a LibTorch failure (model/input mismatch, a label >= the model's
+  // classes, out of memory) -> kInternal. Safe to call concurrently from several threads with
+  // different models. With opts.precision kBf16, autocast is on for this thread only inside each
+  // step's forward pass; the thread's previous autocast state (flags, dtypes) is back, and the
+  // autocast cache cleared, when train() returns, whether it succeeded or failed.
   Result<TrainResult> train(model::Model& model, const std::vector<float>& start,
                             const data::Dataset& ds, const std::vector<uint32_t>& indices,
                             const TrainOptions& opts, const std::atomic<bool>* stop = nullptr);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
@@ -53,6 +54,18 @@ using engine::RoundEngine;
 
 double unixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Whether this machine's CPUs report native bf16 arithmetic (the avx512_bf16 or amx_bf16 flag
+// of /proc/cpuinfo; false where that file is missing).
+bool cpuHasFastBf16() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    return line.find(" avx512_bf16") != std::string::npos ||
+           line.find(" amx_bf16") != std::string::npos;
+  }
+  return false;
 }
 
 // Samples a Trainer processes: every epoch is a full pass; with max_steps, passes repeat and the
@@ -314,6 +327,7 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   model::LocalPart local_part_;                                 // model.local
   std::unique_ptr<PerClient<model::LocalState>> local_states_;  // each client's values of it
   compress::ResidualStorage residual_storage_ = compress::ResidualStorage::kBf16;
+  wire::Precision precision_ = wire::Precision::kFp32;  // sim.precision: every training job's
   // The virtual clients' sessions (their protocol state: c_k, the served model, uploads), and
   // the server c of the latest SCAFFOLD task, shared by every task of that model version.
   std::unordered_map<uint64_t, client::ClientSession> sessions_;
@@ -484,6 +498,12 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   residuals_ = std::make_unique<Residuals>(
       [n = num_params_, storage] { return compress::ErrorFeedback(n, storage); });
   residual_storage_ = storage;
+  FEDFLEET_ASSIGN_OR_RETURN(precision_, wire::parsePrecision(sc.precision));
+  if (precision_ == wire::Precision::kBf16 && sc.device == "cpu" && !cpuHasFastBf16()) {
+    spdlog::warn(
+        "sim.precision = \"bf16\" on a CPU without avx512_bf16 or amx_bf16: LibTorch emulates "
+        "bf16 here, slower than fp32 and, in its fallback matrix product, summing in bf16");
+  }
   pool_ = std::make_unique<WorkerPool>(sc.workers);
   progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
   const std::string workers =
@@ -671,6 +691,7 @@ void Simulator::dispatch(engine::SendTask& st) {
       f.done_at = f.compute_s;
     }
     f.options = client::trainOptionsFrom(hp);
+    f.options.precision = precision_;
   } else {
     f.compute_s = std::numeric_limits<double>::infinity();
     f.done_at = f.compute_s;
@@ -737,6 +758,7 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
   job->weight_decay = o.weight_decay;
   job->prox_mu = o.prox_mu;
   job->optimizer = o.optimizer;
+  job->precision = o.precision;
   job->seed = o.seed;
   if (local != nullptr) {  // the task's model with the client's own local part
     std::vector<float> start = client::floatsOf(*r.model_bytes);

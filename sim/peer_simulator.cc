@@ -1,5 +1,6 @@
 #include "sim/peer_simulator.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <limits>
 #include <map>
 #include <queue>
 #include <sstream>
@@ -18,6 +20,7 @@
 #include "common/compress/codec_spec.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
+#include "common/wire/peer_control.h"
 #include "common/wire/sim_job.h"
 #include "coordinator/run_setup.h"
 #include "peer/group_generator.h"
@@ -40,6 +43,57 @@ std::shared_ptr<const std::string> bytesOf(const std::vector<float>& v) {
                                              v.size() * sizeof(float));
 }
 
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// sim.peer_fail_at: "peer:seconds" pairs separated by commas ("3:12.5,7:40"), each peer at most
+// once, peers below `peers`, times finite and >= 0. Returns the time each peer leaves (kNever:
+// it stays); INVALID_ARGUMENT naming the key and the pair at fault.
+Result<std::vector<double>> parsePeerFailAt(const std::string& text, uint32_t peers) {
+  std::vector<double> at(peers, kNever);
+  const std::string key = "'sim.peer_fail_at' ";
+  std::stringstream in(text);
+  std::string pair;
+  uint32_t listed = 0;
+  while (std::getline(in, pair, ',')) {
+    const size_t colon = pair.find(':');
+    size_t used_peer = 0, used_time = 0;
+    unsigned long peer = 0;
+    double t = 0;
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < pair.size();
+    if (ok) {
+      try {
+        const std::string peer_text = pair.substr(0, colon), time_text = pair.substr(colon + 1);
+        ok = peer_text.find_first_not_of(" 0123456789") == std::string::npos;
+        if (ok) peer = std::stoul(peer_text, &used_peer);
+        if (ok) t = std::stod(time_text, &used_time);
+        ok = ok && time_text.find_first_not_of(' ', used_time) == std::string::npos;
+      } catch (const std::exception&) {  // std::sto* on text that is no number
+        ok = false;
+      }
+    }
+    if (!ok) {
+      return invalidArgument(
+          key + "takes peer:seconds pairs separated by commas (\"3:12.5,7:40\"); got \"" + pair +
+          "\"");
+    }
+    if (peer >= peers) {
+      return invalidArgument(key + "names peer " + std::to_string(peer) + " of " +
+                             std::to_string(peers) + " (decentralized.peers)");
+    }
+    if (!(t >= 0 && std::isfinite(t))) {
+      return invalidArgument(key + "peer " + std::to_string(peer) +
+                             ": the time must be finite and >= 0");
+    }
+    if (at[peer] != kNever) {
+      return invalidArgument(key + "names peer " + std::to_string(peer) + " twice");
+    }
+    at[peer] = t;
+    ++listed;
+  }
+  if (listed >= peers) return invalidArgument(key + "leaves no peer (someone must be left)");
+  return at;
+}
+
 class Simulator final : public PeerSimulator {
  public:
   explicit Simulator(const config::Config& config) : config_(config) {}
@@ -60,9 +114,18 @@ class Simulator final : public PeerSimulator {
   };
   struct Deliver {
     peer::PeerMessage message;
+    double sent;  // when its last byte left the sender's uplink
   };
   struct Evaluate {};
-  using Event = std::variant<ComputeDone, Deliver, Evaluate>;
+  // Peer `peer` leaves for good (sim.peer_fail_at / sim.peer_failures).
+  struct Leave {
+    uint32_t peer;
+  };
+  // The others' heartbeats from `peer` have been missing for coordinator.liveness_s.
+  struct Down {
+    uint32_t peer;
+  };
+  using Event = std::variant<ComputeDone, Deliver, Evaluate, Leave, Down>;
   struct Entry {
     double t;
     uint64_t seq;
@@ -89,6 +152,12 @@ class Simulator final : public PeerSimulator {
   Status handle(uint32_t peer, std::vector<peer::PeerAction> actions);
   void send(uint32_t from, peer::PeerMessage m);
   double computeSeconds(uint32_t peer, uint64_t iteration, uint32_t steps);
+  Status planFailures();
+  Status recordEvent(const std::string& kind, uint32_t peer, const std::string& detail);
+  Status onDown(uint32_t peer);
+  // Keeps what was done (the iteration rows, a peer_failed event) and returns `failure`.
+  Status failRun(uint32_t peer, Status failure);
+  bool allLiveDone() const;
   Status evaluate();
   Status flushIterations();
 
@@ -100,6 +169,8 @@ class Simulator final : public PeerSimulator {
   std::vector<Link> links_;             // per peer; links_[P]: the group generator
   std::vector<double> speed_;           // per peer, slow_factor applied
   std::vector<double> slowdown_until_;  // per peer: a transient slowdown lasts until then
+  std::vector<double> leaves_at_;       // per peer: when it leaves (kNever: it stays)
+  std::string leave_cause_;             // the key that made them leave, for the events
   std::unique_ptr<history::HistoryStore> history_;
   int64_t run_id_ = 0;
   std::unique_ptr<WorkerPool> pool_;
@@ -113,6 +184,8 @@ class Simulator final : public PeerSimulator {
   std::vector<double> uplink_free_;
   std::vector<Tally> tally_;
   std::vector<bool> done_;
+  std::vector<bool> gone_;  // left: no compute, no sends, nothing delivered to it
+  std::vector<bool> down_;  // declared down to the others (coordinator.liveness_s after leaving)
   std::vector<history::PeerIterationRecord> pending_rows_;
   PeerSimSummary summary_;
   uint64_t iterations_ = 0;
@@ -127,6 +200,9 @@ Status Simulator::init() {
   FEDFLEET_ASSIGN_OR_RETURN(options_, client::peerOptionsFromConfig(config_));
   const uint32_t p = options_.peers;
   const auto& sc = config_.sim;
+  if (!sc.peer_fail_at.empty()) {  // before the data loads: a typo fails at once
+    FEDFLEET_ASSIGN_OR_RETURN(leaves_at_, parsePeerFailAt(sc.peer_fail_at, p));
+  }
   AvailabilityOptions avail;  // peers are always online: availability is the round simulator's
   FEDFLEET_ASSIGN_OR_RETURN(Fleet fleet, Fleet::create(sc.fleet, p, config_.run.seed, avail));
   FEDFLEET_ASSIGN_OR_RETURN(data_, FleetData::create(config_, p));
@@ -159,6 +235,7 @@ Status Simulator::init() {
   }
   links_.push_back(Link{0, 0, dc.latency_ms >= 0 ? dc.latency_ms / 1000 : 0.02});
   slowdown_until_.assign(p, -1);
+  FEDFLEET_RETURN_IF_ERROR(planFailures());
 
   const std::string& db = config_.history.db;
   if (db == ":memory:") {
@@ -183,6 +260,42 @@ Status Simulator::init() {
   return Status::ok();
 }
 
+// Who leaves when. sim.peer_fail_at gives the times; sim.peer_failures draws that many distinct
+// peers (a partial Fisher-Yates shuffle of the ids, hashed from run.seed) and for each a time
+// uniform in [0, T): T is the virtual time the slowest peer needs to compute its iterations
+// (without transient slowdowns or communication: a lower bound of the run's length, so every
+// drawn failure happens mid-run), capped by decentralized.time_budget_s when that is set.
+Status Simulator::planFailures() {
+  const uint32_t p = options_.peers;
+  const auto& sc = config_.sim;
+  if (!sc.peer_fail_at.empty()) {  // parsed by init
+    leave_cause_ = "sim.peer_fail_at";
+    return Status::ok();
+  }
+  leaves_at_.assign(p, kNever);
+  if (sc.peer_failures == 0) return Status::ok();
+  leave_cause_ = "sim.peer_failures";
+  const auto& dc = config_.decentralized;
+  double horizon = kNever;
+  if (dc.iterations > 0) {
+    const uint32_t steps = options_.algorithm == peer::Algorithm::kLocal
+                               ? options_.local_steps
+                               : options_.steps_per_iteration;
+    const double slowest = *std::min_element(speed_.begin(), speed_.end());
+    horizon = static_cast<double>(dc.iterations) * steps * config_.train.batch /
+              (slowest * ref_samples_per_s_);
+  }
+  if (dc.time_budget_s > 0) horizon = std::min(horizon, dc.time_budget_s);
+  std::vector<uint32_t> ids(p);
+  for (uint32_t i = 0; i < p; ++i) ids[i] = i;
+  const uint64_t seed = config_.run.seed ^ 0x1ea7e5ull;
+  for (uint32_t k = 0; k < sc.peer_failures; ++k) {
+    std::swap(ids[k], ids[k + mix(seed, k, 0) % (p - k)]);
+    leaves_at_[ids[k]] = unitInterval(mix(seed, ids[k], 1)) * horizon;
+  }
+  return Status::ok();
+}
+
 double Simulator::computeSeconds(uint32_t peer, uint64_t iteration, uint32_t steps) {
   const auto& sc = config_.sim;
   double speed = speed_[peer];
@@ -200,7 +313,7 @@ double Simulator::computeSeconds(uint32_t peer, uint64_t iteration, uint32_t ste
 void Simulator::send(uint32_t from, peer::PeerMessage m) {
   const uint32_t to = m.to;
   const uint64_t bytes = m.wireBytes();
-  double arrive = now_;
+  double arrive = now_, sent = now_;
   const uint32_t gen = options_.peers;
   if (from == gen || to == gen) {
     arrive += links_[gen].latency;  // the generator's short messages: latency only
@@ -210,11 +323,12 @@ void Simulator::send(uint32_t from, peer::PeerMessage m) {
     const double transfer = static_cast<double>(bytes) / rate;
     uplink_free_[from] = start + transfer;
     tally_[from].comm_s += transfer;
-    arrive = start + transfer + links_[from].latency;
+    sent = start + transfer;
+    arrive = sent + links_[from].latency;
   }
   if (from < gen) tally_[from].bytes_sent += bytes;
   summary_.bytes_sent += bytes;
-  push(arrive, Deliver{std::move(m)});
+  push(arrive, Deliver{std::move(m), sent});
 }
 
 Status Simulator::handle(uint32_t p, std::vector<peer::PeerAction> actions) {
@@ -267,10 +381,51 @@ Status Simulator::handle(uint32_t p, std::vector<peer::PeerAction> actions) {
     } else if (std::holds_alternative<peer::Finished>(a)) {
       done_[p] = true;
     } else if (auto* f = std::get_if<peer::Fail>(&a)) {
-      return f->status.withContext("peer " + std::to_string(p));
+      return failRun(p, f->status.withContext("peer " + std::to_string(p)));
     }
   }
   return Status::ok();
+}
+
+Status Simulator::recordEvent(const std::string& kind, uint32_t peer, const std::string& detail) {
+  history::EventRecord e;
+  e.run_id = run_id_;
+  e.time = now_;  // virtual seconds: the run's clock is "virtual"
+  e.kind = kind;
+  e.client_id = wire::peerKeyName(peer);
+  e.detail = detail;
+  return history_->recordEvent(e);
+}
+
+Status Simulator::failRun(uint32_t peer, Status failure) {
+  spdlog::error("sim: t = {:.3f} s virtual: {}", now_, failure.message());
+  Status recorded = recordEvent("peer_failed", peer, failure.message());
+  Status flushed = flushIterations();
+  if (!recorded.isOk()) spdlog::warn("sim: cannot record the failure: {}", recorded.message());
+  if (!flushed.isOk()) spdlog::warn("sim: cannot record iterations: {}", flushed.message());
+  return failure;
+}
+
+// Every live peer, then Prague's generator, learns that `peer` is gone, in that order.
+Status Simulator::onDown(uint32_t peer) {
+  FEDFLEET_RETURN_IF_ERROR(recordEvent(
+      "peer_down", peer,
+      fmt::format("silent for {:g} s (coordinator.liveness_s) since it left at t = {:g} s",
+                  config_.coordinator.liveness_s, leaves_at_[peer])));
+  for (uint32_t i = 0; i < options_.peers; ++i) {
+    if (!gone_[i]) FEDFLEET_RETURN_IF_ERROR(handle(i, engines_[i]->onPeerDown(peer)));
+  }
+  if (generator_) {
+    for (auto& m : generator_->onPeerDown(peer, now_)) send(options_.peers, std::move(m));
+  }
+  return Status::ok();
+}
+
+bool Simulator::allLiveDone() const {
+  for (size_t i = 0; i < done_.size(); ++i) {
+    if (!done_[i] && !gone_[i]) return false;
+  }
+  return true;
 }
 
 Status Simulator::flushIterations() {
@@ -280,13 +435,15 @@ Status Simulator::flushIterations() {
   return s;
 }
 
-// The average of the peers' models on the test set.
+// The average of the live peers' models on the test set (a peer that left took its model).
 Status Simulator::evaluate() {
-  const uint32_t p = options_.peers;
+  uint32_t p = 0;
   std::vector<double> sum(initial_.size(), 0.0);
   for (const auto& e : engines_) {
+    if (gone_[e->self()]) continue;
     const auto& x = e->model();
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += x[i];
+    ++p;
   }
   auto avg = std::make_shared<std::vector<float>>(sum.size());
   for (size_t i = 0; i < sum.size(); ++i) (*avg)[i] = static_cast<float>(sum[i] / p);
@@ -358,7 +515,12 @@ Result<PeerSimSummary> Simulator::run() {
   uplink_free_.assign(p, 0);
   tally_.assign(p, Tally{});
   done_.assign(p, false);
+  gone_.assign(p, false);
+  down_.assign(p, false);
   const auto& dc = config_.decentralized;
+  for (uint32_t i = 0; i < p; ++i) {
+    if (leaves_at_[i] != kNever) push(leaves_at_[i], Leave{i});
+  }
   push(dc.eval_every_s, Evaluate{});
   for (uint32_t i = 0; i < p; ++i) FEDFLEET_RETURN_IF_ERROR(handle(i, engines_[i]->start()));
 
@@ -369,6 +531,7 @@ Result<PeerSimSummary> Simulator::run() {
     if (dc.time_budget_s > 0 && e.t > dc.time_budget_s) break;
     now_ = e.t;
     if (auto* c = std::get_if<ComputeDone>(&e.ev)) {
+      if (gone_[c->peer]) continue;  // it left while computing: the work is lost
       wire::SimTrainResult r = c->result->get();
       if (!r.status.isOk()) {
         return r.status.withContext("training peer " + std::to_string(c->peer) + " iteration " +
@@ -378,27 +541,41 @@ Result<PeerSimSummary> Simulator::run() {
           c->peer, engines_[c->peer]->onComputed(c->iteration, std::move(r.delta),
                                                  r.steps * config_.train.batch, r.mean_loss)));
     } else if (auto* d = std::get_if<Deliver>(&e.ev)) {
-      const uint32_t to = d->message.to;
+      const uint32_t to = d->message.to, from = d->message.from;
+      // A leaver's message arrives when its last byte left the uplink before it left; what it
+      // still had queued or on the wire is lost. Nothing reaches a peer that left.
+      if (from < p && d->sent > leaves_at_[from]) continue;
+      if (to < p && gone_[to]) continue;
       if (to == p) {
+        // The generator, like the engines, drops what a peer declared down had in flight.
+        if (from < p && down_[from]) continue;
         FEDFLEET_ASSIGN_OR_RETURN(auto sends, generator_->onMessage(d->message, now_));
         for (auto& s : sends) send(p, std::move(s));
       } else {
         tally_[to].bytes_received += d->message.wireBytes();
         FEDFLEET_RETURN_IF_ERROR(handle(to, engines_[to]->onMessage(std::move(d->message))));
       }
+    } else if (auto* l = std::get_if<Leave>(&e.ev)) {
+      gone_[l->peer] = true;
+      spdlog::info("sim: t = {:.3f} s virtual: peer {} leaves ({})", now_, l->peer, leave_cause_);
+      FEDFLEET_RETURN_IF_ERROR(
+          recordEvent("peer_left", l->peer, "left for good (" + leave_cause_ + ")"));
+      ++summary_.peers_left;
+      push(now_ + config_.coordinator.liveness_s, Down{l->peer});
+    } else if (auto* dn = std::get_if<Down>(&e.ev)) {
+      down_[dn->peer] = true;
+      FEDFLEET_RETURN_IF_ERROR(onDown(dn->peer));
     } else {
       FEDFLEET_RETURN_IF_ERROR(evaluate());
       if (summary_.time_to_target) {
         target_reached = true;
         break;
       }
-      if (!std::all_of(done_.begin(), done_.end(), [](bool x) { return x; })) {
-        push(now_ + dc.eval_every_s, Evaluate{});
-      }
+      if (!allLiveDone()) push(now_ + dc.eval_every_s, Evaluate{});
     }
-    // Every peer finished: what is still in flight (AD-PSGD's last answers, Prague's leaves)
-    // changes no model that matters any more.
-    if (std::all_of(done_.begin(), done_.end(), [](bool x) { return x; })) break;
+    // Every live peer finished: what is still in flight (AD-PSGD's last answers, Prague's
+    // leaves) changes no model that matters any more.
+    if (allLiveDone()) break;
   }
   if (!target_reached && !stop_.load()) FEDFLEET_RETURN_IF_ERROR(evaluate());
   FEDFLEET_RETURN_IF_ERROR(flushIterations());
@@ -424,6 +601,7 @@ std::string formatPeerSummary(const PeerSimSummary& s) {
   out << "decentralized " << s.algorithm << ": " << s.peers << " peers, " << s.iterations
       << " iterations in " << s.virtual_seconds << " s virtual (" << s.wall_seconds << " s wall), "
       << s.bytes_sent / 1000000.0 << " MB sent, " << s.evaluations << " evaluations\n";
+  if (s.peers_left > 0) out << "peers left: " << s.peers_left << " of " << s.peers << "\n";
   out.precision(4);
   if (s.final_accuracy) {
     out << "accuracy: final " << *s.final_accuracy << ", best " << s.best_accuracy.value_or(0)

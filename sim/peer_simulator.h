@@ -15,12 +15,24 @@
 //              decentralized.mbps and decentralized.latency_ms override every link's.
 // The group generator answers at once and its messages cost latency only.
 //
+// Peers that leave: sim.peer_fail_at ("peer:seconds,...") or sim.peer_failures (that many
+// seeded peers at seeded times, see planFailures in the .cc) make a peer leave for good at a
+// virtual time. From then on it computes and sends nothing (a Compute in progress is lost), and
+// nothing is delivered to it; a message whose last byte left its uplink before it left still
+// arrives, one still queued or on the wire is lost. coordinator.liveness_s later (the real
+// peers' heartbeat timeout, cli/commands.cc) every live peer, in id order, and then Prague's
+// group generator get onPeerDown; what the leaver had in flight is dropped from then on, as a
+// real mesh drops it. Algorithms that tolerate the loss carry on with the survivors; the others
+// fail the run with the engine's error. Events: peer_left (when it left), peer_down (when it
+// was declared down), peer_failed (an engine that cannot go on; the iteration rows so far are
+// written first), all at virtual times.
+//
 // Every decentralized.eval_every_s of virtual time (and once at the end) the average of the
-// peers' models is evaluated on the test set, in 250-sample pieces summed in order. The run
-// ends when every peer finished its iterations, at decentralized.time_budget_s, when the mean
-// accuracy of the last 3 evaluations reaches run.target_accuracy (> 0; one evaluation alone
-// swings by points between neighbours and would credit a lucky one), or when a peer's engine
-// fails (a dead peer the algorithm needs: the error says so).
+// live peers' models is evaluated on the test set, in 250-sample pieces summed in order. The
+// run ends when every live peer finished its iterations, at decentralized.time_budget_s, when
+// the mean accuracy of the last 3 evaluations reaches run.target_accuracy (> 0; one evaluation
+// alone swings by points between neighbours and would credit a lucky one), or when a peer's
+// engine fails (a dead peer the algorithm needs: the error says so).
 //
 // Determinism: a Compute's duration is known when it is asked for, so its training job goes to
 // the pool at once and its result is consumed at its virtual finish time (ties broken by a
@@ -54,6 +66,7 @@ struct PeerSimSummary {
   uint64_t iterations = 0;  // all peers', skipped ones included
   uint64_t bytes_sent = 0;
   uint32_t evaluations = 0;
+  uint32_t peers_left = 0;  // peers that left before the run ended
   std::optional<double> final_accuracy, best_accuracy;
   // The virtual time of the first evaluation at which the mean of the last 3 reached
   // run.target_accuracy (> 0).
@@ -63,12 +76,14 @@ struct PeerSimSummary {
 
 class PeerSimulator {
  public:
-  // Validates the config (policy.mode must be "decentralized"), loads the data, builds the
-  // initial model and opens the history. Errors name the key or file at fault.
+  // Validates the config (policy.mode must be "decentralized"; sim.peer_fail_at well formed),
+  // loads the data, builds the initial model and opens the history. Errors name the key or file
+  // at fault.
   static Result<std::unique_ptr<PeerSimulator>> create(const config::Config& config);
   virtual ~PeerSimulator() = default;
   // Runs to the end. Errors: a peer engine's Fail (its message names the dead peer and the
-  // algorithms that tolerate one), a training job that fails, a history write that fails.
+  // algorithms that tolerate one; the history keeps the iterations done and a peer_failed
+  // event), a training job that fails, a history write that fails.
   virtual Result<PeerSimSummary> run() = 0;
   // Asks run() to stop soon (safe from a signal handler).
   virtual void stop() = 0;

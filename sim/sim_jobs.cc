@@ -102,6 +102,7 @@ Status prepare(const wire::SimTrainJob& job, const FleetData& data, PreparedJob&
   opts.optimizer = job.optimizer;
   opts.seed = job.seed;
   opts.prox_mu = job.prox_mu;
+  opts.precision = job.precision;
   if (job.scaffold) {
     if (!job.control_c) return invalidArgument("SCAFFOLD simulator job without the server's c");
     p.server_c = client::floatsOf(*job.control_c);

@@ -167,12 +167,15 @@ void forEachField(C& c, F&& f) {
   f("sim.stragglers", c.sim.stragglers);
   f("sim.straggler_mode", c.sim.straggler_mode);
   f("sim.device", c.sim.device);
+  f("sim.precision", c.sim.precision);
   f("sim.batch_clients", c.sim.batch_clients);
   f("sim.slow_fraction", c.sim.slow_fraction);
   f("sim.slow_factor", c.sim.slow_factor);
   f("sim.slowdown_probability", c.sim.slowdown_probability);
   f("sim.slowdown_factor", c.sim.slowdown_factor);
   f("sim.slowdown_s", c.sim.slowdown_s);
+  f("sim.peer_fail_at", c.sim.peer_fail_at);
+  f("sim.peer_failures", c.sim.peer_failures);
   f("decentralized.algorithm", c.decentralized.algorithm);
   f("decentralized.peers", c.decentralized.peers);
   f("decentralized.iterations", c.decentralized.iterations);
@@ -797,6 +800,7 @@ Status Config::validate() const {
     return bad("sim.stragglers", "must be in [0, 1]");
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.straggler_mode", sim.straggler_mode, {"partial", "drop"}));
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.device", sim.device, {"cpu", "cuda"}));
+  FEDFLEET_RETURN_IF_ERROR(oneOf("sim.precision", sim.precision, {"fp32", "bf16"}));
   if (!(sim.reference_gflops > 0)) return bad("sim.reference_gflops", "must be > 0");
   if (sim.progress != "auto" && sim.progress != "on" && sim.progress != "off") {
     return bad("sim.progress", "must be auto, on or off; got \"" + sim.progress + "\"");
@@ -895,6 +899,12 @@ Status Config::validateDecentralized() const {
   FEDFLEET_RETURN_IF_ERROR(
       oneOf("decentralized.topology", d.topology, {"ring", "torus", "random"}));
   if (d.peers < 2 || d.peers > 4096) return bad("decentralized.peers", "must be in [2, 4096]");
+  if (s.peer_failures >= d.peers) {
+    return bad("sim.peer_failures", "must be below decentralized.peers (someone must be left)");
+  }
+  if (s.peer_failures > 0 && !s.peer_fail_at.empty()) {
+    return bad("sim.peer_failures", "and sim.peer_fail_at cannot both be set");
+  }
   if (d.iterations == 0 && !(d.time_budget_s > 0)) {
     return bad("decentralized.iterations", "must be at least 1 when time_budget_s is 0");
   }

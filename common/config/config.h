@@ -249,6 +249,10 @@ struct SimSection {
   // Where virtual clients train and the server evaluates: cpu, or cuda (the first GPU; start-up
   // fails when this process, or an MPI rank, sees none).
   std::string device = "cpu";
+  // Local training's arithmetic: fp32, or bf16 (mixed precision: autocast runs the matrix
+  // products and convolutions in bf16, weights and optimiser stay fp32; client/trainer.h). For
+  // hardware with fast bf16 (AVX-512 BF16 / AMX CPUs, GPUs); elsewhere slower.
+  std::string precision = "fp32";
   // Train a round's clients batched (client/batched_trainer.h): the tasks dispatched together
   // are split into one batch per worker, each trained as one batched computation. Results equal
   // per-client training up to float rounding, so a history differs from an unbatched one in the
@@ -263,6 +267,13 @@ struct SimSection {
   double slowdown_probability = 0;
   double slowdown_factor = 1;
   double slowdown_s = 0;
+  // Decentralised runs: peers that leave for good (docs/SIM.md). peer_fail_at lists
+  // "peer:virtual seconds" pairs ("3:12.5,7:40"); peer_failures instead draws that many distinct
+  // peers (seeded by run.seed) leaving at times uniform over the run's expected length. The
+  // others declare a leaver down coordinator.liveness_s later (the real peers' heartbeat
+  // timeout). At most one of the two.
+  std::string peer_fail_at;
+  uint32_t peer_failures = 0;
 };
 
 // Decentralised training (policy.mode = "decentralized"; peer/peer_engine.h): peers train on

@@ -680,6 +680,23 @@ Result<Optimizer> parseOptimizer(std::string_view name) {
   return invalidArgument("unknown optimizer \"" + std::string(name) + "\" (sgd, adam or adamw)");
 }
 
+const char* precisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "unknown";
+}
+
+Result<Precision> parsePrecision(std::string_view name) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    if (name == precisionName(p)) return p;
+  }
+  return invalidArgument("unknown precision \"" + std::string(name) + "\" (fp32 or bf16)");
+}
+
 const char* lossName(Loss loss) {
   switch (loss) {
     case Loss::kCrossEntropy:

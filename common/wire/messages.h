@@ -44,6 +44,13 @@ const char* optimizerName(Optimizer o);  // "sgd", "adam" or "adamw"
 // The optimiser of that name; kInvalidArgument listing the names otherwise.
 Result<Optimizer> parseOptimizer(std::string_view name);
 
+// The arithmetic of the simulator's local training (sim.precision): fp32 throughout, or bf16
+// mixed precision (bf16 matrix products and convolutions, fp32 weights and optimiser).
+enum class Precision : uint8_t { kFp32 = 0, kBf16 = 1 };
+const char* precisionName(Precision p);  // "fp32" or "bf16"
+// The precision of that name; kInvalidArgument listing the names otherwise.
+Result<Precision> parsePrecision(std::string_view name);
+
 // The training loss (train.loss; common/model/loss.h computes each).
 enum class Loss : uint8_t { kCrossEntropy = 0, kMse = 1, kBce = 2, kModule = 3 };
 const char* lossName(Loss loss);  // "cross_entropy", "mse", "bce" or "module"

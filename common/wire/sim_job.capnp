@@ -37,6 +37,7 @@ struct SimTrainJob {
   fedEval @15 :Bool;
   hasServed @16 :Bool;
   served @17 :Data;
+  precision @18 :UInt8;  # wire::Precision; 0 (fp32) when absent
 }
 
 struct SimEvalJob {

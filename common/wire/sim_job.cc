@@ -97,6 +97,7 @@ void fillTrainJob(schema::SimTrainJob::Builder b, const SimTrainJob& j) {
   b.setFedEval(j.fed_eval);
   b.setHasServed(j.served != nullptr);
   b.setServed(asData(orEmpty(j.served)));
+  b.setPrecision(static_cast<uint8_t>(j.precision));
 }
 
 void fillEvalJob(schema::SimEvalJob::Builder b, const SimEvalJob& j) {
@@ -253,6 +254,10 @@ Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r, ListBudget& boun
     j.served = sharedBytesOf(r.getServed());
     FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("served model", j.served->size()));
   }
+  if (r.getPrecision() > static_cast<uint8_t>(Precision::kBf16)) {
+    return corrupt("simulator job: unknown precision " + std::to_string(r.getPrecision()));
+  }
+  j.precision = static_cast<Precision>(r.getPrecision());
   return j;
 }
 

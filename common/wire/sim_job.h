@@ -56,6 +56,7 @@ struct SimTrainJob {
   std::vector<float> control_ck;
   bool fed_eval = false;  // evaluate `start` on the client's held-out data before training
   std::shared_ptr<const std::string> served;  // a served model to evaluate after (null: none)
+  Precision precision = Precision::kFp32;     // sim.precision
 };
 
 // A model evaluated on a client's held-out data.
@@ -112,7 +113,7 @@ std::string encodeSimJob(const SimJob& job);
 std::string encodeSimJobResult(const SimJobResult& result);
 // The job or result of those bytes. kCorrupt for anything encodeSimJob / encodeSimJobResult did
 // not write (truncated, a result where a job was expected, a model whose byte count is not a
-// whole number of floats, an unknown loss or optimiser); kResourceExhausted over limits.
+// whole number of floats, an unknown loss, optimiser or precision); kResourceExhausted over limits.
 Result<SimJob> decodeSimJob(std::string_view bytes, const DecodeLimits& limits = {});
 Result<SimJobResult> decodeSimJobResult(std::string_view bytes, const DecodeLimits& limits = {});
 

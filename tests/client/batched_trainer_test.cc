@@ -254,6 +254,28 @@ TEST(BatchedTrainerFallbackTest, AdamAndInvalidJobsTrainOnTheirOwn) {
   EXPECT_EQ(got[2]->delta, adam->delta);  // the same path: the same bits
 }
 
+// Batches compute in fp32: a client asking for bf16 trains on its own through Trainer's autocast
+// (the same bits as Trainer), and the fp32 ones still batch.
+TEST(BatchedTrainerFallbackTest, Bf16JobsTrainOnTheirOwn) {
+  auto model = mustCreate("mlp", 5);
+  Clients clients = makeClients(*model, "plain");
+  clients.options[0].precision = wire::Precision::kBf16;
+  auto got = BatchedTrainer(c10::Device(c10::kCPU)).train(*model, clients.jobs(images()));
+  ASSERT_EQ(got.size(), 3u);
+  Trainer trainer(c10::Device(c10::kCPU));
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(got[k].isOk()) << got[k].status().toString();
+    auto want =
+        trainer.train(*model, clients.starts[k], images(), clients.indices[k], clients.options[k]);
+    ASSERT_TRUE(want.isOk());
+    if (k == 0) {
+      EXPECT_EQ(got[k]->delta, want->delta);  // the same path: the same bits
+    } else {
+      expectSame(*got[k], *want);
+    }
+  }
+}
+
 // A label outside the model's classes fails the batch; every client then trains on its own:
 // the bad one gets Trainer's error, the others their results.
 TEST(BatchedTrainerFallbackTest, AFailedBatchFallsBackPerClient) {

@@ -404,6 +404,23 @@ prox_mu = 0.5
   EXPECT_NE(scaffold_topk.validate().message().find("coordinator.codec"), std::string::npos);
 }
 
+TEST(Config, SimPrecisionIsFp32UnlessAskedAndOnlyKnownValuesPass) {
+  Config c;
+  EXPECT_EQ(c.sim.precision, "fp32");
+  EXPECT_EQ(c.toJson()["sim"]["precision"], "fp32");
+  ASSERT_TRUE(c.set("sim.precision=\"bf16\"").isOk());
+  EXPECT_EQ(c.sim.precision, "bf16");
+  EXPECT_TRUE(c.validate().isOk()) << c.validate().toString();
+  for (const char* bad :
+       {"sim.precision=\"fp16\"", "sim.precision=\"BF16\"", "sim.precision=\"\""}) {
+    Config d;
+    ASSERT_TRUE(d.set(bad).isOk()) << bad;
+    const Status st = d.validate();
+    ASSERT_FALSE(st.isOk()) << bad;
+    EXPECT_NE(st.message().find("sim.precision"), std::string::npos) << st.message();
+  }
+}
+
 TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
   Config c;
   EXPECT_EQ(c.coordinator.max_samples_per_update, 1000000u);

@@ -39,6 +39,7 @@ TEST(SimJob, ATrainingJobKeepsEveryField) {
   j.control_ck = {0.1f, -0.2f, 0.3f};
   j.fed_eval = true;
   j.served = floatBytes({9.0f, 8.0f, 7.0f});
+  j.precision = Precision::kBf16;
   auto back = decodeSimJob(encodeSimJob(j));
   ASSERT_TRUE(back.isOk()) << back.status().toString();
   const auto& t = std::get<SimTrainJob>(*back);
@@ -66,6 +67,7 @@ TEST(SimJob, ATrainingJobKeepsEveryField) {
   EXPECT_TRUE(t.fed_eval);
   ASSERT_TRUE(t.served);
   EXPECT_EQ(*t.served, *j.served);
+  EXPECT_EQ(t.precision, Precision::kBf16);
 }
 
 TEST(SimJob, NoServedModelStaysNone) {
@@ -77,6 +79,7 @@ TEST(SimJob, NoServedModelStaysNone) {
   EXPECT_EQ(t.served, nullptr);
   EXPECT_FALSE(t.scaffold);
   EXPECT_EQ(t.control_c, nullptr);
+  EXPECT_EQ(t.precision, Precision::kFp32);
 }
 
 TEST(SimJob, AnEvaluationJobAndItsResultKeepEveryField) {
@@ -174,6 +177,13 @@ TEST(SimJob, BytesThatAreNotAJobAreRefused) {
   auto r = decodeSimJob(encodeSimJob(odd));
   EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
   EXPECT_NE(r.status().message().find("whole number of floats"), std::string::npos);
+  // A precision no worker knows.
+  SimTrainJob unknown;
+  unknown.start = floatBytes({1.0f});
+  unknown.precision = static_cast<Precision>(2);
+  auto u = decodeSimJob(encodeSimJob(unknown));
+  EXPECT_EQ(u.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(u.status().message().find("precision"), std::string::npos);
   // An evaluation of a range that ends before it starts.
   SimEvalJob backwards{recipe(), floatBytes({1.0f}), 10, 5, 250};
   EXPECT_EQ(decodeSimJob(encodeSimJob(backwards)).status().code(), StatusCode::kCorrupt);
