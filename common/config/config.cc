@@ -920,7 +920,8 @@ Status Config::validateDecentralized() const {
   if (auto spec = compress::parseCodecSpec(d.codec); !spec.isOk()) {
     return bad("decentralized.codec", spec.status().message());
   }
-  if (d.degree < 1 || d.degree >= d.peers) {
+  // The degree is the random topology's alone (a ring or a torus fixes its own).
+  if (d.topology == "random" && (d.degree < 1 || d.degree >= d.peers)) {
     return bad("decentralized.degree", "must be in [1, peers - 1]");
   }
   if (d.topology == "random" && (uint64_t{d.peers} * d.degree) % 2 != 0) {

@@ -133,7 +133,17 @@ TEST(Config, DecentralizedSectionIsReadAndChecked) {
   refused("decentralized.peers=1", "decentralized.peers");
   refused("decentralized.pipeline=3", "decentralized.pipeline");
   refused("decentralized.codec=zip", "decentralized.codec");
-  refused("decentralized.degree=16", "decentralized.degree");
+  {
+    Config r;  // the degree of a random regular graph is below the peer count
+    ASSERT_TRUE(r.set("policy.mode=decentralized").isOk());
+    ASSERT_TRUE(r.set("decentralized.topology=random").isOk());
+    ASSERT_TRUE(r.set("decentralized.degree=16").isOk());
+    EXPECT_NE(r.validate().message().find("decentralized.degree"), std::string::npos);
+  }
+  Config few;  // a ring of 4 peers: the default degree (4) is the random topology's only
+  ASSERT_TRUE(few.set("policy.mode=decentralized").isOk());
+  ASSERT_TRUE(few.set("decentralized.peers=4").isOk());
+  EXPECT_TRUE(few.validate().isOk()) << few.validate().message();
   refused("decentralized.outer_momentum=1", "decentralized.outer_momentum");
   refused("coordinator.resume=true", "coordinator.resume");
   Config star;  // a star run resumes as before
