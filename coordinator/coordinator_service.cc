@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/crypto/keyed_stream.h"
 #include "common/crypto/random.h"
 #include "common/data/block_cyclic.h"
@@ -46,11 +47,6 @@ constexpr int kCreditedReceiveHwm = 4;
 // snapshot: unbounded, rounds faster than the evaluator grew the coordinator by about 100 KB a
 // round of a 7,850-parameter model (bench/memory_soak.sh).
 constexpr uint32_t kMaxEvaluationsBehind = 2;
-
-double unixNow() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
 
 class ZmqCoordinator final : public CoordinatorService, private DriverPort {
  public:

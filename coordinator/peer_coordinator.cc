@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/data/dataset.h"
 #include "common/history/history.h"
 #include "common/model/data_files.h"
@@ -36,10 +37,6 @@ using wire::PeerControl;
 using wire::PeerControlKind;
 
 constexpr int kPollMs = 20;
-
-double unixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));

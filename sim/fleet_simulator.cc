@@ -22,6 +22,7 @@
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/compress/codec.h"
 #include "common/compress/error_feedback.h"
 #include "common/crypto/keyed_stream.h"
@@ -51,10 +52,6 @@ namespace {
 using engine::Action;
 using engine::ClientId;
 using engine::RoundEngine;
-
-double unixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Whether this machine's CPUs report native bf16 arithmetic (the avx512_bf16 or amx_bf16 flag
 // of /proc/cpuinfo; false where that file is missing).

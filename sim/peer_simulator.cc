@@ -17,6 +17,7 @@
 
 #include "client/peer_runtime.h"
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/compress/codec_spec.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
@@ -33,10 +34,6 @@
 
 namespace fedfleet::sim {
 namespace {
-
-double unixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::shared_ptr<const std::string> bytesOf(const std::vector<float>& v) {
   return std::make_shared<const std::string>(reinterpret_cast<const char*>(v.data()),
