@@ -17,10 +17,12 @@
 #include "client/peer_runtime.h"
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
+#include "common/history/history.h"
 #include "common/model/data_files.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/peer_coordinator.h"
+#include "coordinator/resume.h"
 #include "sim/fleet_simulator.h"
 #include "sim/mpi_workers.h"
 #include "sim/peer_simulator.h"
@@ -29,6 +31,7 @@ namespace fedfleet::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};  // SIGINT or SIGTERM, once one came
 coordinator::CoordinatorService* g_coordinator = nullptr;
 client::ClientRuntime* g_client = nullptr;
 coordinator::PeerCoordinator* g_peer_coordinator = nullptr;
@@ -36,14 +39,23 @@ client::PeerRuntime* g_peer = nullptr;
 sim::FleetSimulator* g_sim = nullptr;
 sim::PeerSimulator* g_peer_sim = nullptr;
 
-void onSignal(int) {
+void onSignal(int sig) {
   g_stop.store(true);
+  g_signal.store(sig);
   if (g_coordinator) g_coordinator->stop();
   if (g_client) g_client->stop();
   if (g_peer_coordinator) g_peer_coordinator->stop();
   if (g_peer) g_peer->stop();
   if (g_sim) g_sim->stop();
   if (g_peer_sim) g_peer_sim->stop();
+}
+
+// 128 + the signal after a clean stop on SIGINT (130) or SIGTERM (143), as shells report a
+// program killed by it, so that a script can tell a stopped run from a finished one
+// (docs/ERRORS.md); 0 when no signal came.
+int signalExitCode() {
+  const int sig = g_signal.load();
+  return sig == 0 ? 0 : 128 + sig;
 }
 
 // SIGHUP: the coordinator re-reads its allow-list (others ignore it).
@@ -61,6 +73,15 @@ void installSignalHandlers() {
   hup.sa_handler = onHangup;
   sigemptyset(&hup.sa_mask);
   sigaction(SIGHUP, &hup, nullptr);
+}
+
+// Points the signal handler at `object` (it stops it on SIGINT/SIGTERM). A signal that came
+// while it was being built (the handlers are installed before, so it is not lost) stops it at
+// once.
+template <typename T>
+void track(T*& slot, T* object) {
+  slot = object;
+  if (g_stop.load()) object->stop();
 }
 
 void setupLogging(const std::string& level) {
@@ -86,11 +107,37 @@ void addConfigFlags(CLI::App* app, ConfigFlags& f) {
 }
 
 // Loads files, then the named flags (kept as "key=value" overrides), then --set overrides.
+// With --resume (coordinator.resume), the run's stored configuration is the base they are
+// applied to: a resume needs no flag of the first start again, and what it does give is a
+// change that resume checks as usual (coordinator/resume.h).
 Status buildConfig(const ConfigFlags& f, const std::vector<std::string>& flag_overrides,
                    config::Config& config) {
-  for (const auto& file : f.files) FEDFLEET_RETURN_IF_ERROR(config.loadFile(file));
-  for (const auto& s : flag_overrides) FEDFLEET_RETURN_IF_ERROR(config.set(s));
-  for (const auto& s : f.sets) FEDFLEET_RETURN_IF_ERROR(config.set(s));
+  auto apply = [&](config::Config& c) -> Status {
+    for (const auto& file : f.files) FEDFLEET_RETURN_IF_ERROR(c.loadFile(file));
+    for (const auto& s : flag_overrides) FEDFLEET_RETURN_IF_ERROR(c.set(s));
+    for (const auto& s : f.sets) FEDFLEET_RETURN_IF_ERROR(c.set(s));
+    return Status::ok();
+  };
+  FEDFLEET_RETURN_IF_ERROR(apply(config));
+  std::error_code ec;
+  if (config.coordinator.resume && std::filesystem::is_regular_file(config.history.db, ec)) {
+    auto store = history::openSqliteHistoryReadOnly(config.history.db);
+    if (!store.isOk()) return store.status().withContext("--resume");
+    // The run named run.name; with no name given (the default), the file's latest run.
+    auto stored = coordinator::latestRunConfig(**store, config.run.name);
+    if (!stored.isOk() && stored.status().code() == StatusCode::kNotFound &&
+        config.run.name == config::Config().run.name) {
+      stored = coordinator::latestRunConfig(**store, "");
+    }
+    if (stored.isOk()) {
+      config::Config base;
+      FEDFLEET_RETURN_IF_ERROR(base.loadJson(*stored, config.history.db + " (its stored run)"));
+      FEDFLEET_RETURN_IF_ERROR(apply(base));
+      config = std::move(base);
+    } else if (stored.status().code() != StatusCode::kNotFound) {
+      return stored.status().withContext("--resume");
+    }  // no such run: resume itself says so
+  }
   return config.validate();
 }
 
@@ -162,17 +209,16 @@ int runPeerCoordinator(const config::Config& config, const std::string& endpoint
     return service.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   writeEndpointFile(endpoint_file, (*service)->boundEndpoint());
-  g_peer_coordinator = service->get();
-  installSignalHandlers();
+  track(g_peer_coordinator, service->get());
   Status st = (*service)->run();
   g_peer_coordinator = nullptr;
   if (!st.isOk()) {
     std::cerr << "fedfleet coordinator: " << st.toString() << "\n";
-    return 1;
+    return signalExitCode() ? signalExitCode() : 1;
   }
   std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
             << (*service)->runId() << ")\n";
-  return 0;
+  return signalExitCode();
 }
 
 // `fedfleet peer`: one peer of a decentralised run (client/peer_runtime.h).
@@ -226,15 +272,14 @@ int runPeer(const ConfigFlags& f, const std::vector<std::string>& overrides, uin
     std::cerr << "fedfleet peer: " << rt.status().toString() << "\n";
     return rt.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  g_peer = rt->get();
-  installSignalHandlers();
+  track(g_peer, rt->get());
   st = (*rt)->run();
   g_peer = nullptr;
   if (!st.isOk()) {
     std::cerr << "fedfleet peer: " << st.toString() << "\n";
-    return 1;
+    return signalExitCode() ? signalExitCode() : 1;
   }
-  return 0;
+  return signalExitCode();
 }
 
 int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrides,
@@ -262,17 +307,16 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
     std::ofstream(tmp) << (*service)->boundEndpoint() << "\n";
     std::filesystem::rename(tmp, endpoint_file);
   }
-  g_coordinator = service->get();
-  installSignalHandlers();
+  track(g_coordinator, service->get());
   st = (*service)->run();
   g_coordinator = nullptr;
   if (!st.isOk()) {
     std::cerr << "fedfleet coordinator: " << st.toString() << "\n";
-    return 1;
+    return signalExitCode() ? signalExitCode() : 1;
   }
   std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
             << (*service)->runId() << ")\n";
-  return 0;
+  return signalExitCode();
 }
 
 // Runs a simulator to its end (`running` points at it meanwhile, for the signal handler): its
@@ -281,15 +325,17 @@ template <typename Simulator, typename Format>
 int runSimulator(Result<std::unique_ptr<Simulator>> sim, Simulator*& running,
                  const config::Config& config, Format format) {
   if (!sim.isOk()) {
+    // A bad config, or a file it names that is not there: a usage error (2).
     std::cerr << "fedfleet sim: " << sim.status().toString() << "\n";
-    return sim.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    const StatusCode code = sim.status().code();
+    return code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ? 2 : 1;
   }
-  running = sim->get();
+  track(running, sim->get());
   auto summary = (*sim)->run();
   running = nullptr;
   if (!summary.isOk()) {
     std::cerr << "fedfleet sim: " << summary.status().toString() << "\n";
-    return 1;
+    return signalExitCode() ? signalExitCode() : 1;
   }
   std::cout << format(*summary);
   if (config.history.db != ":memory:") {
@@ -348,7 +394,13 @@ int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
     }
     remote = std::move(*workers);
   }
-  return runSimulator(sim::FleetSimulator::create(config, remote), g_sim, config,
+  auto simulator = sim::FleetSimulator::create(config, remote);
+  if (simulator.isOk() && !(*simulator)->alreadyFinished().empty()) {
+    // Nothing to resume: said plainly, and not an error (as the coordinator does).
+    std::cout << (*simulator)->alreadyFinished() << "\n";
+    return 0;
+  }
+  return runSimulator(std::move(simulator), g_sim, config,
                       [](const sim::SimSummary& s) { return sim::formatSummary(s); });
 }
 
@@ -430,15 +482,14 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
     std::cerr << "fedfleet client: " << rt.status().toString() << "\n";
     return rt.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  g_client = rt->get();
-  installSignalHandlers();
+  track(g_client, rt->get());
   st = (*rt)->run();
   g_client = nullptr;
   if (!st.isOk()) {
     std::cerr << "fedfleet client: " << st.toString() << "\n";
-    return 1;
+    return signalExitCode() ? signalExitCode() : 1;
   }
-  return 0;
+  return signalExitCode();
 }
 
 int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t clients,
@@ -729,6 +780,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  // The long-running commands take SIGINT and SIGTERM from the start: a signal during start-up
+  // (loading data, building the model) stops the run as soon as it exists, and is not lost (a
+  // shell's background job otherwise ignores SIGINT until a handler is installed).
+  if (coord->parsed() || simc->parsed() || cl->parsed() || peerc->parsed()) {
+    installSignalHandlers();
+  }
   if (coord->parsed()) {
     setupLogging(coord_flags.log_level);
     return runCoordinator(coord_flags, coord_overrides, endpoint_file);

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/history_open.h"
 #include "common/atomic_file.h"
@@ -54,26 +55,36 @@ Result<model::ModelDescription> describedModel(const history::RunRecord& run) {
 // accuracies (a regression) by its loss the same way, as minus the loss (higher is better).
 struct Scores {
   std::map<uint32_t, double> value;
+  std::set<uint32_t> federated;  // rounds whose score is the clients' federated figure
   bool by_loss = false;
 };
 
 Result<Scores> scoresOf(history::HistoryStore& store, int64_t run) {
   FEDFLEET_ASSIGN_OR_RETURN(auto rounds, store.rounds(run));
   Scores out;
-  for (const auto& r : rounds) {
-    if (r.round > 0 && r.fed_eval_accuracy) out.value[r.round - 1] = *r.fed_eval_accuracy;
-  }
-  for (const auto& r : rounds) {
-    if (r.test_accuracy) out.value[r.round] = *r.test_accuracy;
-  }
+  auto fill = [&](auto federated, auto test) {
+    for (const auto& r : rounds) {
+      if (r.round > 0 && federated(r)) {
+        out.value[r.round - 1] = *federated(r);
+        out.federated.insert(r.round - 1);
+      }
+    }
+    for (const auto& r : rounds) {
+      if (test(r)) {
+        out.value[r.round] = *test(r);
+        out.federated.erase(r.round);
+      }
+    }
+  };
+  fill([](const history::RoundRecord& r) { return r.fed_eval_accuracy; },
+       [](const history::RoundRecord& r) { return r.test_accuracy; });
   if (!out.value.empty()) return out;
   out.by_loss = true;
-  for (const auto& r : rounds) {
-    if (r.round > 0 && r.fed_eval_loss) out.value[r.round - 1] = -*r.fed_eval_loss;
-  }
-  for (const auto& r : rounds) {
-    if (r.test_loss) out.value[r.round] = -*r.test_loss;
-  }
+  auto negated = [](const std::optional<double>& v) {
+    return v ? std::optional<double>(-*v) : std::nullopt;
+  };
+  fill([&](const history::RoundRecord& r) { return negated(r.fed_eval_loss); },
+       [&](const history::RoundRecord& r) { return negated(r.test_loss); });
   return out;
 }
 
@@ -95,15 +106,18 @@ std::string roundList(const std::vector<uint32_t>& rounds) {
   return out.empty() ? "none" : out;
 }
 
-// "accuracy 87.50%", "loss 0.1234", or "-" for round `r`.
+// "test accuracy 87.50%", "federated accuracy 85.10%", "test loss 0.1234", or "-" for round
+// `r`: a federated figure (the clients' evaluation of the model the next round carried) is
+// never called a test figure.
 std::string scoreText(const Scores& scores, uint32_t r) {
   auto a = scores.value.find(r);
   if (a == scores.value.end()) return "-";
-  char buf[48];
+  char buf[64];
+  const char* source = scores.federated.count(r) ? "federated" : "test";
   if (scores.by_loss) {
-    std::snprintf(buf, sizeof(buf), "loss %.4f", -a->second);
+    std::snprintf(buf, sizeof(buf), "%s loss %.4f", source, -a->second);
   } else {
-    std::snprintf(buf, sizeof(buf), "%.2f%%", 100 * a->second);
+    std::snprintf(buf, sizeof(buf), "%s accuracy %.2f%%", source, 100 * a->second);
   }
   return buf;
 }
@@ -115,9 +129,15 @@ int printInfo(const history::RunRecord& run, const model::ModelDescription& d,
     return 0;
   }
   const auto best = bestRound(rounds, scores);
+  // A TorchScript model run by a coordinator without data has no recorded input shape or
+  // class count: it is said so, not guessed.
+  const std::string input = d.shape.sample.empty()
+                                ? "input not recorded (no data on the coordinator)"
+                                : "input " + model::shapeText(d.shape.sample);
+  const std::string classes =
+      d.shape.classes > 0 ? ", " + std::to_string(d.shape.classes) + " classes" : "";
   std::cout << "run " << run.run_id << " (" << run.name << "): model " << d.name
-            << (d.path.empty() ? "" : " from " + d.path) << ", input "
-            << model::shapeText(d.shape.sample) << ", " << d.shape.classes << " classes, "
+            << (d.path.empty() ? "" : " from " + d.path) << ", " << input << classes << ", "
             << d.layout.total << " float32 values in " << d.layout.tensors.size() << " tensors\n";
   std::cout << "checkpoints:";
   if (rounds.empty()) std::cout << " none";
@@ -249,8 +269,7 @@ int exportModel(history::HistoryStore& store, const ModelArgs& args, const histo
   std::cout << "wrote " << args.output << (format == "flat" ? " and " + args.output + ".json" : "")
             << ": " << format << " of model " << d.name << ", run " << run.run_id << " round "
             << cp->round << " (model version " << cp->model_version << ", "
-            << (scores.by_loss ? "" : "test accuracy ") << scoreText(scores, cp->round) << "), "
-            << d.layout.total << " parameters\n";
+            << scoreText(scores, cp->round) << "), " << d.layout.total << " parameters\n";
   return 0;
 }
 

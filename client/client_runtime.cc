@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -45,9 +46,9 @@ double steadyNow() {
 
 std::string partitionKey(const wire::DataSpec& d) {
   return d.dataset + "|" + d.scheme + "|" + std::to_string(d.alpha) + "|" +
-         std::to_string(d.labels_per_client) + "|" + std::to_string(d.num_partitions) + "|" +
-         std::to_string(d.seed) + "|" + std::to_string(d.subset) + "|" + std::to_string(d.blocks) +
-         "|" + std::to_string(d.skew);
+         std::to_string(d.labels_per_client) + "|" + std::to_string(d.shards_per_client) + "|" +
+         std::to_string(d.num_partitions) + "|" + std::to_string(d.seed) + "|" +
+         std::to_string(d.subset) + "|" + std::to_string(d.blocks) + "|" + std::to_string(d.skew);
 }
 
 }  // namespace
@@ -183,6 +184,7 @@ class ZmqClient final : public ClientRuntime {
   uint64_t heartbeat_seq_ = 0;
   uint64_t session_id_ = std::random_device{}() ^ (uint64_t{std::random_device{}()} << 32);
   double last_hello_ = -1e9;
+  std::string last_diagnosis_;  // the transport's diagnosis last logged, its digits left out
   bool finished_ = false;
 
   // The training in progress: the loop thread creates and joins it, the worker thread runs it.
@@ -726,10 +728,22 @@ void ZmqClient::handle(wire::Message& message, double now) {
           finished_ = true;
         } else if constexpr (std::is_same_v<T, wire::Error>) {
           if (m.code == wire::ErrorCode::kUnknownClient) {
-            if (now - last_hello_ > 1.0) {  // one Hello answers a burst of errors
-              sayHello(now);
-              session_->onReconnected(now);
+            // The coordinator does not know this connection: it restarted, or it lost this
+            // client (its task then counts as dropped). Either way nothing of the earlier
+            // session will be taken: drop it now rather than send it to be refused.
+            if (session_->trainingToken() || session_->activeUpload()) {
+              spdlog::info(
+                  "client {}: the coordinator does not know this connection (it restarted or "
+                  "lost this client); dropping the work of the earlier session",
+                  options_.client_id);
+              session_->abandonAll("the coordinator restarted or lost this client");
             }
+            if (now - last_hello_ > 1.0) sayHello(now);  // one Hello answers a burst of errors
+          } else if (m.code == wire::ErrorCode::kStaleTask) {
+            // A task that ended meanwhile (cancelled, late): a race, not a fault.
+            spdlog::info("client {}: task {} ended at the coordinator: {}", options_.client_id,
+                         m.task_token, m.message);
+            session_->onCoordinatorError(m, now);
           } else {
             spdlog::warn("client {}: coordinator error {}: {}", options_.client_id,
                          static_cast<int>(m.code), m.message);
@@ -784,9 +798,19 @@ Status ZmqClient::run() {
     }
     if (now - last_rx > options_.liveness_s && now - last_hello_ > options_.liveness_s) {
       // A task in flight goes on: if the coordinator restarted, its upload is answered as stale.
+      // A diagnosis (no connection, a refused key, another coordinator key) is a warning the
+      // first time it is seen; its repeats every liveness period are info.
       const std::string why = transport_->diagnosis();
-      spdlog::info("client {}: coordinator silent for {}, saying Hello again{}{}",
-                   options_.client_id, formatDuration(now - last_rx), why.empty() ? "" : ": ", why);
+      // The same diagnosis with other counts in it ("19 connections closed") is no news.
+      std::string kind = why;
+      kind.erase(std::remove_if(kind.begin(), kind.end(),
+                                [](unsigned char ch) { return std::isdigit(ch); }),
+                 kind.end());
+      const bool news = !kind.empty() && kind != last_diagnosis_;
+      last_diagnosis_ = kind;
+      spdlog::log(news ? spdlog::level::warn : spdlog::level::info,
+                  "client {}: coordinator silent for {}, saying Hello again{}{}",
+                  options_.client_id, formatDuration(now - last_rx), why.empty() ? "" : ": ", why);
       sayHello(now);
       session_->onReconnected(now);
       execute();

@@ -85,8 +85,9 @@ ControlVariate& ClientSession::controlVariateFor(size_t n) {
                                      : ControlVariate(n, options_.control_storage);
     if (control_->size() != n) control_ = ControlVariate(n, options_.control_storage);
   } else if (control_->size() != n) {
-    spdlog::info("client {}: SCAFFOLD control variate reset to zero ({} -> {} values)",
-                 options_.client_id, control_->size(), n);
+    spdlog::log(options_.progress_level,
+                "client {}: SCAFFOLD control variate reset to zero ({} -> {} values)",
+                options_.client_id, control_->size(), n);
     control_->reset(n);
   }
   return *control_;
@@ -97,7 +98,8 @@ void ClientSession::onTask(ReceivedTask received, double now) {
   if (task.coordinator_session != 0) {
     if (coordinator_session_ != 0 && task.coordinator_session != coordinator_session_) {
       // The coordinator restarted: nothing of the old session will be taken any more.
-      spdlog::info(
+      spdlog::log(
+          options_.progress_level,
           "client {}: the coordinator restarted (new session); dropping the old session's work",
           options_.client_id);
       abandonAll("the coordinator restarted");
@@ -118,9 +120,9 @@ void ClientSession::onTask(ReceivedTask received, double now) {
                             " bytes of model");
   }
   if (std::string why = localDpShortfall(task); !why.empty()) return refuse(task, std::move(why));
-  spdlog::info("client {}: round {} task, partition {}, codec {}{}", options_.client_id, task.round,
-               task.data.index, compress::toString((*codec)->spec()),
-               uploads_.empty() ? "" : " (an upload is still draining)");
+  spdlog::log(options_.progress_level, "client {}: round {} task, partition {}, codec {}{}",
+              options_.client_id, task.round, task.data.index, compress::toString((*codec)->spec()),
+              uploads_.empty() ? "" : " (an upload is still draining)");
   auto request = std::make_shared<TrainingRequest>();
   if (!takeServed(received, request.get())) return;
   if (task.hparams.scaffold) {
@@ -154,8 +156,9 @@ bool ClientSession::takeServed(const ReceivedTask& received, TrainingRequest* re
     return false;
   }
   if (*changed) {
-    spdlog::info("client {}: serving block {} model {} (version {}, {})", options_.client_id,
-                 s.block, s.model, s.version, crypto::toHex(s.sha256).substr(0, 12));
+    spdlog::log(options_.progress_level, "client {}: serving block {} model {} (version {}, {})",
+                options_.client_id, s.block, s.model, s.version,
+                crypto::toHex(s.sha256).substr(0, 12));
     emit(PublishServedModel{});
   } else if (!served_.holds(s.sha256)) {
     // Its summary says what it holds; the coordinator sends the model with the next task.
@@ -325,8 +328,9 @@ void ClientSession::onSecAgg(const wire::SecAgg& m, double now) {
       if (!shares.isOk()) return leave(shares.status());
       reply.step = wire::SecAggStep::kShares;
       reply.shares = std::move(shares).value();
-      spdlog::info("client {}: round {}: secure aggregation: shares sealed for {} neighbours",
-                   options_.client_id, r.round, reply.shares.size());
+      spdlog::log(options_.progress_level,
+                  "client {}: round {}: secure aggregation: shares sealed for {} neighbours",
+                  options_.client_id, r.round, reply.shares.size());
       emit(SendSecAgg{std::move(reply)});
       return;
     }
@@ -334,8 +338,9 @@ void ClientSession::onSecAgg(const wire::SecAgg& m, double now) {
       Status st = r.client->receiveShares(m.shares);
       if (!st.isOk()) return leave(st);
       r.ready = true;
-      spdlog::info("client {}: round {}: secure aggregation: {} neighbours' shares received",
-                   options_.client_id, r.round, m.shares.size());
+      spdlog::log(options_.progress_level,
+                  "client {}: round {}: secure aggregation: {} neighbours' shares received",
+                  options_.client_id, r.round, m.shares.size());
       startUpload();
       return;
     }
@@ -344,8 +349,9 @@ void ClientSession::onSecAgg(const wire::SecAgg& m, double now) {
       if (!revealed.isOk()) return leave(revealed.status());
       reply.step = wire::SecAggStep::kReveal;
       reply.revealed = std::move(revealed).value();
-      spdlog::info("client {}: round {}: secure aggregation: {} shares revealed",
-                   options_.client_id, r.round, reply.revealed.size());
+      spdlog::log(options_.progress_level,
+                  "client {}: round {}: secure aggregation: {} shares revealed", options_.client_id,
+                  r.round, reply.revealed.size());
       secagg_.erase(it);
       emit(SendSecAgg{std::move(reply)});
       return;
@@ -395,8 +401,9 @@ void ClientSession::pumpChunks() {
     auto spent =
         privacy::epsilonOf(1.0, u.local_dp.noise_multiplier, local_dp_releases_, u.local_dp.delta);
     if (spent.isOk()) {
-      spdlog::info("client {}: local DP: {} updates released, epsilon {:.3f} at delta {:g}",
-                   options_.client_id, local_dp_releases_, spent->epsilon, u.local_dp.delta);
+      spdlog::log(options_.progress_level,
+                  "client {}: local DP: {} updates released, epsilon {:.3f} at delta {:g}",
+                  options_.client_id, local_dp_releases_, spent->epsilon, u.local_dp.delta);
     }
   }
   emit(SendChunk{std::move(u.ready.front())});

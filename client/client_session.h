@@ -31,6 +31,8 @@
 // throttle and the transport. Heartbeats and Hello are the driver's too.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -194,6 +196,10 @@ struct ClientSessionOptions {
   // naming the key) and not trained, so that the client's guarantee does not rest on the
   // coordinator asking for it. 0: off (the task's local DP is taken as it comes).
   double local_dp_min_noise = 0;
+  // The level of the session's progress lines (a task arrived, shares sealed, ...): info for a
+  // client process; debug in the simulator, whose thousands of virtual clients would otherwise
+  // bury its progress. Warnings and errors keep their own levels.
+  spdlog::level::level_enum progress_level = spdlog::level::info;
 };
 
 class ClientSession {

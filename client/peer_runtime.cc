@@ -89,6 +89,7 @@ class PeerRuntimeImpl final : public PeerRuntime {
       spec.scheme = config.data.partition;
       spec.alpha = config.data.alpha;
       spec.labels_per_client = config.data.labels_per_client;
+      spec.shards_per_client = config.data.shards_per_client;
       spec.seed = config.run.seed;
       spec.subset = config.data.train_subset;
       spec.num_partitions = peers_;

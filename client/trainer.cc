@@ -510,8 +510,14 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
                 const std::vector<uint32_t>& indices, const TrainOptions& opts) {
   const size_t expected = model.numParameters();
   if (start.size() != expected) {
-    return invalidArgument("train: start has " + std::to_string(start.size()) + " values, model '" +
-                           model.name() + "' has " + std::to_string(expected));
+    return invalidArgument(
+        "train: the task's model has " + std::to_string(start.size()) +
+        " values, this "
+        "client's model '" +
+        model.name() + "' for its data has " + std::to_string(expected) +
+        ": client and coordinator must build the same model (the same model.name and "
+        "model.path, and for a built-in model on their own files the same "
+        "data.feature_columns or data.image_size and data.num_classes)");
   }
   if (indices.empty()) return invalidArgument("train: no sample indices");
   if (opts.batch_size == 0) return invalidArgument("train: batch_size must be > 0");

@@ -30,6 +30,7 @@
 #include "coordinator/connection_limits.h"
 #include "coordinator/engine_driver.h"
 #include "coordinator/metrics_server.h"
+#include "coordinator/refusal_log.h"
 #include "coordinator/resume.h"
 #include "coordinator/run_setup.h"
 #include "engine/round_engine.h"
@@ -47,6 +48,9 @@ constexpr int kCreditedReceiveHwm = 4;
 // snapshot: unbounded, rounds faster than the evaluator grew the coordinator by about 100 KB a
 // round of a 7,850-parameter model (bench/memory_soak.sh).
 constexpr uint32_t kMaxEvaluationsBehind = 2;
+// Messages a connection may send before its Hello before that is recorded as an event (a
+// restarted coordinator's clients send a few of their old session's on reconnecting).
+constexpr uint32_t kMessagesBeforeHelloRecorded = 50;
 
 class ZmqCoordinator final : public CoordinatorService, private DriverPort {
  public:
@@ -127,6 +131,7 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
   struct Peer {
     engine::ClientId client;  // CURVE: from the key; insecure: from its Hello (empty before)
     bool warned_unknown = false;
+    uint32_t before_hello = 0;  // messages before its Hello (or since it was last known)
     double unknown_reply_at = -1;
     ConnectionLimits limits;
     bool limit_recorded = false;
@@ -138,6 +143,7 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
   // binding survives a restart), else from the first Hello of this run.
   std::map<engine::ClientId, std::string> key_of_client_;
   std::map<engine::ClientId, EventBudget> event_budget_;
+  RefusalLog refusals_;  // connections refused before they became clients, aggregated
   double budgets_flushed_at_ = 0;
   std::atomic<bool> reload_{false};
   // This process's session id, in every task: a client that sees a new one drops the old
@@ -216,11 +222,61 @@ Status ZmqCoordinator::init(const config::Config& config) {
     block_model_->setLoss(model->loss());
   }
 
+  // Transport.
+  transport::ServerOptions so;
+  so.endpoint = cc.bind;
+  so.insecure = cc.insecure;
+  so.max_message_bytes = uint64_t{cc.max_message_mib} << 20;
+  if (cc.max_concurrent_uploads > 0) {
+    // Upload credits: only granted clients send chunks, so a short receive queue per peer
+    // bounds what ZeroMQ holds for the loop (docs/ARCHITECTURE.md, Memory).
+    so.receive_hwm = kCreditedReceiveHwm;
+    // A full queue stops ZeroMQ reading the peer's ZMTP heartbeats too, so a loop stalled
+    // longer than the heartbeat timeout (a loaded machine) would drop an uploader's connection.
+    // Dead peers are found by the engine's liveness_s; the transport's timeout only needs to
+    // outlast a stall.
+    const double stall_ms = std::min(2 * cc.liveness_s, 3600.0) * 1000;
+    so.heartbeat_timeout_ms = std::max(so.heartbeat_timeout_ms, static_cast<int>(stall_ms));
+  }
+  if (!cc.insecure) {
+    const std::string secret = cc.keys_dir + "/coordinator.key_secret";
+    Status file_ok = transport::checkSecretKeyFile(secret);
+    if (file_ok.code() == StatusCode::kNotFound) {
+      return notFound("no coordinator key pair in " + cc.keys_dir +
+                      " (create one with `fedfleet keygen --dir " + cc.keys_dir +
+                      " --coordinator --clients N`)");
+    }
+    FEDFLEET_RETURN_IF_ERROR(file_ok);
+    FEDFLEET_RETURN_IF_ERROR(transport::checkAllowListDir(config_.allowDir()));
+    FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));
+    so.allow_dir = config_.allowDir();
+  } else {
+    spdlog::warn(
+        "--insecure: clients are who their Hello says they are; any peer can take any client "
+        "id, and its claims cannot be tied to a key");
+  }
+  FEDFLEET_ASSIGN_OR_RETURN(server_, transport::createServer(so));
+
+  if (config_.metrics.port > 0) {
+    FEDFLEET_ASSIGN_OR_RETURN(
+        metrics_,
+        MetricsServer::start(config_.metrics.bind, static_cast<uint16_t>(config_.metrics.port)));
+  }
+  // The engine's options, checked before anything is written: a coordinator that cannot start
+  // leaves no run behind (the history file is not even created).
+  engine::EngineOptions eo = engineOptionsFromConfig(config_, /*run_id=*/0);
+  eo.max_evaluations_behind = kMaxEvaluationsBehind;
+  // Differential-privacy noise no client can predict (the config's seed may be known to them).
+  eo.dp.noise_key = crypto::randomStreamKey();
+  // What each partition holds bounds what an update may claim (the clients cut the same split).
+  FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config_, eo));
+  FEDFLEET_RETURN_IF_ERROR(emptyPartitionCheck(eo.partition_sizes));
+  FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
+
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
   driver_ = std::make_unique<EngineDriver>(*history_, static_cast<DriverPort&>(*this),
                                            checkpointKeepFromConfig(config_), "s");
-  engine::EngineOptions eo;
   std::string engine_state;  // from the checkpoint resumed from
   if (cc.resume) {
     FEDFLEET_ASSIGN_OR_RETURN(ResumePoint point,
@@ -264,65 +320,17 @@ Status ZmqCoordinator::init(const config::Config& config) {
     FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
   }
 
-  // Transport.
-  transport::ServerOptions so;
-  so.endpoint = cc.bind;
-  so.insecure = cc.insecure;
-  so.max_message_bytes = uint64_t{cc.max_message_mib} << 20;
-  if (cc.max_concurrent_uploads > 0) {
-    // Upload credits: only granted clients send chunks, so a short receive queue per peer
-    // bounds what ZeroMQ holds for the loop (docs/ARCHITECTURE.md, Memory).
-    so.receive_hwm = kCreditedReceiveHwm;
-    // A full queue stops ZeroMQ reading the peer's ZMTP heartbeats too, so a loop stalled
-    // longer than the heartbeat timeout (a loaded machine) would drop an uploader's connection.
-    // Dead peers are found by the engine's liveness_s; the transport's timeout only needs to
-    // outlast a stall.
-    const double stall_ms = std::min(2 * cc.liveness_s, 3600.0) * 1000;
-    so.heartbeat_timeout_ms = std::max(so.heartbeat_timeout_ms, static_cast<int>(stall_ms));
-  }
-  if (!cc.insecure) {
-    const std::string secret = cc.keys_dir + "/coordinator.key_secret";
-    Status file_ok = transport::checkSecretKeyFile(secret);
-    if (file_ok.code() == StatusCode::kNotFound) {
-      return notFound("no coordinator key pair in " + cc.keys_dir +
-                      " (create one with `fedfleet keygen --dir " + cc.keys_dir +
-                      " --coordinator --clients N`)");
+  if (cc.resume && !cc.insecure) {
+    // The key each client id had in this history stays its key.
+    FEDFLEET_ASSIGN_OR_RETURN(auto known, history_->clients());
+    for (const auto& c : known) {
+      if (!c.public_key.empty()) key_of_client_[c.client_id] = c.public_key;
     }
-    FEDFLEET_RETURN_IF_ERROR(file_ok);
-    FEDFLEET_RETURN_IF_ERROR(transport::checkAllowListDir(config_.allowDir()));
-    FEDFLEET_ASSIGN_OR_RETURN(so.server_keys, transport::readKeyPair(cc.keys_dir, "coordinator"));
-    so.allow_dir = config_.allowDir();
-    if (cc.resume) {
-      // The key each client id had in this history stays its key.
-      FEDFLEET_ASSIGN_OR_RETURN(auto known, history_->clients());
-      for (const auto& c : known) {
-        if (!c.public_key.empty()) key_of_client_[c.client_id] = c.public_key;
-      }
-    }
-  } else {
-    spdlog::warn(
-        "--insecure: clients are who their Hello says they are; any peer can take any client "
-        "id, and its claims cannot be tied to a key");
   }
-  FEDFLEET_ASSIGN_OR_RETURN(server_, transport::createServer(so));
 
   // Engine.
-  {
-    const engine::EngineOptions from_config = engineOptionsFromConfig(config_, run_id_);
-    const uint32_t first_round = eo.first_round;
-    const uint64_t model_version = eo.model_version;
-    const bool evaluate_initial = eo.evaluate_initial;
-    eo = from_config;
-    eo.first_round = first_round;
-    eo.model_version = model_version;
-    eo.evaluate_initial = evaluate_initial;
-  }
-  eo.max_evaluations_behind = kMaxEvaluationsBehind;
-  // Differential-privacy noise no client can predict (the config's seed may be known to them).
-  eo.dp.noise_key = crypto::randomStreamKey();
-  // What each partition holds bounds what an update may claim (the clients cut the same split).
-  FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config_, eo));
-  FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
+  eo.run_id = run_id_;
+  FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));  // with where a resume continues
   engine_ = std::make_unique<engine::RoundEngine>(eo, std::move(params));
   if (!engine_state.empty()) {
     // Selection continues where it stopped (generator and selector state).
@@ -336,10 +344,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
   metrics_snapshot_.run_id = run_id_;
   metrics_snapshot_.run_name = config_.run.name;
   metrics_snapshot_.rounds_target = config_.run.rounds;
-  if (config_.metrics.port > 0) {
-    FEDFLEET_ASSIGN_OR_RETURN(
-        metrics_,
-        MetricsServer::start(config_.metrics.bind, static_cast<uint16_t>(config_.metrics.port)));
+  if (metrics_) {
     metrics_->publish(metrics_snapshot_);
     spdlog::info("coordinator: metrics on {}/metrics and {}/status", metrics_->url(),
                  metrics_->url());
@@ -358,7 +363,7 @@ void ZmqCoordinator::recordEvent(const std::string& kind, const std::string& cli
   e.kind = kind;
   e.client_id = client;
   e.detail = detail;
-  spdlog::warn("event {}: {} {}", kind, client, detail);
+  spdlog::warn("event {}: {}{}{}", kind, client, client.empty() ? "" : " ", detail);
   driver_->recordEvent(e);
 }
 
@@ -447,11 +452,20 @@ bool ZmqCoordinator::admit(const transport::Envelope& env, ConnectionLimits::Kin
 }
 
 void ZmqCoordinator::takeTransportReports(double now) {
+  // Refused before they became clients: one warning and one event per cause and host, the
+  // repeats counted and reported once a minute (coordinator/refusal_log.h).
+  auto report = [&](const RefusalLog::Report& r) { recordEvent(r.kind, "", r.text(), now); };
   for (auto& auth : server_->takeAuthEvents()) {
-    if (auth.kind == transport::AuthEvent::kRefused) {
-      recordEvent("auth_rejected", "",
-                  "key " + auth.public_key + " from " + auth.peer_address + ": " + auth.reason,
-                  now);
+    if (auth.kind == transport::AuthEvent::kRefused ||
+        auth.kind == transport::AuthEvent::kHandshakeFailed) {
+      const bool key = auth.kind == transport::AuthEvent::kRefused;
+      const std::string cause =
+          key ? (auth.public_key.empty() ? "" : "key " + auth.public_key + ": ") + auth.reason
+              : auth.reason;
+      if (auto r = refusals_.note(key ? "auth_rejected" : "handshake_refused", auth.peer_address,
+                                  cause, now)) {
+        report(*r);
+      }
       continue;
     }
     // Revoked: close its connection now (ZAP is asked only at the handshake) and end its task.
@@ -466,6 +480,7 @@ void ZmqCoordinator::takeTransportReports(double now) {
     for (const auto& routing_id : doomed) retire(routing_id, now);
     if (engine_->isKnown(auth.client_id)) engine_->onBye(auth.client_id, now);
   }
+  for (const auto& r : refusals_.flush(now)) report(r);
   for (const auto& closed : server_->takeClosedConnections()) {
     if (closed.peer.empty()) continue;
     retired_peers_.erase(closed.peer);
@@ -527,13 +542,21 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
     current = peer_of_client_.find(who);
   }
   if (current == peer_of_client_.end() || current->second != env.peer || !engine_->isKnown(who)) {
-    // No Hello from this client yet (for example after a coordinator restart): ask for one.
+    // No Hello from this client yet: ask for one. After a coordinator restart every client's
+    // first messages are its old session's (an upload on its way); that is expected and only
+    // logged at debug. A connection that keeps talking without ever saying Hello is recorded
+    // once.
     Peer& p = peers_[env.peer];
-    if (!p.warned_unknown) {
+    ++p.before_hello;
+    spdlog::debug("{} from peer {} ({}) before Hello: asking for one", wire::messageName(msg),
+                  transport::printableRoutingId(env.peer), who);
+    if (!p.warned_unknown && p.before_hello >= kMessagesBeforeHelloRecorded) {
       p.warned_unknown = true;
       recordClientEvent("unknown_client", who,
-                        std::string(wire::messageName(msg)) + " from peer " +
-                            transport::printableRoutingId(env.peer) + " before Hello",
+                        std::to_string(p.before_hello) + " messages (the latest " +
+                            wire::messageName(msg) + ") from peer " +
+                            transport::printableRoutingId(env.peer) +
+                            " without a Hello, though asked for one",
                         now);
     }
     // One reply a second per connection is enough for the client to say Hello again.

@@ -11,7 +11,7 @@ bool isOperationalConfigKey(std::string_view key) {
   for (std::string_view section : {"client.", "sim.", "history.", "metrics."}) {
     if (key.starts_with(section)) return true;
   }
-  static constexpr std::array<std::string_view, 17> kKeys = {
+  static constexpr std::array<std::string_view, 18> kKeys = {
       "run.name",
       "coordinator.bind",
       "coordinator.insecure",
@@ -21,6 +21,7 @@ bool isOperationalConfigKey(std::string_view key) {
       "coordinator.resume_changes",
       "coordinator.threads",
       "coordinator.wait_clients_s",
+      "coordinator.max_failed_rounds",
       "coordinator.liveness_s",
       "coordinator.checkpoint_every",
       "coordinator.keep_checkpoints",
@@ -90,6 +91,17 @@ Result<nlohmann::json> effectiveRunConfig(const history::RunRecord& run,
     }
   }
   return config;
+}
+
+Result<nlohmann::json> latestRunConfig(history::HistoryStore& history, const std::string& name) {
+  FEDFLEET_ASSIGN_OR_RETURN(auto runs, history.runs());
+  const history::RunRecord* found = nullptr;
+  for (const auto& r : runs) {
+    if (name.empty() || r.name == name) found = &r;
+  }
+  if (!found) return notFound(name.empty() ? "no run" : "no run named '" + name + "'");
+  FEDFLEET_ASSIGN_OR_RETURN(auto events, history.events(found->run_id));
+  return effectiveRunConfig(*found, events);
 }
 
 std::string changesDetail(const std::vector<ConfigChange>& changes) {

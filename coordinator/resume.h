@@ -44,6 +44,11 @@ std::vector<ConfigChange> configChanges(const nlohmann::json& stored, const nloh
 Result<nlohmann::json> effectiveRunConfig(const history::RunRecord& run,
                                           const std::vector<history::EventRecord>& events);
 
+// The configuration of the latest run named `name` in `history` as it stands now: its stored
+// config with the changes accepted since (effectiveRunConfig). An empty `name`: the latest run
+// of any name. kNotFound: no such run.
+Result<nlohmann::json> latestRunConfig(history::HistoryStore& history, const std::string& name);
+
 // The detail of a resume_changes event: {"key": {"from": ..., "to": ...}, ...}.
 std::string changesDetail(const std::vector<ConfigChange>& changes);
 // "run.rounds 5 -> 8, coordinator.clients_per_round 2 -> 3" for messages.

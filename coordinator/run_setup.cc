@@ -2,12 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "common/crypto/keyed_stream.h"
 #include "common/data/dataset.h"
 #include "common/data/split.h"
+#include "common/history/format.h"
 #include "common/model/evaluate.h"
 
 namespace fedfleet::coordinator {
@@ -24,6 +26,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.deadline_s = cc.deadline_s;
   eo.liveness_s = cc.liveness_s;
   eo.wait_clients_s = cc.wait_clients_s;
+  eo.max_failed_rounds = cc.max_failed_rounds;
   eo.sample_partitions = cc.sample_from == "partitions";
   eo.num_partitions = config.partitions();
   eo.server_lr = cc.server_lr;
@@ -42,6 +45,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.data.scheme = config.data.partition;
   eo.data.alpha = config.data.alpha;
   eo.data.labels_per_client = config.data.labels_per_client;
+  eo.data.shards_per_client = config.data.shards_per_client;
   eo.data.seed = config.run.seed;
   eo.data.subset = config.data.train_subset;
   eo.chunk_bytes = cc.chunk_kib * 1024;
@@ -171,6 +175,18 @@ Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
   return partitionSizes(options, *train);
 }
 
+Status emptyPartitionCheck(const std::vector<uint64_t>& sizes) {
+  const auto empty = std::count(sizes.begin(), sizes.end(), uint64_t{0});
+  if (empty == 0) return Status::ok();
+  uint64_t total = 0;
+  for (uint64_t n : sizes) total += n;
+  return invalidArgument(
+      std::to_string(empty) + " of the " + std::to_string(sizes.size()) +
+      " partitions (data.partitions) hold no training sample: " + std::to_string(total) +
+      " samples do not go round. Use fewer partitions, more data (data.train_subset) or "
+      "data.partition = \"iid\"");
+}
+
 CheckpointKeep checkpointKeepFromConfig(const config::Config& config) {
   return {config.coordinator.keep_checkpoints, config.coordinator.keep_best};
 }
@@ -184,16 +200,10 @@ Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRo
                           " (the round is lost from the database; the run stops)");
   }
   // Logged once it is in the database, so a log line always means a durable round.
-  if (r.test_accuracy) {
-    spdlog::info(
-        "round {:>3} {:<7} {}/{} done, {} late, {} dropped, {} rejected  test acc {:.2f}%  "
-        "loss {:.4f}  {:.2f} {}",
-        r.round, r.status, r.completed, r.selected, r.late, r.dropped, r.rejected,
-        100 * *r.test_accuracy, r.test_loss.value_or(NAN), r.end_time - r.start_time, clock_unit);
-  } else {
-    spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped, {} rejected", r.round,
-                 r.status, r.completed, r.selected, r.late, r.dropped, r.rejected);
-  }
+  const std::string metrics = history::roundMetricsText(r);
+  spdlog::info("round {:>3} {:<7} {}/{} done, {} late, {} dropped, {} rejected{}{}  {:.2f} {}",
+               r.round, r.status, r.completed, r.selected, r.late, r.dropped, r.rejected,
+               metrics.empty() ? "" : "  ", metrics, r.end_time - r.start_time, clock_unit);
   if (commit.checkpoint && keep.last > 0) {
     Status pr = store.pruneCheckpoints(r.run_id, keep.last, keep.best);
     if (!pr.isOk()) spdlog::warn("pruning checkpoints: {}", pr.toString());

@@ -41,6 +41,10 @@ Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& option
 Result<std::vector<uint64_t>> partitionSizes(const config::Config& config,
                                              const engine::EngineOptions& options);
 
+// Refuses partition sizes with an empty partition: a client given it would fail every task
+// ("no sample indices"). The message names the keys that fix it. OK for unknown sizes (empty).
+Status emptyPartitionCheck(const std::vector<uint64_t>& sizes);
+
 // Which checkpoints of a run the history keeps (coordinator.keep_checkpoints and keep_best).
 struct CheckpointKeep {
   uint32_t last = 3;  // the latest `last`; 0: all

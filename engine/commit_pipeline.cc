@@ -102,15 +102,21 @@ void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
     cp.engine_state = e_.saveState();
     c.checkpoint = std::move(cp);
   }
-  // The next round goes out before this round's model is evaluated (protocol step 9).
   const uint32_t round = e_.round_;
   if (last) {
     last_round_done_ = true;
     e_.phase_ = RoundEngine::Phase::kDraining;  // nothing new starts; the run ends after the commit
-  } else {
-    e_.mode_->afterStep(now);
   }
-  if (ok && evaluates(round, last)) {
+  if (!ok) {
+    // A failed round is committed at once, and before the next round goes out: a failure that
+    // ends the run (max_failed_rounds) leaves no round started that would never run.
+    commit(std::move(c), now);
+    if (!last && e_.phase_ != RoundEngine::Phase::kFinished) e_.mode_->afterStep(now);
+    return;
+  }
+  // The next round goes out before this round's model is evaluated (protocol step 9).
+  if (!last) e_.mode_->afterStep(now);
+  if (evaluates(round, last)) {
     // The model before the step, until the evaluation says the new one is usable.
     backlog_.hold(round, std::move(c), std::move(before));
     e_.emit(Evaluate{round, std::make_shared<const std::vector<float>>(e_.params_)});
@@ -183,12 +189,11 @@ void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now
     c.round.status = "failed";
     c.round.model_version = e_.version_;
     c.checkpoint.reset();
-    e_.event("round_failed", "",
-             c.round.round == round
-                 ? refused
-                 : "round " + std::to_string(c.round.round) + ": built on round " +
-                       std::to_string(round) + "'s refused model",
-             now);
+    e_.roundFailed(c.round.round,
+                   c.round.round == round
+                       ? why
+                       : "built on round " + std::to_string(round) + "'s refused model",
+                   now);
   }
   // The round in flight trained from the refused model: it is aborted (pending tasks
   // cancelled, completed updates refused) and recorded failed; the next one starts from the
@@ -202,7 +207,6 @@ void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now
 }
 
 void CommitPipeline::commit(CommitRound c, double now) {
-  const bool was_last = last_round_done_ && c.round.round == e_.round_;
   // The round's participants were seen up to now: their client rows say so.
   // (A completed or rejected update ended with something it sent; a late or dropped one says
   // nothing of when its client was last heard from.)
@@ -218,10 +222,18 @@ void CommitPipeline::commit(CommitRound c, double now) {
   for (const auto& [id, at] : seen) {
     if (at > 0) e_.emit(UpsertClient{e_.clientRecord(id, e_.clients_.at(id), at)});
   }
+  const uint32_t round = c.round.round;
+  const bool failed = c.round.status == "failed";
   e_.emit(std::move(c));
-  if (was_last && backlog_.empty() && !e_.blocksPending()) {
+  // The run ends with the commit that leaves nothing behind once the last round is done: the
+  // last round's own, or, when it failed and was committed at once while an earlier round
+  // still awaited its evaluation, that earlier round's.
+  if (last_round_done_ && backlog_.empty() && !e_.blocksPending() &&
+      e_.phase_ != RoundEngine::Phase::kFinished) {
     e_.finishRun(true, "all rounds done", now);
+    return;
   }
+  e_.countRoundOutcome(round, failed, now);
 }
 
 }  // namespace fedfleet::engine

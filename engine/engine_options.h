@@ -38,6 +38,10 @@ struct EngineOptions {
   double deadline_s = 60;
   double liveness_s = 6;  // <= 0: no liveness tracking (the simulator reports losses itself)
   double wait_clients_s = 300;
+  // The run ends (not ok) when this many rounds in a row have failed, with the latest one's
+  // reason: a diverged model or a persistent fault fails every later round the same way
+  // (0: never).
+  uint32_t max_failed_rounds = 0;
   bool sample_partitions = false;
   uint32_t num_partitions = 1;
   double server_lr = 1.0;

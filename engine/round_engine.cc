@@ -193,10 +193,20 @@ size_t RoundEngine::connectedClients() const {
   return n;
 }
 
-RoundEngine::WaitingStatus RoundEngine::waitingStatus() const {
+size_t RoundEngine::availableIdle(double now) const {
+  if (!eligible_ && !blocksOn()) return idle_.size();
+  size_t n = 0;
+  for (const ClientId& id : idle_) {
+    n += (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id));
+  }
+  return n;
+}
+
+RoundEngine::WaitingStatus RoundEngine::waitingStatus(std::optional<double> now) const {
   WaitingStatus w;
   w.waiting = phase_ == Phase::kWaiting;
   w.idle = idle_.size();
+  w.available = now ? availableIdle(*now) : idle_.size();
   w.needed = options_.min_clients;
   w.since = wait_since_;
   for (const auto& [id, c] : clients_) {
@@ -521,6 +531,7 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
+  ++round_rejections_[why];
   mode_->taskEnded(token, now);  // p may be gone from here on (asynchronous)
   mode_->slotFreed(now);
 }
@@ -786,7 +797,7 @@ void RoundEngine::onTick(double now) {
   std::vector<ClientId> lost;
   if (options_.liveness_s > 0) {
     for (const auto& [id, c] : clients_) {
-      if (c.connected && now - c.last_seen > options_.liveness_s) lost.push_back(id);
+      if (c.connected && now >= c.last_seen + options_.liveness_s) lost.push_back(id);
     }
   }
   for (const auto& id : lost) {
@@ -809,11 +820,16 @@ void RoundEngine::onTick(double now) {
   if (phase_ == Phase::kWaiting) {
     tryStartRound(now);
     if (phase_ == Phase::kWaiting && !commits_.evaluationsBehind() &&
-        now - wait_since_ > options_.wait_clients_s) {
+        now >= wait_since_ + options_.wait_clients_s) {  // exactly when nextWakeup() says
+      const size_t available = availableIdle(now);
+      const std::string away = available < idle_.size()
+                                   ? " (" + std::to_string(idle_.size() - available) +
+                                         " more connected but not available now)"
+                                   : "";
       finishRun(false,
-                "only " + std::to_string(idle_.size()) + " of " +
+                "only " + std::to_string(available) + " of " +
                     std::to_string(options_.min_clients) + " clients available after " +
-                    formatDuration(options_.wait_clients_s) +
+                    formatDuration(options_.wait_clients_s) + away +
                     " (coordinator.wait_clients_s); start more clients, or lower "
                     "coordinator.min_clients",
                 now);
@@ -882,6 +898,58 @@ history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const Client
   rec.first_seen = now;  // the store keeps the first one
   rec.last_seen = now;
   return rec;
+}
+
+void RoundEngine::roundFailed(uint32_t round, const std::string& detail, double now) {
+  event("round_failed", "", "round " + std::to_string(round) + ": " + detail, now);
+  last_failure_ = "round " + std::to_string(round) + ": " + detail;
+  if (!round_rejections_.empty()) {
+    // The most frequent reason first: it is usually the one that matters.
+    auto most = std::max_element(round_rejections_.begin(), round_rejections_.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    uint32_t total = 0;
+    for (const auto& [why, n] : round_rejections_) total += n;
+    last_failure_ += "; " + std::to_string(total) + " update" + (total == 1 ? "" : "s") +
+                     " rejected (" + std::to_string(most->second) + " x \"" + most->first + "\")";
+  }
+  round_rejections_.clear();
+}
+
+void RoundEngine::countRoundOutcome(uint32_t round, bool failed, double now) {
+  if (round == 0) return;  // the initial model's evaluation
+  if (next_round_counted_ == 0) next_round_counted_ = options_.first_round;
+  outcomes_waiting_[round] = {failed, failed ? last_failure_ : std::string()};
+  std::string reason;
+  for (auto it = outcomes_waiting_.begin();
+       it != outcomes_waiting_.end() && it->first <= next_round_counted_;
+       it = outcomes_waiting_.erase(it)) {
+    next_round_counted_ = it->first + 1;
+    if (!it->second.first) {
+      failed_in_row_ = 0;
+      continue;
+    }
+    ++failed_in_row_;
+    reason = it->second.second;
+  }
+  if (reason.empty() || options_.max_failed_rounds == 0 ||
+      failed_in_row_ < options_.max_failed_rounds || phase_ == Phase::kFinished) {
+    return;
+  }
+  last_failure_ = reason;
+  const bool non_finite = last_failure_.find("NaN") != std::string::npos ||
+                          last_failure_.find("finite") != std::string::npos ||
+                          last_failure_.find("too large") != std::string::npos;
+  finishRun(false,
+            std::to_string(failed_in_row_) + " rounds in a row failed (coordinator." +
+                "max_failed_rounds = " + std::to_string(options_.max_failed_rounds) +
+                "); the latest, " + last_failure_ +
+                (non_finite ? ". The updates are not finite or too large: the model has "
+                              "probably diverged (lower train.lr, or clip with "
+                              "aggregation.clip_norm)"
+                            : "") +
+                ". Fix the cause and continue with --resume, or raise "
+                "coordinator.max_failed_rounds (0: never stop)",
+            now);
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {

@@ -293,11 +293,13 @@ class RoundEngine {
   struct WaitingStatus {
     bool waiting = false;
     size_t idle = 0;
+    size_t available = 0;  // of the idle, those that may be sampled (online, in the block)
     size_t needed = 0;
     double since = 0;                 // when the wait began
     std::vector<ClientId> connected;  // ordered by id
   };
-  WaitingStatus waitingStatus() const;
+  // `now`: the time availability is judged at (the last event's when unknown).
+  WaitingStatus waitingStatus(std::optional<double> now = std::nullopt) const;
   // The partition `id` trains (-1: unknown client, or partitions are sampled per task).
   int32_t partitionOf(const ClientId& id) const;
   // Upload credits: tasks holding a grant now, requests waiting for one, and the most grants
@@ -427,6 +429,14 @@ class RoundEngine {
   bool blocksOn() const { return blocks_ != nullptr; }
   // Whether `id` may train in the current block.
   bool inCurrentBlock(const ClientId& id) const;
+  // Records `round`'s failure (event "round_failed" with `detail`) and keeps why, with the
+  // round's rejections, for the run's stop after max_failed_rounds in a row.
+  void roundFailed(uint32_t round, const std::string& detail, double now);
+  // After a round's row is committed: counts it failed or not, in round order, and ends the run
+  // (RunFinished with ok = false) when options_.max_failed_rounds rounds in a row have failed.
+  void countRoundOutcome(uint32_t round, bool failed, double now);
+  // Idle clients that may be sampled at `now` (eligible, in the current block).
+  size_t availableIdle(double now) const;
   // The server step of this round, applied to the chain the round trains.
   bool applyRoundStep(uint32_t completed);
   bool blocksPending() const { return blocks_ && blocks_->pending(); }
@@ -478,6 +488,16 @@ class RoundEngine {
   uint32_t fed_eval_round_ = 0;  // the round fed_eval_asked_ counts the tasks of
   uint32_t fed_eval_asked_ = 0;  // its tasks that asked for a federated evaluation
   std::string step_failure_;     // why the last server step was refused
+  // Rounds that failed one after another, and why the latest did (max_failed_rounds ends the
+  // run); this round's rejected updates, counted by reason, for that message.
+  uint32_t failed_in_row_ = 0;
+  std::string last_failure_;
+  std::map<std::string, uint32_t> round_rejections_;
+  // Rounds are counted in round order, whatever order their rows are committed in (a failed
+  // round is committed at once, an ok one after its evaluation): outcomes waiting for the
+  // rounds before them, and the next round to count.
+  std::map<uint32_t, std::pair<bool, std::string>> outcomes_waiting_;
+  uint32_t next_round_counted_ = 0;
 
   // params_ as bytes; a new buffer per model version (never changed in place: sent tasks may
   // still reference the old one).

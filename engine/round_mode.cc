@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/check.h"
+#include "common/format.h"
 #include "common/splitmix.h"
 #include "engine/round_engine.h"
 #include "kernels/accumulate.h"
@@ -145,6 +146,7 @@ void SynchronousRounds::rejectAtSettlement(Participant& p, uint64_t token, const
   p.agg_weight = 0;
   e_.assembler_.takeBack(token);
   e_.event("update_rejected", p.client, "round " + std::to_string(e_.round_) + ": " + why, now);
+  ++e_.round_rejections_[why];
 }
 
 void SynchronousRounds::settle(double now) {
@@ -367,13 +369,13 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     e_.refreshModelBytes();
     r.train_loss = loss_sum / e_.sum_weight_;
   } else {
-    e_.event("round_failed", "",
-             "round " + std::to_string(e_.round_) + ": " +
-                 (abort_reason ? *abort_reason
-                               : std::to_string(r.completed) + " updates, quorum " +
-                                     std::to_string(e_.options_.quorum)),
-             now);
+    e_.roundFailed(e_.round_,
+                   abort_reason ? *abort_reason
+                                : std::to_string(r.completed) + " updates, quorum " +
+                                      std::to_string(e_.options_.quorum),
+                   now);
   }
+  e_.round_rejections_.clear();
   e_.sum_.clear();
   e_.sum_.shrink_to_fit();
   e_.sum_tainted_ = false;
@@ -407,8 +409,32 @@ void BufferedAsyncRounds::startRound(double now) {
 
 uint32_t BufferedAsyncRounds::selectionRound() const { return e_.round_; }
 
+void BufferedAsyncRounds::noteTaskEnd(const Participant& p, const std::string& how, double now) {
+  if (p.state == UpdateState::kCompleted) {
+    unproductive_ = 0;
+    return;
+  }
+  ++unproductive_;
+  const EngineOptions& o = e_.options_;
+  const uint64_t bound = uint64_t{o.max_failed_rounds} * o.async_buffer;
+  if (bound == 0 || unproductive_ < bound || e_.phase_ == RoundEngine::Phase::kFinished) return;
+  e_.finishRun(false,
+               "asynchronous rounds: " + std::to_string(unproductive_) +
+                   " tasks in a row ended without an update (coordinator.max_failed_rounds x "
+                   "policy.async_buffer = " +
+                   std::to_string(bound) + "); the latest " + how +
+                   ". Fix the cause (coordinator.deadline_s, the clients' data and model) and "
+                   "continue with --resume, or raise coordinator.max_failed_rounds (0: never "
+                   "stop)",
+               now);
+}
+
 void BufferedAsyncRounds::taskEnded(uint64_t token, double now) {
   Participant& p = e_.participants_.at(token);
+  noteTaskEnd(p,
+              std::string("was ") +
+                  (p.state == UpdateState::kDropped ? "dropped (its client left)" : "rejected"),
+              now);
   window_.push_back(e_.updateRecord(p, 0, now));
   e_.feedback(p, now);
   e_.participants_.erase(token);
@@ -423,6 +449,11 @@ void BufferedAsyncRounds::refill(double now) {
   }
   if (pending >= o.async_concurrency) return;
   const std::vector<ClientId> ids = e_.sampleIdle(o.async_concurrency - pending, now);
+  if (pending == 0 && ids.empty()) {
+    if (!starved_since_) starved_since_ = now;
+  } else {
+    starved_since_.reset();
+  }
   for (const ClientId& id : ids) {
     uint32_t partition = static_cast<uint32_t>(std::max(e_.clients_.at(id).partition, 0));
     if (o.sample_partitions) {
@@ -473,7 +504,9 @@ void BufferedAsyncRounds::completed(uint64_t token, double now) {
   }
   window_.push_back(e_.updateRecord(p, weight / o.async_buffer, now));
   e_.feedback(p, now);
+  noteTaskEnd(p, "was rejected when it completed (stale, or beyond the norm bound)", now);
   e_.participants_.erase(token);
+  if (e_.phase_ == RoundEngine::Phase::kFinished) return;
   if (buffered_ >= o.async_buffer) {
     flush(now);
   } else {
@@ -554,9 +587,9 @@ void BufferedAsyncRounds::flush(double now) {
     e_.refreshModelBytes();
     r.train_loss = window_loss_ / e_.sum_weight_;
   } else {
-    e_.event("round_failed", "",
-             "round " + std::to_string(e_.round_) + ": the buffered sum is not usable", now);
+    e_.roundFailed(e_.round_, "the buffered sum is not usable", now);
   }
+  e_.round_rejections_.clear();
   std::fill(sum.begin(), sum.end(), 0.0f);
   e_.sum_weight_ = 0;
   e_.sum_tainted_ = false;
@@ -578,13 +611,29 @@ void BufferedAsyncRounds::onTick(double now) {
     e_.expire(it->second, token, "deadline passed", now);
     window_.push_back(e_.updateRecord(it->second, 0, now));
     e_.feedback(it->second, now);
+    noteTaskEnd(it->second,
+                "passed its deadline (coordinator.deadline_s = " +
+                    formatDuration(e_.options_.deadline_s) + ")",
+                now);
     e_.participants_.erase(it);
   }
   if (!due.empty()) refill(now);
+  if (starved_since_ && e_.phase_ == RoundEngine::Phase::kRunning) {
+    // (A client that comes back refills at once: clientsAvailable.)
+    if (now >= *starved_since_ + e_.options_.wait_clients_s) {
+      e_.finishRun(false,
+                   "asynchronous rounds: no task in flight and no client to give one for " +
+                       formatDuration(e_.options_.wait_clients_s) +
+                       " (coordinator.wait_clients_s); start more clients, or raise "
+                       "coordinator.wait_clients_s",
+                   now);
+    }
+  }
 }
 
 std::optional<double> BufferedAsyncRounds::nextDeadline() const {
   std::optional<double> t;
+  if (starved_since_) t = *starved_since_ + e_.options_.wait_clients_s;
   for (const auto& [token, p] : e_.participants_) {
     if (p.state == UpdateState::kPending) t = t ? std::min(*t, p.deadline) : p.deadline;
   }

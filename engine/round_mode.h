@@ -138,6 +138,14 @@ class BufferedAsyncRounds : public RoundMode {
   double window_start_ = 0;
   double window_loss_ = 0;           // sum of w(s) x mean loss of the buffered
   std::deque<double> recent_norms_;  // norms of the last completed updates
+  // Since when no task is in flight and no client could be given one (unset: tasks run). No
+  // client for wait_clients_s ends the run, as a synchronous run's wait for its cohort does.
+  std::optional<double> starved_since_;
+  // Tasks in a row that ended without an update the buffer took (late, dropped, rejected), and
+  // how the latest ended: max_failed_rounds x async_buffer of them end the run, as that many
+  // failed rounds end a synchronous one.
+  void noteTaskEnd(const Participant& p, const std::string& how, double now);
+  uint64_t unproductive_ = 0;
 };
 
 }  // namespace fedfleet::engine

@@ -23,7 +23,7 @@ std::vector<uint64_t> UploadCredits::idleUploads(double now, const LastActivity&
   if (!checksIdle()) return out;
   for (uint64_t token : granted_) {
     const std::optional<double> at = last(token);
-    if (at && now - *at >= idle_s_) out.push_back(token);
+    if (at && now >= *at + idle_s_) out.push_back(token);  // the form nextIdleCheck names
   }
   return out;
 }

@@ -166,8 +166,13 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     test = std::move(both.test);
     source_name = "'" + dc.path + "'";
   } else {
-    FEDFLEET_ASSIGN_OR_RETURN(train, data::loadFashionMnist(dir, /*train=*/true, dc.train_subset));
-    FEDFLEET_ASSIGN_OR_RETURN(test, data::loadFashionMnist(dir, /*train=*/false, dc.test_subset));
+    auto fashion = [&](bool train_split, uint32_t limit) -> Result<data::Dataset> {
+      auto ds = data::loadFashionMnist(dir, train_split, limit);
+      if (!ds.isOk()) return ds.status().withContext("data.dir");
+      return ds;
+    };
+    FEDFLEET_ASSIGN_OR_RETURN(train, fashion(/*train=*/true, dc.train_subset));
+    FEDFLEET_ASSIGN_OR_RETURN(test, fashion(/*train=*/false, dc.test_subset));
   }
   if (clients > train.size()) {
     return invalidArgument("sim.clients = " + std::to_string(clients) + " is more than the " +
@@ -194,10 +199,32 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     bs.seed = config.run.seed;
     FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_, data::partitionBlockCyclic(train.labels, 10, bs));
   } else {
-    FEDFLEET_ASSIGN_OR_RETURN(fd->partitions_,
-                              train.hasTargets()
-                                  ? data::partitionUnlabelled(train.size(), ps)
-                                  : data::partitionIndices(train.labels, train.num_classes, ps));
+    auto parts = train.hasTargets() ? data::partitionUnlabelled(train.size(), ps)
+                                    : data::partitionIndices(train.labels, train.num_classes, ps);
+    if (!parts.isOk()) {
+      // The partitioner names its own parameters; say which keys set them.
+      return Status(parts.status().code(),
+                    "data.partition = \"" + dc.partition +
+                        "\" over sim.clients = " + std::to_string(clients) + " clients and " +
+                        std::to_string(train.size()) + " samples: " + parts.status().message() +
+                        " (the keys: data.alpha, sim.clients, data.train_subset)");
+    }
+    fd->partitions_ = std::move(*parts);
+  }
+  // A client without samples would fail every task it is given ("no sample indices"): refuse
+  // at start-up, saying how many shards came out empty and what would fill them.
+  const size_t empty =
+      static_cast<size_t>(std::count_if(fd->partitions_.begin(), fd->partitions_.end(),
+                                        [](const std::vector<uint32_t>& p) { return p.empty(); }));
+  if (empty > 0) {
+    return invalidArgument(
+        "data.partition = \"" + (bc.count > 0 ? std::string("block-cyclic") : dc.partition) +
+        "\" leaves " + std::to_string(empty) + " of the " + std::to_string(clients) +
+        " clients (sim.clients) without a training sample: " + std::to_string(train.size()) +
+        " samples of " + source_name + " do not go round. Lower sim.clients (at most " +
+        std::to_string(std::max<size_t>(1, train.size() / 20)) +
+        " gives each client about 20 samples), give more data (data.train_subset), or split "
+        "with data.partition = \"iid\"");
   }
   fd->shape_ = model::inputShapeOf(train);
   fd->train_ = std::make_shared<const data::Dataset>(std::move(train));

@@ -26,6 +26,7 @@
 #include "common/compress/codec.h"
 #include "common/compress/error_feedback.h"
 #include "common/crypto/keyed_stream.h"
+#include "common/history/format.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/local_part.h"
@@ -227,6 +228,7 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
   ~Simulator() override { pool_.reset(); }
   Status init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote);
+  const std::string& alreadyFinished() const override { return already_finished_; }
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }
   int64_t runId() const override { return run_id_; }
@@ -338,6 +340,17 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   std::set<uint64_t> unmask_drops_;
   uint64_t next_mail_ = 1;
   std::set<uint64_t> offline_;
+  // Ticks at one wakeup time that changed nothing (no event scheduled, the round the same):
+  // past kMaxIdleTicks the run ends instead of spinning (run()).
+  static constexpr uint32_t kMaxIdleTicks = 1000;
+  uint32_t idle_ticks_ = 0;
+  double last_tick_at_ = -1;
+  uint64_t seq_at_last_tick_ = 0;
+  uint32_t round_at_last_tick_ = 0;
+  // What a run that could not go on should know of the fleet: clients away (dropped out and
+  // when the first is back, offline by availability) and the keys that change it; "" when
+  // every client is there.
+  std::string fleetStateNote() const;
   double ingress_bytes_per_s_ = 0;  // sim.coordinator_ingress_mbps (0: unlimited)
   // The rate at which an upload of a client with profile p arrives.
   double uploadRate(const ClientProfile& p) const {
@@ -580,6 +593,7 @@ client::ClientSession& Simulator::sessionOf(uint64_t k) {
   o.client_id = idOf(k);
   o.control_storage = residual_storage_;
   o.served_evaluation = client::ClientSessionOptions::ServedEvaluationPolicy::kWhenBytesArrive;
+  o.progress_level = spdlog::level::debug;  // one line per virtual client's task: debug only
   // Secure aggregation's secrets from the seed, the round and the client (never the token,
   // which is random): the same seed gives the same history.
   o.secagg_key = [this, k](uint64_t token) {
@@ -963,7 +977,7 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           if (f.secagg_drop == SecAggDrop::kDuringUpload && f.chunks.size() > f.plan.size() / 2) {
             // It goes with half its masked chunks sent (none of a one-chunk upload).
             f.secagg_drop = SecAggDrop::kNone;
-            spdlog::info(
+            spdlog::debug(
                 "sim: client {} round {}: drops out during its masked upload ({} of {} "
                 "chunks sent)",
                 f.id, f.round, f.chunks.size() - 1, f.plan.size());
@@ -1074,6 +1088,35 @@ void Simulator::rejected(const engine::SendError& e) {
   unmask_drops_.erase(e.error.task_token);
 }
 
+std::string Simulator::fleetStateNote() const {
+  const auto w = engine_->waitingStatus(now_);
+  if (w.available >= w.needed) return "";  // not a run that waited for its cohort
+  const uint64_t away = offline_.size();
+  uint64_t unavailable = 0;  // connected, but offline by the availability model now
+  if (config_.sim.availability != "always") {
+    for (uint64_t k = 0; k < config_.sim.clients && k < 100000; ++k) {
+      if (!offline_.count(k) && !fleet_->online(fleet_->profile(k), now_)) ++unavailable;
+    }
+  }
+  std::string note = ". The cohort needs " + std::to_string(w.needed) +
+                     " idle clients (coordinator.min_clients, default clients_per_round); " +
+                     std::to_string(w.available) +
+                     " are idle and online at t=" + fmt::format("{:.1f}", now_) + " s of " +
+                     std::to_string(config_.sim.clients) + " (sim.clients)";
+  if (away > 0) {
+    note += "; " + std::to_string(away) + " dropped out (sim.dropout) and come back " +
+            fmt::format("{:g}", config_.sim.rejoin_s) + " s after they left (sim.rejoin_s)";
+  }
+  if (unavailable > 0) {
+    note += "; " + std::to_string(unavailable) + " are offline now (sim.availability)";
+  }
+  note += ". Lower coordinator.min_clients, register more clients (sim.clients), ";
+  note += away > 0 ? "lower sim.rejoin_s below coordinator.wait_clients_s or raise "
+                     "coordinator.wait_clients_s"
+                   : "or raise coordinator.wait_clients_s";
+  return note;
+}
+
 void Simulator::goOffline(uint64_t k) {
   offline_.insert(k);  // what was on its way to or from it is lost
   engine_->onBye(idOf(k), now_);
@@ -1089,8 +1132,8 @@ void Simulator::handle(const Event& e) {
     if (offline_.count(e.client)) return;
     if (e.kind == EventKind::kSecAggDown && m.step == wire::SecAggStep::kUnmask &&
         unmask_drops_.erase(m.task_token)) {
-      spdlog::info("sim: client {}: drops out at the unmasking, after its masked upload",
-                   idOf(e.client));
+      spdlog::debug("sim: client {}: drops out at the unmasking, after its masked upload",
+                    idOf(e.client));
       goOffline(e.client);  // its update is in the sum; its self mask must be rebuilt
       return;
     }
@@ -1344,6 +1387,10 @@ void Simulator::roundCommitted(const engine::CommitRound& commit) {
     summary_.final_accuracy = r.test_accuracy;
     summary_.best_accuracy = std::max(summary_.best_accuracy.value_or(0), *r.test_accuracy);
   }
+  if (std::string metrics = history::roundMetricsText(r); !metrics.empty()) {
+    summary_.last_metrics = std::move(metrics);
+    summary_.last_metrics_round = r.round;
+  }
   progress_->update(r.round, r.test_accuracy, r.end_time);
 }
 
@@ -1372,7 +1419,10 @@ Result<SimSummary> Simulator::run() {
       progress_->finish();
       return unavailable("interrupted in round " + std::to_string(engine_->currentRound()) +
                          "; the history holds every row written so far. Continue the run with "
-                         "`fedfleet sim --resume` and the same config");
+                         "`fedfleet sim --resume --db " +
+                         config_.history.db +
+                         "` (it reads the run's stored config; flags given are checked "
+                         "changes)");
     }
     collectEvaluations(/*block=*/false);
     FEDFLEET_RETURN_IF_ERROR(carryOut());
@@ -1391,9 +1441,14 @@ Result<SimSummary> Simulator::run() {
     if (!std::isfinite(t_event) && !std::isfinite(t_wake)) {
       if (evals_.empty()) {
         progress_->finish();
-        return internalError("simulation stalled in round " +
-                             std::to_string(engine_->currentRound()) +
-                             ": no event is scheduled and the engine waits for nothing");
+        const auto w = engine_->waitingStatus(now_);
+        return failedPrecondition(
+            "simulation stopped in round " + std::to_string(engine_->currentRound()) +
+            ": nothing scheduled can change its state (" +
+            (w.waiting ? std::to_string(w.available) + " of the " + std::to_string(w.needed) +
+                             " idle clients a round needs (coordinator.min_clients)"
+                       : std::string("no task in flight, no deadline")) +
+            ")" + fleetStateNote());
       }
       collectEvaluations(/*block=*/true);
     } else if (t_event <= t_wake) {
@@ -1402,6 +1457,25 @@ Result<SimSummary> Simulator::run() {
       now_ = std::max(now_, e.time);
       handle(e);
     } else {
+      // The engine asked to be woken at t_wake: a tick there must change something, or the
+      // loop would wake it at the same time for ever. (A wakeup that is never acted on is an
+      // engine defect; it ends the run with its cause rather than spinning.)
+      idle_ticks_ = (t_wake == last_tick_at_ && next_seq_ == seq_at_last_tick_ &&
+                     engine_->currentRound() == round_at_last_tick_)
+                        ? idle_ticks_ + 1
+                        : 0;
+      last_tick_at_ = t_wake;
+      seq_at_last_tick_ = next_seq_;
+      round_at_last_tick_ = engine_->currentRound();
+      if (idle_ticks_ > kMaxIdleTicks) {
+        progress_->finish();
+        return internalError(
+            "simulation stalled in round " + std::to_string(engine_->currentRound()) +
+            ": the engine asked to "
+            "be woken at t=" +
+            std::to_string(t_wake) + " s and did nothing there " + std::to_string(kMaxIdleTicks) +
+            " times; please report this with the config");
+      }
       now_ = std::max(now_, t_wake);
       engine_->onTick(now_);
     }
@@ -1422,7 +1496,9 @@ Result<SimSummary> Simulator::run() {
                               std::to_string(replay_->rowsToMatch()) +
                               " recorded rows it never wrote: the file is not this simulation's");
   }
-  if (!driver_->runOk()) return failedPrecondition("run failed: " + driver_->finishMessage());
+  if (!driver_->runOk()) {
+    return failedPrecondition("run failed: " + driver_->finishMessage() + fleetStateNote());
+  }
   if (driver_->everyRoundFailed()) return driver_->everyRoundFailedError(config_.history.db);
   return summary_;
 }
@@ -1443,16 +1519,25 @@ std::string formatSummary(const SimSummary& s) {
     std::snprintf(buf, sizeof(buf), "%.2f%%", 100 * *v);
     return std::string(buf);
   };
+  // A run with a test accuracy says it and its best; others (a regression, federated
+  // evaluation alone) their latest metrics.
+  std::string evaluation =
+      "test accuracy " + pct(s.final_accuracy) + " (best " + pct(s.best_accuracy) + ")";
+  if (!s.final_accuracy) {
+    evaluation = s.last_metrics.empty()
+                     ? std::string("no evaluation")
+                     : "round " + std::to_string(s.last_metrics_round) + ": " + s.last_metrics;
+  }
   char buf[1024];
   std::snprintf(
       buf, sizeof(buf),
-      "run %lld: %u rounds (%u failed), test accuracy %s (best %s)\n"
+      "run %lld: %u rounds (%u failed), %s\n"
       "time: %s virtual (median round %s), %s wall (median round %.3f s)\n"
       "updates: %llu completed, %llu late, %llu dropped, %llu rejected; %llu of %llu clients "
       "took part\n"
       "bytes: %.1f MiB up, %.1f MiB down\n",
-      static_cast<long long>(s.run_id), s.rounds, s.failed_rounds, pct(s.final_accuracy).c_str(),
-      pct(s.best_accuracy).c_str(), ProgressDisplay::duration(s.virtual_seconds).c_str(),
+      static_cast<long long>(s.run_id), s.rounds, s.failed_rounds, evaluation.c_str(),
+      ProgressDisplay::duration(s.virtual_seconds).c_str(),
       ProgressDisplay::duration(s.median_round_virtual_s).c_str(),
       ProgressDisplay::duration(s.wall_seconds).c_str(), s.median_round_wall_s,
       static_cast<unsigned long long>(s.completed), static_cast<unsigned long long>(s.late),

@@ -44,6 +44,10 @@ struct SimSummary {
   uint32_t failed_rounds = 0;
   std::optional<double> final_accuracy;
   std::optional<double> best_accuracy;
+  // The latest round's metrics as history::roundMetricsText writes them (for runs without a
+  // test accuracy: a regression's, federated ones), and that round.
+  std::string last_metrics;
+  uint32_t last_metrics_round = 0;
   double virtual_seconds = 0;  // the last recorded round's end_time (virtual seconds)
   double wall_seconds = 0;
   double median_round_virtual_s = 0;
@@ -69,6 +73,9 @@ class FleetSimulator {
   // Runs every round. Errors: a history write that fails (the run stops; what was committed
   // stays), a training job that fails in a way that is not the client's (kInternal), stop().
   virtual Result<SimSummary> run() = 0;
+  // --resume of a run that has nothing left to do: what to say instead of running (run() then
+  // returns kFailedPrecondition with it); "" otherwise.
+  virtual const std::string& alreadyFinished() const = 0;
   // Asks run() to stop soon (safe from a signal handler).
   virtual void stop() = 0;
   virtual int64_t runId() const = 0;

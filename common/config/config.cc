@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -36,6 +37,7 @@ void forEachField(C& c, F&& f) {
   f("coordinator.deadline_s", c.coordinator.deadline_s);
   f("coordinator.liveness_s", c.coordinator.liveness_s);
   f("coordinator.wait_clients_s", c.coordinator.wait_clients_s);
+  f("coordinator.max_failed_rounds", c.coordinator.max_failed_rounds);
   f("coordinator.sample_from", c.coordinator.sample_from);
   f("coordinator.server_lr", c.coordinator.server_lr);
   f("coordinator.checkpoint_every", c.coordinator.checkpoint_every);
@@ -228,6 +230,18 @@ void forEachField(C& c, F&& f) {
   f("secagg.stage_timeout_s", c.secagg.stage_timeout_s);
 }
 
+// The keys naming files a run reads (a config file's relative values are resolved against
+// the file's folder; docs: README "Config reference").
+std::vector<std::pair<std::string_view, std::string*>> inputPathFields(Config& c) {
+  return {{"model.path", &c.model.path},
+          {"model.init", &c.model.init},
+          {"data.dir", &c.data.dir},
+          {"data.path", &c.data.path},
+          {"data.labels_path", &c.data.labels_path},
+          {"data.test_path", &c.data.test_path},
+          {"data.test_labels_path", &c.data.test_labels_path}};
+}
+
 template <typename T>
 const char* typeName() {
   if constexpr (std::is_same_v<T, bool>)
@@ -351,6 +365,42 @@ std::string where(const toml::node& node, const std::string& origin) {
   return s.str();
 }
 
+// Edit distance between two keys (Levenshtein: insertions, deletions, substitutions).
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" naming the candidate closest to `wrong`, or "" when none is close: a
+// candidate counts when at most a third of its letters (at least 2) differ, or when `wrong`'s
+// part after the dot is exactly a candidate's (a key put in the wrong section).
+std::string didYouMean(std::string_view wrong, const std::vector<std::string>& candidates) {
+  const std::string_view leaf = wrong.substr(wrong.find('.') + 1);
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const std::string& c : candidates) {
+    const size_t dot = c.find('.');
+    if (dot != std::string::npos && wrong.find('.') != std::string_view::npos &&
+        std::string_view(c).substr(dot + 1) == leaf) {
+      return " (did you mean '" + c + "'?)";
+    }
+    const size_t d = editDistance(wrong, c);
+    if (d < best_distance) best_distance = d, best = c;
+  }
+  if (best.empty() || best_distance > std::max<size_t>(2, best.size() / 3)) return "";
+  return " (did you mean '" + best + "'?)";
+}
+
 // The section names ("aggregation", "blocks", ...), sorted; built once.
 const std::set<std::string, std::less<>>& sectionNames() {
   static const std::set<std::string, std::less<>> names = [] {
@@ -370,8 +420,10 @@ Status applyTable(Config& config, const toml::table& root, const std::string& or
     if (!sections.count(section)) {
       std::string known;
       for (const std::string& name : sections) known += (known.empty() ? "" : ", ") + name;
-      return invalidArgument(where(section_node, origin) + ": unknown section '" + section +
-                             "' (known: " + known + ")");
+      const std::string hint =
+          didYouMean(section, std::vector<std::string>(sections.begin(), sections.end()));
+      return invalidArgument(where(section_node, origin) + ": unknown section '" + section + "'" +
+                             (hint.empty() ? " (known: " + known + ")" : hint));
     }
     const toml::table* table = section_node.as_table();
     if (!table) {
@@ -390,7 +442,8 @@ Status applyTable(Config& config, const toml::table& root, const std::string& or
         status = assign(value, member, key);
       });
       if (!found) {
-        return invalidArgument(where(value, origin) + ": unknown key '" + key + "'");
+        return invalidArgument(where(value, origin) + ": unknown key '" + key + "'" +
+                               didYouMean(key, Config::keys()));
       }
       if (!status.isOk()) return status.withContext(where(value, origin));
     }
@@ -470,7 +523,44 @@ Status Config::loadFile(const std::string& path) {
       << e.description();
     return invalidArgument(s.str());
   }
-  return applyTable(*this, root, path);
+  FEDFLEET_RETURN_IF_ERROR(applyTable(*this, root, path));
+  // The files a config file names (its model, its data, its fleet) are found next to it, as a
+  // reader of the file expects, wherever the program was started.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  auto relative = [&](std::string_view section, std::string_view key, std::string& value) {
+    const toml::node* node = root.at_path(std::string(section) + "." + std::string(key)).node();
+    if (!node || value.empty() || std::filesystem::path(value).is_absolute()) return;
+    value = (base / value).lexically_normal().string();
+  };
+  for (auto& [key, member] : inputPathFields(*this)) {
+    relative(key.substr(0, key.find('.')), key.substr(key.find('.') + 1), *member);
+  }
+  if (sim.fleet.find('/') != std::string::npos || sim.fleet.ends_with(".csv")) {
+    relative("sim", "fleet", sim.fleet);
+  }
+  return Status::ok();
+}
+
+Status Config::loadJson(const nlohmann::json& json, const std::string& origin) {
+  if (!json.is_object()) return invalidArgument(origin + ": not a JSON object of sections");
+  // As TOML text, so that the one set of type and range checks applies: a JSON boolean,
+  // number, string (its escapes are TOML's) or array of them is written as TOML writes it.
+  // Keys this build no longer has (a history written by an older one) are passed over.
+  const std::vector<std::string> known = keys();
+  std::string text;
+  for (const auto& [section, entries] : json.items()) {
+    if (!entries.is_object()) return invalidArgument(origin + ": '" + section + "' is not a table");
+    text += "[" + section + "]\n";
+    for (const auto& [key, value] : entries.items()) {
+      if (std::find(known.begin(), known.end(), section + "." + key) == known.end()) continue;
+      if (value.is_null() || value.is_object()) {
+        return invalidArgument(origin + ": '" + section + "." + key + "' holds " +
+                               value.type_name() + ", which no key takes");
+      }
+      text += key + " = " + value.dump() + "\n";
+    }
+  }
+  return loadString(text, origin);
 }
 
 Status Config::set(const std::string& assignment) {
@@ -495,6 +585,16 @@ Status Config::set(const std::string& assignment) {
     Status as_string =
         loadString("[" + section + "]\n" + key + " = " + quoted + "\n", "--set " + assignment);
     if (as_string.isOk()) return as_string;
+    // Not TOML, and not a string either: say what the key takes (or that it is unknown) rather
+    // than what the TOML parser expected at the first letter.
+    std::string expected;
+    Config probe;
+    forEachField(probe, [&](std::string_view name, auto& member) {
+      if (name == section + "." + key) expected = typeName<std::decay_t<decltype(member)>>();
+    });
+    if (expected.empty()) return as_string;  // unknown key, with its "did you mean"
+    return invalidArgument("--set " + assignment + ": '" + section + "." + key + "' must be " +
+                           expected + "; got " + value);
   }
   return st;
 }

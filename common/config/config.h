@@ -34,6 +34,8 @@ struct CoordinatorSection {
   double deadline_s = 60;          // a round ends this long after its tasks were sent
   double liveness_s = 6;           // a client silent this long is treated as gone
   double wait_clients_s = 300;     // give up when min_clients are not connected for this long
+  uint32_t max_failed_rounds = 5;  // end the run (exit 1) after this many failed rounds in a row
+                                   // (0: never)
   std::string sample_from = "clients";  // "clients": each client trains its own partition;
                                         // "partitions": sample K of data.partitions, any client
                                         // trains the partition named in its task
@@ -378,6 +380,10 @@ struct Config {
   Status loadFile(const std::string& path);
   // Parses TOML text (the same rules; `origin` names it in messages).
   Status loadString(const std::string& toml_text, const std::string& origin);
+  // Reads a Config::toJson() object over the current values (a stored run's configuration;
+  // `origin` names it in messages): the same checks as a TOML file, keys it lacks left as they
+  // are.
+  Status loadJson(const nlohmann::json& json, const std::string& origin);
   // Applies one override "section.key=value"; the value is TOML ("0.1", "true", "\"text\"";
   // a bare word that is not a number or boolean is taken as a string).
   Status set(const std::string& assignment);

@@ -190,10 +190,20 @@ std::string shapeOf(const Dataset& ds) {
 Result<TrainTest> loadTrainTest(const FileSource& source) {
   TrainTest out;
   TrainingFolder training;
-  FEDFLEET_ASSIGN_OR_RETURN(out.train, readSplit(source, /*train=*/true, training));
+  // Every reader's error names its file; this names the key that chose it as well.
+  auto keyOf = [&](bool train) {
+    if (source.format == DataFormat::kFashionMnist) return std::string("data.dir");
+    return train ? source.train_key : source.test_key;
+  };
+  auto read = [&](bool train) -> Result<Dataset> {
+    Result<Dataset> ds = readSplit(source, train, training);
+    if (!ds.isOk()) return ds.status().withContext(keyOf(train));
+    return ds;
+  };
+  FEDFLEET_ASSIGN_OR_RETURN(out.train, read(/*train=*/true));
   const bool test_file = source.format == DataFormat::kFashionMnist || !source.test_path.empty();
   if (test_file) {
-    FEDFLEET_ASSIGN_OR_RETURN(out.test, readSplit(source, /*train=*/false, training));
+    FEDFLEET_ASSIGN_OR_RETURN(out.test, read(/*train=*/false));
     const Dataset& a = out.train;
     const Dataset& b = out.test;
     if (a.feature_dim != b.feature_dim || a.rows != b.rows || a.cols != b.cols ||

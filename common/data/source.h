@@ -61,6 +61,10 @@ struct FileSource {
   uint64_t seed = 0;
   size_t train_limit = 0;  // > 0: only the first train_limit training samples
   size_t test_limit = 0;   // > 0: only the first test_limit test samples
+  // The config keys that named the training and test paths, for messages ("data.path: cannot
+  // open ..."); fashion-mnist's files are named by data.dir.
+  std::string train_key = "data.path";
+  std::string test_key = "data.test_path";
 };
 
 struct TrainTest {

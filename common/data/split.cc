@@ -20,6 +20,7 @@ Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<Label>&
   ps.scheme = spec.scheme;
   ps.alpha = spec.alpha;
   ps.labels_per_client = spec.labels_per_client;
+  ps.shards_per_client = spec.shards_per_client;
   ps.num_partitions = spec.num_partitions;
   ps.seed = spec.seed;
   return partitionIndices(labels, num_classes, ps);

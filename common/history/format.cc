@@ -1,5 +1,7 @@
 #include "common/history/format.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -274,6 +276,28 @@ Result<Format> parseFormat(std::string_view name) {
   if (name == "json") return Format::kJson;
   return invalidArgument("unknown output format '" + std::string(name) +
                          "'; valid formats are table, csv, json");
+}
+
+std::string roundMetricsText(const RoundRecord& r) {
+  std::string out;
+  auto number = [](double v) { return fmt::format("{:.4g}", v); };
+  auto add = [&](const char* prefix, const std::optional<double>& loss,
+                 const std::optional<double>& accuracy, const Metrics& metrics) {
+    if (!loss && !accuracy && metrics.empty()) return;
+    if (!out.empty()) out += "  ";
+    out += prefix;
+    if (accuracy) out += fmt::format(" acc {:.2f}%", 100 * *accuracy);
+    if (loss) out += " loss " + number(*loss);
+    for (const auto& [name, value] : metrics) out += " " + name + " " + number(value);
+  };
+  add("test", r.test_loss, r.test_accuracy, r.test_metrics);
+  const size_t before = out.size();
+  add("fed", r.fed_eval_loss, r.fed_eval_accuracy, r.fed_eval_metrics);
+  if (out.size() > before) {
+    out += fmt::format(" (federated, {} client{})", r.fed_eval_clients,
+                       r.fed_eval_clients == 1 ? "" : "s");
+  }
+  return out;
 }
 
 std::string formatRounds(const std::vector<RoundRecord>& rounds, Format format) {

@@ -48,6 +48,12 @@ inline constexpr double kEarliestWallClockTime = 1e9;
 // valid values.
 Result<Format> parseFormat(std::string_view name);
 
+// The metrics of one round for a log line, as the run has them: "test acc 81.23% loss 0.5123",
+// a regression's "test loss 0.2101 mse 0.2101 mae 0.3640", a model's own metrics after them,
+// and the clients' federated evaluation "fed acc 79.10% loss 0.6012 (federated, 12 clients)";
+// "" when the round has none.
+std::string roundMetricsText(const RoundRecord& r);
+
 // Table columns: round, status, selected, completed, late, dropped, rejected, train_loss,
 // test_loss, test_acc, bytes_up, bytes_down, seconds (end_time - start_time), wall_s. CSV and
 // JSON: every field.

@@ -135,6 +135,7 @@ Result<data::Dataset> loadTestFile(const config::Config& config) {
   const std::string file = source.test_path;
   source.path = source.test_path;
   source.labels_path = source.test_labels_path;
+  source.train_key = "data.test_path";
   source.train_limit = source.test_limit;
   data::TrainTest both;
   FEDFLEET_ASSIGN_OR_RETURN(both.test, loadAlone(std::move(source), config, file));
@@ -144,8 +145,21 @@ Result<data::Dataset> loadTestFile(const config::Config& config) {
 
 Result<InputShape> declaredInputShape(const config::Config& config) {
   InputShape shape;
-  if (config.model.name == "torchscript") return shape;
   const auto& dc = config.data;
+  if (config.model.name == "torchscript") {
+    // The module takes whatever its clients feed it; what the config declares is recorded, and
+    // what it does not is recorded as not known (an empty input, 0 classes), never a guess.
+    shape.sample.clear();
+    shape.classes = dc.task == "regression" ? 0 : dc.num_classes;
+    if (config.dataFormat() == "csv" && !dc.feature_columns.empty()) {
+      shape.sample = {static_cast<int64_t>(dc.feature_columns.size())};
+    } else if (config.dataFormat() == "image-folder" && dc.image_size.size() == 2) {
+      shape.sample = {static_cast<int64_t>(dc.image_channels),
+                      static_cast<int64_t>(dc.image_size[0]),
+                      static_cast<int64_t>(dc.image_size[1])};
+    }
+    return shape;
+  }
   const std::string what =
       "the coordinator has no test file (data.test_path) to read the samples' shape from, so "
       "model '" +

@@ -42,8 +42,8 @@ Result<data::ChannelStats> applyNormalization(const config::Config& config, data
 // The input shape of the samples config.data declares without reading a file, for a coordinator
 // that holds no data (federated evaluation only): csv with data.feature_columns ({features}),
 // image-folder with data.image_size ({channels, rows, cols}), and data.num_classes classes. A
-// TorchScript model (model.path) needs none: the default shape. kInvalidArgument saying what
-// to give otherwise.
+// TorchScript model (model.path) needs none: what is declared is returned, the rest as not
+// known (an empty sample shape, 0 classes). kInvalidArgument saying what to give otherwise.
 Result<InputShape> declaredInputShape(const config::Config& config);
 
 }  // namespace fedfleet::model

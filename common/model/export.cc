@@ -180,7 +180,9 @@ Result<ModelDescription> parseModelDescription(const std::string& text) {
   std::string dtype;
   FEDFLEET_RETURN_IF_ERROR(str("dtype", dtype));
   if (dtype != "float32") return badField("dtype", "\"float32\"");
-  FEDFLEET_ASSIGN_OR_RETURN(d.shape.sample, dims(j.value("input", json()), "input", false));
+  // A TorchScript model's input may be unknown (a coordinator without data): an empty list.
+  FEDFLEET_ASSIGN_OR_RETURN(d.shape.sample,
+                            dims(j.value("input", json()), "input", d.name == "torchscript"));
   if (!j.contains("classes") || !j["classes"].is_number_integer()) {
     return badField("classes", "a whole number");
   }

@@ -126,11 +126,18 @@ struct Delivery {
 constexpr size_t kAttachmentPieceBytes = 64 * 1024;
 
 struct AuthEvent {
-  enum Kind { kRefused, kRevoked };
+  // kRefused: the ZAP handler refused the key (or mechanism); kRevoked: a key left the
+  // allow-list; kHandshakeFailed: the ZMTP handshake itself failed before any key was
+  // checked (a plain-text client at a CURVE server or the other way round, a client holding
+  // another coordinator public key, bytes that are not ZMTP).
+  enum Kind { kRefused, kRevoked, kHandshakeFailed };
   Kind kind = kRefused;
-  std::string peer_address;  // remote IP address as ZAP reports it (empty for kRevoked)
-  std::string public_key;    // Z85 public key that was refused or left the allow-list
-  std::string client_id;     // kRevoked: the id the key had
+  // Remote address: the IP address as ZAP reports it (kRefused), "ip:port" of the connection
+  // (kHandshakeFailed; "an address not known" when the connection was gone before it could be
+  // read), empty for kRevoked.
+  std::string peer_address;
+  std::string public_key;  // Z85 public key that was refused or left the allow-list
+  std::string client_id;   // kRevoked: the id the key had
   std::string reason;
 };
 

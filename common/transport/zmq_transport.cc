@@ -236,7 +236,9 @@ class ZmqServerTransport final : public ServerTransport {
     const std::string monitor_endpoint =
         "inproc://fedfleet-server-monitor-" + std::to_string(++generation);
     if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
-                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                           ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
       return internalError("socket monitor: " + zmqText(zmq_errno()));
     }
     try {
@@ -326,7 +328,10 @@ class ZmqServerTransport final : public ServerTransport {
   }
 
   std::vector<AuthEvent> takeAuthEvents() override {
-    return zap_ ? zap_->takeEvents() : std::vector<AuthEvent>();
+    std::vector<AuthEvent> out = zap_ ? zap_->takeEvents() : std::vector<AuthEvent>();
+    for (auto& e : handshake_failures_) out.push_back(std::move(e));
+    handshake_failures_.clear();
+    return out;
   }
 
   std::string boundEndpoint() const override { return bound_endpoint_; }
@@ -469,13 +474,63 @@ class ZmqServerTransport final : public ServerTransport {
         if (c.dup_fd < 0) continue;
         c.address = addressOf(c.dup_fd);
         connections_.emplace(fd, std::move(c));
+      } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                 id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        // The value is the protocol error (or errno), not a descriptor: the connection is the
+        // one ZeroMQ disconnects next without it ever having sent a message.
+        if (unattributed_failures_.size() >= kMaxHandshakeReports) {
+          unattributed_failures_.erase(unattributed_failures_.begin());
+        }
+        unattributed_failures_.push_back(handshakeFailure(id, static_cast<uint32_t>(fd)));
       } else if (id == ZMQ_EVENT_DISCONNECTED) {
         auto c = connections_.find(fd);
+        if (!unattributed_failures_.empty() &&
+            (c == connections_.end() || c->second.peer.empty())) {
+          AuthEvent e;
+          e.kind = AuthEvent::kHandshakeFailed;
+          e.peer_address = c == connections_.end() ? "an address not known" : c->second.address;
+          e.reason = std::move(unattributed_failures_.front());
+          unattributed_failures_.erase(unattributed_failures_.begin());
+          if (handshake_failures_.size() < kMaxHandshakeReports) {
+            handshake_failures_.push_back(std::move(e));
+          }
+        }
         if (c == connections_.end() || c->second.gone) continue;
         // ZeroMQ is done with it; keep the duplicate a moment to see whether the peer was still
         // sending (a refused frame's bytes keep arriving), then say why it ended.
         c->second.gone = true;
         c->second.gone_at = std::chrono::steady_clock::now();
+      }
+    }
+  }
+
+  // What a failed handshake means, for the operator.
+  std::string handshakeFailure(uint16_t id, uint32_t value) const {
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      const int err = static_cast<int>(value);
+      if (err == EPIPE || err == ECONNRESET) {
+        // The peer hung up mid-handshake: what a client of the other mechanism does once it
+        // reads this side's greeting, and what a scanner or a non-ZMTP client does.
+        return insecure_ ? "the client closed the connection during the handshake (a CURVE "
+                           "client at this plain-text coordinator, or not a fedfleet client)"
+                         : "the client closed the connection during the CURVE handshake (a "
+                           "plain-text --insecure client, or not a fedfleet client)";
+      }
+      return "handshake failed (" + zmqText(err) + ")";
+    }
+    switch (value) {
+      case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        return insecure_ ? "the client speaks CURVE and this coordinator plain text (--insecure): "
+                           "run both with CURVE, or both with --insecure"
+                         : "plain text: the client has no CURVE keys (it runs --insecure?); give "
+                           "it its key pair and this coordinator's public key";
+      case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+        return "CURVE handshake failed: the client holds another coordinator public key (give "
+               "it this coordinator's keys/coordinator.key)";
+      default: {
+        char code[16];
+        std::snprintf(code, sizeof code, "0x%08x", value);
+        return std::string("ZMTP protocol error ") + code + ": not a fedfleet client?";
       }
     }
   }
@@ -531,6 +586,12 @@ class ZmqServerTransport final : public ServerTransport {
   std::map<int, Connection> connections_;  // by libzmq's descriptor
   std::map<std::string, int> fd_of_peer_;  // routing id -> descriptor
   std::vector<ConnectionClosed> closed_;
+  // Failed handshakes: reported (why) and not yet matched to the connection they closed, and
+  // matched ones waiting for takeAuthEvents(), at most kMaxHandshakeReports of them between
+  // two calls (a flood is counted by the caller's aggregate, not stored).
+  static constexpr size_t kMaxHandshakeReports = 1024;
+  std::vector<std::string> unattributed_failures_;
+  std::vector<AuthEvent> handshake_failures_;
   uint64_t frames_refused_ = 0;
   zmq::socket_t socket_;
   const bool insecure_;

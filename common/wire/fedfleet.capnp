@@ -77,6 +77,7 @@ struct DataSpec {
   subset @7 :UInt32;
   blocks @8 :UInt32;   # scheme "block-cyclic": M blocks
   skew @9 :Float64;    # scheme "block-cyclic": fraction of a shard from its block's classes
+  shardsPerClient @10 :UInt32;  # scheme "shards": shards a partition (0, an older sender: 2)
 }
 
 enum ServedSource {

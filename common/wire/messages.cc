@@ -183,6 +183,7 @@ void fill(schema::Task::Builder b, const Task& m) {
   d.setSubset(m.data.subset);
   d.setBlocks(m.data.blocks);
   d.setSkew(m.data.skew);
+  d.setShardsPerClient(m.data.shards_per_client);
   b.setDeadlineS(m.deadline_s);
   b.setCodec(asText(m.codec));
   b.setTaskToken(m.task_token);
@@ -422,6 +423,7 @@ Result<Message> read(schema::Task::Reader r) {
   m.data.subset = d.getSubset();
   m.data.blocks = d.getBlocks();
   m.data.skew = d.getSkew();
+  m.data.shards_per_client = d.getShardsPerClient() == 0 ? 2 : d.getShardsPerClient();
   m.deadline_s = r.getDeadlineS();
   m.codec = toString(r.getCodec());
   m.task_token = r.getTaskToken();

@@ -104,9 +104,10 @@ struct HyperParams {
 // The client recomputes the partition from this spec; no data crosses the wire.
 struct DataSpec {
   std::string dataset = "fashion-mnist";
-  std::string scheme = "iid";  // "iid", "dirichlet", "labels"
+  std::string scheme = "iid";  // iid, dirichlet, labels, shards, quantity, block-cyclic, none
   double alpha = 0.5;          // Dirichlet concentration
   uint32_t labels_per_client = 2;
+  uint32_t shards_per_client = 2;  // scheme "shards" (0 on the wire from an older sender: 2)
   uint32_t num_partitions = 1;
   uint32_t index = 0;
   uint64_t seed = 0;

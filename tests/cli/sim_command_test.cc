@@ -165,7 +165,9 @@ TEST(SimCommand, ModelPathFlagReachesTheModelConfig) {
   auto [rc, out] = runFedfleet({"sim", "--model", "torchscript", "--model-path", missing,
                                 "--clients", "10", "--rounds", "1", "--db", ":memory:"},
                                dir + "/missing.txt");
-  EXPECT_EQ(rc, 1) << out;  // not 2: the flag parsed, the file is what is missing
+  // The flag parsed (the message names the file): a file the config names that is not there is
+  // a usage error, exit 2, as a bad value is.
+  EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("not found: " + missing), std::string::npos) << out;
 
   if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {

@@ -27,9 +27,10 @@ std::unique_ptr<Process> resumeCoordinator(const std::string& dir, const std::st
                                            const std::string& endpoint,
                                            const std::vector<std::string>& extra,
                                            const std::string& log_name) {
-  std::vector<std::string> args = {
-      kBinary,       "coordinator", "--config",          config,    "--bind", endpoint, "--keys",
-      dir + "/keys", "--db",        dir + "/history.db", "--resume"};
+  std::vector<std::string> args = {kBinary,   "coordinator", "--bind", endpoint,
+                                   "--keys",  dir + "/keys", "--db",   dir + "/history.db",
+                                   "--resume"};
+  if (!config.empty()) args.insert(args.end(), {"--config", config});  // else: the stored one
   args.insert(args.end(), extra.begin(), extra.end());
   return std::make_unique<Process>(args, dir + "/" + log_name);
 }
@@ -49,7 +50,10 @@ void expectConsistentRounds(history::HistoryStore& store, int64_t run, uint32_t 
   }
 }
 
-TEST(Resume, SigtermMidRoundExitsZeroWithAConsistentHistoryAndTheRunContinues) {
+// SIGTERM stops the coordinator cleanly (exit 143, as a shell reports SIGTERM), and a resume
+// with nothing but --resume and where things are takes the run's stored config. The clients'
+// uploads of the old session are dropped quietly: no warning on either side.
+TEST(Resume, SigtermMidRoundExits143WithAConsistentHistoryAndTheRunContinues) {
   const std::string dir = testing::freshDir("sigterm");
   ASSERT_EQ(keygen(dir + "/keys", {"--coordinator", "--clients", "2"}), 0);
   const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 90));
@@ -65,7 +69,7 @@ TEST(Resume, SigtermMidRoundExitsZeroWithAConsistentHistoryAndTheRunContinues) {
   first->kill(SIGTERM);  // round 2 is in flight
   auto rc = first->waitFor(60);
   ASSERT_TRUE(rc.has_value()) << first->log();
-  EXPECT_EQ(*rc, 0) << first->log();
+  EXPECT_EQ(*rc, 128 + SIGTERM) << first->log();
   EXPECT_NE(first->log().find("continue with --resume"), std::string::npos) << first->log();
 
   {
@@ -87,8 +91,10 @@ TEST(Resume, SigtermMidRoundExitsZeroWithAConsistentHistoryAndTheRunContinues) {
     EXPECT_TRUE(hasEvent(*events, "run_interrupted", "stopped")) << first->log();
   }
 
-  // The clients kept waiting; the resumed coordinator finishes the run with them.
-  auto second = resumeCoordinator(dir, config, endpoint, extra, "coordinator2.log");
+  // The clients kept waiting; the resumed coordinator finishes the run with them, from the
+  // run's stored config (no --config, no --rounds: the 4 rounds and 2 epochs are the run's).
+  const size_t client_log_before = clients[0]->log().size();
+  auto second = resumeCoordinator(dir, "", endpoint, {}, "coordinator2.log");
   rc = second->waitFor(240);
   ASSERT_TRUE(rc.has_value()) << second->log();
   ASSERT_EQ(*rc, 0) << second->log();
@@ -101,6 +107,14 @@ TEST(Resume, SigtermMidRoundExitsZeroWithAConsistentHistoryAndTheRunContinues) {
   ASSERT_EQ(rounds->size(), 5u);
   expectConsistentRounds(*store, run, 2);
   for (uint32_t r = 1; r <= 4; ++r) EXPECT_EQ((*rounds)[r].status, "ok");
+  // The old session's traffic is neither an event nor a warning.
+  auto events = store->events(run);
+  ASSERT_TRUE(events.isOk());
+  EXPECT_FALSE(hasEvent(*events, "unknown_client")) << second->log();
+  EXPECT_FALSE(hasEvent(*events, "unknown_token")) << second->log();
+  EXPECT_EQ(second->log().find("warning"), std::string::npos) << second->log();
+  const std::string after = clients[0]->log().substr(client_log_before);
+  EXPECT_EQ(after.find("coordinator error"), std::string::npos) << after;
 }
 
 TEST(Resume, AFinishedRunSaysSoAndAChangedConfigIsRefusedUnlessAccepted) {
