@@ -3,23 +3,20 @@
 # compute and bandwidth span over 10x, online 16 h a day, 2% dropping out of a task) train the
 # MLP on Fashion-MNIST split Dirichlet(0.5), 50 sampled a round, 30 rounds, with the
 # coordinator's own round engine on a virtual clock (examples/configs/sim_mobile_mix.toml).
-# Prints progress, a summary and where the SQLite history went, then the rounds table, and
-# writes the HTML report (charts, stragglers, config) next to the database.
+# Builds and installs `fedfleet` (or runs the one FEDFLEET names), prints progress, a summary
+# and where the SQLite history went, then the rounds table, and writes the HTML report (charts,
+# stragglers, config) next to the database.
 # scripts/demo_processes.sh runs real coordinator and client processes over CURVE instead.
-#   BUILD_DIR (default build), OUT (default out/demo-<time>), ROUNDS (default 30)
+#   FEDFLEET, BUILD_DIR, PREFIX, JOBS: which fedfleet runs (scripts/fedfleet_binary.sh)
+#   OUT (default out/demo-<time>), ROUNDS (default 30)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-
-./scripts/install-deps.sh
-
-BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build "$BUILD_DIR" -j"${JOBS:-2}" --target fedfleet
-FEDFLEET="$ROOT/$BUILD_DIR/cli/fedfleet"
+source scripts/fedfleet_binary.sh
 
 OUT=${OUT:-"$ROOT/out/demo-$(date +%Y%m%d-%H%M%S)"}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 echo "demo: simulating 1,000 mobile-mix clients; output in $OUT"
 "$FEDFLEET" sim --config "$ROOT/examples/configs/sim_mobile_mix.toml" \
   --db "$OUT/history.db" --rounds "${ROUNDS:-30}" 2> >(tee "$OUT/sim.log" >&2)

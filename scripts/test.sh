@@ -14,11 +14,12 @@ JOBS=${JOBS:-2}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DFEDFLEET_BUILD_TESTS=ON
 cmake --build "$BUILD_DIR" -j"$JOBS"
 
-# Unit tests in parallel, then the multi-process tests one at a time (they start real processes
-# that each want a core).
+# Unit tests in parallel, then the multi-process tests, the docs and the random-configuration
+# runs one at a time (they start real processes that each want a core, or use both).
 status=0
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" -LE 'integration|docker' ${CTEST_ARGS:-} || status=1
-ctest --test-dir "$BUILD_DIR" --output-on-failure -L 'integration|docker' ${CTEST_ARGS:-} || status=1
+serial='integration|docker|docs|combos'
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" -LE "$serial" ${CTEST_ARGS:-} || status=1
+ctest --test-dir "$BUILD_DIR" --output-on-failure -L "$serial" ${CTEST_ARGS:-} || status=1
 
 # The fuzz harnesses: their own clang build (ASan + UBSan, no LibTorch), one ctest test each.
 FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}

@@ -5,14 +5,46 @@
 # built-in CNN on the image folder, exports the best models and evaluates the TorchScript one in
 # PyTorch. Needs /usr/bin/python3 with python3-torch, python3-numpy and python3-pil.
 #
-#   examples/own_data/run.sh [OUT]      (OUT: /tmp/fedfleet-own-data; FEDFLEET: the binary)
+#   examples/own_data/run.sh [OUT]      (OUT: default /tmp/fedfleet-own-data)
+#
+# OUT must be missing, empty, or a directory an earlier run of this script made (it holds the
+# marker file .fedfleet-own-data): only then is it replaced. Anything else is refused, so a
+# mistyped OUT never deletes a directory of yours.
+# The program: FEDFLEET when set, else `fedfleet` on PATH, else the build tree's
+# build/cli/fedfleet.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${1:-/tmp/fedfleet-own-data}
-fedfleet=${FEDFLEET:-$root/build/cli/fedfleet}
+marker=.fedfleet-own-data
+if [ -n "${FEDFLEET:-}" ]; then
+  fedfleet=$FEDFLEET
+elif command -v fedfleet > /dev/null; then
+  fedfleet=$(command -v fedfleet)
+else
+  fedfleet=$root/build/cli/fedfleet
+fi
+if ! command -v "$fedfleet" > /dev/null; then
+  echo "run.sh: no fedfleet program: $fedfleet (install it, put it on PATH or set FEDFLEET)" >&2
+  exit 2
+fi
 py=/usr/bin/python3
-rm -rf "$out" && mkdir -p "$out"
+
+if [ -e "$out" ] || [ -L "$out" ]; then
+  if [ ! -d "$out" ]; then
+    echo "run.sh: OUT=$out exists and is not a directory; give another OUT" >&2
+    exit 2
+  elif [ -f "$out/$marker" ]; then
+    rm -rf "$out"  # made by an earlier run of this script
+  elif [ -n "$(ls -A "$out")" ]; then
+    echo "run.sh: OUT=$out is not empty and was not made by this script (no $marker in it):" \
+      "refusing to replace it; give a new or empty directory as OUT" >&2
+    exit 2
+  fi
+fi
+mkdir -p "$out"
+touch "$out/$marker"
+echo "fedfleet: $fedfleet; output in $out"
 
 $py "$here/make_data.py" "$out"
 $py "$here/export_bn_mlp.py" "$out/bn_mlp.pt"
