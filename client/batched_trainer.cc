@@ -155,7 +155,8 @@ class BatchRun {
     for (const auto& c : active_) {
       const TrainOptions& o = c->j->options;
       any_prox_ = any_prox_ || o.prox_mu != 0;
-      any_scaffold_ = any_scaffold_ || o.usesScaffold();
+      any_scaffold_ = any_scaffold_ || (o.usesScaffold() && !o.scaffoldAfterStep());
+      any_scaffold_after_ = any_scaffold_after_ || o.scaffoldAfterStep();
       any_decay_ = any_decay_ || o.weight_decay != 0;
       any_momentum_ = any_momentum_ || o.momentum != 0;
     }
@@ -172,13 +173,17 @@ class BatchRun {
     for (const at::Tensor& p : params) {
       const int64_t n = p.numel();
       at::Tensor host = at::empty({k, n}, at::TensorOptions().dtype(at::kFloat));
+      // c - c_k of the clients that add it to the gradient (plain SGD), and of those that
+      // apply it after the step (momentum: TrainOptions::scaffoldAfterStep); 0 in the other.
       at::Tensor shift = any_scaffold_ ? at::zeros({k, n}, host.options()) : at::Tensor();
+      at::Tensor shift_after =
+          any_scaffold_after_ ? at::zeros({k, n}, host.options()) : at::Tensor();
       for (int64_t r = 0; r < k; ++r) {
         const TrainOptions& o = active_[r]->j->options;
         std::memcpy(host[r].data_ptr<float>(), active_[r]->j->start->data() + offset,
                     n * sizeof(float));
         if (o.usesScaffold()) {
-          float* s = shift[r].data_ptr<float>();
+          float* s = (o.scaffoldAfterStep() ? shift_after : shift)[r].data_ptr<float>();
           const float* c = o.scaffold.c->data() + offset;
           const float* ck = o.scaffold.ck->data() + offset;
           for (int64_t i = 0; i < n; ++i) s[i] = c[i] - ck[i];
@@ -198,6 +203,7 @@ class BatchRun {
       at::Tensor w = stacked(host);
       if (any_prox_) start_.push_back(w.clone());
       if (any_scaffold_) shift_.push_back(stacked(shift));
+      if (any_scaffold_after_) shift_after_.push_back(stacked(shift_after));
       transposed_.push_back(transposed);
       weights_.push_back(w.requires_grad_(true));
       buffers_.emplace_back();
@@ -254,6 +260,7 @@ class BatchRun {
       weights_[i] = weights_[i].detach().index_select(0, idx).requires_grad_(true);
       if (!start_.empty()) shrink(start_[i]);
       if (!shift_.empty()) shrink(shift_[i]);
+      if (!shift_after_.empty()) shrink(shift_after_[i]);
       shrink(buffers_[i]);
     }
     for (at::Tensor* t : {&lr_, &mu_, &decay_, &momentum_, &loss_sum_, &loss_sq_}) shrink(*t);
@@ -397,6 +404,7 @@ class BatchRun {
   // gradient first corrected by mu (w - x_t) + (c - c_k), as Trainer::train does:
   //   d = grad + weight_decay w; buf = d on the first step, momentum buf + d after;
   //   w -= lr buf (lr d without momentum; a client with momentum 0 has buf = d every step).
+  // A SCAFFOLD client with momentum takes c - c_k after the step instead: w -= lr (c - c_k).
   void update() {
     const auto k = static_cast<int64_t>(active_.size());
     for (size_t i = 0; i < weights_.size(); ++i) {
@@ -418,6 +426,7 @@ class BatchRun {
         d = buffers_[i];
       }
       w.detach().addcmul_(d, col(lr_), -1);
+      if (any_scaffold_after_) w.detach().addcmul_(shift_after_[i], col(lr_), -1);
       // Dropped rather than zeroed: the next backward pass then hands its fresh gradient over
       // instead of adding it to zeros (two passes less over K weight sets).
       w.mutable_grad().reset();
@@ -438,10 +447,12 @@ class BatchRun {
   std::vector<bool> transposed_;           // a Linear weight, kept as [K, in, out]
   std::vector<at::Tensor> start_;          // x_t, when some client has prox_mu > 0
   std::vector<at::Tensor> shift_;          // c - c_k (0 for a client without SCAFFOLD)
+  std::vector<at::Tensor> shift_after_;    // c - c_k applied after the step (with momentum)
   std::vector<at::Tensor> buffers_;        // momentum buffers (undefined before the first step)
   at::Tensor lr_, mu_, decay_, momentum_;  // [K] each client's
   at::Tensor loss_sum_, loss_sq_;          // [K] double: sums of per-sample losses and squares
   bool any_prox_ = false, any_scaffold_ = false, any_decay_ = false, any_momentum_ = false;
+  bool any_scaffold_after_ = false;
 };
 
 }  // namespace

@@ -232,14 +232,18 @@ std::vector<LinearLayer> linearChain(model::Model& model) {
 
 // The per-step gradient correction of FedProx and SCAFFOLD: e(w) = mu (w - x_t) + (c - c_k),
 // over the flat parameters (x_t: the start of training), added to every gradient before weight
-// decay and momentum. Built only when mu > 0 or SCAFFOLD is on: without either, training does
-// no extra work.
+// decay and momentum (FedProx's term is part of the objective, so momentum sees it, as in the
+// FedProx and NIID-Bench code). SCAFFOLD's c - c_k goes there only with plain SGD; with momentum
+// or Adam it is applied to the weights after each step instead (TrainOptions::
+// scaffoldAfterStep) and is not part of e. Built only when mu > 0 or SCAFFOLD is on: without
+// either, training does no extra work.
 class GradientCorrection {
  public:
-  // x_t, c and c_k: start.size() values each (c and c_k: both or neither).
+  // x_t, c and c_k: start.size() values each (c and c_k: both or neither). `shift_in_gradient`:
+  // c - c_k is part of e (plain SGD), else it is only kept for scaffoldShift().
   GradientCorrection(const std::vector<float>& start, float mu, const std::vector<float>* c,
-                     const std::vector<float>* ck)
-      : x0_(start.data()), n_(start.size()), mu_(mu) {
+                     const std::vector<float>* ck, bool shift_in_gradient = true)
+      : x0_(start.data()), n_(start.size()), mu_(mu), shift_in_gradient_(shift_in_gradient) {
     if (c != nullptr) {
       c_minus_ck_.resize(start.size());
       for (size_t i = 0; i < start.size(); ++i) c_minus_ck_[i] = (*c)[i] - (*ck)[i];
@@ -247,12 +251,15 @@ class GradientCorrection {
   }
 
   static bool needed(const TrainOptions& opts) { return opts.prox_mu != 0 || opts.usesScaffold(); }
+  // Whether e(w) holds anything to add to a gradient.
+  bool inGradient() const { return mu_ != 0 || (shift_in_gradient_ && !c_minus_ck_.empty()); }
 
   // g[i] += e(w)[offset + i] for i in [0, n), w being the parameter's values at flat `offset`.
   void add(float* g, const float* w, size_t offset, int64_t n) const {
     const float* x0 = x0_ + offset;
     const float mu = mu_;
-    if (c_minus_ck_.empty()) {
+    if (c_minus_ck_.empty() || !shift_in_gradient_) {
+      if (mu == 0) return;
       for (int64_t i = 0; i < n; ++i) g[i] += mu * (w[i] - x0[i]);
       return;
     }
@@ -264,11 +271,19 @@ class GradientCorrection {
     }
   }
 
+  // SCAFFOLD after the optimiser's step (scaffoldAfterStep): w[i] -= lr (c - c_k)[offset + i].
+  void shiftAfterStep(float* w, size_t offset, int64_t n, float lr) const {
+    if (shift_in_gradient_ || c_minus_ck_.empty()) return;
+    const float* d = c_minus_ck_.data() + offset;
+    for (int64_t i = 0; i < n; ++i) w[i] -= lr * d[i];
+  }
+
   // w[i] += scale * e(w)[offset + i] for i in [0, n) (e from the values before the update).
   void step(float* w, size_t offset, int64_t n, float scale) const {
     const float* x0 = x0_ + offset;
     const float mu = mu_;
-    const float* d = c_minus_ck_.empty() ? nullptr : c_minus_ck_.data() + offset;
+    const float* d =
+        c_minus_ck_.empty() || !shift_in_gradient_ ? nullptr : c_minus_ck_.data() + offset;
     for (int64_t i = 0; i < n; ++i) {
       float e = mu * (w[i] - x0[i]);
       if (d != nullptr) e += d[i];
@@ -279,11 +294,13 @@ class GradientCorrection {
   size_t size() const { return n_; }
   // c - c_k over the flat parameters; empty without SCAFFOLD.
   const std::vector<float>& scaffoldShift() const { return c_minus_ck_; }
+  bool shiftInGradient() const { return shift_in_gradient_; }
 
  private:
   const float* x0_;
   size_t n_;
   float mu_;
+  bool shift_in_gradient_;
   std::vector<float> c_minus_ck_;
 };
 
@@ -388,6 +405,7 @@ class FullyConnectedSgd {
         float* wb = weight_buf_[l].data_ptr<float>();
         if (correction_ != nullptr) correction_->add(wb, w, weight_offset_[l], w_n);
         applyMomentumBuffer(w, wb, w_n);
+        if (correction_ != nullptr) correction_->shiftAfterStep(w, weight_offset_[l], w_n, lr_);
       } else {
         at::mm_out(weight_grad_[l], buf.grad_t[l], below);
         float* wg = weight_grad_[l].data_ptr<float>();
@@ -405,6 +423,9 @@ class FullyConnectedSgd {
       }
       update(layer.bias.data_ptr<float>(), db.data(),
              momentum_ != 0 ? bias_buf_[l].data() : nullptr, layer.out, first);
+      if (correction_ != nullptr) {
+        correction_->shiftAfterStep(layer.bias.data_ptr<float>(), bias_offset_[l], layer.out, lr_);
+      }
     }
     ++steps_;
   }
@@ -590,7 +611,8 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     std::vector<at::Tensor> params = model.parameters();
     std::optional<GradientCorrection> correction;
     if (GradientCorrection::needed(opts)) {
-      correction.emplace(start, opts.prox_mu, opts.scaffold.c, opts.scaffold.ck);
+      correction.emplace(start, opts.prox_mu, opts.scaffold.c, opts.scaffold.ck,
+                         /*shift_in_gradient=*/!opts.scaffoldAfterStep());
     }
     std::unique_ptr<torch::optim::Optimizer> optimizer;
     std::optional<FullyConnectedSgd> fc;
@@ -689,7 +711,9 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
         }
         const at::Tensor per_sample = model::perSampleLoss(model.loss(), model, logits, y);
         per_sample.mean().backward();
-        if (correction) {  // g += mu (w - x_t) + (c - c_k), before SGD's weight decay and momentum
+        if (correction && correction->inGradient()) {
+          // g += mu (w - x_t) (+ c - c_k with plain SGD), before the optimiser's weight decay
+          // and momentum
           torch::NoGradGuard guard;
           for (size_t i = 0; i < params.size(); ++i) {
             at::Tensor& p = params[i];
@@ -699,10 +723,18 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
               at::sub_out(diff_of[i], p.detach(), start_of[i]);
               g.add_(diff_of[i], opts.prox_mu);
             }
-            if (!shift_of.empty()) g.add_(shift_of[i]);
+            if (!shift_of.empty() && correction->shiftInGradient()) g.add_(shift_of[i]);
           }
         }
         optimizer->step();
+        if (!shift_of.empty() && !correction->shiftInGradient()) {
+          // SCAFFOLD with momentum or Adam: y <- y - lr (c - c_k) after the step, outside the
+          // optimiser's state (TrainOptions::scaffoldAfterStep).
+          torch::NoGradGuard guard;
+          for (size_t i = 0; i < params.size(); ++i) {
+            params[i].detach().sub_(shift_of[i], opts.lr);
+          }
+        }
         losses.add(per_sample.detach());
       }
       result.n_samples += b;
@@ -732,7 +764,8 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
       for (size_t i = 0; i < result.delta.size(); ++i) result.delta[i] -= start[i];
     }
     if (opts.usesScaffold()) {
-      // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0.
+      // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0
+      // (option II, with either placement of the correction: scaffoldAfterStep).
       // Buffers (after the parameters in the flat layout) get no gradient and no correction:
       // their control variates stay 0.
       const std::vector<float>& c = *opts.scaffold.c;

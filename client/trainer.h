@@ -77,6 +77,16 @@ struct TrainOptions {
   wire::Precision precision = wire::Precision::kFp32;
 
   bool usesScaffold() const { return scaffold.c != nullptr || scaffold.ck != nullptr; }
+  // Where SCAFFOLD's correction c - c_k goes. Plain SGD (no momentum): into every gradient,
+  // y <- y - lr (g + c - c_k), the paper's step. With momentum or an adaptive optimiser: after
+  // the optimiser's step, on the weights, y <- y - lr (c - c_k), outside the momentum buffer,
+  // as NIID-Bench's reference code does (and its published table was made with): added to the
+  // gradient, momentum rho would amplify it about 1 / (1 - rho) times, while the control
+  // variate's update assumes K steps of lr (c - c_k). The two are the same step without
+  // momentum (weight decay acts on w alone either way).
+  bool scaffoldAfterStep() const {
+    return usesScaffold() && (momentum != 0 || optimizer != wire::Optimizer::kSgd);
+  }
 };
 
 // The options a task's hyper-parameters ask for (the client runtime and the simulator alike):
