@@ -154,6 +154,8 @@ using PeerAction = std::variant<Compute, Send, IterationDone, Finished, Fail>;
 
 // ---- the engine ------------------------------------------------------------------------------
 
+class PeerAlgorithm;
+
 class PeerEngine {
  public:
   // Peer `self` (0 .. P - 1) with `initial` parameters (usually the same on every peer). Options
@@ -193,10 +195,8 @@ class PeerEngine {
   bool finished() const;
   bool failed() const;
 
-  class Impl;  // one per algorithm, peer/peer_engine.cc
-
  private:
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<PeerAlgorithm> impl_;  // one per algorithm (peer/peer_algorithm.h)
 };
 
 }  // namespace fedfleet::peer
