@@ -393,7 +393,6 @@ void LoadClient::upload(FakeClient& c) {
                     &payload_);
       wire::Chunk m;
       m.task_token = c.task_token;
-      m.tensor_index = 0;
       m.offset = offset;
       m.elements = n;
       m.payload = payload_;

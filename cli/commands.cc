@@ -250,6 +250,13 @@ int runPeer(const ConfigFlags& f, const std::vector<std::string>& overrides, uin
     spdlog::warn("--insecure: this peer talks to the coordinator and its peers in plain text");
     o.coordinator.routing_id = name;  // all an insecure coordinator has to know it by
   } else {
+    // The peer's mesh is a CURVE server under this key: its path is checked as the
+    // coordinator's is (a missing file is reported by readKeyPair below, with the fix).
+    if (Status path = transport::checkSecretKeyFile(cc.keys_dir + "/" + name + ".key_secret");
+        !path.isOk() && path.code() != StatusCode::kNotFound) {
+      std::cerr << "fedfleet peer: " << path.message() << "\n";
+      return 2;
+    }
     auto keys = transport::readKeyPair(cc.keys_dir, name);
     if (!keys.isOk()) {
       std::cerr << "fedfleet peer: " << keys.status().message()

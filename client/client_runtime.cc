@@ -241,15 +241,22 @@ Status ZmqClient::init(const ClientRuntimeOptions& options) {
 }
 
 void ZmqClient::send(const wire::Message& m) {
-  // The coordinator refuses an Error whose text is over wire::kMaxReasonBytes
-  // (common/wire/limits.h); a long one (a LibTorch message with its backtrace) is cut to fit, so
-  // the coordinator still learns that the task failed.
+  // The coordinator refuses an Error whose text is over wire::kMaxReasonBytes or holds a
+  // control character other than tab and newline (common/wire/limits.h); a long one (a LibTorch
+  // message with its backtrace) is cut to fit and such characters become '?', so the
+  // coordinator still learns that the task failed.
   if (const auto* error = std::get_if<wire::Error>(&m);
-      error != nullptr && error->message.size() > wire::kMaxReasonBytes) {
-    wire::Error cut = *error;
-    cut.message.resize(wire::kMaxReasonBytes);
-    send(cut);
-    return;
+      error != nullptr && !wire::checkClientMessage(m).isOk()) {
+    wire::Error fit = *error;
+    if (fit.message.size() > wire::kMaxReasonBytes) fit.message.resize(wire::kMaxReasonBytes);
+    for (char& c : fit.message) {
+      const auto b = static_cast<unsigned char>(c);
+      if ((b < 0x20 && c != '\t' && c != '\n') || b == 0x7f) c = '?';
+    }
+    if (wire::checkClientMessage(fit).isOk()) {
+      send(fit);
+      return;
+    }
   }
   Status st = transport_->send(wire::encode(m));
   if (!st.isOk())

@@ -377,7 +377,6 @@ void ClientSession::onChunkEncoded(uint64_t token, EncodedChunk c) {
   Upload& u = uploads_.front();
   wire::Chunk m;
   m.task_token = token;
-  m.tensor_index = c.range.tensor_index;
   m.offset = c.range.offset;
   m.elements = c.range.elements;
   m.payload = std::move(c.payload);

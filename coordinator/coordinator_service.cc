@@ -1,12 +1,14 @@
 #include "coordinator/coordinator_service.h"
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <thread>
@@ -23,6 +25,7 @@
 #include "common/model/export.h"
 #include "common/model/local_part.h"
 #include "common/model/model.h"
+#include "common/transport/descriptor_limit.h"
 #include "common/transport/transport.h"
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
@@ -51,6 +54,13 @@ constexpr uint32_t kMaxEvaluationsBehind = 2;
 // Messages a connection may send before its Hello before that is recorded as an event (a
 // restarted coordinator's clients send a few of their old session's on reconnecting).
 constexpr uint32_t kMessagesBeforeHelloRecorded = 50;
+// A keyed connection that has not said Hello and has sent nothing for this long is closed
+// (honest clients say Hello at once and send a heartbeat every client.heartbeat_s).
+constexpr double kSilentWithoutHelloS = 30;
+// The event kind of connections closed by a connection limit (one aggregated row per interval
+// across all hosts: coordinator/refusal_log.h), and its cause.
+constexpr const char* kLimitEventKind = "connection_refused";
+constexpr const char* kLimitCause = "closed by a connection limit";
 
 class ZmqCoordinator final : public CoordinatorService, private DriverPort {
  public:
@@ -76,6 +86,15 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
   void takeTransportReports(double now);
   // Closes `peer` and forgets it; its queued messages are dropped from now on.
   void retire(const std::string& peer, double now);
+  // Closes keyed connections that never said Hello and went silent (kSilentWithoutHelloS).
+  void closeSilentWithoutHello(double now);
+  // The connection-limit refusals one report of the RefusalLog stands for, as an event row.
+  void noteLimitRefusals(const std::string& host, transport::RefusalCause cause, uint64_t count,
+                         double now);
+  // What closed a connection, naming the config key that sets the limit.
+  std::string limitDetail(transport::RefusalCause cause) const;
+  // Writes the refusals the RefusalLog still counts (the coordinator is stopping).
+  void flushRefusals(double now);
   // recordEvent, within the client's EventBudget (the driver's own rows).
   void recordClientEvent(const std::string& kind, const std::string& client,
                          const std::string& detail, double now);
@@ -135,6 +154,8 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
     double unknown_reply_at = -1;
     ConnectionLimits limits;
     bool limit_recorded = false;
+    bool said_hello = false;  // a Hello of this connection was accepted
+    double last_message = 0;  // when its latest message came
   };
   std::map<std::string, Peer> peers_;
   std::set<std::string> retired_peers_;                     // replaced or revoked, closing
@@ -144,6 +165,8 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
   std::map<engine::ClientId, std::string> key_of_client_;
   std::map<engine::ClientId, EventBudget> event_budget_;
   RefusalLog refusals_;  // connections refused before they became clients, aggregated
+  double hello_swept_at_ = 0;
+  uint64_t descriptor_limit_ = 0;  // the soft RLIMIT_NOFILE after raising it (0: unlimited)
   double budgets_flushed_at_ = 0;
   std::atomic<bool> reload_{false};
   // This process's session id, in every task: a client that sees a new one drops the old
@@ -222,11 +245,39 @@ Status ZmqCoordinator::init(const config::Config& config) {
     block_model_->setLoss(model->loss());
   }
 
-  // Transport.
+  // Transport. Every connection costs two descriptors (libzmq's and the transport's duplicate):
+  // take what the hard limit allows, and say what that is.
+  const transport::DescriptorLimit before = transport::descriptorLimit();
+  auto raised = transport::raiseDescriptorLimit();
+  const transport::DescriptorLimit limit = raised.isOk() ? raised->after : before;
+  descriptor_limit_ = limit.soft == UINT64_MAX ? 0 : limit.soft;
+  auto limitText = [](uint64_t v) {
+    return v == UINT64_MAX ? std::string("unlimited") : std::to_string(v);
+  };
+  if (!raised.isOk()) {
+    spdlog::warn("coordinator: could not raise the descriptor limit: {}",
+                 raised.status().toString());
+  }
   transport::ServerOptions so;
   so.endpoint = cc.bind;
   so.insecure = cc.insecure;
-  so.max_message_bytes = uint64_t{cc.max_message_mib} << 20;
+  // One frame limit end to end: the transport refuses at its header what the decoder would.
+  so.max_message_bytes = config_.clientFrameLimitBytes();
+  so.admission.max_unauthenticated = cc.max_unauthenticated;
+  so.admission.max_unauthenticated_per_host = cc.max_unauthenticated_per_host;
+  so.admission.max_connections_per_key = cc.max_connections_per_key;
+  so.handshake_timeout_ms = static_cast<int>(std::lround(cc.handshake_timeout_s * 1000));
+  so.admission_seed = crypto::randomToken() | 1;
+  const transport::ConnectionAdmission admission(so.admission, 1);
+  spdlog::info(
+      "coordinator: descriptor limit {} (soft; was {}, hard {}), {} kept for authenticated "
+      "connections; before authentication at most {} connections (early drop from {}), {} per "
+      "address, {:g} s for the handshake; {} connections per key; frames up to {} bytes",
+      limitText(limit.soft), limitText(before.soft), limitText(limit.hard),
+      descriptor_limit_ > 0 ? std::to_string(admission.reserveFor(descriptor_limit_)) : "none",
+      cc.max_unauthenticated, admission.earlyDropStart(), cc.max_unauthenticated_per_host,
+      cc.handshake_timeout_s, cc.max_connections_per_key, so.max_message_bytes);
+  refusals_.groupAcrossHosts(kLimitEventKind);
   if (cc.max_concurrent_uploads > 0) {
     // Upload credits: only granted clients send chunks, so a short receive queue per peer
     // bounds what ZeroMQ holds for the loop (docs/ARCHITECTURE.md, Memory).
@@ -399,7 +450,13 @@ void ZmqCoordinator::sendTask(engine::SendTask& send) {
 
 void ZmqCoordinator::recordClientEvent(const std::string& kind, const std::string& client,
                                        const std::string& detail, double now) {
-  EventBudget& budget = event_budget_[client];
+  const auto& limits = config_.limits;
+  const bool timed = limits.events_burst > 0 && limits.events_every_s > 0;  // else: unbounded
+  EventBudget& budget =
+      event_budget_
+          .try_emplace(client, timed ? limits.events_burst : std::numeric_limits<double>::infinity(),
+                       limits.events_every_s)
+          .first->second;
   flushLeftOut(client, budget, now);
   if (budget.take(now)) recordEvent(kind, client, detail, now);
 }
@@ -412,7 +469,10 @@ void ZmqCoordinator::flushLeftOut(const std::string& client, EventBudget& budget
   recordEvent("events_left_out", client,
               std::to_string(left) +
                   " event rows about this client left out (over its budget of the coordinator's "
-                  "own rows: 30 at once, then one every 10 s)",
+                  "own rows: limits.events_burst = " +
+                  fmt::format("{:g}", config_.limits.events_burst) +
+                  " at once, then one every limits.events_every_s = " +
+                  fmt::format("{:g}", config_.limits.events_every_s) + " s)",
               now);
 }
 
@@ -462,10 +522,15 @@ void ZmqCoordinator::takeTransportReports(double now) {
       const std::string cause =
           key ? (auth.public_key.empty() ? "" : "key " + auth.public_key + ": ") + auth.reason
               : auth.reason;
+      ++metrics_snapshot_.refused_connections_by_cause[key ? "key_refused" : "handshake_failed"];
       if (auto r = refusals_.note(key ? "auth_rejected" : "handshake_refused", auth.peer_address,
                                   cause, now)) {
         report(*r);
       }
+      continue;
+    }
+    if (const char* kind = transport::allowListEventName(auth.kind)) {
+      recordEvent(kind, "", auth.reason, now);  // the allow-list directory itself
       continue;
     }
     // Revoked: close its connection now (ZAP is asked only at the handshake) and end its task.
@@ -480,6 +545,15 @@ void ZmqCoordinator::takeTransportReports(double now) {
     for (const auto& routing_id : doomed) retire(routing_id, now);
     if (engine_->isKnown(auth.client_id)) engine_->onBye(auth.client_id, now);
   }
+  // Closed by a connection limit: counted by the transport per host and cause, one row for all
+  // hosts a minute.
+  for (const auto& refused : server_->takeRefusals()) {
+    noteLimitRefusals(refused.host, refused.cause, refused.count, now);
+  }
+  if (now - hello_swept_at_ >= 1.0) {
+    hello_swept_at_ = now;
+    closeSilentWithoutHello(now);
+  }
   for (const auto& r : refusals_.flush(now)) report(r);
   for (const auto& closed : server_->takeClosedConnections()) {
     if (closed.peer.empty()) continue;
@@ -492,6 +566,69 @@ void ZmqCoordinator::takeTransportReports(double now) {
   }
 }
 
+void ZmqCoordinator::noteLimitRefusals(const std::string& host, transport::RefusalCause cause,
+                                       uint64_t count, double now) {
+  metrics_snapshot_.refused_connections_by_cause[transport::refusalCauseName(cause)] += count;
+  if (auto r = refusals_.note(kLimitEventKind, host, kLimitCause, now, count, limitDetail(cause))) {
+    recordEvent(r->kind, "", r->text(), now);
+  }
+}
+
+std::string ZmqCoordinator::limitDetail(transport::RefusalCause cause) const {
+  const auto& cc = config_.coordinator;
+  switch (cause) {
+    case transport::RefusalCause::kUnauthenticatedLimit:
+      return "coordinator.max_unauthenticated (" + std::to_string(cc.max_unauthenticated) +
+             ") connections were waiting to authenticate";
+    case transport::RefusalCause::kEarlyDrop:
+      return "random early drop, over half of coordinator.max_unauthenticated (" +
+             std::to_string(cc.max_unauthenticated) + ") waiting to authenticate";
+    case transport::RefusalCause::kPerHostLimit:
+      return "coordinator.max_unauthenticated_per_host (" +
+             std::to_string(cc.max_unauthenticated_per_host) +
+             ") from its address were waiting to authenticate";
+    case transport::RefusalCause::kDescriptorReserve:
+      return "the coordinator was within its reserve of the descriptor limit (" +
+             std::to_string(descriptor_limit_) + ", ulimit -n)";
+    case transport::RefusalCause::kHandshakeTimeout:
+      return "no handshake within coordinator.handshake_timeout_s (" +
+             formatDuration(cc.handshake_timeout_s) + ")";
+    case transport::RefusalCause::kSilentAfterHandshake:
+      return "no message within twice coordinator.handshake_timeout_s (" +
+             formatDuration(2 * cc.handshake_timeout_s) + ")";
+    case transport::RefusalCause::kPerKeyLimit:
+      return "more than coordinator.max_connections_per_key (" +
+             std::to_string(cc.max_connections_per_key) + ") connections of one key";
+    case transport::RefusalCause::kSilentWithoutHello:
+      return "no Hello and nothing sent for " + formatDuration(kSilentWithoutHelloS);
+  }
+  return transport::refusalCauseName(cause);
+}
+
+void ZmqCoordinator::closeSilentWithoutHello(double now) {
+  std::vector<std::pair<std::string, std::string>> silent;  // routing id, client
+  for (const auto& [routing_id, peer] : peers_) {
+    if (!peer.said_hello && peer.last_message > 0 &&
+        now - peer.last_message >= kSilentWithoutHelloS) {
+      silent.push_back({routing_id, peer.client});
+    }
+  }
+  for (const auto& [routing_id, client] : silent) {
+    // Its host is not known here: the client's id (or "unknown") stands for it.
+    noteLimitRefusals(client.empty() ? "a client without a Hello" : "client " + client,
+                      transport::RefusalCause::kSilentWithoutHello, 1, now);
+    retire(routing_id, now);
+  }
+}
+
+void ZmqCoordinator::flushRefusals(double now) {
+  // The refusals of this takeTransportReports() call count too.
+  for (const auto& refused : server_->takeRefusals()) {
+    noteLimitRefusals(refused.host, refused.cause, refused.count, now);
+  }
+  for (const auto& r : refusals_.flushAll()) recordEvent(r.kind, "", r.text(), now);
+}
+
 void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) {
   if (retired_peers_.count(env.peer)) return;  // closing: replaced, revoked or rate-limited
   const bool secure = !config_.coordinator.insecure;
@@ -500,7 +637,10 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
   if (secure) peer.client = env.client_id;
   const engine::ClientId who = peer.client;
 
-  auto decoded = wire::decode(env.payload);
+  peer.last_message = now;
+  wire::DecodeLimits limits;
+  limits.max_bytes = config_.clientFrameLimitBytes();
+  auto decoded = wire::decode(env.payload, limits);
   Status bad = decoded.isOk() ? wire::checkClientMessage(*decoded) : decoded.status();
   if (!bad.isOk()) {
     if (!admit(env, ConnectionLimits::kBadFrame, now)) return;
@@ -588,6 +728,12 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
              secure && k != key_of_client_.end() && k->second != env.user_id) {
     problem = "client id '" + id + "' is bound to key " + k->second +
               " in this run's history; a new key needs a new client id";
+  } else if (hello.requested_partition >= 0 &&
+             static_cast<uint32_t>(hello.requested_partition) >= config_.partitions()) {
+    problem = "Hello asks for partition " + std::to_string(hello.requested_partition) +
+              ", and the run has " + std::to_string(config_.partitions()) +
+              " (data.partitions): ask for one of 0.." + std::to_string(config_.partitions() - 1) +
+              " or for none (client.partition = -1)";
   }
   if (!problem.empty()) {
     recordClientEvent("hello_refused", id, problem, now);
@@ -609,6 +755,7 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
     }
   }
   peers_[env.peer].client = id;
+  peers_[env.peer].said_hello = true;
   peer_of_client_[id] = env.peer;
   if (secure) key_of_client_.emplace(id, env.user_id);
   engine_->onHello(id, hello, now);
@@ -759,6 +906,7 @@ Status ZmqCoordinator::stopCleanly() {
                                  ? "stopped between rounds, after round " + std::to_string(round)
                                  : "stopped during round " + std::to_string(round) +
                                        " (not committed: it runs again after --resume)";
+  flushRefusals(now);
   recordEvent("run_interrupted", "", detail, now);
   FEDFLEET_RETURN_IF_ERROR(driver_->fatal());
   metrics_snapshot_.state = "interrupted";
@@ -813,6 +961,7 @@ Status ZmqCoordinator::run() {
     publishMetrics(now, false);
     reportWaiting(now);
   }
+  flushRefusals(unixNow());
   metrics_snapshot_.state = driver_->runOk() ? "finished" : "failed";
   publishMetrics(unixNow(), true);
   if (!driver_->runOk()) return timeoutError(driver_->finishMessage());

@@ -9,10 +9,71 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 namespace fedfleet::coordinator {
+namespace {
+
+// httplib serves each connection on one worker, reading its request with a wait of up to the
+// read timeout for every piece: a client that sends half a request and stalls holds a worker
+// that long. A fixed pool of workers, connections taken in arrival order, and at most
+// kMetricsQueuedConnections waiting: beyond that enqueue(), called by httplib's listener
+// thread, waits for room, so that further connections wait in the kernel's listen backlog
+// instead of as descriptors of the coordinator (whose ZeroMQ sockets and history need them).
+class BoundedPool final : public httplib::TaskQueue {
+ public:
+  BoundedPool(size_t workers, size_t max_queued) : max_queued_(max_queued) {
+    for (size_t i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~BoundedPool() override = default;
+
+  void enqueue(std::function<void()> fn) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    has_room_.wait(lock, [&] { return jobs_.size() < max_queued_ || stopping_; });
+    jobs_.push_back(std::move(fn));
+    has_job_.notify_one();
+  }
+
+  // Runs what is queued (each job closes its connection), then joins the workers.
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    has_job_.notify_all();
+    has_room_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    while (true) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        has_job_.wait(lock, [&] { return !jobs_.empty() || stopping_; });
+        if (jobs_.empty()) return;  // stopping, nothing left
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+        has_room_.notify_one();
+      }
+      fn();
+    }
+  }
+
+  const size_t max_queued_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable has_job_, has_room_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+};
+
+}  // namespace
 
 void DurationHistogram::observe(double seconds) {
   size_t i = 0;
@@ -75,6 +136,11 @@ std::string formatPrometheus(const MetricsSnapshot& s) {
   labelledCounter("fedfleet_events_total",
                   "Events recorded (rejections, refusals, drops, ...) by kind.", "kind",
                   s.events_by_kind);
+  labelledCounter("fedfleet_refused_connections_total",
+                  "Connections refused or closed before they became a client, by cause (the "
+                  "limits of connections before authentication, failed handshakes, keys not in "
+                  "the allow-list).",
+                  "cause", s.refused_connections_by_cause);
 
   // The snapshot's counts per bucket, the last one +Inf's (beyond every bound).
   const auto& hist = s.round_duration;
@@ -116,6 +182,7 @@ std::string formatStatusJson(const MetricsSnapshot& s) {
   j["test_loss"] = optional(s.test_loss);
   j["updates"] = s.updates_by_status;
   j["events"] = s.events_by_kind;
+  j["refused_connections"] = s.refused_connections_by_cause;
   j["round_duration_count"] = s.round_duration.count();
   j["round_duration_sum_s"] = s.round_duration.sum();
   return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
@@ -127,8 +194,17 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& b
   if (port == 0) return invalidArgument("metrics endpoint " + where + ": port 0 means off");
   std::unique_ptr<MetricsServer> m(new MetricsServer());
   m->server_ = std::make_unique<httplib::Server>();
-  // Scrapes are rare and cheap: two workers, not one per core.
-  m->server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // No scraper holds the others (docs/ARCHITECTURE.md, "Watching a run"): a bounded pool, each
+  // connection one request, and every wait bounded: for the request to begin (keep-alive
+  // timeout), for each piece of it (read timeout), for the client to take the answer (write).
+  m->server_->new_task_queue = [] {
+    return new BoundedPool(kMetricsWorkers, kMetricsQueuedConnections);
+  };
+  m->server_->set_keep_alive_max_count(1);
+  m->server_->set_keep_alive_timeout(kMetricsTimeoutSeconds);
+  m->server_->set_read_timeout(kMetricsTimeoutSeconds, 0);
+  m->server_->set_write_timeout(kMetricsTimeoutSeconds, 0);
+  m->server_->set_payload_max_length(kMetricsMaxRequestBody);
   // httplib's default sets SO_REUSEPORT, which lets a second coordinator bind the same port
   // and take half the scrapes. SO_REUSEADDR alone allows a quick restart (TIME_WAIT) but makes
   // a port another process listens on an error.

@@ -2,11 +2,11 @@
 // (version 0.0.4) and GET /status as one JSON object.
 //
 // The coordinator's event loop owns a MetricsSnapshot, updates it as rounds go by and hands a
-// copy to MetricsServer::publish(); the server's own threads (cpp-httplib's listener and a small
-// worker pool) only read the last published copy, under the server's mutex. The loop therefore
-// never waits on a scrape beyond that copy, and a slow scraper never sees a half-updated round.
-// The text is prometheus-cpp's (a Registry of Gauge, Counter and Histogram families rendered by
-// its TextSerializer); only coordinator/metrics_server.cc includes httplib.h and prometheus/.
+// copy to MetricsServer::publish(); the server's own threads (cpp-httplib's listener and a
+// bounded worker pool) only read the last published copy, under the server's mutex. The loop
+// therefore never waits on a scrape beyond that copy, and a slow scraper never sees a half-updated
+// round. The text is prometheus-cpp's (a Registry of Gauge, Counter and Histogram families rendered
+// by its TextSerializer); only coordinator/metrics_server.cc includes httplib.h and prometheus/.
 #pragma once
 
 #include <array>
@@ -66,6 +66,10 @@ struct MetricsSnapshot {
   std::map<std::string, uint64_t> updates_by_status;  // "completed", "late", "dropped", "rejected"
   std::map<std::string, uint64_t> events_by_kind;     // every recorded event ("auth_rejected",
                                                       // "malformed_frame", "update_rejected", ...)
+  // Connections refused or closed before they became a client, by cause: the transport's
+  // limits (transport::refusalCauseName: "per_host_limit", "handshake_timeout", ...),
+  // "handshake_failed" and "key_refused".
+  std::map<std::string, uint64_t> refused_connections_by_cause;
   DurationHistogram round_duration;  // end - start of committed training rounds (not round 0)
 };
 
@@ -74,13 +78,27 @@ struct MetricsSnapshot {
 //   fedfleet_run_id, fedfleet_round, fedfleet_rounds_target, fedfleet_model_version,
 //   fedfleet_connected_clients, fedfleet_test_accuracy, fedfleet_test_loss (gauges; the last two
 //   only once a round was evaluated), fedfleet_rounds_committed_total, fedfleet_bytes_up_total,
-//   fedfleet_bytes_down_total, fedfleet_updates_total{status}, fedfleet_events_total{kind}
-//   (counters), fedfleet_round_duration_seconds (histogram).
+//   fedfleet_bytes_down_total, fedfleet_updates_total{status}, fedfleet_events_total{kind},
+//   fedfleet_refused_connections_total{cause} (counters), fedfleet_round_duration_seconds
+//   (histogram).
 std::string formatPrometheus(const MetricsSnapshot& snapshot);
 
 // The JSON object of GET /status (run, state, rounds, model version, clients, bytes, last
-// accuracy and loss or null, updates and events by kind), with a trailing newline.
+// accuracy and loss or null, updates and events by kind, refused connections by cause), with a
+// trailing newline.
 std::string formatStatusJson(const MetricsSnapshot& snapshot);
+
+// How the endpoint bounds its clients, so that no scraper can hold the others: a pool of
+// kMetricsWorkers threads serves one connection each, one request per connection; a connection
+// must begin its request within kMetricsTimeoutSeconds, send each further piece of it within as
+// long, and take each piece of the answer within as long, or it is closed. Connections beyond
+// the workers wait, at most kMetricsQueuedConnections of them; further ones wait in the kernel's
+// listen backlog. So up to kMetricsWorkers - 1 stalled connections cost a scrape nothing, and
+// more delay it by about kMetricsTimeoutSeconds for each kMetricsWorkers of them.
+constexpr size_t kMetricsWorkers = 8;
+constexpr size_t kMetricsQueuedConnections = 64;
+constexpr int kMetricsTimeoutSeconds = 1;
+constexpr size_t kMetricsMaxRequestBody = 4096;  // GET requests carry none
 
 // Serves the last published snapshot on its own threads.
 class MetricsServer {

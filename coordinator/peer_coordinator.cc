@@ -22,6 +22,7 @@
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
+#include "common/transport/descriptor_limit.h"
 #include "common/transport/transport.h"
 #include "common/wire/peer_control.h"
 #include "common/wire/peer_message.h"
@@ -125,6 +126,14 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
     so.insecure = cc.insecure;
     // A model reply is the largest message a peer sends.
     so.max_message_bytes = model_elements_ * sizeof(float) * 2 + (64 << 10);
+    // The coordinator's connection limits (docs/ARCHITECTURE.md, "Connections").
+    if (auto raised = transport::raiseDescriptorLimit(); !raised.isOk()) {
+      spdlog::warn("peer coordinator: {}", raised.status().toString());
+    }
+    so.admission.max_unauthenticated = cc.max_unauthenticated;
+    so.admission.max_unauthenticated_per_host = cc.max_unauthenticated_per_host;
+    so.admission.max_connections_per_key = cc.max_connections_per_key;
+    so.handshake_timeout_ms = static_cast<int>(std::lround(cc.handshake_timeout_s * 1000));
     if (!cc.insecure) {
       FEDFLEET_RETURN_IF_ERROR(
           transport::checkSecretKeyFile(cc.keys_dir + "/coordinator.key_secret"));
@@ -217,9 +226,26 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
     }
   }
 
+  // Counts the connections the transport closed by a limit; one warning a minute at most.
+  void noteRefusals() {
+    for (const transport::ConnectionRefusals& r : server_->takeRefusals()) {
+      refused_since_log_[transport::refusalCauseName(r.cause)] += r.count;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (refused_since_log_.empty() || now - refusals_logged_at_ < std::chrono::minutes(1)) return;
+    std::string causes;
+    for (const auto& [cause, n] : refused_since_log_) {
+      causes += (causes.empty() ? "" : ", ") + std::to_string(n) + " " + cause;
+    }
+    spdlog::warn("peer coordinator: closed connections by its connection limits: {}", causes);
+    refused_since_log_.clear();
+    refusals_logged_at_ = now;
+  }
+
   // Receives and handles at most one message.
   Status receiveOne(int timeout_ms) {
     FEDFLEET_ASSIGN_OR_RETURN(std::optional<transport::Envelope> env, server_->receive(timeout_ms));
+    noteRefusals();
     for (const transport::ConnectionClosed& closed : server_->takeClosedConnections()) {
       auto it = index_of_routing_.find(closed.peer);
       if (it == index_of_routing_.end()) continue;
@@ -227,6 +253,12 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
       index_of_routing_.erase(it);
       if (state_[index].routing_id == closed.peer && closed.cause != "by_server" && started()) {
         markDead(index, "its connection to the coordinator closed (" + closed.cause + ")");
+      }
+    }
+    for (const transport::AuthEvent& auth : server_->takeAuthEvents()) {
+      // Refused keys are logged by the ZAP handler; what befell the allow-list is recorded.
+      if (const char* kind = transport::allowListEventName(auth.kind)) {
+        recordEvent(kind, "", auth.reason);
       }
     }
     if (!env) return Status::ok();
@@ -559,6 +591,8 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
   std::mt19937_64 rng_;                              // the evaluation samples
   std::vector<PeerState> state_;                     // by peer index
   std::map<std::string, uint32_t> index_of_routing_;
+  std::map<std::string, uint64_t> refused_since_log_;  // connection-limit closes, by cause
+  std::chrono::steady_clock::time_point refusals_logged_at_{};
   uint32_t registered_ = 0;
   Clock::time_point run_start_{};
   Clock::time_point next_eval_{};

@@ -11,7 +11,7 @@ bool isOperationalConfigKey(std::string_view key) {
   for (std::string_view section : {"client.", "sim.", "history.", "metrics."}) {
     if (key.starts_with(section)) return true;
   }
-  static constexpr std::array<std::string_view, 18> kKeys = {
+  static constexpr std::array<std::string_view, 24> kKeys = {
       "run.name",
       "coordinator.bind",
       "coordinator.insecure",
@@ -28,8 +28,14 @@ bool isOperationalConfigKey(std::string_view key) {
       "coordinator.keep_best",
       "coordinator.partial_buffer_mib",
       "coordinator.max_message_mib",
+      "coordinator.max_unauthenticated",
+      "coordinator.max_unauthenticated_per_host",
+      "coordinator.handshake_timeout_s",
+      "coordinator.max_connections_per_key",
       "aggregation.buffer_mib",
       "limits.events_per_client_round",
+      "limits.events_burst",
+      "limits.events_every_s",
   };
   for (std::string_view k : kKeys) {
     if (key == k) return true;

@@ -79,10 +79,16 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   if (auto action = engine::parseNormBoundAction(a.norm_bound_action); action.isOk()) {
     eo.norm_bound_action = *action;
   }
+  eo.norm_window = a.norm_window;
+  eo.norm_growth = a.norm_growth;
+  eo.quarantine_after = a.quarantine_after;
+  eo.quarantine_rounds = a.quarantine_rounds;
   eo.weight_cap = a.weight_cap;
   eo.max_samples_per_update = cc.max_samples_per_update;
   eo.max_loss = config.limits.max_loss;
   eo.events_per_client_round = config.limits.events_per_client_round;
+  eo.events_burst = config.limits.events_burst;
+  eo.events_every_s = config.limits.events_every_s;
   const auto& p = config.policy;
   eo.async = p.mode == "async";
   if (auto mode = engine::parseDeadlineMode(p.deadline); mode.isOk()) eo.deadline_mode = *mode;

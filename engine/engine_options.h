@@ -91,6 +91,10 @@ struct EngineOptions {
   double max_loss = 1e6;                  // a summary's losses must lie in [0, max_loss]
   uint32_t events_per_client_round = 20;  // event rows per client and round (then one
                                           // "events_left_out" row)
+  // And per client in time (engine/event_budget.h): events_burst rows at once, then one every
+  // events_every_s seconds of the engine's `now` (either 0: no budget in time).
+  double events_burst = 30;
+  double events_every_s = 10;
 
   // ---- Aggregation (the methods and their papers: docs/ARCHITECTURE.md) ----
   // fedavg: weights n_k; fednova: d_k = D_k / a_k(tau_k, momentum), scaled by tau_eff;
@@ -100,10 +104,20 @@ struct EngineOptions {
   AggregatorKind aggregator = AggregatorKind::kFedAvg;  // engine/aggregator.h
   double trim_fraction = 0.1;
   double clip_norm = 0;  // > 0: each update is scaled to at most this L2 norm before averaging
-  // Norm bound (protocol step 8a): an update whose delta norm exceeds norm_bound x the median
-  // delta norm of the round's completed updates is clipped to that norm, or rejected (0: off).
+  // Norm bound (protocol step 8a): an update whose delta norm exceeds norm_bound x the
+  // reference norm is clipped to that norm, or rejected (0: off). The reference comes from the
+  // rounds settled before (engine/norm_reference.h): the lower median of the last norm_window
+  // rounds' lower median norms, growing by at most norm_growth a round; the first round is
+  // judged against its own lower median.
   double norm_bound = 5;
   NormBoundAction norm_bound_action = NormBoundAction::kClip;
+  uint32_t norm_window = 5;
+  double norm_growth = 2;
+  // Quarantine (engine/quarantine.h): a client whose updates the norm bound clipped or rejected
+  // in quarantine_after of its rounds in a row is not sampled for quarantine_rounds rounds
+  // (either 0: off).
+  uint32_t quarantine_after = 2;
+  uint32_t quarantine_rounds = 10;
   // Weight cap (step 8a): no update weighs more than weight_cap x the median sample count of
   // the round's completed updates; a larger claim is capped to it (0: off).
   double weight_cap = 10;

@@ -38,6 +38,13 @@ Result<std::string_view> EngineStateReader::section(const char* what) {
   return s;
 }
 
+bool EngineStateReader::nextStartsWith(std::string_view prefix) const {
+  uint64_t n = 0;
+  if (in_.size() < 8) return false;
+  std::memcpy(&n, in_.data(), 8);
+  return n >= prefix.size() && in_.size() - 8 >= prefix.size() && in_.substr(8, prefix.size()) == prefix;
+}
+
 std::string encodePartitions(const std::vector<std::pair<std::string, int32_t>>& assigned) {
   std::string parts(8, '\0');
   uint64_t n = 0;

@@ -2,9 +2,11 @@
 // (CheckpointRecord::engine_state) and loadState() reads back when a run resumes. Layout: the
 // magic "FFE1", then length-prefixed sections (u64 little-endian length, then the bytes) in a
 // fixed order: generator, selector, server optimiser, control (the aggregator's state), blocks
-// (block-cyclic runs only), partitions. Readers accept a blob that ends after any section
-// from "control" on (states saved by earlier versions). Each owner encodes its own section;
-// this file only frames them, and encodes the partition section.
+// (block-cyclic runs only), partitions, privacy (differentially private runs only), norm
+// reference (engine/norm_reference.h, opening with "NRF1") and quarantine
+// (engine/quarantine.h, "QRN1"). Readers accept a blob that ends after any section from
+// "control" on (states saved by earlier versions). Each owner encodes its own section; this
+// file only frames them, and encodes the partition section.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,8 @@ class EngineStateReader {
   // The next section; kCorrupt naming `what` when the blob ends before it or within it.
   Result<std::string_view> section(const char* what);
   bool atEnd() const { return in_.empty(); }
+  // Whether the next section's bytes begin with `prefix` (false at the end or when truncated).
+  bool nextStartsWith(std::string_view prefix) const;
 
  private:
   explicit EngineStateReader(std::string_view in) : in_(in) {}

@@ -27,6 +27,23 @@ uint64_t taskSeed(uint64_t seed, uint32_t round, uint32_t partition) {
   return z ^ (z >> 31);
 }
 
+// ". Suspect clients, by updates clipped or rejected in these rounds: c (6), a (2)" for the
+// clients most flagged (at most 5 named), or "" when none was.
+std::string suspectClients(const std::map<ClientId, uint32_t>& flagged) {
+  if (flagged.empty()) return "";
+  std::vector<std::pair<ClientId, uint32_t>> most(flagged.begin(), flagged.end());
+  std::stable_sort(most.begin(), most.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  constexpr size_t kNamed = 5;
+  std::string out = ". Suspect clients, by updates clipped or rejected in these rounds: ";
+  for (size_t i = 0; i < most.size() && i < kNamed; ++i) {
+    if (i > 0) out += ", ";
+    out += most[i].first + " (" + std::to_string(most[i].second) + ")";
+  }
+  if (most.size() > kNamed) out += " and " + std::to_string(most.size() - kNamed) + " more";
+  return out;
+}
+
 }  // namespace
 
 RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_params)
@@ -102,6 +119,9 @@ std::string RoundEngine::saveState() const {
   out.section(encodePartitions(assigned));
   // Privacy section (differentially private runs only): the clip and the steps spent.
   if (dp_) out.section(dp_->saveState());
+  // The norm bound's reference, and the strikes and quarantines (each opens with its magic).
+  out.section(norm_ref_.save());
+  out.section(quarantine_.save());
   return std::move(out).finish();
 }
 
@@ -129,7 +149,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   }
   std::optional<CentralDp> dp;
   if (dp_) {
-    if (state.atEnd()) {
+    if (state.atEnd() || state.nextStartsWith(kNormReferenceMagic)) {
       return corrupt(
           "engine state: no privacy section (the state was saved by a run without "
           "differential privacy; resume it with dp.mode as it was)");
@@ -137,6 +157,23 @@ Status RoundEngine::loadState(std::string_view blob) {
     FEDFLEET_ASSIGN_OR_RETURN(std::string_view dp_blob, state.section("privacy"));
     dp.emplace(*dp_);
     FEDFLEET_RETURN_IF_ERROR(dp->loadState(dp_blob));
+  } else if (!state.atEnd() && !state.nextStartsWith(kNormReferenceMagic)) {
+    // A privacy section of a run that had differential privacy: not this run's concern.
+    FEDFLEET_RETURN_IF_ERROR(state.section("privacy").status());
+  }
+  // The norm reference and quarantine sections (absent in states saved before them: a resumed
+  // run then starts both afresh).
+  std::optional<NormReference> norm_ref;
+  std::optional<Quarantine> quarantine;
+  if (!state.atEnd()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view ref_blob, state.section("norm reference"));
+    norm_ref.emplace(norm_ref_);
+    FEDFLEET_RETURN_IF_ERROR(norm_ref->load(ref_blob));
+  }
+  if (!state.atEnd()) {
+    FEDFLEET_ASSIGN_OR_RETURN(std::string_view q_blob, state.section("quarantine"));
+    quarantine.emplace(quarantine_);
+    FEDFLEET_RETURN_IF_ERROR(quarantine->load(q_blob));
   }
   std::mt19937_64 rng;
   std::istringstream in{std::string(rng_text)};
@@ -164,6 +201,8 @@ Status RoundEngine::loadState(std::string_view blob) {
     *dp_ = std::move(*dp);
     if (options_.dp.local) dp_release_floor_ = dp_->steps();
   }
+  if (norm_ref) norm_ref_ = std::move(*norm_ref);
+  if (quarantine) quarantine_ = std::move(*quarantine);
   for (auto& [id, partition] : partitions) {
     if (!clients_.count(id)) partitions_.reserve(id, partition);
   }
@@ -245,7 +284,7 @@ uint64_t RoundEngine::newToken() {
 
 void RoundEngine::event(const std::string& kind, const ClientId& client, const std::string& detail,
                         double now) {
-  if (!event_budget_.admit(client)) return;  // counted; flushLeftOutEvents says how many
+  if (!event_budget_.admit(client, now)) return;  // counted; flushLeftOutEvents says how many
   history::EventRecord e;
   e.run_id = options_.run_id;
   e.time = now;
@@ -396,18 +435,62 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
   mode_->slotFreed(now);
 }
 
-std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now) {
-  auto ok = [&](const ClientId& id) {
-    return (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id));
-  };
-  if (selector_) {
-    std::vector<ClientId> candidates;
-    for (const ClientId& id : idle_) {
-      if (ok(id)) candidates.push_back(id);
+std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now, size_t at_least) {
+  const uint32_t round = mode_->selectionRound();
+  auto draw = [&](bool skip_quarantined) {
+    auto ok = [&](const ClientId& id) {
+      return (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id)) &&
+             !(skip_quarantined && quarantine_.holds(id, round));
+    };
+    if (selector_) {
+      std::vector<ClientId> candidates;
+      for (const ClientId& id : idle_) {
+        if (ok(id)) candidates.push_back(id);
+      }
+      return selector_->select(candidates, k, round, now, rng_);
     }
-    return selector_->select(candidates, k, mode_->selectionRound(), now, rng_);
+    return idle_.sample(k, ok, rng_);
+  };
+  // Nobody in quarantine (every run without a flagged update): the one draw as ever.
+  if (!quarantine_.anyHeld(round)) return draw(false);
+  std::vector<ClientId> drawn = draw(true);
+  if (drawn.size() >= std::min(k, at_least)) return drawn;
+  return draw(false);
+}
+
+std::optional<double> RoundEngine::normBound() const {
+  const std::optional<double> reference = norm_ref_.reference();
+  if (!(options_.norm_bound > 0) || !reference) return std::nullopt;
+  return options_.norm_bound * *reference;
+}
+
+bool RoundEngine::quarantined(const ClientId& id) const {
+  return quarantine_.holds(id, mode_->selectionRound());
+}
+
+void RoundEngine::noteNormVerdict(const ClientId& client, bool flagged, double now) {
+  if (!flagged) {
+    quarantine_.clear(client);
+    return;
   }
-  return idle_.sample(k, ok, rng_);
+  noteFlagged(client);
+  const std::optional<uint32_t> until = quarantine_.flag(client, round_);
+  if (!until) return;
+  event("client_quarantined", client,
+        "round " + std::to_string(round_) + ": the norm bound clipped or rejected its updates in " +
+            std::to_string(quarantine_.strikes(client)) +
+            " of its rounds in a row; not sampled before round " + std::to_string(*until) +
+            " (aggregation.quarantine_after = " + std::to_string(options_.quarantine_after) +
+            ", aggregation.quarantine_rounds = " + std::to_string(options_.quarantine_rounds) +
+            ")",
+        now);
+}
+
+void RoundEngine::closeFlagged(uint32_t round) {
+  if (round_flagged_.empty()) return;
+  std::map<ClientId, uint32_t>& kept = flagged_by_round_[round];
+  for (const auto& [client, n] : round_flagged_) kept[client] += n;
+  round_flagged_.clear();
 }
 
 void RoundEngine::tryStartRound(double now) {
@@ -458,7 +541,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (auto spec = compress::parseCodecSpec(task.codec); spec.isOk()) {
     task.codec = compress::toString(compress::codecForRound(*spec, round_));
   }
-  work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, c.hello.data_size}, deadline_s);
+  work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, dataSizeOf(c)}, deadline_s);
   aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the
   // first chunk's (bounded) sample claim stands in for it.
@@ -532,6 +615,7 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
   ++round_rejections_[why];
+  noteFlagged(p.client);
   mode_->taskEnded(token, now);  // p may be gone from here on (asynchronous)
   mode_->slotFreed(now);
 }
@@ -881,6 +965,15 @@ void RoundEngine::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome
   commits_.onEvaluated(round, std::move(outcome), now);
 }
 
+uint64_t RoundEngine::dataSizeOf(const ClientState& c) const {
+  const uint64_t said = c.hello.data_size;
+  if (c.partition >= 0 && static_cast<size_t>(c.partition) < options_.partition_sizes.size()) {
+    return std::min(said, options_.partition_sizes[c.partition]);
+  }
+  const uint64_t bound = options_.max_samples_per_update;
+  return bound > 0 ? std::min(said, bound) : said;
+}
+
 history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,
                                                 double now) const {
   history::ClientRecord rec;
@@ -891,7 +984,7 @@ history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const Client
   rec.cores = c.hello.cores;
   rec.memory_bytes = c.hello.memory_bytes;
   // What it trains on: its partition's size where the coordinator knows it, else its claim.
-  rec.data_size = c.hello.data_size;
+  rec.data_size = dataSizeOf(c);
   if (c.partition >= 0 && static_cast<size_t>(c.partition) < options_.partition_sizes.size()) {
     rec.data_size = options_.partition_sizes[c.partition];
   }
@@ -924,13 +1017,22 @@ void RoundEngine::countRoundOutcome(uint32_t round, bool failed, double now) {
        it != outcomes_waiting_.end() && it->first <= next_round_counted_;
        it = outcomes_waiting_.erase(it)) {
     next_round_counted_ = it->first + 1;
+    auto flagged = flagged_by_round_.find(it->first);
     if (!it->second.first) {
       failed_in_row_ = 0;
-      continue;
+      flagged_in_row_.clear();
+    } else {
+      ++failed_in_row_;
+      reason = it->second.second;
+      if (flagged != flagged_by_round_.end()) {
+        for (const auto& [client, n] : flagged->second) flagged_in_row_[client] += n;
+      }
     }
-    ++failed_in_row_;
-    reason = it->second.second;
+    if (flagged != flagged_by_round_.end()) flagged_by_round_.erase(flagged);
   }
+  // Rounds never counted (a run resumed past them) keep nothing.
+  flagged_by_round_.erase(flagged_by_round_.begin(),
+                          flagged_by_round_.lower_bound(next_round_counted_));
   if (reason.empty() || options_.max_failed_rounds == 0 ||
       failed_in_row_ < options_.max_failed_rounds || phase_ == Phase::kFinished) {
     return;
@@ -947,13 +1049,17 @@ void RoundEngine::countRoundOutcome(uint32_t round, bool failed, double now) {
                               "probably diverged (lower train.lr, or clip with "
                               "aggregation.clip_norm)"
                             : "") +
-                ". Fix the cause and continue with --resume, or raise "
+                suspectClients(flagged_in_row_) + ". Fix the cause and continue with --resume, or raise "
                 "coordinator.max_failed_rounds (0: never stop)",
             now);
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
   phase_ = Phase::kFinished;
+  // Whatever one client's budget still owes is written now: nothing counted is lost.
+  for (auto& e : event_budget_.closeRun(options_.run_id, round_, now)) {
+    emit(RecordEvent{std::move(e)});
+  }
   if (options_.bye_on_finish) {
     for (auto& [id, c] : clients_) {
       if (c.connected) emit(SendBye{id, message});

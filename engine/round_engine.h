@@ -24,7 +24,9 @@
 //     replacement among the connected, idle and eligible ones (seeded; the draw is over ranks in
 //     the id order, so it does not depend on arrival order, and costs O(K log N) for N
 //     registered clients: a simulator with a million clients pays per round for the K it
-//     samples, not for the million). In
+//     samples, not for the million). Clients in quarantine (step 8a) are left out of the draw;
+//     when that leaves fewer than the quorum, the draw is made again with them in. With nobody
+//     in quarantine the draw is the one it always was. In
 //     "partitions" mode it also samples K distinct partitions and names one in each task;
 //     otherwise each client trains the partition it was assigned when it joined.
 //  3. Dispatch. Each sampled client gets a Task: the current flat model (fp32) and its SHA-256,
@@ -64,9 +66,11 @@
 //     in for an unknown size); the summary's losses finite and in [0, max_loss] (the sum of
 //     squares in [0, max(n, steps x batch) max_loss^2]; a served-model accuracy in [0, 1]); chunk
 //     offsets contiguous and inside the update. Timings (compute, upload, encode seconds) are
-//     clamped to [0, time since the task was sent]. Per client and round at most
-//     events_per_client_round event rows are recorded; the rest are counted and one
-//     "events_left_out" row at the round's end says how many.
+//     clamped to [0, time since the task was sent]. Per client at most
+//     events_per_client_round event rows a round are recorded, and at most events_burst at
+//     once, then one every events_every_s seconds of `now` (engine/event_budget.h); the rest
+//     are counted, and one "events_left_out" row at a round's end that the client's budget
+//     allows says how many.
 //  6. Completion. When the summary of a complete delta arrives the update counts; its payloads
 //     stay kept until the round settles (median and trimmed mean: it goes to the robust
 //     aggregator's buffer now). An update that does not complete (rejected, cancelled at the
@@ -76,16 +80,25 @@
 //     At the deadline, participants still working are cancelled and recorded `late`; those whose
 //     connection was lost (no message for liveness_s, or Bye) are `dropped`.
 // 8a. Settlement (synchronous fedavg, fednova, scaffold), once every norm and weight is known:
-//     the norm bound: an update whose delta norm exceeds norm_bound x the lower median of the
-//     completed updates' norms is clipped to exactly that norm (norm_bound_action clip; SCAFFOLD,
-//     whose 2P-long update has no single norm to scale by, and action reject: rejected);
+//     the norm bound: an update whose delta norm exceeds norm_bound x the reference norm is
+//     clipped to exactly that norm (norm_bound_action clip; SCAFFOLD, whose 2P-long update has
+//     no single norm to scale by, and action reject: rejected). The reference comes from the
+//     rounds settled before (engine/norm_reference.h): the lower median of the last
+//     norm_window rounds' lower median norms (each norm counted at most at its bound), grown by
+//     at most norm_growth a round, so no update moves the bound it is judged by and a minority
+//     cannot walk it up; the first round is judged against its own lower median. A clipped or
+//     rejected update is a strike against its client, an update within the bound clears them;
+//     quarantine_after strikes in a row keep the client out of the draw (step 2) for
+//     quarantine_rounds rounds (event "client_quarantined"; engine/quarantine.h). Reference,
+//     strikes and quarantines are saved with the engine state;
 //     clip_norm scales to at most clip_norm; the weight cap: an n_k above weight_cap x the lower
 //     median n of the updates that stay is counted as that cap (event "weight_capped"). Then
 //     every completed update is decoded once more from the PartialLog and folded into the sum
 //     with its final weight x scale, in dispatch order: a clip is exact, and the sum does not
 //     depend on the order in which uploads arrived. (bench/fold_strategy.sh measures this
 //     against folding on arrival.) FedBuff bounds each completing update against the lower
-//     median of the last 2 x async_buffer completed norms (it folds at completion already);
+//     median of the last 2 x async_buffer completed norms (it folds at completion already;
+//     its verdicts are strikes likewise);
 //     median and trimmed mean take no norm bound: each coordinate's aggregate is already
 //     bounded by the honest majority's values, and clip_norm applies at completion.
 //  8. Aggregation. With at least `quorum` completed updates:
@@ -178,10 +191,12 @@
 #include "engine/engine_state.h"
 #include "engine/event_budget.h"
 #include "engine/idle_clients.h"
+#include "engine/norm_reference.h"
 #include "engine/partial_log.h"
 #include "engine/participant.h"
 #include "engine/participant_table.h"
 #include "engine/partition_book.h"
+#include "engine/quarantine.h"
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
 #include "engine/round_mode.h"
@@ -252,8 +267,9 @@ class RoundEngine {
   void setSelectorHints(SpeedHint speed, AvailabilityHint availability);
 
   // State that must survive a restart besides the model: the selection generator, the
-  // selector's learned state and which partition each client was assigned (saved with every
-  // checkpoint, as CheckpointRecord::engine_state).
+  // selector's learned state, which partition each client was assigned, the norm bound's
+  // reference and the quarantine (saved with every checkpoint, as
+  // CheckpointRecord::engine_state).
   std::string saveState() const;
   // Restores saveState()'s blob (when resuming). A corrupt blob or one of another selector is
   // an error and changes nothing. The partition assignments it holds are kept for the clients'
@@ -302,6 +318,13 @@ class RoundEngine {
   WaitingStatus waitingStatus(std::optional<double> now = std::nullopt) const;
   // The partition `id` trains (-1: unknown client, or partitions are sampled per task).
   int32_t partitionOf(const ClientId& id) const;
+  // The bound the next synchronous settlement judges an update's delta norm against: norm_bound
+  // x the reference norm of the rounds settled before (protocol step 8a). None before the first
+  // round settled (it is judged against its own lower median) or with the bound off. For tests
+  // and the simulator's attacking clients (sim.attack = "inside_bound").
+  std::optional<double> normBound() const;
+  // Whether `id` is in quarantine for the next round a task is sent for (protocol step 2).
+  bool quarantined(const ClientId& id) const;
   // Upload credits: tasks holding a grant now, requests waiting for one, and the most grants
   // ever held at once in this run.
   size_t uploadsInFlight() const { return credits_.inFlight(); }
@@ -378,6 +401,10 @@ class RoundEngine {
   void startRound(double now);
   // The client row of `id` as the history keeps it, seen last at `now`.
   history::ClientRecord clientRecord(const ClientId& id, const ClientState& c, double now) const;
+  // The samples client `c` may be taken to hold (work sizing, its history row): what its Hello
+  // says (data_size; 0: unknown), never above its partition's size where the coordinator knows
+  // it, else never above max_samples_per_update.
+  uint64_t dataSizeOf(const ClientState& c) const;
   void finishRun(bool ok, const std::string& message, double now);
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
   // Drops the kept payloads of an update that will not count (nothing of it was folded).
@@ -396,8 +423,9 @@ class RoundEngine {
   // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
   // the scale to apply (1: within the bound), or nullopt when it must be rejected.
   std::optional<double> normBoundScale(double norm, double median, bool clippable) const;
-  // Events: the rows of one client past events_per_client_round are left out and counted;
-  // at the end of a round (or server step) one "events_left_out" row per such client.
+  // Events: the rows of one client past its budget (engine/event_budget.h) are left out and
+  // counted; at the end of a round (or server step) one "events_left_out" row per such client
+  // whose budget allows it.
   void flushLeftOutEvents(double now);
   // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
   uint64_t updateSize() const { return aggregator_->updateSize(); }
@@ -416,7 +444,10 @@ class RoundEngine {
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
-  std::vector<ClientId> sampleIdle(size_t k, double now);
+  // Up to k idle clients that may be sampled at `now`, clients in quarantine left out; when
+  // that leaves fewer than min(k, at_least), the draw is made again with them in (a quarantine
+  // never keeps a round from its quorum).
+  std::vector<ClientId> sampleIdle(size_t k, double now, size_t at_least);
   void refreshIdle(const ClientId& id, const ClientState& c);
   ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
   void refreshModelBytes();
@@ -433,8 +464,17 @@ class RoundEngine {
   // round's rejections, for the run's stop after max_failed_rounds in a row.
   void roundFailed(uint32_t round, const std::string& detail, double now);
   // After a round's row is committed: counts it failed or not, in round order, and ends the run
-  // (RunFinished with ok = false) when options_.max_failed_rounds rounds in a row have failed.
+  // (RunFinished with ok = false) when options_.max_failed_rounds rounds in a row have failed,
+  // naming the clients whose updates were clipped or rejected most in those rounds.
   void countRoundOutcome(uint32_t round, bool failed, double now);
+  // The norm bound's verdict on `client`'s update (protocol step 8a; FedBuff at completion):
+  // `flagged` (clipped or rejected) is a strike that may start a quarantine (event
+  // "client_quarantined"), an update within the bound clears the client's strikes.
+  void noteNormVerdict(const ClientId& client, bool flagged, double now);
+  // `client`'s update of this round was clipped or rejected (the suspects of a run's stop).
+  void noteFlagged(const ClientId& client) { ++round_flagged_[client]; }
+  // At the end of round `round`: keeps its flagged clients until the round is counted.
+  void closeFlagged(uint32_t round);
   // Idle clients that may be sampled at `now` (eligible, in the current block).
   size_t availableIdle(double now) const;
   // The server step of this round, applied to the chain the round trains.
@@ -484,7 +524,17 @@ class RoundEngine {
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
 
-  EventBudget event_budget_{options_.events_per_client_round};
+  EventBudget event_budget_{options_.events_per_client_round, options_.events_burst,
+                            options_.events_every_s};
+  // The norm bound's reference from the rounds settled before, and the clients it flagged in a
+  // row (both saved with the engine state).
+  NormReference norm_ref_{options_.norm_window, options_.norm_growth};
+  Quarantine quarantine_{options_.quarantine_after, options_.quarantine_rounds};
+  // Updates clipped or rejected, by client: this round's; each round's until it is counted;
+  // and those of the failed rounds in a row, which a stop after max_failed_rounds names.
+  std::map<ClientId, uint32_t> round_flagged_;
+  std::map<uint32_t, std::map<ClientId, uint32_t>> flagged_by_round_;
+  std::map<ClientId, uint32_t> flagged_in_row_;
   uint32_t fed_eval_round_ = 0;  // the round fed_eval_asked_ counts the tasks of
   uint32_t fed_eval_asked_ = 0;  // its tasks that asked for a federated evaluation
   std::string step_failure_;     // why the last server step was refused

@@ -30,7 +30,7 @@ void SynchronousRounds::startRound(double now) {
   if (o.over_selection > 0) {
     want = static_cast<size_t>(std::ceil(o.clients_per_round * (1.0 + o.over_selection) - 1e-9));
   }
-  std::vector<ClientId> idle = e_.sampleIdle(want, now);
+  std::vector<ClientId> idle = e_.sampleIdle(want, now, o.quorum);
   if (idle.empty()) return;
   // Secure aggregation: a single client's masked sum would be its update; wait for another.
   if (e_.secagg_ && idle.size() < 2) return;
@@ -155,32 +155,40 @@ void SynchronousRounds::settle(double now) {
   for (const auto& [token, p] : e_.participants_) {
     if (p.state == UpdateState::kCompleted) norms.push_back(std::sqrt(p.sq_norm));
   }
-  // The norm bound against the lower median of the completed updates' delta norms. SCAFFOLD's
+  // The norm bound against the reference norm of the rounds settled before
+  // (engine/norm_reference.h), which no update of this round moves; the first round, without
+  // any before it, against the lower median of its completed updates' delta norms. SCAFFOLD's
   // update is delta and control delta: scaling one with the other's norm is not defined, so an
   // update beyond the bound is rejected there.
-  const double median_norm = lowerMedian(norms);
-  std::vector<double> scale;  // per completed update that stays, in dispatch order
+  const EngineOptions& o = e_.options_;
+  const std::optional<double> history = e_.norm_ref_.reference();
+  const double reference = history ? *history : lowerMedian(norms);
+  const std::string against = std::string(history ? " x the reference norm " : " x the median norm ") +
+                              std::to_string(reference);
+  const bool bounding = o.norm_bound > 0 && reference > 0;
+  std::vector<double> observed;  // each norm at most the bound, for the next rounds' reference
+  std::vector<double> scale;     // per completed update that stays, in dispatch order
   std::vector<double> samples;
   for (auto& [token, p] : e_.participants_) {
     if (p.state != UpdateState::kCompleted) continue;
     const double norm = std::sqrt(p.sq_norm);
+    observed.push_back(bounding ? std::min(norm, o.norm_bound * reference) : norm);
     const std::optional<double> bounded =
-        e_.normBoundScale(norm, median_norm, e_.aggregator_->clippable());
+        e_.normBoundScale(norm, reference, e_.aggregator_->clippable());
+    e_.noteNormVerdict(p.client, !bounded || *bounded < 1, now);
     if (!bounded) {
       rejectAtSettlement(p, token,
                          "update norm " + std::to_string(norm) +
-                             " exceeds aggregation.norm_bound " +
-                             std::to_string(e_.options_.norm_bound) + " x the median norm " +
-                             std::to_string(median_norm),
+                             " exceeds aggregation.norm_bound " + std::to_string(o.norm_bound) +
+                             against,
                          now);
       continue;
     }
     if (*bounded < 1) {
       e_.event("update_clipped", p.client,
                round + "norm " + std::to_string(norm) + " clipped to " +
-                   std::to_string(e_.options_.norm_bound * median_norm) +
-                   " (aggregation.norm_bound " + std::to_string(e_.options_.norm_bound) +
-                   " x the median norm " + std::to_string(median_norm) + ")",
+                   std::to_string(o.norm_bound * reference) + " (aggregation.norm_bound " +
+                   std::to_string(o.norm_bound) + against + ")",
                now);
     }
     const double clip = e_.options_.clip_norm > 0 ? clipScale(norm, e_.options_.clip_norm) : 1.0;
@@ -205,6 +213,7 @@ void SynchronousRounds::settle(double now) {
     const double fold = e_.aggregator_->settleFoldWeight(p.agg_weight, p.steps);
     foldKept(p, token, fold * scale[i++], now);
   }
+  if (o.norm_bound > 0) e_.norm_ref_.observe(observed);
 }
 
 void SynchronousRounds::settlePrivately(double now) {
@@ -376,6 +385,7 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
                    now);
   }
   e_.round_rejections_.clear();
+  e_.closeFlagged(e_.round_);
   e_.sum_.clear();
   e_.sum_.shrink_to_fit();
   e_.sum_tainted_ = false;
@@ -448,7 +458,8 @@ void BufferedAsyncRounds::refill(double now) {
     pending += p.state == UpdateState::kPending;
   }
   if (pending >= o.async_concurrency) return;
-  const std::vector<ClientId> ids = e_.sampleIdle(o.async_concurrency - pending, now);
+  const std::vector<ClientId> ids =
+      e_.sampleIdle(o.async_concurrency - pending, now, pending == 0 ? 1 : 0);
   if (pending == 0 && ids.empty()) {
     if (!starved_since_) starved_since_ = now;
   } else {
@@ -533,6 +544,7 @@ std::optional<double> BufferedAsyncRounds::normBound(uint64_t token, double now)
   } else if (*scale < 1) {
     e_.event("update_clipped", p.client, what + ": clipped", now);
   }
+  e_.noteNormVerdict(p.client, !scale || *scale < 1, now);
   return scale;
 }
 
@@ -590,6 +602,7 @@ void BufferedAsyncRounds::flush(double now) {
     e_.roundFailed(e_.round_, "the buffered sum is not usable", now);
   }
   e_.round_rejections_.clear();
+  e_.closeFlagged(e_.round_);
   std::fill(sum.begin(), sum.end(), 0.0f);
   e_.sum_weight_ = 0;
   e_.sum_tainted_ = false;

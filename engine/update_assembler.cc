@@ -31,6 +31,12 @@ std::optional<std::string> UpdateAssembler::checkChunkPlace(Participant& p,
     return "chunk ends at " + std::to_string(chunk.offset + n) + ", past the update's " +
            std::to_string(size) + " values";
   }
+  // `last` says what the offsets already say: the chunk that ends the update, and only it.
+  if (chunk.last != (n == size - chunk.offset)) {
+    return std::string(chunk.last ? "last chunk" : "chunk not marked last") + " ends at " +
+           std::to_string(chunk.offset + n) + " of the update's " + std::to_string(size) +
+           " values";
+  }
   if (chunk.n_samples == 0) return std::string("chunk reports 0 samples");
   if (!p.weight_set) {
     if (auto why = badClaims(p, chunk)) return why;
@@ -152,10 +158,19 @@ std::optional<std::string> UpdateAssembler::badSummary(const Participant& p, wir
     return "summary's sum of squared losses " + std::to_string(s.sum_sq_loss) + " is not in [0, " +
            std::to_string(sq_bound) + "]";
   }
-  if (s.served_samples > 0 &&
-      (!inRange(s.served_loss, max_loss) || !inRange(s.served_accuracy, 1.0))) {
-    return "summary's served-model loss " + std::to_string(s.served_loss) + " or accuracy " +
-           std::to_string(s.served_accuracy) + " is out of range";
+  if (s.served_samples > 0) {
+    // Held-out samples, bounded as a federated evaluation's are (the coordinator does not
+    // know how many a client holds).
+    const uint64_t bound = options_.max_samples_per_update;
+    if (bound > 0 && s.served_samples > bound) {
+      return "summary's served-model evaluation claims " + std::to_string(s.served_samples) +
+             " held-out samples, more than coordinator.max_samples_per_update = " +
+             std::to_string(bound);
+    }
+    if (!inRange(s.served_loss, max_loss) || !inRange(s.served_accuracy, 1.0)) {
+      return "summary's served-model loss " + std::to_string(s.served_loss) + " or accuracy " +
+             std::to_string(s.served_accuracy) + " is out of range";
+    }
   }
   if (s.eval_samples > 0) {
     if (!p.fed_eval) {

@@ -162,7 +162,6 @@ void writeWire(CorpusWriter& w) {
   for (size_t i = 0; i < delta.size(); ++i) delta[i] = 0.001f * static_cast<float>(i % 9) - 0.004f;
   wire::Chunk chunk;
   chunk.task_token = 0x1234;
-  chunk.tensor_index = 1;
   chunk.offset = 128;
   (*codec)->encode(delta.data(), delta.size(), 5, &chunk.payload);
   chunk.last = true;
@@ -170,6 +169,18 @@ void writeWire(CorpusWriter& w) {
   chunk.n_samples = 600;
   chunk.steps = 19;
   w.write("wire", "chunk", singleFrame(chunk));
+  // An older client's chunk: the retired tensor index (schema field @1, the 32 bits after the
+  // task token in the struct's data) set, which the decoder must ignore.
+  {
+    std::string older = singleFrame(chunk);
+    const uint64_t token = chunk.task_token;
+    const std::string needle(reinterpret_cast<const char*>(&token), sizeof token);
+    const size_t at = older.find(needle);
+    FEDFLEET_CHECK(at != std::string::npos && older.find(needle, at + 1) == std::string::npos);
+    const uint32_t tensor_index = 1;
+    std::memcpy(older.data() + at + 8, &tensor_index, sizeof tensor_index);
+    w.write("wire", "chunk_retired_tensor_index", older);
+  }
 
   wire::Summary summary;
   summary.task_token = 0x1234;

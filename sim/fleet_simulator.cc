@@ -36,6 +36,7 @@
 #include "coordinator/resume.h"
 #include "coordinator/run_setup.h"
 #include "engine/round_engine.h"
+#include "sim/attack.h"
 #include "sim/fleet.h"
 #include "sim/fleet_data.h"
 #include "sim/hash.h"
@@ -352,6 +353,10 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   // every client is there.
   std::string fleetStateNote() const;
   double ingress_bytes_per_s_ = 0;  // sim.coordinator_ingress_mbps (0: unlimited)
+  // Testing and benchmarks (sim.attackers, sim.attack; sim/attack.h): clients 0 .. attackers_-1
+  // upload attack_'s update instead of their own.
+  std::optional<Attack> attack_;
+  uint64_t attackers_ = 0;
   // The rate at which an upload of a client with profile p arrives.
   double uploadRate(const ClientProfile& p) const {
     return ingress_bytes_per_s_ > 0 ? std::min(p.up_bytes_per_s, ingress_bytes_per_s_)
@@ -475,6 +480,11 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   // Upload credits (coordinator.max_concurrent_uploads) run as configured: each virtual
   // client's session asks for its grant and waits for it, in virtual time.
   ingress_bytes_per_s_ = sc.coordinator_ingress_mbps * 1e6 / 8;
+  if (sc.attackers > 0) {
+    FEDFLEET_ASSIGN_OR_RETURN(Attack attack, parseAttack(sc.attack));
+    attack_ = attack;
+    attackers_ = static_cast<uint64_t>(std::llround(sc.attackers * static_cast<double>(sc.clients)));
+  }
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
   for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
@@ -791,7 +801,14 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
   // compressing as a client's encoder does (the same chunks and per-chunk seeds,
   // client/upload_pipeline.h) through its error-feedback residual, which never leaves here.
   const uint64_t run_seed = config_.run.seed;
-  auto finish = [job, request, residual, local, run_seed, k,
+  // An attacking client (sim.attack): the bound it aims inside is the one known now.
+  std::optional<Attack> attack;
+  std::optional<double> bound;
+  if (attack_ && k < attackers_) {
+    attack = attack_;
+    bound = engine_->normBound();
+  }
+  auto finish = [job, request, residual, local, run_seed, k, attack, bound,
                  layout = layout_](wire::SimTrainResult t) -> Result<TrainOutcome> {
     FEDFLEET_RETURN_IF_ERROR(t.status);
     const client::TrainingRequest& req = *request;
@@ -822,6 +839,7 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
               crypto::streamKeyFromSeed("fedfleet sim local dp", mix(run_seed, req.task.round, k)),
               0, 0));
     }
+    if (attack) applyAttack(*attack, bound, delta.data(), delta.size());
     const auto plan =
         client::planUploadChunks(*layout, req.task.chunk_bytes, scaffold, req.codec->spec());
     if (req.task.secagg.on()) {  // masked once the key stages let it (Simulator::maskUpload)

@@ -15,6 +15,7 @@
 #include "common/compress/error_feedback.h"
 #include "common/data/dataset.h"      // kMaxClasses (a constant: no link)
 #include "common/data/image_codec.h"  // kMaxImageSide (a constant: no link)
+#include "common/wire/messages.h"     // DecodeLimits, kMaxNeighbours (constants: no link)
 
 namespace fedfleet::config {
 namespace {
@@ -56,6 +57,10 @@ void forEachField(C& c, F&& f) {
   f("coordinator.fed_eval_clients", c.coordinator.fed_eval_clients);
   f("coordinator.max_concurrent_uploads", c.coordinator.max_concurrent_uploads);
   f("coordinator.max_message_mib", c.coordinator.max_message_mib);
+  f("coordinator.max_unauthenticated", c.coordinator.max_unauthenticated);
+  f("coordinator.max_unauthenticated_per_host", c.coordinator.max_unauthenticated_per_host);
+  f("coordinator.handshake_timeout_s", c.coordinator.handshake_timeout_s);
+  f("coordinator.max_connections_per_key", c.coordinator.max_connections_per_key);
   f("coordinator.upload_idle_s", c.coordinator.upload_idle_s);
   f("coordinator.max_samples_per_update", c.coordinator.max_samples_per_update);
   f("policy.mode", c.policy.mode);
@@ -82,6 +87,10 @@ void forEachField(C& c, F&& f) {
   f("aggregation.buffer_mib", c.aggregation.buffer_mib);
   f("aggregation.norm_bound", c.aggregation.norm_bound);
   f("aggregation.norm_bound_action", c.aggregation.norm_bound_action);
+  f("aggregation.norm_window", c.aggregation.norm_window);
+  f("aggregation.norm_growth", c.aggregation.norm_growth);
+  f("aggregation.quarantine_after", c.aggregation.quarantine_after);
+  f("aggregation.quarantine_rounds", c.aggregation.quarantine_rounds);
   f("aggregation.weight_cap", c.aggregation.weight_cap);
   f("selection.selector", c.selection.selector);
   f("selection.explore_initial", c.selection.explore_initial);
@@ -167,6 +176,8 @@ void forEachField(C& c, F&& f) {
   f("sim.residual_storage", c.sim.residual_storage);
   f("sim.coordinator_ingress_mbps", c.sim.coordinator_ingress_mbps);
   f("sim.stragglers", c.sim.stragglers);
+  f("sim.attackers", c.sim.attackers);
+  f("sim.attack", c.sim.attack);
   f("sim.straggler_mode", c.sim.straggler_mode);
   f("sim.device", c.sim.device);
   f("sim.precision", c.sim.precision);
@@ -212,6 +223,8 @@ void forEachField(C& c, F&& f) {
   f("blocks.synthetic_shift", c.blocks.synthetic_shift);
   f("limits.events_per_client_round", c.limits.events_per_client_round);
   f("limits.max_loss", c.limits.max_loss);
+  f("limits.events_burst", c.limits.events_burst);
+  f("limits.events_every_s", c.limits.events_every_s);
   f("dp.mode", c.dp.mode);
   f("dp.noise_multiplier", c.dp.noise_multiplier);
   f("dp.clip_norm", c.dp.clip_norm);
@@ -613,6 +626,27 @@ std::string Config::allowDir() const {
   return coordinator.allow_dir.empty() ? coordinator.keys_dir + "/clients" : coordinator.allow_dir;
 }
 
+uint64_t Config::honestClientFrameBytes() const {
+  // Room for the message around a payload (a Chunk's fields, a Hello, Cap'n Proto's framing).
+  constexpr uint64_t kMessageRoom = 64 << 10;
+  // A Chunk: at most chunk_kib KiB of values, dense fp32 or masked uint32 (every codec writes
+  // fewer bytes), after a 12-byte codec header (common/compress/payload.h).
+  const uint64_t chunk = uint64_t{coordinator.chunk_kib} * 1024 + kMessageRoom;
+  if (secagg.mode == "none") return chunk;
+  // Secure aggregation: a client's largest message is its sealed shares, one per neighbour, each
+  // under 256 bytes with its list entry (secagg::kSealedSharesBytes of sealed data). 0
+  // neighbours: 2 ceil(log2 n), at most 64.
+  const uint64_t k =
+      secagg.neighbours == 0 ? 64 : std::min<uint64_t>(secagg.neighbours, secagg::kMaxNeighbours);
+  return std::max(chunk, (k + 1) * 256 + kMessageRoom);
+}
+
+uint64_t Config::clientFrameLimitBytes() const {
+  if (coordinator.max_message_mib > 0) return uint64_t{coordinator.max_message_mib} << 20;
+  constexpr uint64_t kMib = 1 << 20;
+  return (honestClientFrameBytes() + kMib - 1) / kMib * kMib;
+}
+
 Status Config::validateDataSource() const {
   auto bad = [](const std::string& key, const std::string& why) {
     return invalidArgument("'" + key + "' " + why);
@@ -756,6 +790,12 @@ Status Config::validate() const {
   if (!(limits.max_loss > 0 && std::isfinite(limits.max_loss))) {
     return bad("limits.max_loss", "must be finite and > 0");
   }
+  if (!(limits.events_burst >= 0 && std::isfinite(limits.events_burst))) {
+    return bad("limits.events_burst", "must be a finite number of rows >= 0 (0: no budget in time)");
+  }
+  if (!(limits.events_every_s >= 0 && std::isfinite(limits.events_every_s))) {
+    return bad("limits.events_every_s", "must be a finite number of seconds >= 0 (0: no budget in time)");
+  }
   if (run.target_accuracy < 0 || run.target_accuracy > 1) {
     return bad("run.target_accuracy", "must be in [0, 1] (a fraction; 0: off)");
   }
@@ -812,15 +852,34 @@ Status Config::validate() const {
   if (!(coordinator.upload_idle_s >= 0) || !std::isfinite(coordinator.upload_idle_s)) {
     return bad("coordinator.upload_idle_s", "must be >= 0 seconds (0: never)");
   }
-  if (coordinator.max_message_mib == 0 || coordinator.max_message_mib > 4096) {
-    return bad("coordinator.max_message_mib", "must be between 1 and 4096");
-  }
-  if (uint64_t{coordinator.chunk_kib} * 1024 + 4096 > uint64_t{coordinator.max_message_mib} << 20) {
-    return bad("coordinator.max_message_mib",
-               "must leave room for a chunk of coordinator.chunk_kib plus its header");
-  }
   if (coordinator.chunk_kib == 0 || coordinator.chunk_kib > 256 * 1024) {
     return bad("coordinator.chunk_kib", "must be between 1 and 262144");
+  }
+  constexpr uint64_t kMaxFrameMib = wire::DecodeLimits{}.max_bytes >> 20;
+  if (coordinator.max_message_mib > kMaxFrameMib) {
+    return bad("coordinator.max_message_mib",
+               "must be between 1 and " + std::to_string(kMaxFrameMib) +
+                   " (the wire decoder's frame limit), or 0 for what this config's clients send "
+                   "(" +
+                   std::to_string(clientFrameLimitBytes() >> 20) + " MiB now)");
+  }
+  if (honestClientFrameBytes() > clientFrameLimitBytes() ||
+      clientFrameLimitBytes() > wire::DecodeLimits{}.max_bytes) {
+    return bad("coordinator.max_message_mib",
+               "must leave room for the largest frame a client sends (" +
+                   std::to_string(honestClientFrameBytes()) +
+                   " bytes: a chunk of coordinator.chunk_kib plus its header, or a "
+                   "secure-aggregation message for secagg.neighbours); set it to 0 for exactly "
+                   "that, or lower coordinator.chunk_kib");
+  }
+  if (coordinator.max_unauthenticated_per_host > coordinator.max_unauthenticated &&
+      coordinator.max_unauthenticated > 0) {
+    return bad("coordinator.max_unauthenticated_per_host",
+               "must not exceed coordinator.max_unauthenticated (" +
+                   std::to_string(coordinator.max_unauthenticated) + ")");
+  }
+  if (!(coordinator.handshake_timeout_s >= 0) || coordinator.handshake_timeout_s > 3600) {
+    return bad("coordinator.handshake_timeout_s", "must be between 0 (no limit) and 3600 seconds");
   }
   static const char* kModels[] = {"logreg", "mlp", "cnn", "lenet", "torchscript"};
   bool model_ok = false;
@@ -898,6 +957,9 @@ Status Config::validate() const {
   }
   if (!(sim.stragglers >= 0 && sim.stragglers <= 1))
     return bad("sim.stragglers", "must be in [0, 1]");
+  if (!(sim.attackers >= 0 && sim.attackers <= 1)) {
+    return bad("sim.attackers", "must be a fraction of the virtual clients in [0, 1]");
+  }
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.straggler_mode", sim.straggler_mode, {"partial", "drop"}));
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.device", sim.device, {"cpu", "cuda"}));
   FEDFLEET_RETURN_IF_ERROR(oneOf("sim.precision", sim.precision, {"fp32", "bf16"}));
@@ -1158,6 +1220,10 @@ Status Config::validateAggregation() const {
   if (!(a.norm_bound == 0 || (a.norm_bound >= 1 && std::isfinite(a.norm_bound)))) {
     return bad("aggregation.norm_bound",
                "must be 0 (off) or a finite multiple >= 1 of the median norm");
+  }
+  if (a.norm_window == 0) return bad("aggregation.norm_window", "must be at least 1 round");
+  if (!(a.norm_growth >= 1 && std::isfinite(a.norm_growth))) {
+    return bad("aggregation.norm_growth", "must be a finite factor >= 1");
   }
   if (!(a.weight_cap == 0 || (a.weight_cap >= 1 && std::isfinite(a.weight_cap)))) {
     return bad("aggregation.weight_cap",

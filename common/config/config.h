@@ -61,8 +61,17 @@ struct CoordinatorSection {
                                         // grants; 0: unbounded)
   double upload_idle_s = 30;            // with upload credits: a granted upload silent this
                                         // long loses its credit (rejected; 0: never)
-  uint32_t max_message_mib = 512;       // largest frame a client may send; a bigger one closes
-                                        // its connection (logged and counted)
+  uint32_t max_message_mib = 0;  // largest frame a client may send (1-256); a bigger one closes
+                                 // its connection (logged and counted). 0: the largest frame an
+                                 // honest client of this config sends (clientFrameLimitBytes)
+  // Connections before they authenticate (common/transport/connection_admission.h): at most
+  // this many at once (random early drop from half of it), this many from one address, each
+  // given this long for its handshake (and twice that for its first message); and at most this
+  // many connections of one key.
+  uint32_t max_unauthenticated = 256;
+  uint32_t max_unauthenticated_per_host = 64;
+  double handshake_timeout_s = 5;
+  uint32_t max_connections_per_key = 4;
   uint64_t max_samples_per_update = 1000000;  // the most samples an update may claim when its
                                               // partition's size is unknown (0: no bound, only
                                               // with partition sizes known)
@@ -100,9 +109,17 @@ struct AggregationSection {
   double tau = 1e-3;
   uint32_t buffer_mib = 256;  // median, trimmed_mean: updates kept in memory; beyond: a
                               // temporary file
-  double norm_bound = 5;      // an update's L2 norm above this x the round's median norm is
+  double norm_bound = 5;      // an update's L2 norm above this x the reference norm is
                               // clipped or rejected (0: off)
   std::string norm_bound_action = "clip";  // clip, reject
+  // The reference norm: the lower median of the last norm_window rounds' median norms, growing
+  // by at most norm_growth a round (engine/norm_reference.h).
+  uint32_t norm_window = 5;
+  double norm_growth = 2;
+  // A client the norm bound flagged (clipped or rejected) in quarantine_after of its rounds in a
+  // row is not sampled for quarantine_rounds rounds (either 0: off).
+  uint32_t quarantine_after = 2;
+  uint32_t quarantine_rounds = 10;
   double weight_cap = 10;                  // no update weighs more than this x the round's median
                                            // sample count (0: off)
 };
@@ -112,6 +129,11 @@ struct LimitsSection {
   uint32_t events_per_client_round = 20;  // event rows per client and round; then one row
                                           // "events_left_out" with the count
   double max_loss = 1e6;                  // a summary's losses must lie in [0, max_loss]
+  // Event rows per client in time: this many at once, then one every events_every_s seconds
+  // (the engine's rows, and the coordinator's own rows about a key, each within such a budget;
+  // either 0: none in time).
+  double events_burst = 30;
+  double events_every_s = 10;
 };
 
 // Which clients a round samples (engine/selector.h).
@@ -246,6 +268,12 @@ struct SimSection {
   // Systems heterogeneity as in FedProx's experiments: this fraction of the tasks (drawn per
   // client and round) are stragglers that manage only a random 1..E-1 of the E local epochs.
   double stragglers = 0;
+  // Testing and benchmarks only: this fraction of the virtual clients (the first
+  // round(attackers x clients) of them) attack, every time they upload, as sim.attack says:
+  // "constant:V" (V everywhere), "scaled:F" (their honest update x F), "signflip:F" (x -F), or
+  // "inside_bound" (a constant update of norm just inside the coordinator's norm bound).
+  double attackers = 0;
+  std::string attack = "constant:1e20";
   std::string straggler_mode = "partial";  // partial: they send that work; drop: they never
                                            // report (late at the deadline), as FedAvg drops them
   // Where virtual clients train and the server evaluates: cpu, or cuda (the first GPU; start-up
@@ -412,6 +440,14 @@ struct Config {
     return f == "idx" || f == "csv" || f == "tensors" || f == "image-folder";
   }
   std::string allowDir() const;
+  // The largest frame an honest client of this config sends: a chunk of coordinator.chunk_kib
+  // with its codec header and message around it, or a secure-aggregation message for
+  // secagg.neighbours, whichever is larger.
+  uint64_t honestClientFrameBytes() const;
+  // The coordinator's frame limit, in bytes: coordinator.max_message_mib, or when it is 0
+  // honestClientFrameBytes() rounded up to a whole MiB. The transport refuses a larger frame at
+  // its header and the wire decoder is given the same limit.
+  uint64_t clientFrameLimitBytes() const;
 
   nlohmann::json toJson() const;
   // Every "section.key" with its default value's type, in order.

@@ -16,14 +16,17 @@
 
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/transport/transport.h"
 
@@ -167,33 +170,217 @@ bool isValidClientId(std::string_view id) {
 
 namespace {
 
-// kPermissionDenied when `path` has any of the `forbidden` mode bits, naming the fix.
-Status checkMode(const std::string& path, const char* what, mode_t forbidden, const char* fix) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return notFound(std::string(what) + " " + path + " not found");
-    return ioError("cannot stat " + path + ": " + errnoText(errno));
+// Symbolic links followed at most while checking one key path (Linux's MAXSYMLINKS).
+constexpr int kMaxSymlinks = 40;
+
+bool trustedOwner(uid_t uid) { return uid == 0 || uid == ::geteuid(); }
+
+std::string modeText(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, (mode & 07000) != 0 ? "%04o" : "%03o",
+                static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+const char* nameOf(KeyPathKind kind) {
+  switch (kind) {
+    case KeyPathKind::kSecretKeyFile:
+      return "secret key file";
+    case KeyPathKind::kAllowListDir:
+      return "allow-list directory";
+    case KeyPathKind::kAllowedKeyFile:
+      return "allow-list key file";
   }
+  return "key path";
+}
+
+Status notTrustedOwner(const std::string& what, const std::string& path, uid_t uid) {
+  return permissionDenied(what + " " + path + " is owned by uid " + std::to_string(uid) +
+                          ": only root or uid " + std::to_string(::geteuid()) +
+                          " (the user this runs as) may own it; fix with `chown " +
+                          std::to_string(::geteuid()) + " " + path + "`");
+}
+
+// A directory that `target`'s path passes through. `holds_keys`: it holds the key files
+// themselves, which the sticky bit does not make safe (others could still add names to it).
+Status checkDirectoryOnPath(const std::string& dir, const struct stat& st,
+                            const std::string& target, const char* what, bool holds_keys) {
+  if (!S_ISDIR(st.st_mode)) {
+    return invalidArgument(std::string(what) + " " + target + ": " + dir +
+                           " on its path is not a directory");
+  }
+  if (!trustedOwner(st.st_uid)) {
+    return notTrustedOwner("directory", dir, st.st_uid)
+        .withContext(std::string("the path to ") + what + " " + target);
+  }
+  if ((st.st_mode & 022) == 0) return Status::ok();
+  if (!holds_keys && (st.st_mode & S_ISVTX) != 0) return Status::ok();
+  return permissionDenied(std::string("directory ") + dir + " on the path to " + what + " " +
+                          target + " has mode " + modeText(st.st_mode) +
+                          ": others could rename or replace what it holds; fix with `chmod go-w " +
+                          dir + "`");
+}
+
+// The final file of a key path, by its kind's rule.
+Status checkKeyFileItself(const std::string& path, const struct stat& st, KeyPathKind kind) {
+  const char* what = nameOf(kind);
+  if (kind == KeyPathKind::kAllowListDir) {
+    if (!S_ISDIR(st.st_mode)) {
+      return invalidArgument("allow-list path " + path + " is not a directory");
+    }
+  } else if (!S_ISREG(st.st_mode)) {
+    return invalidArgument(std::string(what) + " " + path + " is not a regular file");
+  }
+  if (!trustedOwner(st.st_uid)) return notTrustedOwner(what, path, st.st_uid);
+  const mode_t forbidden = kind == KeyPathKind::kSecretKeyFile ? 077 : 022;
   if ((st.st_mode & forbidden) == 0) return Status::ok();
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
-  return permissionDenied(std::string(what) + " " + path + " has mode " + mode + ": others could " +
-                          ((forbidden & 044) != 0 ? "read or replace it" : "add keys to it") +
-                          "; fix with `chmod " + fix + " " + path + "`");
+  const char* risk = kind == KeyPathKind::kSecretKeyFile  ? "read or replace it"
+                     : kind == KeyPathKind::kAllowListDir ? "add keys to it"
+                                                          : "replace the key it holds";
+  const char* fix = kind == KeyPathKind::kSecretKeyFile ? "600" : "go-w";
+  return permissionDenied(std::string(what) + " " + path + " has mode " + modeText(st.st_mode) +
+                          ": others could " + risk + "; fix with `chmod " + fix + " " + path + "`");
+}
+
+void pushComponents(std::string_view path, std::deque<std::string>* pending) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view part = path.substr(start, end - start);
+    if (!part.empty() && part != ".") parts.emplace_back(part);
+    start = end + 1;
+  }
+  pending->insert(pending->begin(), parts.begin(), parts.end());
+}
+
+std::string joinPath(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
 }
 
 }  // namespace
 
+std::string FileIdentity::toString() const {
+  return std::to_string(device) + ":" + std::to_string(inode);
+}
+
+Result<FileIdentity> identityOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return notFound(path + " not found");
+    return ioError("cannot stat " + path + ": " + errnoText(errno));
+  }
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+Result<FileIdentity> checkKeyPath(const std::string& path, KeyPathKind kind) {
+  const char* what = nameOf(kind);
+  if (path.empty()) return invalidArgument(std::string(what) + ": empty path");
+  std::deque<std::string> pending;
+  pushComponents(path, &pending);
+  if (path.front() != '/') {
+    std::error_code ec;
+    const fs::path cwd = fs::current_path(ec);
+    if (ec) return ioError("cannot read the working directory: " + ec.message());
+    pushComponents(cwd.string(), &pending);
+  }
+  auto lstatOf = [&](const std::string& p, struct stat* st) -> Status {
+    if (::lstat(p.c_str(), st) == 0) return Status::ok();
+    if (errno == ENOENT) {
+      return notFound(std::string(what) + " " + path + " not found" +
+                      (p == path ? "" : " (" + p + " does not exist)"));
+    }
+    return ioError("cannot stat " + p + " (on the path to " + path + "): " + errnoText(errno));
+  };
+  // Resolved components so far: every one a checked directory.
+  std::vector<std::string> resolved;
+  struct stat st;
+  FEDFLEET_RETURN_IF_ERROR(lstatOf("/", &st));
+  FEDFLEET_RETURN_IF_ERROR(checkDirectoryOnPath("/", st, path, what, /*holds_keys=*/false));
+  int links = 0;
+  std::string final_path = "/";
+  while (!pending.empty()) {
+    const std::string part = std::move(pending.front());
+    pending.pop_front();
+    if (part == "..") {
+      if (!resolved.empty()) resolved.pop_back();
+      final_path = joinPath(resolved);
+      continue;
+    }
+    std::vector<std::string> next_parts = resolved;
+    next_parts.push_back(part);
+    const std::string next = joinPath(next_parts);
+    FEDFLEET_RETURN_IF_ERROR(lstatOf(next, &st));
+    if (S_ISLNK(st.st_mode)) {
+      if (++links > kMaxSymlinks) {
+        return invalidArgument(std::string(what) + " " + path + ": more than " +
+                               std::to_string(kMaxSymlinks) + " symbolic links on its path");
+      }
+      if (!trustedOwner(st.st_uid)) {
+        return notTrustedOwner("symbolic link", next, st.st_uid)
+            .withContext(std::string("the path to ") + what + " " + path);
+      }
+      std::string target(PATH_MAX, '\0');
+      const ssize_t n = ::readlink(next.c_str(), target.data(), target.size());
+      if (n < 0) return ioError("cannot read symbolic link " + next + ": " + errnoText(errno));
+      target.resize(static_cast<size_t>(n));
+      if (!target.empty() && target.front() == '/') resolved.clear();
+      pushComponents(target, &pending);
+      final_path = joinPath(resolved);
+      continue;
+    }
+    final_path = next;
+    if (pending.empty()) break;  // the file itself: checked below
+    FEDFLEET_RETURN_IF_ERROR(checkDirectoryOnPath(next, st, path, what, /*holds_keys=*/false));
+    resolved = std::move(next_parts);
+  }
+  // The file itself (stat again: the path may have ended in ".." or a link to a directory).
+  // Without links on the way the path as given names it best; with them, where it really is.
+  FEDFLEET_RETURN_IF_ERROR(lstatOf(final_path, &st));
+  FEDFLEET_RETURN_IF_ERROR(checkKeyFileItself(links == 0 ? path : final_path, st, kind));
+  if (kind == KeyPathKind::kSecretKeyFile) {
+    // The directory holding the secret key: no name in it may be added by others.
+    const std::string holder = fs::path(final_path).parent_path().string();
+    struct stat holder_st;
+    FEDFLEET_RETURN_IF_ERROR(lstatOf(holder, &holder_st));
+    FEDFLEET_RETURN_IF_ERROR(
+        checkDirectoryOnPath(holder, holder_st, path, what, /*holds_keys=*/true));
+  }
+  return FileIdentity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+Status checkAllowedKeyFile(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return notFound("allow-list key file " + path + " not found");
+    return ioError("cannot stat " + path + ": " + errnoText(errno));
+  }
+  if (S_ISLNK(st.st_mode)) return checkKeyPath(path, KeyPathKind::kAllowedKeyFile).status();
+  return checkKeyFileItself(path, st, KeyPathKind::kAllowedKeyFile);
+}
+
 Status checkSecretKeyFile(const std::string& path) {
-  return checkMode(path, "secret key file", 077, "600");
+  return checkKeyPath(path, KeyPathKind::kSecretKeyFile).status();
 }
 
 Status checkAllowListDir(const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
-    return invalidArgument("allow-list path " + dir + " is not a directory");
+  return checkKeyPath(dir, KeyPathKind::kAllowListDir).status();
+}
+
+const char* allowListEventName(AuthEvent::Kind kind) {
+  switch (kind) {
+    case AuthEvent::kAllowListReplaced:
+      return "allow_list_replaced";
+    case AuthEvent::kAllowListRefused:
+      return "allow_list_refused";
+    case AuthEvent::kAllowListRestored:
+      return "allow_list_restored";
+    default:
+      return nullptr;
   }
-  return checkMode(dir, "allow-list directory", 022, "go-w");
 }
 
 Result<std::string> publicKeyOf(const std::string& secret_key) {

@@ -47,6 +47,8 @@ Result<std::unique_ptr<PeerMesh>> PeerMesh::create(const PeerMeshOptions& option
   server.max_message_bytes = options.max_message_bytes + 1;  // the kind byte
   server.receive_hwm = std::max(2, options.receive_hwm);
   server.io_threads = options.io_threads;
+  server.admission = options.admission;
+  server.handshake_timeout_ms = options.handshake_timeout_ms;
   FEDFLEET_ASSIGN_OR_RETURN(std::unique_ptr<ServerTransport> transport, createServer(server));
   return std::unique_ptr<PeerMesh>(new PeerMesh(options, std::move(transport)));
 }
@@ -130,10 +132,17 @@ Result<std::vector<PeerEvent>> PeerMesh::poll(int timeout_ms) {
     if (peers_set_ && now >= next_heartbeat_) sendHeartbeats(now);
     checkLiveness(now, events);
     for (AuthEvent& refused : server_->takeAuthEvents()) {
-      spdlog::warn("peer {}: refused a connection from {} (key {}): {}", options_.self_id,
-                   refused.peer_address, refused.public_key, refused.reason);
+      if (allowListEventName(refused.kind) != nullptr) {
+        // The allow-list directory replaced, refused or passing again (logged by the handler).
+        spdlog::warn("peer {}: {}: {}", options_.self_id, allowListEventName(refused.kind),
+                     refused.reason);
+      } else {
+        spdlog::warn("peer {}: refused a connection from {} (key {}): {}", options_.self_id,
+                     refused.peer_address, refused.public_key, refused.reason);
+      }
       if (auth_events_.size() < kMaxAuthEvents) auth_events_.push_back(std::move(refused));
     }
+    noteRefusals(now);
     if (!events.empty() || now >= deadline) return events;
 
     Clock::time_point wake = deadline;
@@ -176,8 +185,32 @@ void PeerMesh::accept(Envelope envelope, std::vector<PeerEvent>& events) {
   PeerEvent event;
   event.kind = PeerEvent::kMessage;
   event.peer = sender;
-  event.payload = envelope.payload.substr(1);
+  event.payload = std::string(envelope.payload.view().substr(1));
   events.push_back(std::move(event));
+}
+
+void PeerMesh::noteRefusals(Clock::time_point now) {
+  server_->takeClosedConnections();  // the mesh goes by heartbeats, not by connections
+  for (const ConnectionRefusals& r : server_->takeRefusals()) {
+    refused_ += r.count;
+    refused_since_log_[refusalCauseName(r.cause)] += r.count;
+    if (refused_hosts_.size() < 8) refused_hosts_.insert(r.host);
+  }
+  // One warning a minute at most, however many connections a flood opens.
+  if (refused_since_log_.empty() || now - refusals_logged_at_ < kRefusalLogInterval) return;
+  std::string causes;
+  uint64_t total = 0;
+  for (const auto& [cause, n] : refused_since_log_) {
+    causes += (causes.empty() ? "" : ", ") + std::to_string(n) + " " + cause;
+    total += n;
+  }
+  std::string hosts;
+  for (const std::string& h : refused_hosts_) hosts += (hosts.empty() ? "" : ", ") + h;
+  spdlog::warn("peer {}: closed {} connection(s) by its connection limits ({}), from {}",
+               options_.self_id, total, causes, hosts);
+  refused_since_log_.clear();
+  refused_hosts_.clear();
+  refusals_logged_at_ = now;
 }
 
 void PeerMesh::sendHeartbeats(Clock::time_point now) {

@@ -22,7 +22,11 @@
 // Bounds: data over max_message_bytes is refused by send() (kResourceExhausted) and dropped by
 // the receiver (ZeroMQ closes the connection of a frame over the socket limit); at most
 // send_hwm messages wait per target (send() then fails at once with kResourceExhausted rather
-// than blocking the caller's loop), and at most receive_hwm per sender.
+// than blocking the caller's loop), and at most receive_hwm per sender. Connections to the
+// ROUTER are bounded before they authenticate, in number, per address and in time, and per key
+// after (`admission`, `handshake_timeout_ms`; as the coordinator's, docs/ARCHITECTURE.md,
+// "Connections"); what they close is counted (connectionsRefused()) and logged at most once a
+// minute.
 //
 // Threading: a PeerMesh belongs to the thread that created it; every call must come from it.
 // It includes no ZeroMQ header.
@@ -62,6 +66,12 @@ struct PeerMeshOptions {
   int send_hwm = 64;                // data messages queued per target
   int receive_hwm = 1000;           // messages queued per sender
   int io_threads = 1;
+  // Connections to this peer's ROUTER before they authenticate, and per key: the coordinator's
+  // limits (common/transport/connection_admission.h), scaled to a mesh, where each peer holds
+  // one connection to each other peer and sends a heartbeat at once.
+  AdmissionOptions admission{
+      .max_unauthenticated = 64, .max_unauthenticated_per_host = 16, .max_connections_per_key = 2};
+  int handshake_timeout_ms = 5000;  // ZMQ_HANDSHAKE_IVL
 };
 
 // What poll() reports.
@@ -77,7 +87,8 @@ class PeerMesh {
  public:
   // Binds the listening ROUTER. kInvalidArgument for options that cannot work (bad id, bad
   // keys, heartbeat timeout not above the interval, ...); the transport's errors for a bad
-  // endpoint, an unreadable allow-list or a port in use.
+  // endpoint, an unreadable allow-list, an allow-list whose path others may change
+  // (kPermissionDenied, as checkAllowListDir) or a port in use.
   static Result<std::unique_ptr<PeerMesh>> create(const PeerMeshOptions& options);
   ~PeerMesh();
 
@@ -115,8 +126,13 @@ class PeerMesh {
   // Frames dropped: unknown sender, bad kind, over the size limit (including those ZeroMQ
   // refused).
   uint64_t framesDropped() const;
-  // Refusals of keys not in the allow-list since the last call (ZAP).
+  // Refusals of keys not in the allow-list since the last call (ZAP), and what happened to the
+  // allow-list directory: replaced, its path refused (the last list that passed stays in
+  // force) or passing again (AuthEvent::kAllowList*; the directory's path is checked as
+  // checkAllowListDir checks it at every read).
   std::vector<AuthEvent> takeAuthEvents();
+  // Connections the ROUTER closed by its connection limits, in all.
+  uint64_t connectionsRefused() const { return refused_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -130,6 +146,8 @@ class PeerMesh {
 
   void sendHeartbeats(Clock::time_point now);
   void checkLiveness(Clock::time_point now, std::vector<PeerEvent>& events);
+  // Counts the connections the ROUTER closed by a limit; logs them at most once a minute.
+  void noteRefusals(Clock::time_point now);
   // Handles one received frame; appends a kMessage event for data.
   void accept(Envelope envelope, std::vector<PeerEvent>& events);
 
@@ -145,6 +163,11 @@ class PeerMesh {
   uint64_t dropped_ = 0;
   static constexpr size_t kMaxAuthEvents = 1024;
   std::vector<AuthEvent> auth_events_;  // refusals seen by poll(), kept for takeAuthEvents()
+  static constexpr std::chrono::seconds kRefusalLogInterval{60};
+  uint64_t refused_ = 0;
+  std::map<std::string, uint64_t> refused_since_log_;  // by cause name, since the last warning
+  std::set<std::string> refused_hosts_;                // a few of their hosts
+  Clock::time_point refusals_logged_at_{};
 };
 
 }  // namespace fedfleet::transport

@@ -22,9 +22,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
+#include "common/transport/connection_admission.h"
 
 namespace fedfleet::transport {
 
@@ -59,10 +61,15 @@ bool isValidClientId(std::string_view id);
 // \xNN.
 std::string printableRoutingId(const std::string& id);
 
-// Start-up checks of the files that decide who may connect. kPermissionDenied, naming the path
-// and the chmod that fixes it, when a secret key file may be read or written by group or
-// others, or when the allow-list directory may be written by them (anyone who can add a file
-// there can admit a key of their choice). kNotFound when missing.
+// Start-up checks of the files that decide who may connect, as OpenSSH's StrictModes checks a
+// user's keys: every directory from the file up to / must be owned by root or the user this
+// process runs as and writable by no one else (a sticky directory such as /tmp is accepted above
+// the key directory only), every symbolic link on the way owned by them too; the secret key file
+// must be a regular file of theirs that group and others may not read or write, the allow-list
+// directory one of theirs that group and others may not write (anyone who can add a file there,
+// or rename a directory above it, can admit a key of their choice). kPermissionDenied naming the
+// path at fault and the chown or chmod that fixes it; kNotFound when missing; kInvalidArgument
+// when a path is not a file (directory) where one is expected.
 Status checkSecretKeyFile(const std::string& path);
 Status checkAllowListDir(const std::string& dir);
 
@@ -72,15 +79,27 @@ struct ServerOptions {
   KeyPair server_keys;                            // required unless insecure
   std::string
       allow_dir;  // directory of allowed client public keys (*.key); required unless insecure
-  uint64_t max_message_bytes = 512ull << 20;  // ZMQ_MAXMSGSIZE
-  int heartbeat_ivl_ms = 1000;                // ZMQ_HEARTBEAT_IVL
-  int heartbeat_timeout_ms = 5000;            // ZMQ_HEARTBEAT_TIMEOUT
-  int io_threads = 2;                         // CURVE runs on ZeroMQ's I/O threads
+  // The largest payload a peer may send. ZMQ_MAXMSGSIZE is set from it, so libzmq refuses a
+  // bigger frame at its header, before it buffers any of it, and closes the connection.
+  uint64_t max_message_bytes = 512ull << 20;
+  int heartbeat_ivl_ms = 1000;      // ZMQ_HEARTBEAT_IVL
+  int heartbeat_timeout_ms = 5000;  // ZMQ_HEARTBEAT_TIMEOUT
+  int io_threads = 2;               // CURVE runs on ZeroMQ's I/O threads
   // ZMQ_RCVHWM: messages queued per peer before ZeroMQ stops reading that peer's connection
   // (backpressure, nothing is dropped). While a peer's queue stays full its ZMTP heartbeats are
   // not read either: the server must read at least one message of it per heartbeat_timeout_ms,
   // or the connection times out. 0: no limit; 1 is refused (libzmq 4.3 stalls with it).
   int receive_hwm = 10000;
+  // Connections before they authenticate, and per key (common/transport/connection_admission.h).
+  AdmissionOptions admission;
+  // ZMQ_HANDSHAKE_IVL: libzmq closes a connection whose ZMTP handshake (CURVE and the ZAP check
+  // included) has not completed this long after it was accepted. 0: no limit.
+  int handshake_timeout_ms = 5000;
+  // A connection that has delivered no message this long after it was accepted is closed
+  // (honest peers send one at once). 0: twice handshake_timeout_ms; negative: no limit.
+  int first_message_timeout_ms = 0;
+  // Seeds the random early drop; 0: a seed from std::random_device.
+  uint64_t admission_seed = 0;
 };
 
 struct ClientOptions {
@@ -103,12 +122,48 @@ struct ClientOptions {
   int send_hwm = 10000;
 };
 
+// Bytes a transport received, held without a copy: the received ZeroMQ message's own buffer
+// (or a string's, for bytes made in-process). Read-only; copies share the buffer, which lives
+// as long as the last of them.
+class MessageBytes {
+ public:
+  MessageBytes() = default;
+  // Takes `bytes` (no copy of its characters).
+  MessageBytes(std::string bytes);  // NOLINT(google-explicit-constructor): tests compare strings
+  // `size` bytes at `data`, kept alive by `owner`.
+  MessageBytes(std::shared_ptr<const void> owner, const char* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  char operator[](size_t i) const { return data_[i]; }
+  std::string_view view() const { return {data_, size_}; }
+  operator std::string_view() const { return view(); }  // NOLINT(google-explicit-constructor)
+  // A copy of the bytes.
+  std::string str() const { return std::string(data_, size_); }
+
+  friend bool operator==(const MessageBytes& a, std::string_view b) { return a.view() == b; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const char* data_ = "";
+  size_t size_ = 0;
+};
+
+inline MessageBytes::MessageBytes(std::string bytes) {
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  data_ = owned->data();
+  size_ = owned->size();
+  owner_ = std::move(owned);
+}
+
 // A message received by the server.
 struct Envelope {
   std::string peer;       // ZeroMQ routing id of the sender connection (an address, no identity)
   std::string user_id;    // CURVE public key (Z85) the ZAP handler authenticated; empty if insecure
   std::string client_id;  // the client id the allow-list gives that key; empty if insecure
-  std::string payload;
+  MessageBytes payload;   // ZeroMQ's buffer: decode it in place
 };
 
 // A connection refused by the ZAP handler.
@@ -130,25 +185,49 @@ struct AuthEvent {
   // allow-list; kHandshakeFailed: the ZMTP handshake itself failed before any key was
   // checked (a plain-text client at a CURVE server or the other way round, a client holding
   // another coordinator public key, bytes that are not ZMTP).
-  enum Kind { kRefused, kRevoked, kHandshakeFailed };
+  // The allow-list directory itself (common/transport/zap_authenticator.h): kAllowListReplaced,
+  // its path names another directory, which passed the checks and was read;
+  // kAllowListRefused, its path fails the checks of checkAllowListDir (the last list that
+  // passed stays in force); kAllowListRestored, it passes them again.
+  enum Kind {
+    kRefused,
+    kRevoked,
+    kHandshakeFailed,
+    kAllowListReplaced,
+    kAllowListRefused,
+    kAllowListRestored
+  };
   Kind kind = kRefused;
   // Remote address: the IP address as ZAP reports it (kRefused), "ip:port" of the connection
   // (kHandshakeFailed; "an address not known" when the connection was gone before it could be
-  // read), empty for kRevoked.
+  // read), empty for the others.
   std::string peer_address;
   std::string public_key;  // Z85 public key that was refused or left the allow-list
   std::string client_id;   // kRevoked: the id the key had
   std::string reason;
 };
 
+// The events-table kind of an allow-list event ("allow_list_replaced", "allow_list_refused",
+// "allow_list_restored"); nullptr for the other kinds.
+const char* allowListEventName(AuthEvent::Kind kind);
+
 // A connection that ended. `peer` is its routing id (empty when it never sent a message).
 struct ConnectionClosed {
   std::string peer;
-  std::string address;  // remote address
-  // "by_server" (disconnect()), "peer_closed" (the peer closed or its heartbeats stopped), or
-  // "unread_input": ZeroMQ dropped it with bytes still unread, which is what a frame over the
-  // size limit (or a broken ZMTP stream) does.
+  std::string address;  // remote address ("an address not known" when it could not be read)
+  // "by_server" (disconnect()), "refused" (closed by a limit: ConnectionRefusals says which),
+  // "peer_closed" (the peer closed or its heartbeats stopped), or "unread_input": ZeroMQ
+  // dropped it with bytes still unread, which is what a frame over the size limit (or a broken
+  // ZMTP stream) does.
   std::string cause;
+};
+
+// Connections the server closed by a limit of ServerOptions::admission or a timeout, counted
+// by source host and cause since the last takeRefusals().
+struct ConnectionRefusals {
+  std::string host;  // address without its port; "other hosts" past the hosts tracked
+  RefusalCause cause = RefusalCause::kUnauthenticatedLimit;
+  uint64_t count = 0;
 };
 
 class ServerTransport {
@@ -188,6 +267,11 @@ class ServerTransport {
   // ZeroMQ dropped with unread input are counted in framesRefused()).
   virtual std::vector<ConnectionClosed> takeClosedConnections() = 0;
   virtual uint64_t framesRefused() const = 0;
+
+  // Returns and clears the connections closed by a limit since the last call (at most 256
+  // hosts named; the rest counted under "other hosts"). Nothing is logged per connection: the
+  // caller aggregates.
+  virtual std::vector<ConnectionRefusals> takeRefusals() = 0;
 
   // Re-reads the allow-list soon (SIGHUP). Safe from a signal handler. No-op when insecure.
   virtual void reloadAllowList() = 0;

@@ -61,9 +61,8 @@ Result<AllowList> loadAllowList(const std::string& dir, std::set<std::string>* w
       skip(path, "the file name is not a client id (1-128 characters of [A-Za-z0-9._@-])");
       continue;
     }
-    struct stat st;
-    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 022) != 0) {
-      skip(path, "group or others may write it; chmod go-w " + path.string());
+    if (Status trusted = checkAllowedKeyFile(path.string()); !trusted.isOk()) {
+      skip(path, trusted.message());
       continue;
     }
     Result<std::string> key = readPublicKeyFile(path.string());
@@ -88,6 +87,8 @@ Result<AllowList> loadAllowList(const std::string& dir, std::set<std::string>* w
 
 Result<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::start(zmq::context_t& context,
                                                                   const std::string& allow_dir) {
+  FEDFLEET_ASSIGN_OR_RETURN(FileIdentity dir_id,
+                            checkKeyPath(allow_dir, KeyPathKind::kAllowListDir));
   std::set<std::string> warned;
   FEDFLEET_ASSIGN_OR_RETURN(AllowList allowed, loadAllowList(allow_dir, &warned));
   if (allowed.empty()) {
@@ -104,34 +105,40 @@ Result<std::unique_ptr<ZapAuthenticator>> ZapAuthenticator::start(zmq::context_t
     return unavailable(std::string("cannot bind ZAP handler at ") + kZapEndpoint + ": " + e.what());
   }
   std::unique_ptr<ZapAuthenticator> zap(
-      new ZapAuthenticator(std::move(socket), allow_dir, std::move(allowed)));
+      new ZapAuthenticator(std::move(socket), allow_dir, dir_id, std::move(allowed)));
   zap->warned_files_ = std::move(warned);
   zap->watch();
   zap->thread_ = std::thread([raw = zap.get()] { raw->run(); });
   return zap;
 }
 
-ZapAuthenticator::ZapAuthenticator(zmq::socket_t socket, std::string allow_dir, AllowList allowed)
-    : allow_dir_(std::move(allow_dir)), socket_(std::move(socket)), allowed_(std::move(allowed)) {
+ZapAuthenticator::ZapAuthenticator(zmq::socket_t socket, std::string allow_dir,
+                                   FileIdentity allow_dir_id, AllowList allowed)
+    : allow_dir_(std::move(allow_dir)),
+      socket_(std::move(socket)),
+      allowed_(std::move(allowed)),
+      allow_dir_id_(allow_dir_id) {
   last_read_ = std::chrono::steady_clock::now();
   std::error_code ec;
   allow_dir_mtime_ = fs::last_write_time(allow_dir_, ec);
 }
 
 void ZapAuthenticator::watch() {
-  inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (inotify_fd_ < 0) {
-    spdlog::warn("allow-list: inotify unavailable ({}); re-reading {} every {} ms",
-                 std::strerror(errno), allow_dir_, kRereadAfter.count());
-    return;
+    inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (inotify_fd_ < 0) {
+      spdlog::warn("allow-list: inotify unavailable ({}); re-reading {} every {} ms",
+                   std::strerror(errno), allow_dir_, kRereadAfter.count());
+      return;
+    }
   }
+  if (watch_id_ >= 0) ::inotify_rm_watch(inotify_fd_, watch_id_);  // the replaced directory's
   const uint32_t mask = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE |
                         IN_ATTRIB | IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF;
-  if (::inotify_add_watch(inotify_fd_, allow_dir_.c_str(), mask) < 0) {
+  watch_id_ = ::inotify_add_watch(inotify_fd_, allow_dir_.c_str(), mask);
+  if (watch_id_ < 0) {
     spdlog::warn("allow-list: cannot watch {} ({}); re-reading it every {} ms", allow_dir_,
                  std::strerror(errno), kRereadAfter.count());
-    ::close(inotify_fd_);
-    inotify_fd_ = -1;
   }
 }
 
@@ -143,16 +150,62 @@ void ZapAuthenticator::drainWatch() {
   changed_at_ = std::chrono::steady_clock::now();
 }
 
+void ZapAuthenticator::refusePath(const Status& why) {
+  // What the path names now, for the report: a directory put in the place of the one read.
+  Result<FileIdentity> seen = identityOf(allow_dir_);
+  const bool replaced = seen.isOk() && *seen != allow_dir_id_;
+  std::string state = why.message();
+  if (replaced) {
+    state.push_back('\n');
+    state += seen->toString();
+  }
+  if (state == path_refused_) return;  // said already
+  path_refused_ = state;
+  AuthEvent e;
+  e.kind = AuthEvent::kAllowListRefused;
+  e.reason = (replaced ? "allow-list directory " + allow_dir_ +
+                             " is another directory now (inode " + allow_dir_id_.toString() +
+                             " -> " + seen->toString() + "), and its path fails the check: "
+                       : std::string()) +
+             why.message() + "; its keys are not read: the last list that passed (" +
+             std::to_string(allowed_.size()) +
+             " keys) stays in force, no key is added or revoked, until the path passes again";
+  recordEvent(std::move(e));
+}
+
 void ZapAuthenticator::reread() {
   last_read_ = std::chrono::steady_clock::now();
   std::error_code ec;
   allow_dir_mtime_ = fs::last_write_time(allow_dir_, ec);
   change_pending_ = false;
+  // StrictModes first: what a directory someone else can change holds is not read at all.
+  Result<FileIdentity> checked = checkKeyPath(allow_dir_, KeyPathKind::kAllowListDir);
+  if (!checked.isOk()) return refusePath(checked.status());
+  const bool replaced = *checked != allow_dir_id_;
   Result<AllowList> fresh = loadAllowList(allow_dir_, &warned_files_);
   if (!fresh.isOk()) {
     // Keep the last good list: a directory briefly unreadable must not lock everyone out.
     spdlog::warn("allow-list: {}", fresh.status().toString());
     return;
+  }
+  if (replaced) {
+    AuthEvent e;
+    e.kind = AuthEvent::kAllowListReplaced;
+    e.reason = "allow-list directory " + allow_dir_ + " is another directory now (inode " +
+               allow_dir_id_.toString() + " -> " + checked->toString() +
+               "): its path passed the checks and its " + std::to_string(fresh->size()) +
+               " keys replace the " + std::to_string(allowed_.size()) + " read before";
+    recordEvent(std::move(e));
+    allow_dir_id_ = *checked;
+    watch();
+  }
+  if (!path_refused_.empty()) {
+    AuthEvent e;
+    e.kind = AuthEvent::kAllowListRestored;
+    e.reason = "allow-list directory " + allow_dir_ + " passes its path checks again; its " +
+               std::to_string(fresh->size()) + " keys are in force";
+    recordEvent(std::move(e));
+    path_refused_.clear();
   }
   for (const auto& [key, id] : allowed_) {
     auto now_id = fresh->find(key);
@@ -175,7 +228,7 @@ void ZapAuthenticator::reread() {
 ZapAuthenticator::~ZapAuthenticator() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
-  if (inotify_fd_ >= 0) ::close(inotify_fd_);
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);  // its watches with it
 }
 
 std::vector<AuthEvent> ZapAuthenticator::takeEvents() {
@@ -187,7 +240,12 @@ std::vector<AuthEvent> ZapAuthenticator::takeEvents() {
 }
 
 void ZapAuthenticator::recordEvent(AuthEvent event) {
-  if (event.kind == AuthEvent::kRevoked) {
+  if (event.kind == AuthEvent::kAllowListRefused) {
+    spdlog::error("allow-list: {}", event.reason);
+  } else if (event.kind == AuthEvent::kAllowListReplaced ||
+             event.kind == AuthEvent::kAllowListRestored) {
+    spdlog::warn("allow-list: {}", event.reason);
+  } else if (event.kind == AuthEvent::kRevoked) {
     spdlog::warn("revoked client {} (key {}): {}", event.client_id, event.public_key, event.reason);
   } else {
     spdlog::warn("refused connection from {} (key {}): {}", event.peer_address,

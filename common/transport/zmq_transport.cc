@@ -16,6 +16,17 @@
 // the frame header, refuses it and closes). The duplicate stays open up to kSettle after
 // ZeroMQ's report, so that the rest of a refused frame has time to arrive and show. Messages carry
 // their connection's descriptor (ZMQ_SRCFD), which ties a routing id to its connection.
+// Descriptors are reused as soon as ZeroMQ closes them, and the reports are read later than
+// they happen, so a duplicate is trusted only once verified (drainMonitor says how), and a
+// routing id is tied to a connection only once (notePeer).
+//
+// Limits before authentication (connection_admission.h): a connection that has not delivered a
+// message is unauthenticated. Each newly verified connection is checked against the admission
+// limits (count, random early drop, per source address, the descriptor reserve) and shut down
+// at once if refused; libzmq closes one whose handshake outlasts ZMQ_HANDSHAKE_IVL; the server
+// closes one that delivers nothing within first_message_timeout_ms, and the oldest of a key's
+// connections past max_connections_per_key. Each is counted by host and cause for
+// takeRefusals(), never logged one by one.
 //
 // A message with an attachment leaves the server as [routing id][payload][piece]..[piece]: the
 // attachment cut into frames of at most kAttachmentPieceBytes (one empty frame for an empty
@@ -27,7 +38,10 @@
 // Sizes: ZMQ_MAXMSGSIZE applies to the frames on the wire, which under CURVE carry
 // kCurveOverheadBytes more than the payload. The socket limit therefore gets that slack, and
 // receive() drops (with a warning) any payload over max_message_bytes; a frame over the socket
-// limit makes libzmq drop the connection (the peer reconnects).
+// limit makes libzmq drop the connection (the peer reconnects) when it reads the frame's header,
+// before it buffers any of it (handshake commands included: the limit holds before
+// authentication too). A received payload stays in ZeroMQ's buffer (MessageBytes), so a frame
+// is held once, not copied again.
 //
 // Shutdown order (destructor): close the data socket (linger 0), shut the context down (so the
 // ZAP thread wakes with ETERM), join the ZAP thread, terminate the context.
@@ -53,12 +67,16 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
 
 #include "common/check.h"
+#include "common/transport/descriptor_limit.h"
 #include "common/transport/key_files.h"
 #include "common/transport/transport.h"
 #include "common/transport/zap_authenticator.h"
@@ -193,7 +211,11 @@ class ZmqServerTransport final : public ServerTransport {
   explicit ZmqServerTransport(const ServerOptions& options)
       : context_(std::max(1, options.io_threads)),
         insecure_(options.insecure),
-        max_message_bytes_(options.max_message_bytes) {}
+        max_message_bytes_(options.max_message_bytes),
+        handshake_timeout_(std::max(0, options.handshake_timeout_ms)),
+        first_message_timeout_(firstMessageTimeout(options)),
+        admission_(options.admission,
+                   options.admission_seed != 0 ? options.admission_seed : randomSeed()) {}
 
   ~ZmqServerTransport() override {
     monitor_.close();
@@ -220,6 +242,7 @@ class ZmqServerTransport final : public ServerTransport {
       socket_.set(zmq::sockopt::sndtimeo, kSendTimeoutMs);
       socket_.set(zmq::sockopt::maxmsgsize,
                   socketSizeLimit(options.max_message_bytes, !options.insecure));
+      socket_.set(zmq::sockopt::handshake_ivl, static_cast<int>(handshake_timeout_.count()));
       setHeartbeats(socket_, options.heartbeat_ivl_ms, options.heartbeat_timeout_ms);
       if (!insecure_) {
         socket_.set(zmq::sockopt::curve_server, 1);
@@ -244,6 +267,9 @@ class ZmqServerTransport final : public ServerTransport {
     try {
       monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
       monitor_.set(zmq::sockopt::linger, 0);
+      // libzmq's I/O threads send the reports with a blocking send: a bounded queue would stall
+      // every connection while the loop is busy (a flood reports three events a connection).
+      monitor_.set(zmq::sockopt::rcvhwm, 0);
       monitor_.connect(monitor_endpoint);
     } catch (const zmq::error_t& e) {
       return internalError(std::string("socket monitor: ") + e.what());
@@ -276,11 +302,12 @@ class ZmqServerTransport final : public ServerTransport {
       return std::optional<Envelope>();
     }
     zmq::message_t& id = frames->parts[0];
-    zmq::message_t& payload = frames->parts[1];
     Envelope env;
     env.peer.assign(id.data<char>(), id.size());
-    if (const char* user_id = zmq_msg_gets(payload.handle(), "User-Id")) env.user_id = user_id;
-    if (const char* client = zmq_msg_gets(payload.handle(), kClientIdProperty)) {
+    // The payload stays in ZeroMQ's buffer: the Envelope holds the message, no second copy.
+    auto payload = std::make_shared<zmq::message_t>(std::move(frames->parts[1]));
+    if (const char* user_id = zmq_msg_gets(payload->handle(), "User-Id")) env.user_id = user_id;
+    if (const char* client = zmq_msg_gets(payload->handle(), kClientIdProperty)) {
       env.client_id = client;
     }
     if (!insecure_ && (env.user_id.empty() || env.client_id.empty())) {
@@ -288,14 +315,16 @@ class ZmqServerTransport final : public ServerTransport {
                     printableRoutingId(env.peer));
       return std::optional<Envelope>();
     }
-    notePeer(env.peer, zmq_msg_get(payload.handle(), ZMQ_SRCFD));
-    if (payload.size() > max_message_bytes_) {
-      spdlog::warn("server: dropped a {}-byte message from {} (limit {} bytes)", payload.size(),
+    notePeer(env.peer, env.user_id, zmq_msg_get(payload->handle(), ZMQ_SRCFD));
+    if (payload->size() > max_message_bytes_) {
+      spdlog::warn("server: dropped a {}-byte message from {} (limit {} bytes)", payload->size(),
                    printableRoutingId(env.peer), max_message_bytes_);
       ++frames_refused_;
       return std::optional<Envelope>();
     }
-    env.payload.assign(payload.data<char>(), payload.size());
+    const char* data = payload->data<char>();
+    const size_t size = payload->size();
+    env.payload = MessageBytes(std::shared_ptr<const void>(std::move(payload)), data, size);
     return std::optional<Envelope>(std::move(env));
   }
 
@@ -344,7 +373,7 @@ class ZmqServerTransport final : public ServerTransport {
     if (!c->second.closing) {
       // A moment's grace first, so that what was just sent to it (an Error, a Bye) goes out.
       c->second.closing = true;
-      c->second.shutdown_at = std::chrono::steady_clock::now() + kDisconnectGrace;
+      c->second.shutdown_at = Clock::now() + kDisconnectGrace;
     }
     return Status::ok();
   }
@@ -356,58 +385,147 @@ class ZmqServerTransport final : public ServerTransport {
 
   uint64_t framesRefused() const override { return frames_refused_; }
 
+  std::vector<ConnectionRefusals> takeRefusals() override {
+    housekeeping();
+    std::vector<ConnectionRefusals> out;
+    out.reserve(refusals_.size());
+    for (const auto& [key, count] : refusals_) out.push_back({key.first, key.second, count});
+    refusals_.clear();
+    refusal_hosts_.clear();
+    return out;
+  }
+
   void reloadAllowList() override {
     if (zap_) zap_->reload();
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kDisconnectGrace{200};
   static constexpr std::chrono::milliseconds kSettle{250};
+  // How often the descriptors in use are counted (/proc/self/fd); between counts each
+  // accepted connection adds two.
+  static constexpr std::chrono::milliseconds kDescriptorRecount{100};
+  static constexpr size_t kMaxRefusalHosts = 256;
+  static constexpr size_t kMaxClosedReports = 4096;
+  static constexpr const char* kUnknownAddress = "an address not known";
+
   struct Connection {
     int dup_fd = -1;
-    std::string address;
-    std::string peer;      // routing id, once a message came
-    bool closing = false;  // disconnect() asked for it
-    bool shut = false;     // our duplicate is shut down
-    bool gone = false;     // ZeroMQ reported it disconnected
-    std::chrono::steady_clock::time_point gone_at{};
-    std::chrono::steady_clock::time_point shutdown_at{};
+    uint64_t order = 0;      // accept order: lower is older
+    std::string address;     // "ip:port" (kUnknownAddress until verified)
+    std::string host;        // the address without its port
+    std::string peer;        // routing id, once a message came
+    std::string key;         // CURVE key (User-Id) of its messages; empty when insecure
+    bool verified = false;   // the duplicate is known to be this connection's (drainMonitor)
+    bool admitted = false;   // checked by the admission limits and kept
+    bool delivered = false;  // a message came: it authenticated
+    bool counted = false;    // in unauthenticated_ / unauthenticated_by_host_
+    std::optional<RefusalCause> refused;  // closed by a limit
+    bool closing = false;                 // disconnect() asked for it
+    bool shut = false;                    // our duplicate is shut down
+    bool gone = false;                    // ZeroMQ reported it disconnected
+    Clock::time_point accepted_at{};
+    Clock::time_point gone_at{};
+    Clock::time_point shutdown_at{};
   };
 
-  static std::string addressOf(int fd) {
+  static std::chrono::milliseconds firstMessageTimeout(const ServerOptions& options) {
+    if (options.first_message_timeout_ms < 0) return std::chrono::milliseconds(0);
+    if (options.first_message_timeout_ms > 0) {
+      return std::chrono::milliseconds(options.first_message_timeout_ms);
+    }
+    return std::chrono::milliseconds(2 * int64_t{std::max(0, options.handshake_timeout_ms)});
+  }
+
+  static uint64_t randomSeed() {
+    std::random_device device;
+    return (uint64_t{device()} << 32) ^ device();
+  }
+
+  // "ip:port" and "ip" of the connection of `fd` ("[v6]:port" and "[v6]").
+  static std::pair<std::string, std::string> addressOf(int fd) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return {kUnknownAddress, kUnknownAddress};
+    }
     char host[INET6_ADDRSTRLEN] = "?";
-    uint16_t port = 0;
     if (addr.ss_family == AF_INET) {
       auto* a = reinterpret_cast<sockaddr_in*>(&addr);
       ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-      port = ntohs(a->sin_port);
-      return std::string(host) + ":" + std::to_string(port);
+      return {std::string(host) + ":" + std::to_string(ntohs(a->sin_port)), host};
     }
     if (addr.ss_family == AF_INET6) {
       auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
       ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-      port = ntohs(a->sin6_port);
-      return "[" + std::string(host) + "]:" + std::to_string(port);
+      const std::string bracketed = "[" + std::string(host) + "]";
+      return {bracketed + ":" + std::to_string(ntohs(a->sin6_port)), bracketed};
     }
-    return "local";
+    return {"local", "local"};
   }
 
-  // Ties `peer` to the connection of descriptor `fd` (from ZMQ_SRCFD; -1 when unknown).
-  void notePeer(const std::string& peer, int fd) {
+  // Ties `peer` (with CURVE key `key`) to the connection of descriptor `fd` (from ZMQ_SRCFD;
+  // -1 when unknown); its first message marks the connection authenticated.
+  //
+  // The descriptor names the connection libzmq read the message from, but the message may be
+  // read here after that connection closed and its descriptor went to a newer one (a routing id
+  // never changes during a connection's life). So a routing id is tied to a connection only
+  // when the connection has none yet; a different routing id on a connection that has one is
+  // a message of an earlier connection of that descriptor and ties nothing.
+  void notePeer(const std::string& peer, const std::string& key, int fd) {
     if (fd < 0) return;
     auto c = connections_.find(fd);
-    if (c == connections_.end()) {
-      drainMonitor();  // the ACCEPTED report may still be queued
+    if (c == connections_.end() || !c->second.verified) {
+      // The ACCEPTED report may still be queued. The connection delivered a message: it is
+      // past the limits of unauthenticated connections.
+      delivering_fd_ = fd;
+      drainMonitor();
+      delivering_fd_ = -1;
       c = connections_.find(fd);
-      if (c == connections_.end()) return;
+      if (c == connections_.end() || !c->second.verified) return;
     }
-    if (c->second.peer == peer) return;
-    if (!c->second.peer.empty()) fd_of_peer_.erase(c->second.peer);
-    c->second.peer = peer;
+    Connection& conn = c->second;
+    if (conn.peer == peer) return;
+    if (!conn.peer.empty()) return;  // an earlier connection's message (see above)
+    if (auto p = fd_of_peer_.find(peer); p != fd_of_peer_.end() && p->second != fd) {
+      // A routing id a peer chose again (plain text) on a new connection: the old one must be
+      // gone, else ZeroMQ would have ignored the new one.
+      auto old = connections_.find(p->second);
+      if (old != connections_.end() && !old->second.gone) {
+        drainMonitor();
+        old = connections_.find(p->second);
+      }
+      if (old != connections_.end() && !old->second.gone) return;
+      fd_of_peer_.erase(p);
+    }
+    conn.peer = peer;
+    conn.key = key;
     fd_of_peer_[peer] = fd;
+    if (!conn.delivered) {
+      conn.delivered = true;
+      uncount(conn);
+      if (!conn.refused) limitPerKey(fd, conn);
+    }
+  }
+
+  // Past max_connections_per_key connections of the key of `newest` (which just authenticated):
+  // closes the oldest of them.
+  void limitPerKey(int newest_fd, const Connection& newest) {
+    const uint32_t cap = admission_.options().max_connections_per_key;
+    if (cap == 0 || newest.key.empty()) return;
+    std::vector<std::pair<uint64_t, int>> same;  // (order, fd) of the key's open connections
+    for (const auto& [fd, c] : connections_) {
+      if (c.key == newest.key && c.delivered && !c.gone && !c.closing && !c.refused) {
+        same.push_back({c.order, fd});
+      }
+    }
+    if (same.size() <= cap) return;
+    std::sort(same.begin(), same.end());
+    for (size_t i = 0; i + cap < same.size(); ++i) {
+      if (same[i].second == newest_fd) continue;
+      refuse(connections_.at(same[i].second), RefusalCause::kPerKeyLimit);
+    }
   }
 
   // Waits up to `timeout_ms` (< 0: no limit) for a message on the socket, taking connection
@@ -417,32 +535,33 @@ class ZmqServerTransport final : public ServerTransport {
   // connection, and with it the report of the refused frame. True when a message is there,
   // or when the poll failed (receiveFrames then says why).
   bool waitForMessage(int timeout_ms) {
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+    const auto until = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
     while (true) {
       zmq_pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                  {monitor_ ? monitor_.handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       int wait = -1;
       if (timeout_ms >= 0) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            until - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
         wait = static_cast<int>(std::max<int64_t>(left.count(), 0));
       }
+      // Time limits fall due while nothing arrives: wake for them too.
+      if (unauthenticated_ > 0) wait = wait < 0 ? 100 : std::min(wait, 100);
       const int rc = zmq_poll(items, monitor_ ? 2 : 1, wait);
       if (rc < 0) return true;
       if (items[0].revents & ZMQ_POLLIN) return true;
-      if (monitor_ && (items[1].revents & ZMQ_POLLIN)) {
-        drainMonitor();
-        if (wait != 0) continue;
-      }
-      return false;
+      if (monitor_ && (items[1].revents & ZMQ_POLLIN)) drainMonitor();
+      enforceTimeLimits();
+      if (timeout_ms >= 0 && Clock::now() >= until) return false;
+      if (wait == 0) return false;
     }
   }
 
   void housekeeping() {
     drainMonitor();
+    enforceTimeLimits();
     settleClosed();
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     for (auto& [fd, c] : connections_) {
       if (c.closing && !c.shut && !c.gone && now >= c.shutdown_at) {
         ::shutdown(c.dup_fd, SHUT_RDWR);
@@ -451,10 +570,31 @@ class ZmqServerTransport final : public ServerTransport {
     }
   }
 
+  // Reads the monitor's reports up to the last one queued.
+  //
+  // Descriptors are reused: ZeroMQ reports a connection's DISCONNECTED before it closes the
+  // descriptor, and the next connection accepted may get the same number at once. And libzmq
+  // 4.3 reports ACCEPTED only after it has handed the connection to an I/O thread, which may
+  // have found it broken, reported DISCONNECTED and closed it first. What does hold, per
+  // descriptor: the two reports of one connection come before any report of the next one on
+  // that descriptor (its close comes before the next accept, its ACCEPTED before the listener
+  // accepts again). So a DISCONNECTED(fd) with no open connection of fd is the next
+  // connection's, which ended before its ACCEPTED (nothing is duplicated for it then). And a
+  // report of ACCEPTED(fd) read late may find fd closed, or another connection's: a duplicate
+  // is known to be right once the queue was read empty after it was taken without a
+  // DISCONNECTED(fd) in between (that report comes before the close, so the close had not
+  // happened when the duplicate was taken); until then it is unverified, and a connection
+  // whose DISCONNECTED comes first is closed without reading anything from the duplicate
+  // (address not known). Connections are checked against the admission limits only once
+  // verified.
   void drainMonitor() {
+    bool emptied = false;
     while (monitor_) {
       zmq::message_t event;
-      if (zmq_msg_recv(event.handle(), monitor_.handle(), ZMQ_DONTWAIT) < 0) break;
+      if (zmq_msg_recv(event.handle(), monitor_.handle(), ZMQ_DONTWAIT) < 0) {
+        emptied = zmq_errno() == EAGAIN;
+        break;
+      }
       const bool more = event.more();
       if (more) {  // the event's second frame: the endpoint
         zmq::message_t endpoint;
@@ -466,14 +606,7 @@ class ZmqServerTransport final : public ServerTransport {
       std::memcpy(&id, event.data(), 2);
       std::memcpy(&fd, event.data<char>() + 2, 4);
       if (id == ZMQ_EVENT_ACCEPTED) {
-        if (auto old = connections_.find(fd); old != connections_.end()) {
-          closeConnection(old, causeOf(old->second));  // ZeroMQ reuses the descriptor
-        }
-        Connection c;
-        c.dup_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        if (c.dup_fd < 0) continue;
-        c.address = addressOf(c.dup_fd);
-        connections_.emplace(fd, std::move(c));
+        onAccepted(fd);
       } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                  id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
         // The value is the protocol error (or errno), not a descriptor: the connection is the
@@ -483,25 +616,208 @@ class ZmqServerTransport final : public ServerTransport {
         }
         unattributed_failures_.push_back(handshakeFailure(id, static_cast<uint32_t>(fd)));
       } else if (id == ZMQ_EVENT_DISCONNECTED) {
-        auto c = connections_.find(fd);
-        if (!unattributed_failures_.empty() &&
-            (c == connections_.end() || c->second.peer.empty())) {
-          AuthEvent e;
-          e.kind = AuthEvent::kHandshakeFailed;
-          e.peer_address = c == connections_.end() ? "an address not known" : c->second.address;
-          e.reason = std::move(unattributed_failures_.front());
-          unattributed_failures_.erase(unattributed_failures_.begin());
-          if (handshake_failures_.size() < kMaxHandshakeReports) {
-            handshake_failures_.push_back(std::move(e));
-          }
-        }
-        if (c == connections_.end() || c->second.gone) continue;
-        // ZeroMQ is done with it; keep the duplicate a moment to see whether the peer was still
-        // sending (a refused frame's bytes keep arriving), then say why it ended.
-        c->second.gone = true;
-        c->second.gone_at = std::chrono::steady_clock::now();
+        onDisconnected(fd);
       }
     }
+    if (!emptied) return;
+    for (int fd : unverified_) {
+      auto c = connections_.find(fd);
+      if (c != connections_.end() && !c->second.gone) c->second.verified = true;
+    }
+    unverified_.clear();
+    admitVerified();
+  }
+
+  void onAccepted(int fd) {
+    if (auto old = connections_.find(fd); old != connections_.end()) {
+      // Its DISCONNECTED came before (ZeroMQ reports it before closing the descriptor).
+      closeConnection(
+          old, old->second.verified && old->second.gone ? causeOf(old->second) : "peer_closed");
+    }
+    // Ended before it was reported accepted: fd is closed, or already another connection's.
+    if (ended_before_accept_.erase(fd) > 0) return;
+    Connection c;
+    c.dup_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (c.dup_fd < 0) {
+      untracked_.insert(fd);
+      // Out of descriptors (the reserve should prevent it): this connection cannot be watched
+      // or closed here; ZeroMQ's handshake timeout still applies.
+      if (!dup_failure_logged_) {
+        spdlog::warn(
+            "server: cannot duplicate an accepted connection's descriptor ({}); it is "
+            "not tracked",
+            std::strerror(errno));
+        dup_failure_logged_ = true;
+      }
+      return;
+    }
+    c.order = ++accepted_;
+    std::tie(c.address, c.host) = addressOf(c.dup_fd);
+    c.accepted_at = Clock::now();
+    connections_.emplace(fd, std::move(c));
+    unverified_.push_back(fd);
+    ++accepted_since_count_;
+  }
+
+  void onDisconnected(int fd) {
+    auto c = connections_.find(fd);
+    const bool tracked = c != connections_.end() && !c->second.gone;
+    std::optional<std::string> failure;
+    // A connection that completed its handshake (it had a message, or was closed for silence
+    // after the handshake timeout) had no failure reported.
+    const bool handshaken = tracked && (c->second.delivered ||
+                                        c->second.refused == RefusalCause::kSilentAfterHandshake);
+    if (!handshaken && !unattributed_failures_.empty()) {
+      failure = std::move(unattributed_failures_.front());
+      unattributed_failures_.erase(unattributed_failures_.begin());
+    }
+    if (!tracked) {
+      // Not the connection tracked under fd (none is, or it ended): an untracked one, or the
+      // next one, ended before its ACCEPTED report.
+      if (untracked_.erase(fd) == 0) ended_before_accept_.insert(fd);
+      if (failure) reportHandshakeFailure(kUnknownAddress, std::move(*failure));
+      return;
+    }
+    Connection& conn = c->second;
+    uncount(conn);
+    if (!conn.verified) {
+      // The duplicate may be another connection's (see drainMonitor): read nothing from it.
+      std::erase(unverified_, fd);
+      conn.address = conn.host = kUnknownAddress;
+      if (failure && !conn.refused) reportHandshakeFailure(kUnknownAddress, std::move(*failure));
+      closeConnection(c, conn.refused ? "refused" : conn.closing ? "by_server" : "peer_closed");
+      return;
+    }
+    if (!conn.delivered && !conn.refused && !conn.closing && handshake_timeout_.count() > 0 &&
+        Clock::now() - conn.accepted_at >= handshake_timeout_ - kTimerSlack && failure) {
+      // libzmq's handshake timer closed it (ZMQ_HANDSHAKE_IVL): a limit, not a refused key.
+      conn.refused = RefusalCause::kHandshakeTimeout;
+      countRefusal(conn.host, RefusalCause::kHandshakeTimeout);
+    } else if (failure && !conn.refused) {
+      reportHandshakeFailure(conn.address, std::move(*failure));
+    }
+    // ZeroMQ is done with it; keep the duplicate a moment to see whether the peer was still
+    // sending (a refused frame's bytes keep arriving), then say why it ended.
+    conn.gone = true;
+    conn.gone_at = Clock::now();
+  }
+
+  void reportHandshakeFailure(const std::string& address, std::string reason) {
+    if (handshake_failures_.size() >= kMaxHandshakeReports) return;
+    AuthEvent e;
+    e.kind = AuthEvent::kHandshakeFailed;
+    e.peer_address = address;
+    e.reason = std::move(reason);
+    handshake_failures_.push_back(std::move(e));
+  }
+
+  // Descriptors in use: counted at most every kDescriptorRecount, plus two for each connection
+  // accepted since (libzmq's and the duplicate).
+  uint64_t openDescriptors() {
+    const auto now = Clock::now();
+    if (now - descriptors_counted_at_ >= kDescriptorRecount) {
+      if (auto n = countOpenDescriptors()) {
+        open_descriptors_ = *n;
+        descriptors_counted_at_ = now;
+        accepted_since_count_ = 0;
+        const uint64_t soft = descriptorLimit().soft;
+        descriptor_limit_ = soft == UINT64_MAX ? 0 : soft;
+      }
+    }
+    return open_descriptors_ + 2 * accepted_since_count_;
+  }
+
+  // Checks the connections verified since the last call, oldest first, against the admission
+  // limits; refused ones are shut down at once.
+  void admitVerified() {
+    std::vector<std::pair<uint64_t, int>> fresh;
+    for (const auto& [fd, c] : connections_) {
+      if (c.verified && !c.admitted && !c.gone && !c.refused) fresh.push_back({c.order, fd});
+    }
+    std::sort(fresh.begin(), fresh.end());
+    for (const auto& [order, fd] : fresh) {
+      Connection& c = connections_.at(fd);
+      c.admitted = true;
+      // A message came first: it authenticated.
+      if (c.delivered || c.closing || fd == delivering_fd_) continue;
+      const auto host = unauthenticated_by_host_.find(c.host);
+      const uint64_t from_host = host == unauthenticated_by_host_.end() ? 0 : host->second;
+      if (auto cause =
+              admission_.admit(unauthenticated_, from_host, openDescriptors(), descriptor_limit_)) {
+        refuse(c, *cause);
+        continue;
+      }
+      count(c);
+    }
+  }
+
+  // Closes unauthenticated connections past their time, and the oldest ones while the
+  // descriptors in use are within the reserve.
+  void enforceTimeLimits() {
+    if (unauthenticated_ == 0) return;
+    const auto now = Clock::now();
+    if (first_message_timeout_.count() > 0) {
+      for (auto& [fd, c] : connections_) {
+        if (c.counted && now - c.accepted_at >= first_message_timeout_) {
+          refuse(c, RefusalCause::kSilentAfterHandshake);
+        }
+      }
+    }
+    if (descriptor_limit_ == 0 || !admission_.overReserve(openDescriptors(), descriptor_limit_)) {
+      return;
+    }
+    // Each one closed frees two descriptors once ZeroMQ has closed its own.
+    const uint64_t low_water = descriptor_limit_ - admission_.reserveFor(descriptor_limit_);
+    uint64_t excess = openDescriptors() - low_water + 1;
+    std::vector<std::pair<uint64_t, int>> oldest;
+    for (const auto& [fd, c] : connections_) {
+      if (c.counted) oldest.push_back({c.order, fd});
+    }
+    std::sort(oldest.begin(), oldest.end());
+    for (const auto& [order, fd] : oldest) {
+      if (excess == 0) break;
+      refuse(connections_.at(fd), RefusalCause::kDescriptorReserve);
+      excess = excess > 2 ? excess - 2 : 0;
+    }
+  }
+
+  void count(Connection& c) {
+    if (c.counted) return;
+    c.counted = true;
+    ++unauthenticated_;
+    ++unauthenticated_by_host_[c.host];
+  }
+
+  void uncount(Connection& c) {
+    if (!c.counted) return;
+    c.counted = false;
+    --unauthenticated_;
+    auto h = unauthenticated_by_host_.find(c.host);
+    if (h != unauthenticated_by_host_.end() && --h->second == 0) unauthenticated_by_host_.erase(h);
+  }
+
+  // Closes `c` now for `cause` (ZeroMQ sees the peer hang up) and counts the refusal.
+  void refuse(Connection& c, RefusalCause cause) {
+    if (c.refused || c.gone) return;
+    uncount(c);
+    c.refused = cause;
+    if (!c.shut) {
+      ::shutdown(c.dup_fd, SHUT_RDWR);
+      c.shut = true;
+    }
+    countRefusal(c.host, cause);
+  }
+
+  void countRefusal(const std::string& host, RefusalCause cause) {
+    std::string key = host;
+    if (refusal_hosts_.count(host) == 0) {
+      if (refusal_hosts_.size() >= kMaxRefusalHosts) {
+        key = "other hosts";
+      } else {
+        refusal_hosts_.insert(host);
+      }
+    }
+    ++refusals_[{key, cause}];
   }
 
   // What a failed handshake means, for the operator.
@@ -535,8 +851,10 @@ class ZmqServerTransport final : public ServerTransport {
     }
   }
 
-  // Why a connection ZeroMQ closed ended (see the top of this file).
+  // Why a connection ZeroMQ closed ended (see the top of this file). Reads the duplicate, so
+  // only for a verified connection.
   std::string causeOf(const Connection& c) const {
+    if (c.refused) return "refused";
     if (c.closing) return "by_server";
     int unread = 0;
     const bool pending = ::ioctl(c.dup_fd, FIONREAD, &unread) == 0 && unread > 0;
@@ -544,9 +862,9 @@ class ZmqServerTransport final : public ServerTransport {
   }
 
   // Closes the connections ZeroMQ dropped, once their input had kSettle to show up (at once
-  // when some has).
+  // when some has, or when a limit closed them).
   void settleClosed() {
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = Clock::now();
     for (auto it = connections_.begin(); it != connections_.end();) {
       auto next = std::next(it);
       if (it->second.gone) {
@@ -561,6 +879,7 @@ class ZmqServerTransport final : public ServerTransport {
 
   void closeConnection(std::map<int, Connection>::iterator c, const std::string& cause) {
     Connection& conn = c->second;
+    uncount(conn);
     const std::string who = conn.peer.empty() ? "" : " (" + printableRoutingId(conn.peer) + ")";
     if (cause == "unread_input") {
       ++frames_refused_;
@@ -571,7 +890,12 @@ class ZmqServerTransport final : public ServerTransport {
     } else {
       spdlog::debug("server: connection from {}{} closed ({})", conn.address, who, cause);
     }
-    closed_.push_back({conn.peer, conn.address, cause});
+    // A connection refused before it sent anything concerns no caller (takeRefusals() counts
+    // it); the rest are kept for takeClosedConnections(), the latest kMaxClosedReports.
+    if (cause != "refused" || !conn.peer.empty()) {
+      if (closed_.size() >= kMaxClosedReports) closed_.erase(closed_.begin());
+      closed_.push_back({conn.peer, conn.address, cause});
+    }
     if (!conn.peer.empty()) {
       auto p = fd_of_peer_.find(conn.peer);
       if (p != fd_of_peer_.end() && p->second == c->first) fd_of_peer_.erase(p);
@@ -580,12 +904,40 @@ class ZmqServerTransport final : public ServerTransport {
     connections_.erase(c);
   }
 
+  // A timer firing a little early, or the accept reported a little late, still counts as the
+  // handshake timeout.
+  static constexpr std::chrono::milliseconds kTimerSlack{250};
+
+  // Constant after construction.
   zmq::context_t context_;
-  std::unique_ptr<ZapAuthenticator> zap_;  // null when insecure
-  zmq::socket_t monitor_;                  // ACCEPTED / DISCONNECTED reports of socket_
+  const bool insecure_;
+  const uint64_t max_message_bytes_;
+  const std::chrono::milliseconds handshake_timeout_;      // 0: none
+  const std::chrono::milliseconds first_message_timeout_;  // 0: none
+  std::unique_ptr<ZapAuthenticator> zap_;                  // null when insecure
+  std::string bound_endpoint_;
+
+  // Owned by the caller's thread.
+  zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // ACCEPTED / DISCONNECTED reports of socket_
+  ConnectionAdmission admission_;
   std::map<int, Connection> connections_;  // by libzmq's descriptor
+  std::vector<int> unverified_;            // descriptors duplicated since the queue was empty
+  std::set<int> ended_before_accept_;      // DISCONNECTED came first: skip their ACCEPTED
+  std::set<int> untracked_;                // ACCEPTED, but no duplicate could be made
   std::map<std::string, int> fd_of_peer_;  // routing id -> descriptor
+  uint64_t accepted_ = 0;
+  uint64_t unauthenticated_ = 0;  // verified, admitted, no message yet, not closing
+  std::map<std::string, uint64_t> unauthenticated_by_host_;
+  uint64_t open_descriptors_ = 0;
+  uint64_t accepted_since_count_ = 0;
+  uint64_t descriptor_limit_ = 0;  // soft RLIMIT_NOFILE; 0: unlimited or unknown
+  Clock::time_point descriptors_counted_at_{};
+  bool dup_failure_logged_ = false;
+  int delivering_fd_ = -1;  // notePeer's connection while it drains the monitor
   std::vector<ConnectionClosed> closed_;
+  std::map<std::pair<std::string, RefusalCause>, uint64_t> refusals_;  // since takeRefusals()
+  std::set<std::string> refusal_hosts_;
   // Failed handshakes: reported (why) and not yet matched to the connection they closed, and
   // matched ones waiting for takeAuthEvents(), at most kMaxHandshakeReports of them between
   // two calls (a flood is counted by the caller's aggregate, not stored).
@@ -593,10 +945,6 @@ class ZmqServerTransport final : public ServerTransport {
   std::vector<std::string> unattributed_failures_;
   std::vector<AuthEvent> handshake_failures_;
   uint64_t frames_refused_ = 0;
-  zmq::socket_t socket_;
-  const bool insecure_;
-  const uint64_t max_message_bytes_;
-  std::string bound_endpoint_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -170,7 +170,10 @@ struct SecAgg {
 
 struct Chunk {
   taskToken @0 :UInt64;
-  tensorIndex @1 :UInt32;
+  # Retired: the tensor the chunk starts in. Neither written nor read since the coordinator
+  # places a chunk by its offset alone, and a field nobody checks is one a client could fill
+  # with anything. The ordinal stays taken (never reuse it); older clients still send it.
+  retiredTensorIndex @1 :UInt32;
   offset @2 :UInt64;
   payload @3 :Data;
   last @4 :Bool;

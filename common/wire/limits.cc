@@ -24,6 +24,9 @@ bool isClientIdChar(unsigned char c) {
 
 bool isPrintableAscii(unsigned char c) { return c >= 0x20 && c <= 0x7e; }
 
+// Free text: anything but control characters, tab and newline excepted.
+bool isTextByte(unsigned char c) { return c == '\t' || c == '\n' || (c >= 0x20 && c != 0x7f); }
+
 bool isZ85Char(unsigned char c) {
   return kZ85Alphabet.find(static_cast<char>(c)) != kZ85Alphabet.npos;
 }
@@ -78,6 +81,14 @@ Status check(const Hello& m) {
     return invalidArgument("Hello.cores is " + std::to_string(m.cores) + ", limit " +
                            std::to_string(kMaxCores));
   }
+  if (m.memory_bytes > kMaxMemoryBytes) {
+    return invalidArgument("Hello.memory_bytes is " + std::to_string(m.memory_bytes) + ", limit " +
+                           std::to_string(kMaxMemoryBytes));
+  }
+  if (m.requested_partition < -1) {
+    return invalidArgument("Hello.requested_partition is " + std::to_string(m.requested_partition) +
+                           ", must be -1 (any) or >= 0");
+  }
   return Status::ok();
 }
 
@@ -85,14 +96,18 @@ Status check(const Bye& m) {
   if (m.reason.size() > kMaxReasonBytes) {
     return tooLong("Bye.reason", m.reason.size(), kMaxReasonBytes);
   }
-  return Status::ok();
+  return checkChars("Bye.reason", m.reason, isTextByte, "text (a control character)");
 }
 
 Status check(const Error& m) {
+  if (!isClientErrorCode(m.code)) {
+    return invalidArgument("Error.code " + std::to_string(static_cast<int>(m.code)) +
+                           " is not one a client sends (REJECTED or INTERNAL)");
+  }
   if (m.message.size() > kMaxReasonBytes) {
     return tooLong("Error.message", m.message.size(), kMaxReasonBytes);
   }
-  return Status::ok();
+  return checkChars("Error.message", m.message, isTextByte, "text (a control character)");
 }
 
 // No variable field a constant could bound (see limits.h).
@@ -107,8 +122,17 @@ Status check(const SecAgg& m) {
     return invalidArgument(std::string("SecAgg step ") + secAggStepName(m.step) +
                            " is not one a client sends");
   }
-  const size_t entries = m.adverts.size() + m.shares.size() + m.revealed.size() +
-                         m.request.survivors.size() + m.request.dropped.size();
+  if (!m.request.survivors.empty() || !m.request.dropped.empty()) {
+    return invalidArgument("SecAgg survivors and dropped are the coordinator's to send");
+  }
+  const bool advert = m.step == SecAggStep::kAdvert, shares = m.step == SecAggStep::kShares,
+             reveal = m.step == SecAggStep::kReveal;
+  if ((!advert && !m.adverts.empty()) || (!shares && !m.shares.empty()) ||
+      (!reveal && !m.revealed.empty())) {
+    return invalidArgument(std::string("SecAgg step ") + secAggStepName(m.step) +
+                           " carries a list of another step");
+  }
+  const size_t entries = m.adverts.size() + m.shares.size() + m.revealed.size();
   if (entries > kMaxSecAggEntries) {
     return invalidArgument("SecAgg has " + std::to_string(entries) + " entries, limit " +
                            std::to_string(kMaxSecAggEntries));
@@ -134,6 +158,10 @@ Status check(const SecAgg& m) {
 }
 
 }  // namespace
+
+bool isClientErrorCode(ErrorCode code) {
+  return code == ErrorCode::kRejected || code == ErrorCode::kInternal;
+}
 
 Status checkClientMessage(const Message& message) {
   return std::visit(

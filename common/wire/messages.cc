@@ -229,8 +229,7 @@ void fill(schema::Task::Builder b, const Task& m) {
 
 void fill(schema::Chunk::Builder b, const Chunk& m) {
   b.setTaskToken(m.task_token);
-  b.setTensorIndex(m.tensor_index);
-  b.setOffset(m.offset);
+  b.setOffset(m.offset);  // retiredTensorIndex is left 0 (fedfleet.capnp)
   if (canReference(m.payload)) {
     b.adoptPayload(referenceBlob(b, m.payload));
   } else {
@@ -484,8 +483,7 @@ Result<Message> read(schema::Task::Reader r) {
 Result<Message> read(schema::Chunk::Reader r) {
   Chunk m;
   m.task_token = r.getTaskToken();
-  m.tensor_index = r.getTensorIndex();
-  m.offset = r.getOffset();
+  m.offset = r.getOffset();  // retiredTensorIndex is not read: older clients still send it
   m.payload = toString(r.getPayload());
   m.last = r.getLast();
   m.elements = r.getElements();
@@ -510,6 +508,10 @@ Result<Message> read(schema::Summary::Reader r) {
     m.served_accuracy = r.getServedAccuracy();
     FEDFLEET_RETURN_IF_ERROR(
         readSha(r.getServedSha256(), "Summary: served sha256", &m.served_sha256));
+  } else if (r.getServedLoss() != 0 || r.getServedAccuracy() != 0 ||
+             r.getServedSha256().size() > 0) {
+    // encode() writes none of them then: figures no one would read are refused, not ignored.
+    return corrupt("Summary: served-model figures without served samples");
   }
   m.eval_samples = r.getEvalSamples();
   if (m.eval_samples > 0) {
@@ -532,8 +534,9 @@ Result<Message> read(schema::Summary::Reader r) {
       }
       m.eval_metrics.emplace_back(std::move(name), metric.getValue());
     }
-  } else if (r.hasEvalMetrics() && r.getEvalMetrics().size() > 0) {
-    return corrupt("Summary: evaluation metrics without evaluated samples");
+  } else if ((r.hasEvalMetrics() && r.getEvalMetrics().size() > 0) || r.getEvalLoss() != 0 ||
+             r.getEvalAccuracy() != 0 || r.getEvalNoAccuracy()) {
+    return corrupt("Summary: evaluation figures without evaluated samples");
   }
   return Message(std::move(m));
 }

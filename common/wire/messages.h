@@ -153,8 +153,8 @@ struct ServedModel {
 //     by the control-variate update Dc_k = c_k_new - c_k (P values, the same layout again),
 //     where c_k_new = c_k - c + (x_t - y) / (K eta_l) after K local steps of rate eta_l. The
 //     chunks cover [0, 2P): the delta's chunks as without SCAFFOLD, then the same ranges again
-//     shifted by P elements (and by T in tensor_index, for a model of T tensors), so no chunk
-//     holds values of both halves. Chunk and Summary steps are K, as for any update.
+//     shifted by P elements, so no chunk holds values of both halves. Chunk and Summary steps are
+//     K, as for any update.
 // Secure aggregation (SecAgg+, common/secagg/secagg_server.h) of a task's update: its client's
 // place in the round and what it must quantise by. `clients` = 0: the update goes in the clear.
 // With it, the update is (n_samples / weight_scale) x delta (FedNova: also / a_k), clipped to
@@ -227,10 +227,12 @@ struct Task {
 };
 
 // Client -> coordinator: one piece of the update. `offset` is the element offset of the first
-// value of `payload` in the flat parameter buffer; `tensor_index` is the tensor it starts in.
+// value of `payload` in the flat parameter buffer; it alone places the chunk. (The schema's
+// retired tensorIndex, the tensor a chunk starts in, is neither written nor read: nothing
+// checked it.) The coordinator checks every field against the task: docs/ERRORS.md, "Limits on
+// what a client sends".
 struct Chunk {
   uint64_t task_token = 0;
-  uint32_t tensor_index = 0;
   uint64_t offset = 0;
   std::string payload;  // encoded by the task's codec ("none": fp32 little endian)
   bool last = false;

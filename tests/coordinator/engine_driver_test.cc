@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "common/history/history.h"
 #include "tests/engine/round_engine_fixture.h"
@@ -189,6 +191,67 @@ TEST(EngineDriver, ARunWhoseEveryRoundFailedIsToldApartWithTheReasons) {
       << st.message();
   EXPECT_NE(st.message().find("the last update refused: a: "), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("fedfleet history --db h.db events"), std::string::npos);
+}
+
+// Through the driver into a history: client "a" sends 25 chunks naming unknown tokens in each
+// of 1,000 rounds of 0.1 s. The events table then holds, by any time t, at most 30 + t / 10
+// rows about it (events_left_out included): 39 by 99.9 s, and the run's end one more with the
+// count still owed. Every event is in a row or counted in one.
+TEST(EngineDriver, OneClientsRowsInTheHistoryStayWithinTheDocumentedRate) {
+  auto history = history::createMemoryHistory();
+  history::RunRecord run;
+  run.name = "storm";
+  const int64_t run_id = history->beginRun(run).value();
+  engine::EngineOptions o = baseOptions(1, 1, 1);
+  o.run_id = run_id;
+  o.rounds = 1000;
+  o.bye_on_finish = false;
+  engine::RoundEngine engine(o, {0, 0, 0});
+  RecordingPort port;
+  port.engine = &engine;
+  EngineDriver driver(*history, port, CheckpointKeep{3, false}, "s");
+  engine.start(0);
+  engine.onHello("a", hello("a"), 0);
+  ASSERT_TRUE(driver.carryOut(engine).isOk());
+  uint64_t bogus = 1;
+  for (int r = 0; r < 1000; ++r) {
+    const double t = r * 0.1;
+    ASSERT_EQ(port.tasks.size(), static_cast<size_t>(r + 1));
+    const uint64_t token = port.tasks.back().task.task_token;
+    for (int i = 0; i < 25; ++i) {
+      if (++bogus == token) ++bogus;
+      engine.onChunk("a", chunkOf(bogus, 0, {1, 1, 1}, true), 100, t);
+    }
+    engine.onChunk("a", chunkOf(token, 0, {0.01f, 0.01f, 0.01f}, true), 100, t);
+    wire::Summary s;
+    s.task_token = token;
+    s.n_samples = 10;
+    s.steps = 3;
+    s.mean_loss = 1;
+    engine.onSummary("a", s, 50, t);
+    ASSERT_TRUE(driver.carryOut(engine).isOk());
+  }
+  ASSERT_TRUE(driver.finished());
+  auto events = history->events(run_id);
+  ASSERT_TRUE(events.isOk());
+  std::vector<history::EventRecord> rows;
+  for (const auto& e : *events) {
+    if (e.client_id == "a") rows.push_back(e);
+  }
+  ASSERT_EQ(rows.size(), 40u);
+  uint64_t written = 0, counted = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i + 1 < rows.size()) {
+      EXPECT_LE(static_cast<double>(i + 1), 30 + rows[i].time / 10) << "row " << i;
+    }
+    if (rows[i].kind == "events_left_out") {
+      counted += std::stoull(rows[i].detail.substr(rows[i].detail.find(": ") + 2));
+    } else {
+      ++written;
+    }
+  }
+  EXPECT_EQ(rows.back().kind, "events_left_out");
+  EXPECT_EQ(written + counted, 25001u);  // client_joined and 25,000 unknown tokens
 }
 
 TEST(EngineDriver, TheFirstFailedWriteStopsEveryActionAfterItAndStaysTheAnswer) {

@@ -2,12 +2,23 @@
 // HTTP, and a clear error when the port is taken.
 #include "coordinator/metrics_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/integration/process.h"
 
@@ -164,6 +175,117 @@ TEST(MetricsServer, StopsPromptlyRightAfterStarting) {
         MetricsServer::start("127.0.0.1", static_cast<uint16_t>(testing::freeLoopbackPort()));
     ASSERT_TRUE(server.isOk()) << server.status().toString();
   }  // each destructor must return (a hang fails the test by its timeout)
+}
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// A connection to 127.0.0.1:`port` that sends `first` (half a request, or nothing) and stalls.
+int stalledConnection(int port, const std::string& first) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  if (!first.empty()) EXPECT_EQ(::send(fd, first.data(), first.size(), 0), ssize_t(first.size()));
+  return fd;
+}
+
+// Seconds until the server closes `fd` (reads return 0 or fail), or -1 after `limit_s`.
+double secondsUntilClosed(int fd, Clock::time_point since, double limit_s) {
+  while (secondsSince(since) < limit_s) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) > 0) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return secondsSince(since);
+    }
+  }
+  return -1;
+}
+
+// The half-requests of a slow or hostile scraper: a request line cut short, headers without
+// their end, and a connection that says nothing.
+std::string halfRequest(size_t i) {
+  switch (i % 3) {
+    case 0:
+      return "GET /metr";
+    case 1:
+      return "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    default:
+      return "";
+  }
+}
+
+// Seconds one scrape of /metrics by a fresh client takes; -1 when it fails.
+double timedScrape(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(10);
+  client.set_read_timeout(10);
+  const auto t0 = Clock::now();
+  auto res = client.Get("/metrics");
+  const double s = secondsSince(t0);
+  if (!res || res->status != 200 || res->body.find("fedfleet_round 4") == std::string::npos) {
+    return -1;
+  }
+  return s;
+}
+
+// Connections that send half a request and stall cannot hold a scrape: with one fewer than the
+// pool's workers stalled, scrapes are answered at once, and the server closes each stalled
+// connection after about its timeout.
+TEST(MetricsServer, StalledScrapersDoNotHoldAScrape) {
+  const int port = testing::freeLoopbackPort();
+  auto server = MetricsServer::start("127.0.0.1", static_cast<uint16_t>(port));
+  ASSERT_TRUE(server.isOk()) << server.status().toString();
+  (*server)->publish(exampleSnapshot());
+  const auto t0 = Clock::now();
+  std::vector<int> stalled;
+  for (size_t i = 0; i + 1 < kMetricsWorkers; ++i) {
+    stalled.push_back(stalledConnection(port, halfRequest(i)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // each taken by a worker
+  double slowest = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double s = timedScrape(port);
+    ASSERT_GE(s, 0) << "scrape " << i << " failed";
+    slowest = std::max(slowest, s);
+  }
+  std::printf("metrics: slowest of 3 scrapes beside %zu stalled connections: %.3f s\n",
+              stalled.size(), slowest);
+  EXPECT_LT(slowest, 1.0);
+  for (size_t i = 0; i < stalled.size(); ++i) {
+    const double closed = secondsUntilClosed(stalled[i], t0, 10);
+    EXPECT_GE(closed, 0.5 * kMetricsTimeoutSeconds) << "connection " << i;
+    EXPECT_LT(closed, 3.0 * kMetricsTimeoutSeconds + 1) << "connection " << i << " not closed";
+    ::close(stalled[i]);
+  }
+}
+
+// More stalled connections than workers: a scrape waits for the first of them to time out,
+// once per pool's worth of them, not for ever.
+TEST(MetricsServer, MoreStalledScrapersThanWorkersDelayAScrapeByTheirTimeoutOnly) {
+  const int port = testing::freeLoopbackPort();
+  auto server = MetricsServer::start("127.0.0.1", static_cast<uint16_t>(port));
+  ASSERT_TRUE(server.isOk()) << server.status().toString();
+  (*server)->publish(exampleSnapshot());
+  std::vector<int> stalled;
+  for (size_t i = 0; i < 2 * kMetricsWorkers; ++i) {
+    stalled.push_back(stalledConnection(port, halfRequest(i)));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double s = timedScrape(port);
+  std::printf("metrics: a scrape behind %zu stalled connections (%zu workers): %.3f s\n",
+              stalled.size(), kMetricsWorkers, s);
+  ASSERT_GE(s, 0);
+  // Two waves of stalled connections ahead of it, each closed after the timeout.
+  EXPECT_LT(s, 2.0 * kMetricsTimeoutSeconds + 1.5);
+  for (int fd : stalled) ::close(fd);
 }
 
 }  // namespace

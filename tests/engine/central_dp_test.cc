@@ -11,6 +11,7 @@
 
 #include "common/crypto/keyed_stream.h"
 #include "common/privacy/rdp_accountant.h"
+#include "engine/engine_state.h"
 #include "tests/engine/round_engine_fixture.h"
 
 namespace fedfleet::engine::engine_test {
@@ -232,7 +233,17 @@ TEST(CentralDp, TheStateKeepsClipAndStepsAcrossARestart) {
   EXPECT_EQ(
       *second.round.dp_clip, *[&] {
         CentralDp dp(o);
-        EXPECT_TRUE(dp.loadState(state.substr(state.size() - 16)).isOk());
+        // The privacy section: the sixth, after generator, selector, optimiser, control and
+        // partitions (this run has no blocks).
+        auto reader = EngineStateReader::open(state);
+        EXPECT_TRUE(reader.isOk());
+        for (const char* before : {"generator", "selector", "optimiser", "control", "partitions"}) {
+          EXPECT_TRUE(reader->section(before).isOk());
+        }
+        auto privacy = reader->section("privacy");
+        EXPECT_TRUE(privacy.isOk());
+        EXPECT_EQ(privacy->size(), 16u);
+        EXPECT_TRUE(dp.loadState(*privacy).isOk());
         return std::optional<double>(dp.clip());
       }());
 

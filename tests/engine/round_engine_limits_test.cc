@@ -345,6 +345,9 @@ TEST(RoundEngineRefusal, ANonFiniteStepLeavesTheServerMomentumAsItWas) {
   o.server_optimizer = ServerOptimizerKind::kFedAvgM;
   o.server_momentum = 0.5;
   o.server_lr = 1e30;
+  // Round 2's update is 5e9 times round 1's, which the norm bound (judged against the rounds
+  // before) would clip: off, so that the step is what refuses it.
+  o.norm_bound = 0;
   Fixture f(o, {0, 0, 0});
   f.engine->start(0);
   f.engine->onHello("a", hello("a"), 0);
@@ -503,6 +506,58 @@ TEST(RoundEngineLimits, EventRowsPerClientAndRoundAreCappedWithOneLeftOutRow) {
   EXPECT_EQ(left_out[0],
             "round 1: 8 more events of this client left out (limits.events_per_client_round = 3)");
   EXPECT_EQ(actionsOf<SendError>(f.log).size(), 10u);  // every client is still answered
+}
+
+// Rounds of 0.1 s for 100 s (virtual or not: the engine reads only the `now` it is given), and
+// in each client "a" sends 25 chunks naming unknown tokens before its update. The per-round cap
+// (20) alone let such a client write over 200 rows a second; with the budget in time (30 at
+// once, then one every 10 s) its rows by time t, events_left_out included, never exceed
+// 30 + t / 10: 39 by 99.9 s, its client_joined row among them. The run's end then writes the
+// count still owed, so that every event is either written or counted in a row. Every one is
+// still answered.
+TEST(RoundEngineLimits, OneClientsEventRowsAreHeldToTheBudgetInTimeHoweverFastTheRounds) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.rounds = 1000;
+  Fixture f(o);
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  uint64_t bogus = 1;
+  for (int r = 0; r < 1000; ++r) {
+    const double t = r * 0.1;
+    const auto tasks = actionsOf<SendTask>(f.take());
+    ASSERT_EQ(tasks.size(), 1u) << "round " << r + 1;
+    const uint64_t token = tasks[0].task.task_token;
+    for (int i = 0; i < 25; ++i) {
+      if (++bogus == token) ++bogus;
+      f.engine->onChunk("a", chunkOf(bogus, 0, {1, 1, 1}, true), 100, t);
+    }
+    f.upload("a", token, {0.01f, 0.01f, 0.01f}, 10, t);
+  }
+  f.take();
+  ASSERT_TRUE(f.engine->finished());
+  std::vector<double> times;
+  uint64_t left_out = 0, written = 0;
+  for (const auto& e : actionsOf<RecordEvent>(f.log)) {
+    if (e.event.client_id != "a") continue;
+    times.push_back(e.event.time);
+    if (e.event.kind == "events_left_out") {
+      left_out += std::stoull(e.event.detail.substr(e.event.detail.find(": ") + 2));
+    } else {
+      ++written;
+    }
+  }
+  ASSERT_EQ(times.size(), 40u);
+  for (size_t i = 0; i + 1 < times.size(); ++i) {
+    EXPECT_LE(static_cast<double>(i + 1), 30 + times[i] / 10) << "row " << i << " at " << times[i];
+  }
+  const auto rows = actionsOf<RecordEvent>(f.log);
+  auto last = rows.rbegin();
+  while (last != rows.rend() && last->event.client_id != "a") ++last;
+  ASSERT_NE(last, rows.rend());
+  EXPECT_EQ(last->event.kind, "events_left_out") << "the run's end writes the count still owed";
+  // 1 + 25,000 events: each written, or counted in an events_left_out row.
+  EXPECT_EQ(left_out + written, 25001u);
+  EXPECT_EQ(actionsOf<SendError>(f.log).size(), 25000u);
 }
 
 TEST(RoundEngineTokens, TokensDifferBetweenEnginesWhileTheHistoryIsTheSame) {

@@ -808,6 +808,37 @@ TEST(RoundEnginePolicies, AdaptiveStepsSizeWorkToTheMeasuredSpeed) {
   EXPECT_EQ(steps["b"], 8u);
 }
 
+// What a client says it holds is taken no further than what the engine knows: its partition's
+// size, else coordinator.max_samples_per_update (work sizing, its history row).
+TEST(RoundEnginePolicies, AClientsDataSizeIsBoundedByWhatTheEngineKnows) {
+  EngineOptions o = baseOptions(1, 1, 1);
+  o.partition_sizes.clear();  // its own files: sizes unknown
+  o.max_samples_per_update = 500;
+  Fixture f(o, {0, 0, 0});
+  f.engine->start(0);
+  wire::Hello big = hello("a");
+  big.data_size = 1000000000000ull;
+  f.engine->onHello("a", big, 0);
+  wire::Hello small = hello("b");
+  small.data_size = 42;
+  f.engine->onHello("b", small, 0);
+  std::map<std::string, uint64_t> sizes;
+  for (const auto& u : actionsOf<UpsertClient>(f.take())) {
+    sizes[u.client.client_id] = u.client.data_size;
+  }
+  EXPECT_EQ(sizes["a"], 500u);
+  EXPECT_EQ(sizes["b"], 42u);
+
+  EngineOptions known = baseOptions(1, 1, 1);
+  known.partition_sizes = {30, 30, 30, 30};
+  Fixture g(known, {0, 0, 0});
+  g.engine->start(0);
+  g.engine->onHello("a", big, 0);
+  auto rows = actionsOf<UpsertClient>(g.take());
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.back().client.data_size, 30u);
+}
+
 // ---- FedBuff ----
 
 TEST(RoundEngineAsync, BuffersKUpdatesWithStalenessWeights) {

@@ -59,6 +59,24 @@ TEST(UpdateAssembler, ChunksOutOfPlaceOrOfAnotherWeightAreRejectedWithTheReason)
             "chunk after the last chunk");
 }
 
+// `last` must say what the offsets say: a chunk that ends the update is the last, and no other.
+TEST(UpdateAssembler, TheLastFlagMustMarkTheChunkThatEndsTheUpdate) {
+  Assembly a{EngineOptions{}};
+  EXPECT_EQ(*a.assembler->addChunk(a.p, 1, chunkOf(1, 0, {1, 2}, true)),
+            "last chunk ends at 2 of the update's 4 values");
+  Assembly b{EngineOptions{}};
+  EXPECT_EQ(*b.assembler->addChunk(b.p, 1, chunkOf(1, 0, {1, 2, 3, 4}, false)),
+            "chunk not marked last ends at 4 of the update's 4 values");
+  Assembly c{EngineOptions{}};
+  EXPECT_FALSE(c.assembler->addChunk(c.p, 1, chunkOf(1, 0, {1, 2}, false)));
+  EXPECT_EQ(*c.assembler->addChunk(c.p, 1, chunkOf(1, 2, {3, 4}, false)),
+            "chunk not marked last ends at 4 of the update's 4 values");
+  // Masked chunks are placed by the same rule.
+  Assembly d{EngineOptions{}};
+  EXPECT_EQ(*d.assembler->addMaskedChunk(d.p, chunkOf(1, 0, {1, 2}, true)),
+            "last chunk ends at 2 of the update's 4 values");
+}
+
 TEST(UpdateAssembler, ClaimsAreBoundedByThePartitionAndThePlan) {
   EngineOptions o;
   o.partition_sizes = {5};
@@ -103,6 +121,33 @@ TEST(UpdateAssembler, ASummaryCompletesOnlyAWholeUpdateWithItsWeightAndSaneLosse
   wire::Summary lossy = s;
   lossy.mean_loss = 11;
   EXPECT_NE(a.assembler->checkSummary(a.p, lossy, checked, 120)->find("mean loss"),
+            std::string::npos);
+}
+
+// A served-model evaluation's sample count is bounded as a federated evaluation's is, and its
+// figures must be in range.
+TEST(UpdateAssembler, AServedModelReportIsBoundedLikeAnEvaluation) {
+  EngineOptions o;
+  o.max_loss = 10;
+  o.max_samples_per_update = 1000;
+  Assembly a{o, 2};
+  ASSERT_FALSE(a.assembler->addChunk(a.p, 1, chunkOf(1, 0, {1, 1}, true, 10, 3)));
+  wire::Summary s;
+  s.n_samples = 10;
+  s.steps = 3;
+  s.mean_loss = 1;
+  s.served_samples = 1000;
+  s.served_loss = 0.5;
+  s.served_accuracy = 0.75;
+  wire::Summary checked;
+  EXPECT_FALSE(a.assembler->checkSummary(a.p, s, checked, 0));
+  s.served_samples = 1001;
+  EXPECT_EQ(*a.assembler->checkSummary(a.p, s, checked, 0),
+            "summary's served-model evaluation claims 1001 held-out samples, more than "
+            "coordinator.max_samples_per_update = 1000");
+  s.served_samples = 5;
+  s.served_accuracy = 1.5;
+  EXPECT_NE(a.assembler->checkSummary(a.p, s, checked, 0)->find("is out of range"),
             std::string::npos);
 }
 

@@ -47,6 +47,8 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   bool started() const { return pid_ > 0; }
+  // The child's process id (-1 if it did not start): its /proc entry while it runs.
+  pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !exit_code_; }
   void kill(int sig) {
     if (pid_ > 0 && !exit_code_) ::kill(pid_, sig);

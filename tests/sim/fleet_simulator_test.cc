@@ -504,6 +504,52 @@ INSTANTIATE_TEST_SUITE_P(Methods, SimMethods,
 
 // FedProx's systems heterogeneity: stragglers in "drop" mode never report (late at the
 // deadline); in "partial" mode they send fewer epochs' steps than the others.
+// sim.attackers, sim.attack (docs/SIM.md): client v0 of 4 uploads 1e20 everywhere whenever it
+// is sampled. The norm bound clips it in rounds 1 and 2, it is then quarantined, and rounds 3
+// and 4 go on without it; every round counts. The quiet attack (a constant update just inside
+// the bound) is never flagged.
+TEST(FleetSimulator, AttackingClientsAreClippedThenQuarantined) {
+  auto job = [](const std::string& db, const std::string& attack) {
+    config::Config c = smallJob(db);
+    c.run.rounds = 4;
+    c.data.train_subset = 600;
+    c.data.test_subset = 500;
+    c.data.partition = "iid";
+    c.coordinator.clients_per_round = 4;
+    c.sim.clients = 4;
+    c.sim.attackers = 0.25;
+    c.sim.attack = attack;
+    return c;
+  };
+  const std::string db = tmpPath("sim_attack.db");
+  auto summary = runJob(job(db, "constant:1e20"));
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  EXPECT_EQ(summary->failed_rounds, 0u);
+  const History h = readHistory(db, summary->run_id);
+  std::map<std::string, std::vector<std::string>> events;  // kind -> clients
+  for (const auto& e : h.events) events[e.kind].push_back(e.client_id);
+  EXPECT_EQ(events["update_clipped"], (std::vector<std::string>{"v0", "v0"}));
+  EXPECT_EQ(events["client_quarantined"], (std::vector<std::string>{"v0"}));
+  std::map<uint32_t, std::set<std::string>> sampled;
+  for (const auto& u : h.updates) sampled[u.round].insert(u.client_id);
+  EXPECT_EQ(sampled[2].count("v0"), 1u);
+  EXPECT_EQ(sampled[3], (std::set<std::string>{"v1", "v2", "v3"}));
+  EXPECT_EQ(sampled[4], (std::set<std::string>{"v1", "v2", "v3"}));
+
+  const std::string quiet_db = tmpPath("sim_attack_quiet.db");
+  auto quiet = runJob(job(quiet_db, "inside_bound"));
+  ASSERT_TRUE(quiet.isOk()) << quiet.status().toString();
+  for (const auto& e : readHistory(quiet_db, quiet->run_id).events) {
+    EXPECT_NE(e.kind, "update_clipped") << e.detail;
+    EXPECT_NE(e.kind, "client_quarantined") << e.detail;
+  }
+  // A sim.attack that does not parse names the key.
+  config::Config bad = job(tmpPath("sim_attack_bad.db"), "flip");
+  auto refused = FleetSimulator::create(bad);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("sim.attack"), std::string::npos);
+}
+
 TEST(FleetSimulator, StragglersDropOrSendPartialWork) {
   for (const char* mode : {"drop", "partial"}) {
     SCOPED_TRACE(mode);

@@ -439,7 +439,16 @@ TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
   EXPECT_DOUBLE_EQ(c.aggregation.weight_cap, 10);
   EXPECT_EQ(c.limits.events_per_client_round, 20u);
   EXPECT_DOUBLE_EQ(c.limits.max_loss, 1e6);
+  EXPECT_EQ(c.aggregation.norm_window, 5u);
+  EXPECT_DOUBLE_EQ(c.aggregation.norm_growth, 2);
+  EXPECT_EQ(c.aggregation.quarantine_after, 2u);
+  EXPECT_EQ(c.aggregation.quarantine_rounds, 10u);
+  EXPECT_DOUBLE_EQ(c.limits.events_burst, 30);
+  EXPECT_DOUBLE_EQ(c.limits.events_every_s, 10);
+  EXPECT_DOUBLE_EQ(c.sim.attackers, 0);
   const nlohmann::json j = c.toJson();
+  EXPECT_EQ(j["aggregation"]["quarantine_rounds"], 10);
+  EXPECT_EQ(j["limits"]["events_every_s"], 10.0);
   EXPECT_EQ(j["aggregation"]["norm_bound_action"], "clip");
   EXPECT_EQ(j["limits"]["events_per_client_round"], 20);
   EXPECT_EQ(j["coordinator"]["max_samples_per_update"], 1000000);
@@ -469,7 +478,12 @@ TEST(Config, ClaimAndRobustnessBoundsHaveDefaultsAndAreChecked) {
         Bad{"aggregation.norm_bound_action=\"scale\"", "aggregation.norm_bound_action"},
         Bad{"aggregation.weight_cap=0.9", "aggregation.weight_cap"},
         Bad{"limits.events_per_client_round=0", "limits.events_per_client_round"},
-        Bad{"limits.max_loss=0", "limits.max_loss"}, Bad{"dp.mode=\"shuffled\"", "dp.mode"}}) {
+        Bad{"limits.max_loss=0", "limits.max_loss"}, Bad{"dp.mode=\"shuffled\"", "dp.mode"},
+        Bad{"aggregation.norm_window=0", "aggregation.norm_window"},
+        Bad{"aggregation.norm_growth=0.5", "aggregation.norm_growth"},
+        Bad{"limits.events_burst=-1", "limits.events_burst"},
+        Bad{"limits.events_every_s=-1", "limits.events_every_s"},
+        Bad{"sim.attackers=1.5", "sim.attackers"}}) {
     Config d;
     ASSERT_TRUE(d.set(b.set).isOk()) << b.set;
     Status st = d.validate();

@@ -5,7 +5,11 @@
 
 #include "common/transport/transport.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +18,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -207,11 +213,16 @@ class CurveTransportTest : public ::testing::Test {
   }
 
   std::unique_ptr<ServerTransport> startServer(uint64_t max_message_bytes = 1 << 20) {
+    return startServer([&](ServerOptions& o) { o.max_message_bytes = max_message_bytes; });
+  }
+  // A server with the fixture's keys and allow-list, and options `tune` changes.
+  std::unique_ptr<ServerTransport> startServer(const std::function<void(ServerOptions&)>& tune) {
     ServerOptions options;
     options.endpoint = "tcp://127.0.0.1:*";
     options.server_keys = server_keys_;
     options.allow_dir = allow_dir_;
-    options.max_message_bytes = max_message_bytes;
+    options.max_message_bytes = 1 << 20;
+    tune(options);
     Result<std::unique_ptr<ServerTransport>> server = createServer(options);
     EXPECT_TRUE(server.isOk()) << server.status().toString();
     if (!server.isOk()) return nullptr;
@@ -821,6 +832,112 @@ TEST_F(CurveTransportTest, DuplicateKeysBadNamesAndWritableFilesAreLeftOut) {
   EXPECT_EQ(warned.size(), 4u);  // one.key, two.key, .hidden.key, writable.key
 }
 
+// Takes the server's auth events until one of `kind` (whose reason holds `text`) arrives, for
+// up to `seconds`; every event taken is kept in `seen`.
+std::optional<AuthEvent> awaitEvent(ServerTransport& server, AuthEvent::Kind kind, double seconds,
+                                    std::vector<AuthEvent>* seen, const std::string& text = "") {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    std::optional<AuthEvent> found;
+    for (auto& e : server.takeAuthEvents()) {
+      seen->push_back(e);
+      if (!found && e.kind == kind && e.reason.find(text) != std::string::npos) found = e;
+    }
+    if (found) return found;
+    serverReceive(server, 20);
+  }
+  return std::nullopt;
+}
+
+// Whether `client` gets a message through to `server` within `ms`.
+bool admitted(ServerTransport& server, ClientTransport& client, const std::string& text, int ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  while (Clock::now() < deadline) {
+    client.send(text).isOk();
+    if (auto env = serverReceive(server, 100); env && env->payload == text) return true;
+  }
+  return false;
+}
+
+// The allow-list directory is followed by inode: a directory put in its place is checked again
+// (StrictModes) and recorded; one whose path others may change is not read, the last good list
+// stays in force, and once the path is fixed its keys count.
+TEST_F(CurveTransportTest, AReplacedAllowListIsCheckedAgainAndRecorded) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  const KeyPair alice = allowedKeys("alice");
+  auto a = connect(alice);
+  ASSERT_TRUE(admitted(*server, *a, "alice", 3000));
+  const std::string parent = fs::path(allow_dir_).parent_path().string();
+  // A directory of `keys`, put in the allow-list's place by renaming (the old one kept aside).
+  auto swapIn = [&](const std::vector<std::pair<std::string, KeyPair>>& keys,
+                    const std::string& aside) {
+    const std::string fresh = allow_dir_ + ".new";
+    fs::create_directory(fresh);
+    fs::permissions(fresh, fs::perms::owner_all, fs::perm_options::replace);
+    for (const auto& [name, k] : keys) {
+      writeText(fresh + "/" + name + ".key", "public-key = \"" + k.public_key + "\"\n");
+    }
+    fs::rename(allow_dir_, allow_dir_ + aside);
+    fs::rename(fresh, allow_dir_);
+  };
+  std::vector<AuthEvent> seen;
+
+  // The operator rotates the directory: the new one passes and is read.
+  const KeyPair bob = newKeys();
+  swapIn({{"alice", alice}, {"bob", bob}}, ".old");
+  auto replaced = awaitEvent(*server, AuthEvent::kAllowListReplaced, 5, &seen);
+  ASSERT_TRUE(replaced.has_value());
+  EXPECT_NE(replaced->reason.find("is another directory now"), std::string::npos)
+      << replaced->reason;
+  EXPECT_NE(replaced->reason.find("its 2 keys replace the 1 read before"), std::string::npos)
+      << replaced->reason;
+  auto b = connect(bob);
+  EXPECT_TRUE(admitted(*server, *b, "bob", 3000));
+
+  // Its parent becomes world-writable and someone swaps in a directory holding their key.
+  fs::permissions(parent, fs::perms::all, fs::perm_options::replace);
+  const KeyPair mallory = newKeys();
+  swapIn({{"mallory", mallory}}, ".old2");
+  auto refused =
+      awaitEvent(*server, AuthEvent::kAllowListRefused, 5, &seen, "is another directory now");
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_NE(refused->reason.find("chmod go-w " + parent + "`"), std::string::npos)
+      << refused->reason;
+  EXPECT_NE(refused->reason.find("the last list that passed (2 keys) stays in force"),
+            std::string::npos)
+      << refused->reason;
+  auto m = connect(mallory);
+  EXPECT_FALSE(admitted(*server, *m, "mallory", 1500)) << "a key of the swapped-in directory";
+  std::vector<AuthEvent> later;
+  awaitEvent(*server, AuthEvent::kAllowListReplaced, 1.2, &later);  // a full re-read period
+  for (const auto& e : later) {
+    EXPECT_NE(e.kind, AuthEvent::kAllowListRefused) << "refusal reported twice: " << e.reason;
+    EXPECT_NE(e.kind, AuthEvent::kRevoked) << "the kept list lost " << e.client_id;
+    EXPECT_NE(e.kind, AuthEvent::kAllowListReplaced) << e.reason;
+  }
+  seen.insert(seen.end(), later.begin(), later.end());
+  // The last good list (alice, bob) still admits its keys.
+  auto a2 = connect(alice);
+  EXPECT_TRUE(admitted(*server, *a2, "alice again", 3000));
+
+  // Fixed: the directory now there passes, is recorded, and its keys are the list.
+  fs::permissions(parent,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  fs::perm_options::replace);
+  ASSERT_TRUE(awaitEvent(*server, AuthEvent::kAllowListRestored, 5, &seen).has_value());
+  auto m2 = connect(mallory);  // the refused connection would wait out its reconnect interval
+  EXPECT_TRUE(admitted(*server, *m2, "mallory now", 3000));
+  bool alice_revoked = false;
+  for (const auto& e : seen) {
+    alice_revoked |= e.kind == AuthEvent::kRevoked && e.client_id == "alice";
+  }
+  EXPECT_TRUE(alice_revoked) << "alice's key is not in the directory now in force";
+  EXPECT_STREQ(allowListEventName(AuthEvent::kAllowListRefused), "allow_list_refused");
+  EXPECT_EQ(allowListEventName(AuthEvent::kRevoked), nullptr);
+}
+
 TEST_F(CurveTransportTest, ARemovedKeyIsReportedRevokedAndReloadRereads) {
   auto server = startServer();
   ASSERT_NE(server, nullptr);
@@ -989,7 +1106,409 @@ TEST(KeyFileChecks, ClientIdsSecretFilesAndAllowListDirectories) {
   st = checkAllowListDir(dir);
   EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
   EXPECT_NE(st.message().find("chmod go-w " + dir), std::string::npos) << st.message();
+  // A file is not an allow-list directory (its own directory is fine again: a directory on the
+  // path that others may write is refused before the file is looked at).
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
   EXPECT_EQ(checkAllowListDir(secret).code(), StatusCode::kInvalidArgument);
+}
+
+// ----- limits before authentication, and descriptor churn -------------------------------------
+
+// A plain TCP connection to the server's port from `source` (an address of this host, e.g.
+// "127.0.0.2"; empty: the kernel's choice); -1 on failure. Its local address is *local.
+int rawConnect(const std::string& endpoint, const std::string& source = "",
+               std::string* local = nullptr) {
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (!source.empty()) {
+    ::inet_pton(AF_INET, source.c_str(), &addr.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  if (local) {
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len);
+    char host[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &me.sin_addr, host, sizeof host);
+    *local = std::string(host) + ":" + std::to_string(ntohs(me.sin_port));
+  }
+  return fd;
+}
+
+// Whether the server closed the connection of `fd` within `seconds` (reading and discarding
+// what it sent, its ZMTP greeting).
+bool closedByServer(int fd, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  char buf[512];
+  while (Clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) > 0) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return true;
+    }
+  }
+  return false;
+}
+
+// Keeps the server's loop turning for `seconds`: its reports and time limits run in receive().
+void serve(ServerTransport& server, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) EXPECT_TRUE(server.receive(20).isOk());
+}
+
+std::map<RefusalCause, uint64_t> refusalsByCause(ServerTransport& server) {
+  std::map<RefusalCause, uint64_t> out;
+  for (const ConnectionRefusals& r : server.takeRefusals()) out[r.cause] += r.count;
+  return out;
+}
+
+// ZeroMQ closes a connection's descriptor right after reporting it, and the next connection
+// gets the same number; the reports are read later. Forty connections that send bytes that are
+// not ZMTP, each closed by ZeroMQ before the next one opens, all while the server reads no
+// report, and then one that stays open: no report may name the open connection, and none may
+// name a connection twice (the reports once named one live connection for each closed one).
+TEST_F(CurveTransportTest, ReusedDescriptorsAreNotTakenForEachOther) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  std::set<std::string> churned;
+  for (int i = 0; i < 40; ++i) {
+    std::string local;
+    const int fd = rawConnect(endpoint_, "", &local);
+    ASSERT_GE(fd, 0);
+    churned.insert(local);
+    const std::string junk(300, 'G');
+    ASSERT_EQ(::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(junk.size()));
+    EXPECT_TRUE(closedByServer(fd, 5)) << "connection " << i;
+    ::close(fd);
+  }
+  std::string live_address;
+  const int live = rawConnect(endpoint_, "", &live_address);
+  ASSERT_GE(live, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  std::vector<ConnectionClosed> closed;
+  std::vector<AuthEvent> failures;
+  for (int i = 0; i < 20; ++i) {
+    serverReceive(*server, 20);
+    for (auto& c : server->takeClosedConnections()) closed.push_back(c);
+    for (auto& e : server->takeAuthEvents()) failures.push_back(e);
+  }
+  EXPECT_LE(closed.size(), churned.size());
+  EXPECT_LE(failures.size(), churned.size());
+  std::set<std::string> named;
+  for (const ConnectionClosed& c : closed) {
+    EXPECT_NE(c.address, live_address) << "a closed connection reported as the live one";
+    if (c.address != "an address not known") {
+      EXPECT_TRUE(churned.count(c.address)) << c.address;
+      EXPECT_TRUE(named.insert(c.address).second) << c.address << " reported twice";
+    }
+  }
+  for (const AuthEvent& e : failures) EXPECT_NE(e.peer_address, live_address);
+  // The live connection is still open (its handshake has seconds left).
+  EXPECT_FALSE(closedByServer(live, 0.3));
+  ::close(live);
+}
+
+TEST_F(CurveTransportTest, AConnectionThatNeverHandshakesIsClosedAtTheHandshakeTimeout) {
+  auto server = startServer([](ServerOptions& o) { o.handshake_timeout_ms = 400; });
+  ASSERT_NE(server, nullptr);
+  const int fd = rawConnect(endpoint_);
+  ASSERT_GE(fd, 0);
+  const auto opened = Clock::now();
+  bool closed = false;
+  std::thread watcher([&] { closed = closedByServer(fd, 5); });
+  serve(*server, 1.5);
+  watcher.join();
+  EXPECT_TRUE(closed);
+  EXPECT_GE(Clock::now() - opened, std::chrono::milliseconds(400));
+  auto refused = refusalsByCause(*server);
+  EXPECT_EQ(refused[RefusalCause::kHandshakeTimeout], 1u);
+  // Counted as a limit, not as a refused handshake.
+  EXPECT_TRUE(server->takeAuthEvents().empty());
+  ::close(fd);
+}
+
+TEST_F(CurveTransportTest, UnauthenticatedConnectionsPastTheirLimitsAreClosedAtOnce) {
+  auto server = startServer([](ServerOptions& o) {
+    o.admission.max_unauthenticated = 6;
+    o.admission.early_drop_start = 6;  // no early drop: a hard limit at 6
+    o.admission.max_unauthenticated_per_host = 4;
+    o.handshake_timeout_ms = 20000;
+  });
+  ASSERT_NE(server, nullptr);
+  std::vector<int> first;  // from 127.0.0.1
+  for (int i = 0; i < 5; ++i) {
+    first.push_back(rawConnect(endpoint_, "127.0.0.1"));
+    ASSERT_GE(first.back(), 0);
+    serve(*server, 0.1);
+  }
+  // Another address of this host: its own share, up to the limit of all.
+  std::vector<int> second;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = rawConnect(endpoint_, "127.0.0.2");
+    if (fd < 0) GTEST_SKIP() << "cannot bind 127.0.0.2 here";
+    second.push_back(fd);
+    serve(*server, 0.1);
+  }
+  serve(*server, 0.3);
+  int closed_first = 0, closed_second = 0;
+  for (int fd : first) closed_first += closedByServer(fd, 0.2);
+  for (int fd : second) closed_second += closedByServer(fd, 0.2);
+  EXPECT_EQ(closed_first, 1);   // the fifth from 127.0.0.1
+  EXPECT_EQ(closed_second, 1);  // the seventh in all
+  auto refused = refusalsByCause(*server);
+  EXPECT_EQ(refused[RefusalCause::kPerHostLimit], 1u);
+  EXPECT_EQ(refused[RefusalCause::kUnauthenticatedLimit], 1u);
+
+  // An allowed client gets in once the address's share is free again.
+  for (int fd : first) ::close(fd);
+  auto client = connect(allowedKeys("alice"), "alice");
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->send("hello").isOk());
+  auto env = serverReceive(*server, 5000);
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->payload, "hello");
+  for (int fd : second) ::close(fd);
+}
+
+TEST_F(CurveTransportTest, AConnectionSilentAfterItsHandshakeIsClosed) {
+  auto server = startServer([](ServerOptions& o) {
+    o.handshake_timeout_ms = 300;
+    o.first_message_timeout_ms = 600;
+  });
+  ASSERT_NE(server, nullptr);
+  auto client = connect(allowedKeys("alice"), "alice");  // connects, sends nothing
+  ASSERT_NE(client, nullptr);
+  serve(*server, 1.5);
+  auto refused = refusalsByCause(*server);
+  EXPECT_GE(refused[RefusalCause::kSilentAfterHandshake], 1u);
+  EXPECT_EQ(refused[RefusalCause::kHandshakeTimeout], 0u);
+  // What it sends later arrives (ZeroMQ reconnects).
+  ASSERT_TRUE(client->send("late").isOk());
+  auto env = serverReceive(*server, 5000);
+  ASSERT_TRUE(env.has_value());
+  EXPECT_EQ(env->payload, "late");
+}
+
+TEST_F(CurveTransportTest, PastItsCapAKeysOldestConnectionIsClosed) {
+  auto server = startServer([](ServerOptions& o) { o.admission.max_connections_per_key = 2; });
+  ASSERT_NE(server, nullptr);
+  const KeyPair keys = allowedKeys("alice");
+  std::vector<std::unique_ptr<ClientTransport>> clients;
+  for (const char* id : {"k1", "k2", "k3"}) {
+    clients.push_back(connect(keys, id));
+    ASSERT_TRUE(clients.back()->send(id).isOk());
+    auto env = serverReceive(*server, 5000);
+    ASSERT_TRUE(env.has_value());
+    EXPECT_EQ(env->peer, id);
+  }
+  std::vector<ConnectionClosed> closed;
+  ASSERT_TRUE(eventually(3, [&] {
+    serverReceive(*server, 10);
+    for (auto& c : server->takeClosedConnections()) closed.push_back(c);
+    return !closed.empty();
+  }));
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].peer, "k1");
+  EXPECT_EQ(closed[0].cause, "refused");
+  EXPECT_EQ(refusalsByCause(*server)[RefusalCause::kPerKeyLimit], 1u);
+  // Another key is not affected.
+  auto bob = connect(allowedKeys("bob"), "b");
+  ASSERT_TRUE(bob->send("b").isOk());
+  ASSERT_TRUE(serverReceive(*server, 5000).has_value());
+}
+
+// ----- key paths, as OpenSSH's StrictModes checks them --------------------------------------
+
+constexpr uid_t kNobody = 65534;
+
+// A key directory `<root>/a/b/keys` with a secret key file and an allow-list `clients/`, each
+// directory mode 0755 (keys and clients 0700), owned by this user.
+struct KeyTree {
+  explicit KeyTree(const std::string& leaf) {
+    root = freshDir(leaf);
+    keys = root + "/a/b/keys";
+    fs::create_directories(keys + "/clients");
+    for (const std::string& d : {root, root + "/a", root + "/a/b"}) {
+      fs::permissions(d,
+                      fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                          fs::perms::others_read | fs::perms::others_exec,
+                      fs::perm_options::replace);
+    }
+    fs::permissions(keys, fs::perms::owner_all, fs::perm_options::replace);
+    fs::permissions(keys + "/clients", fs::perms::owner_all, fs::perm_options::replace);
+    EXPECT_TRUE(writeKeyPair(keys, "coordinator", newKeys()).isOk());
+    secret = keys + "/coordinator.key_secret";
+    clients = keys + "/clients";
+  }
+  std::string root, keys, secret, clients;
+};
+
+void chmodTo(const std::string& path, mode_t mode) {
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path << ": " << std::strerror(errno);
+}
+
+void chownTo(const std::string& path, uid_t uid, bool link = false) {
+  const int rc = link ? ::lchown(path.c_str(), uid, -1) : ::chown(path.c_str(), uid, -1);
+  ASSERT_EQ(rc, 0) << path << ": " << std::strerror(errno);
+}
+
+TEST(KeyPathChecks, EveryDirectoryUpToTheRootIsChecked) {
+  KeyTree t("strict-dirs");
+  ASSERT_TRUE(checkSecretKeyFile(t.secret).isOk()) << checkSecretKeyFile(t.secret).message();
+  ASSERT_TRUE(checkAllowListDir(t.clients).isOk()) << checkAllowListDir(t.clients).message();
+
+  // A world- or group-writable directory anywhere on the way refuses both, naming it.
+  for (mode_t mode : {0777, 0775, 0757}) {
+    chmodTo(t.root + "/a", mode);
+    for (Status st : {checkSecretKeyFile(t.secret), checkAllowListDir(t.clients)}) {
+      EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << std::oct << mode;
+      EXPECT_NE(st.message().find("directory " + t.root + "/a on the path to"), std::string::npos)
+          << st.message();
+      EXPECT_NE(st.message().find("chmod go-w " + t.root + "/a`"), std::string::npos)
+          << st.message();
+    }
+  }
+  chmodTo(t.root + "/a", 0755);
+  // The key directory itself (the allow-list's parent, the secret's holder).
+  chmodTo(t.keys, 0777);
+  EXPECT_EQ(checkSecretKeyFile(t.secret).code(), StatusCode::kPermissionDenied);
+  Status st = checkAllowListDir(t.clients);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("chmod go-w " + t.keys + "`"), std::string::npos) << st.message();
+  chmodTo(t.keys, 0700);
+  EXPECT_TRUE(checkSecretKeyFile(t.secret).isOk());
+
+  // A relative path is checked from the working directory up, "..", included.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(t.root + "/a");
+  EXPECT_TRUE(checkSecretKeyFile("b/keys/clients/../coordinator.key_secret").isOk());
+  chmodTo(t.root, 0777);
+  st = checkAllowListDir("b/keys/clients");
+  fs::current_path(cwd);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("chmod go-w " + t.root + "`"), std::string::npos) << st.message();
+  chmodTo(t.root, 0755);
+
+  // Not a directory on the way, or missing.
+  EXPECT_EQ(checkAllowListDir(t.secret + "/clients").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(checkSecretKeyFile(t.keys + "/nope/coordinator.key_secret").code(),
+            StatusCode::kNotFound);
+}
+
+TEST(KeyPathChecks, AStickyDirectoryIsAcceptedOnlyAboveTheKeys) {
+  KeyTree t("strict-sticky");
+  // Like /tmp: root's (or ours), world-writable and sticky, above the key directory.
+  chmodTo(t.root + "/a", 01777);
+  EXPECT_TRUE(checkSecretKeyFile(t.secret).isOk()) << checkSecretKeyFile(t.secret).message();
+  EXPECT_TRUE(checkAllowListDir(t.clients).isOk()) << checkAllowListDir(t.clients).message();
+  // Owned by someone else it is theirs to rename from under us.
+  if (::geteuid() == 0) {
+    chownTo(t.root + "/a", kNobody);
+    Status st = checkAllowListDir(t.clients);
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+    EXPECT_NE(st.message().find("owned by uid 65534"), std::string::npos) << st.message();
+    chownTo(t.root + "/a", 0);
+  }
+  chmodTo(t.root + "/a", 0755);
+  // The directory that holds the keys may not be sticky-writable: others could add names.
+  chmodTo(t.keys, 01777);
+  Status st = checkSecretKeyFile(t.secret);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("has mode 1777"), std::string::npos) << st.message();
+  chmodTo(t.keys, 0700);
+  chmodTo(t.clients, 01777);
+  st = checkAllowListDir(t.clients);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("others could add keys to it"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("chmod go-w " + t.clients + "`"), std::string::npos) << st.message();
+}
+
+TEST(KeyPathChecks, OwnersOtherThanRootOrThisUserAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  KeyTree t("strict-owners");
+  chownTo(t.root + "/a/b", kNobody);
+  for (Status st : {checkSecretKeyFile(t.secret), checkAllowListDir(t.clients)}) {
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+    EXPECT_NE(st.message().find(t.root + "/a/b is owned by uid 65534"), std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("chown 0 " + t.root + "/a/b`"), std::string::npos) << st.message();
+  }
+  chownTo(t.root + "/a/b", 0);
+  chownTo(t.secret, kNobody);
+  Status st = checkSecretKeyFile(t.secret);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("secret key file " + t.secret + " is owned by uid 65534"),
+            std::string::npos)
+      << st.message();
+  chownTo(t.secret, 0);
+  chownTo(t.clients, kNobody);
+  EXPECT_EQ(checkAllowListDir(t.clients).code(), StatusCode::kPermissionDenied);
+  chownTo(t.clients, 0);
+  EXPECT_TRUE(checkAllowListDir(t.clients).isOk());
+
+  // An allow-list key file of another user is left out like a writable one.
+  const KeyPair theirs = newKeys();
+  writeText(t.clients + "/theirs.key", theirs.public_key + "\n");
+  chownTo(t.clients + "/theirs.key", kNobody);
+  const KeyPair ours = newKeys();
+  writeText(t.clients + "/ours.key", ours.public_key + "\n");
+  std::set<std::string> warned;
+  auto list = loadAllowList(t.clients, &warned);
+  ASSERT_TRUE(list.isOk());
+  EXPECT_EQ(*list, (AllowList{{ours.public_key, "ours"}}));
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_NE(warned.begin()->find("is owned by uid 65534"), std::string::npos) << *warned.begin();
+}
+
+TEST(KeyPathChecks, SymbolicLinksAreFollowedAndTheirOwnersChecked) {
+  KeyTree t("strict-links");
+  // A link of ours to the key directory: its target's path is what counts.
+  const std::string link = t.root + "/keys-link";
+  fs::create_directory_symlink("a/b/keys", link);
+  EXPECT_TRUE(checkSecretKeyFile(link + "/coordinator.key_secret").isOk());
+  EXPECT_TRUE(checkAllowListDir(link + "/clients").isOk());
+  chmodTo(t.root + "/a/b", 0777);
+  Status st = checkAllowListDir(link + "/clients");
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("chmod go-w " + t.root + "/a/b`"), std::string::npos) << st.message();
+  chmodTo(t.root + "/a/b", 0755);
+  // An allow-list key file linked from elsewhere is checked along the link's target too.
+  const std::string outside = t.root + "/a/outside.key";
+  const KeyPair linked = newKeys();
+  writeText(outside, linked.public_key + "\n");
+  fs::create_symlink(outside, t.clients + "/linked.key");
+  std::set<std::string> warned;
+  auto list = loadAllowList(t.clients, &warned);
+  ASSERT_TRUE(list.isOk());
+  EXPECT_EQ(list->count(linked.public_key), 1u);
+  chmodTo(t.root + "/a", 0777);
+  warned.clear();
+  list = loadAllowList(t.clients, &warned);
+  ASSERT_TRUE(list.isOk());
+  EXPECT_EQ(list->count(linked.public_key), 0u) << "a key file others could replace";
+  chmodTo(t.root + "/a", 0755);
+  if (::geteuid() != 0) return;
+  // A link another user owns could be pointed elsewhere by them.
+  chownTo(link, kNobody, /*link=*/true);
+  st = checkSecretKeyFile(link + "/coordinator.key_secret");
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("symbolic link " + link + " is owned by uid 65534"),
+            std::string::npos)
+      << st.message();
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -184,7 +186,59 @@ TEST(ClientMessageTest, MessagesWithoutBoundedFieldsPass) {
   EXPECT_TRUE(checkClientMessage(UploadRequest{3}).isOk());
   EXPECT_TRUE(checkClientMessage(Heartbeat{9}).isOk());
   EXPECT_TRUE(checkClientMessage(Bye{}).isOk());
-  EXPECT_TRUE(checkClientMessage(Error{}).isOk());
+  EXPECT_TRUE(checkClientMessage(Error{ErrorCode::kInternal, "", 0}).isOk());
+}
+
+TEST(MemoryBytesTest, PassesAtTheLimitAndFailsOnePastIt) {
+  Hello m = validHello();
+  m.memory_bytes = kMaxMemoryBytes;
+  EXPECT_TRUE(checkClientMessage(m).isOk());
+  m.memory_bytes = UINT64_MAX;  // -1 in the history's signed column
+  const Status st = checkClientMessage(m);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("Hello.memory_bytes is 18446744073709551615, limit "));
+}
+
+TEST(RequestedPartitionTest, MinusOneOrAnIndexPassesOthersFail) {
+  Hello m = validHello();
+  for (int32_t ok : {-1, 0, 7, INT32_MAX}) {
+    m.requested_partition = ok;  // an index past the run's partitions is the coordinator's
+    EXPECT_TRUE(checkClientMessage(m).isOk()) << ok;
+  }
+  for (int32_t bad : {-2, INT32_MIN}) {
+    m.requested_partition = bad;
+    const Status st = checkClientMessage(m);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(st.message(), HasSubstr("Hello.requested_partition is " + std::to_string(bad)));
+  }
+}
+
+TEST(ErrorCodeTest, OnlyTheCodesAClientSendsPass) {
+  for (ErrorCode code : {ErrorCode::kRejected, ErrorCode::kInternal}) {
+    EXPECT_TRUE(checkClientMessage(Error{code, "why", 3}).isOk());
+  }
+  for (ErrorCode code : {ErrorCode::kUnknown, ErrorCode::kMalformed, ErrorCode::kUnknownClient,
+                         ErrorCode::kStaleTask, ErrorCode::kBadVersion}) {
+    const Status st = checkClientMessage(Error{code, "why", 3});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << static_cast<int>(code);
+    EXPECT_THAT(st.message(), HasSubstr("is not one a client sends"));
+  }
+}
+
+TEST(FreeTextTest, TabsNewlinesAndUtf8PassControlCharactersFail) {
+  const std::string fine = "step 3:\n\tRuntimeError: caf\xc3\xa9 \xe2\x9c\x93";
+  EXPECT_TRUE(checkClientMessage(Bye{fine}).isOk());
+  EXPECT_TRUE(checkClientMessage(Error{ErrorCode::kInternal, fine, 0}).isOk());
+  for (const std::string& bad : std::vector<std::string>{"oops\x1b[2J", std::string("oops\0", 5),
+                                                         "oops\r", "oops\x7f", "oops\x08"}) {
+    Status st = checkClientMessage(Bye{bad});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("Bye.reason"));
+    EXPECT_THAT(st.message(), HasSubstr("at 4, not text"));
+    st = checkClientMessage(Error{ErrorCode::kRejected, bad, 0});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("Error.message"));
+  }
 }
 
 TEST(ClientMessageTest, CoordinatorMessagesFail) {
@@ -233,6 +287,30 @@ TEST(SecAggLimitsTest, OnlyAClientsOwnStepsOfTheRightSizesPass) {
   EXPECT_TRUE(checkClientMessage(reveal).isOk());
   reveal.revealed[0].share.resize(43);
   EXPECT_FALSE(checkClientMessage(reveal).isOk());
+}
+
+// Each step carries its own list only; survivors and dropped are the coordinator's, whatever
+// the step.
+TEST(SecAggLimitsTest, ListsOfAnotherStepOrOfTheCoordinatorFail) {
+  SecAgg advert;
+  advert.step = SecAggStep::kAdvert;
+  advert.adverts.push_back({0, std::string(32, 'a'), std::string(32, 'b'), std::string(32, 'c')});
+  SecAgg with_shares = advert;
+  with_shares.shares.push_back({0, 1, std::string(secagg::kSealedSharesBytes, 's')});
+  EXPECT_THAT(checkClientMessage(with_shares).message(), HasSubstr("a list of another step"));
+  SecAgg reveal;
+  reveal.step = SecAggStep::kReveal;
+  reveal.revealed.push_back({1, true, std::string(44, 'r')});
+  SecAgg with_adverts = reveal;
+  with_adverts.adverts = advert.adverts;
+  EXPECT_THAT(checkClientMessage(with_adverts).message(), HasSubstr("a list of another step"));
+  for (bool survivors : {true, false}) {
+    SecAgg r = reveal;
+    (survivors ? r.request.survivors : r.request.dropped).push_back(2);
+    const Status st = checkClientMessage(r);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("the coordinator's to send"));
+  }
 }
 
 }  // namespace

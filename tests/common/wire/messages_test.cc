@@ -87,7 +87,6 @@ Task sampleTask(size_t model_bytes = 40) {
 Chunk sampleChunk(size_t payload_bytes = 24) {
   Chunk m;
   m.task_token = 0x1122334455667788ULL;
-  m.tensor_index = 5;
   m.offset = 1ull << 33;
   m.payload.resize(payload_bytes);
   for (size_t i = 0; i < m.payload.size(); ++i) m.payload[i] = static_cast<char>(i * 13);
@@ -187,7 +186,6 @@ void expectEqual(const Task& a, const Task& b) {
 
 void expectEqual(const Chunk& a, const Chunk& b) {
   EXPECT_EQ(a.task_token, b.task_token);
-  EXPECT_EQ(a.tensor_index, b.tensor_index);
   EXPECT_EQ(a.offset, b.offset);
   EXPECT_TRUE(a.payload == b.payload) << "payload differs";
   EXPECT_EQ(a.last, b.last);
@@ -426,6 +424,62 @@ TEST(WireCodecTest, EvaluationMetricsAreCheckedAsTheyAreDecoded) {
   Summary unasked = sampleSummary();
   unasked.eval_samples = 0;  // encode() then writes no metrics: nothing to refuse
   EXPECT_TRUE(std::get<Summary>(decode(encode(unasked)).value()).eval_metrics.empty());
+}
+
+// The bytes of `frame` with the 8 bytes `pattern` (a value placed in a field to find it) replaced
+// by `with`, at `shift` bytes after them; empty when the pattern is not there exactly once.
+std::string patched(const std::string& frame, uint64_t pattern, int shift, const void* with,
+                    size_t size) {
+  const std::string needle(reinterpret_cast<const char*>(&pattern), sizeof pattern);
+  const size_t at = frame.find(needle);
+  if (at == std::string::npos || frame.find(needle, at + 1) != std::string::npos) return {};
+  std::string out = frame;
+  std::memcpy(out.data() + at + shift, with, size);
+  return out;
+}
+
+// A Summary's served and evaluation figures go with their sample counts: encode() writes none
+// without them, and decode() refuses them alone rather than ignoring them.
+TEST(WireCodecTest, FiguresWithoutTheirSampleCountsAreCorrupt) {
+  constexpr uint64_t kMark = 0x0123456789abcdefULL;
+  const uint64_t zero = 0;
+  Summary served = sampleSummary();
+  served.served_samples = kMark;
+  std::string bytes = patched(encode(served), kMark, 0, &zero, sizeof zero);
+  ASSERT_FALSE(bytes.empty());
+  Result<Message> r = decode(bytes);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("served-model figures without served samples"),
+            std::string::npos)
+      << r.status().message();
+  Summary evaluated = sampleSummary();
+  evaluated.eval_samples = kMark;
+  evaluated.eval_metrics.clear();  // the loss and accuracy alone
+  bytes = patched(encode(evaluated), kMark, 0, &zero, sizeof zero);
+  ASSERT_FALSE(bytes.empty());
+  r = decode(bytes);
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("evaluation figures without evaluated samples"),
+            std::string::npos)
+      << r.status().message();
+}
+
+// Chunk's tensor index is retired: an older client's chunk that carries one (8 bytes after the
+// task token, schema field @1) decodes, and the field is neither read nor written again.
+TEST(WireCodecTest, AnOlderClientsTensorIndexIsNeitherReadNorWritten) {
+  constexpr uint64_t kMark = 0x0123456789abcdefULL;
+  Chunk chunk = sampleChunk();
+  chunk.task_token = kMark;
+  const std::string ours = encode(chunk);
+  const uint32_t tensor_index = 5;
+  const std::string older = patched(ours, kMark, 8, &tensor_index, sizeof tensor_index);
+  ASSERT_FALSE(older.empty());
+  ASSERT_NE(older, ours);
+  Result<Message> r = decode(older);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  expectEqual(std::get<Chunk>(*r), chunk);
+  EXPECT_EQ(encode(*r), ours);
 }
 
 // control_bytes is c in the model's layout: empty or exactly as long as model_bytes.
