@@ -18,7 +18,7 @@
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
 #include "common/history/history.h"
-#include "common/model/data_files.h"
+#include "driver/data_files.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/peer_coordinator.h"
@@ -428,7 +428,7 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   client::ClientRuntimeOptions o;
   if (config.readsDataFiles()) {
     // This client's own files: it trains all of them (data.partition = "none").
-    auto own = model::loadOwnData(config);
+    auto own = driver::loadOwnData(config);
     if (!own.isOk()) {
       std::cerr << "fedfleet client: " << own.status().toString() << "\n";
       return own.status().code() == StatusCode::kInvalidArgument ? 2 : 1;

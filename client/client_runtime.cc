@@ -28,7 +28,7 @@
 #include "common/check.h"
 #include "common/compress/codec.h"
 #include "common/data/dataset.h"
-#include "common/data/split.h"
+#include "common/wire/data_split.h"
 #include "common/format.h"
 #include "common/model/evaluate.h"
 #include "common/model/local_part.h"
@@ -56,7 +56,7 @@ std::string partitionKey(const wire::DataSpec& d) {
 Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<data::Label>& labels,
                                                     uint32_t num_classes,
                                                     const wire::DataSpec& spec) {
-  return data::splitBySpec(labels, num_classes, spec);
+  return wire::splitBySpec(labels, num_classes, spec);
 }
 
 namespace {
@@ -68,7 +68,7 @@ Result<const std::vector<uint32_t>*> partitionOf(
   const std::string key = partitionKey(spec);
   auto it = cache->find(key);
   if (it == cache->end()) {
-    FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(ds, spec));
+    FEDFLEET_ASSIGN_OR_RETURN(auto parts, wire::splitBySpec(ds, spec));
     it = cache->emplace(key, std::move(parts)).first;
   }
   if (spec.index >= it->second.size()) {

@@ -14,8 +14,8 @@
 #include "common/check.h"
 #include "common/compress/codec_spec.h"
 #include "common/data/dataset.h"
-#include "common/data/split.h"
-#include "common/model/data_files.h"
+#include "common/wire/data_split.h"
+#include "driver/data_files.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
 #include "common/wire/peer_control.h"
@@ -74,7 +74,7 @@ class PeerRuntimeImpl final : public PeerRuntime {
     // This peer's shard.
     model::InputShape shape;
     if (config.readsDataFiles()) {
-      FEDFLEET_ASSIGN_OR_RETURN(auto own, model::loadOwnData(config));
+      FEDFLEET_ASSIGN_OR_RETURN(auto own, driver::loadOwnData(config));
       train_ = std::move(own.train);
       indices_.resize(train_.size());
       for (uint32_t i = 0; i < indices_.size(); ++i) indices_[i] = i;
@@ -94,7 +94,7 @@ class PeerRuntimeImpl final : public PeerRuntime {
       spec.subset = config.data.train_subset;
       spec.num_partitions = peers_;
       spec.index = options_.index;
-      FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(train_, spec));
+      FEDFLEET_ASSIGN_OR_RETURN(auto parts, wire::splitBySpec(train_, spec));
       indices_ = std::move(parts[options_.index]);
     }
     if (indices_.empty()) {

@@ -20,7 +20,7 @@
 #include "common/data/dataset.h"
 #include "common/format.h"
 #include "common/history/history.h"
-#include "common/model/data_files.h"
+#include "driver/data_files.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/local_part.h"
@@ -207,13 +207,13 @@ Status ZmqCoordinator::init(const config::Config& config) {
   // No test file of its own: federated evaluation alone (the engine's server_eval is off).
   const bool no_test_data = own_files && config_.data.test_path.empty();
   if (no_test_data) {
-    FEDFLEET_ASSIGN_OR_RETURN(shape, model::declaredInputShape(config_));
+    FEDFLEET_ASSIGN_OR_RETURN(shape, driver::declaredInputShape(config_));
     spdlog::info(
         "no test data of its own (data.test_path): the model is evaluated by the "
         "clients on their held-out data every {} round(s)",
         cc.fed_eval_every);
   } else if (own_files) {
-    FEDFLEET_ASSIGN_OR_RETURN(test_set, model::loadTestFile(config_));
+    FEDFLEET_ASSIGN_OR_RETURN(test_set, driver::loadTestFile(config_));
     shape = model::inputShapeOf(test_set);
   } else {
     const std::string data_dir =

@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/data/dataset.h"
 #include "common/history/history.h"
-#include "common/model/data_files.h"
+#include "driver/data_files.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
@@ -96,7 +96,7 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
             "a decentralised run evaluates the peers' average on the coordinator's test set: "
             "set data.test_path");
       }
-      FEDFLEET_ASSIGN_OR_RETURN(test_, model::loadTestFile(config_));
+      FEDFLEET_ASSIGN_OR_RETURN(test_, driver::loadTestFile(config_));
       shape = model::inputShapeOf(test_);
     } else {
       const std::string dir =

@@ -8,7 +8,7 @@
 
 #include "common/crypto/keyed_stream.h"
 #include "common/data/dataset.h"
-#include "common/data/split.h"
+#include "common/wire/data_split.h"
 #include "common/history/format.h"
 #include "common/model/evaluate.h"
 
@@ -160,7 +160,7 @@ Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& option
                                              const data::Dataset& train) {
   wire::DataSpec spec = options.data;
   spec.num_partitions = options.num_partitions;
-  FEDFLEET_ASSIGN_OR_RETURN(auto parts, data::splitBySpec(train, spec));
+  FEDFLEET_ASSIGN_OR_RETURN(auto parts, wire::splitBySpec(train, spec));
   std::vector<uint64_t> sizes;
   sizes.reserve(parts.size());
   for (const auto& p : parts) sizes.push_back(p.size());

@@ -21,7 +21,7 @@ namespace fedfleet::coordinator {
 engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id);
 
 // The size of every partition of the training split, cut as clients cut it for their tasks
-// (common/data/split.h with options.data and options.num_partitions): what the engine bounds an
+// (common/wire/data_split.h with options.data and options.num_partitions): what the engine bounds an
 // update's sample claim with (EngineOptions::partition_sizes). `train` is the training split
 // with options.data.subset applied, as clients load it. Errors: the partitioner's.
 Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& options,

@@ -1,8 +1,8 @@
-#include "common/model/data_files.h"
+#include "driver/data_files.h"
 
 #include "common/model/tensor_data.h"
 
-namespace fedfleet::model {
+namespace fedfleet::driver {
 
 Result<data::FileSource> fileSourceOf(const config::Config& config) {
   if (!config.readsDataFiles()) {
@@ -20,7 +20,7 @@ Result<data::FileSource> fileSourceOf(const config::Config& config) {
   source.csv.features = dc.feature_columns;
   source.csv.regression = dc.task == "regression";
   source.read_tensors = [](const std::string& path, size_t limit) {
-    return loadTensorFile(path, limit);
+    return model::loadTensorFile(path, limit);
   };
   source.image_folder.channels = dc.image_channels;
   if (!dc.image_size.empty()) {
@@ -143,8 +143,8 @@ Result<data::Dataset> loadTestFile(const config::Config& config) {
   return std::move(both.test);
 }
 
-Result<InputShape> declaredInputShape(const config::Config& config) {
-  InputShape shape;
+Result<model::InputShape> declaredInputShape(const config::Config& config) {
+  model::InputShape shape;
   const auto& dc = config.data;
   if (config.model.name == "torchscript") {
     // The module takes whatever its clients feed it; what the config declares is recorded, and
@@ -185,4 +185,4 @@ Result<InputShape> declaredInputShape(const config::Config& config) {
                          "use a TorchScript model (model.path), or give data.test_path");
 }
 
-}  // namespace fedfleet::model
+}  // namespace fedfleet::driver

@@ -1,7 +1,7 @@
 // The user's data files a config names (data.format idx, csv, tensors or image-folder, with
 // data.path and data.test_path), as one FileSource: what the simulator splits over its virtual
 // clients, what a client process trains on with data.partition = "none", and what a coordinator
-// evaluates on. It lives beside the model because the tensors format is read by LibTorch.
+// evaluates on. It is the driver layer's: it reads the config and builds data for models.
 #pragma once
 
 #include "common/config/config.h"
@@ -9,7 +9,7 @@
 #include "common/model/model.h"
 #include "common/status.h"
 
-namespace fedfleet::model {
+namespace fedfleet::driver {
 
 // The FileSource of config.data (readsDataFiles() must hold; kInvalidArgument otherwise).
 Result<data::FileSource> fileSourceOf(const config::Config& config);
@@ -44,6 +44,6 @@ Result<data::ChannelStats> applyNormalization(const config::Config& config, data
 // image-folder with data.image_size ({channels, rows, cols}), and data.num_classes classes. A
 // TorchScript model (model.path) needs none: what is declared is returned, the rest as not
 // known (an empty sample shape, 0 classes). kInvalidArgument saying what to give otherwise.
-Result<InputShape> declaredInputShape(const config::Config& config);
+Result<model::InputShape> declaredInputShape(const config::Config& config);
 
-}  // namespace fedfleet::model
+}  // namespace fedfleet::driver

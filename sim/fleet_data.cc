@@ -7,7 +7,7 @@
 #include "common/data/block_cyclic.h"
 #include "common/data/partition.h"
 #include "common/data/source.h"
-#include "common/model/data_files.h"
+#include "driver/data_files.h"
 
 namespace fedfleet::sim {
 
@@ -120,15 +120,15 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     raw.data.normalize = "none";
     raw.data.mean.clear();
     raw.data.stddev.clear();
-    FEDFLEET_ASSIGN_OR_RETURN(data::Dataset test, model::loadTestFile(raw));
+    FEDFLEET_ASSIGN_OR_RETURN(data::Dataset test, driver::loadTestFile(raw));
     data::Dataset train;
     for (size_t k = 0; k < files.size(); ++k) {
-      FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, model::fileSourceOf(config));
+      FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, driver::fileSourceOf(config));
       source.path = files[k];
       source.test_path.clear();
       source.holdout_fraction = 0;
       FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest one, data::loadTrainTest(source));
-      FEDFLEET_RETURN_IF_ERROR(model::applyClasses(one.train, config, files[k]));
+      FEDFLEET_RETURN_IF_ERROR(driver::applyClasses(one.train, config, files[k]));
       std::vector<uint32_t> part(one.train.size());
       std::iota(part.begin(), part.end(), static_cast<uint32_t>(train.size()));
       FEDFLEET_RETURN_IF_ERROR(data::appendSamples(train, one.train, files[k]));
@@ -141,7 +141,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
                              "' hold samples of different shapes");
     }
     data::TrainTest both{std::move(train), std::move(test)};
-    FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, model::applyNormalization(config, both));
+    FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, driver::applyNormalization(config, both));
     fd->shape_ = model::inputShapeOf(both.train);
     fd->train_ = std::make_shared<const data::Dataset>(std::move(both.train));
     fd->test_ = std::make_shared<const data::Dataset>(std::move(both.test));
@@ -156,12 +156,12 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   if (config.readsDataFiles()) {
     // The user's files: one training set split over the clients, and the server's test set
     // (a test file, or a seeded hold-out of the training file).
-    FEDFLEET_ASSIGN_OR_RETURN(const data::FileSource source, model::fileSourceOf(config));
+    FEDFLEET_ASSIGN_OR_RETURN(const data::FileSource source, driver::fileSourceOf(config));
     FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
-    FEDFLEET_RETURN_IF_ERROR(model::applyClasses(both.train, config, dc.path));
+    FEDFLEET_RETURN_IF_ERROR(driver::applyClasses(both.train, config, dc.path));
     FEDFLEET_RETURN_IF_ERROR(
-        model::applyClasses(both.test, config, dc.test_path.empty() ? dc.path : dc.test_path));
-    FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, model::applyNormalization(config, both));
+        driver::applyClasses(both.test, config, dc.test_path.empty() ? dc.path : dc.test_path));
+    FEDFLEET_ASSIGN_OR_RETURN(fd->normalization_, driver::applyNormalization(config, both));
     train = std::move(both.train);
     test = std::move(both.test);
     source_name = "'" + dc.path + "'";

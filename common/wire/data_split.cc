@@ -1,13 +1,21 @@
-#include "common/data/split.h"
+#include "common/wire/data_split.h"
 
 #include "common/data/block_cyclic.h"
 #include "common/data/partition.h"
 
-namespace fedfleet::data {
+namespace fedfleet::wire {
+
+using data::BlockCyclicSpec;
+using data::Dataset;
+using data::Label;
+using data::PartitionSpec;
+using data::partitionBlockCyclic;
+using data::partitionIndices;
+using data::partitionUnlabelled;
 
 Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<Label>& labels,
                                                        uint32_t num_classes,
-                                                       const wire::DataSpec& spec) {
+                                                       const DataSpec& spec) {
   if (spec.scheme == "block-cyclic") {
     BlockCyclicSpec bs;
     bs.blocks = spec.blocks;
@@ -27,7 +35,7 @@ Result<std::vector<std::vector<uint32_t>>> splitBySpec(const std::vector<Label>&
 }
 
 Result<std::vector<std::vector<uint32_t>>> splitBySpec(const Dataset& ds,
-                                                       const wire::DataSpec& spec) {
+                                                       const DataSpec& spec) {
   if (!ds.hasTargets()) return splitBySpec(ds.labels, ds.num_classes, spec);
   if (spec.scheme == "block-cyclic") {
     return invalidArgument(
@@ -42,4 +50,4 @@ Result<std::vector<std::vector<uint32_t>>> splitBySpec(const Dataset& ds,
   return partitionUnlabelled(ds.size(), ps);
 }
 
-}  // namespace fedfleet::data
+}  // namespace fedfleet::wire

@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "common/secagg/round_params.h"
+#include "common/wire/secagg_messages.h"
 #include "common/status.h"
 
 namespace fedfleet::wire {

@@ -12,7 +12,7 @@
 #include "common/config/config.h"
 #include "common/crypto/sha256.h"
 #include "common/history/history.h"
-#include "common/model/data_files.h"
+#include "driver/data_files.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
 #include "tests/integration/process.h"
@@ -45,7 +45,7 @@ std::string writeHistory(const std::string& dir, const config::Config& config) {
   run.name = "fed-only";
   run.config_json = config.toJson().dump();
   run.model_json =
-      model::describeModel(*model, model::declaredInputShape(config).value(), config.model.path);
+      model::describeModel(*model, driver::declaredInputShape(config).value(), config.model.path);
   const int64_t id = (*store)->beginRun(run).value();
   const std::vector<float> params = model->flatParameters();
   for (uint32_t r = 0; r <= 3; ++r) {
