@@ -57,6 +57,8 @@ constexpr uint32_t kMessagesBeforeHelloRecorded = 50;
 // A keyed connection that has not said Hello and has sent nothing for this long is closed
 // (honest clients say Hello at once and send a heartbeat every client.heartbeat_s).
 constexpr double kSilentWithoutHelloS = 30;
+// How long after its close was reported a retired connection's queued frames are still dropped.
+constexpr double kRetiredGraceS = 5;
 // The event kind of connections closed by a connection limit (one aggregated row per interval
 // across all hosts: coordinator/refusal_log.h), and its cause.
 constexpr const char* kLimitEventKind = "connection_refused";
@@ -158,7 +160,11 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
     double last_message = 0;  // when its latest message came
   };
   std::map<std::string, Peer> peers_;
-  std::set<std::string> retired_peers_;                     // replaced or revoked, closing
+  // Connections the coordinator closed (replaced, revoked or rate-limited): their messages are
+  // dropped until kRetiredGraceS after the transport reported the close, since ZeroMQ may still
+  // hand over frames it had queued before (the value: when the close was reported; infinity
+  // until then).
+  std::map<std::string, double> retired_peers_;
   std::map<engine::ClientId, std::string> peer_of_client_;  // its current connection
   // Key -> client binding: public key of each client id. From the history when resuming (the
   // binding survives a restart), else from the first Hello of this run.
@@ -478,7 +484,7 @@ void ZmqCoordinator::flushLeftOut(const std::string& client, EventBudget& budget
 
 void ZmqCoordinator::retire(const std::string& peer, double now) {
   (void)now;
-  retired_peers_.insert(peer);
+  retired_peers_[peer] = std::numeric_limits<double>::infinity();
   auto p = peers_.find(peer);
   if (p != peers_.end()) {
     auto c = peer_of_client_.find(p->second.client);
@@ -555,9 +561,10 @@ void ZmqCoordinator::takeTransportReports(double now) {
     closeSilentWithoutHello(now);
   }
   for (const auto& r : refusals_.flush(now)) report(r);
+  std::erase_if(retired_peers_, [now](const auto& r) { return now - r.second > kRetiredGraceS; });
   for (const auto& closed : server_->takeClosedConnections()) {
     if (closed.peer.empty()) continue;
-    retired_peers_.erase(closed.peer);
+    if (auto r = retired_peers_.find(closed.peer); r != retired_peers_.end()) r->second = now;
     auto p = peers_.find(closed.peer);
     if (p == peers_.end()) continue;
     auto c = peer_of_client_.find(p->second.client);
