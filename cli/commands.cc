@@ -18,11 +18,11 @@
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
 #include "common/history/history.h"
-#include "driver/data_files.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/peer_coordinator.h"
-#include "coordinator/resume.h"
+#include "driver/data_files.h"
+#include "driver/resume.h"
 #include "sim/fleet_simulator.h"
 #include "sim/mpi_workers.h"
 #include "sim/peer_simulator.h"
@@ -109,7 +109,7 @@ void addConfigFlags(CLI::App* app, ConfigFlags& f) {
 // Loads files, then the named flags (kept as "key=value" overrides), then --set overrides.
 // With --resume (coordinator.resume), the run's stored configuration is the base they are
 // applied to: a resume needs no flag of the first start again, and what it does give is a
-// change that resume checks as usual (coordinator/resume.h).
+// change that resume checks as usual (driver/resume.h).
 Status buildConfig(const ConfigFlags& f, const std::vector<std::string>& flag_overrides,
                    config::Config& config) {
   auto apply = [&](config::Config& c) -> Status {
@@ -124,10 +124,10 @@ Status buildConfig(const ConfigFlags& f, const std::vector<std::string>& flag_ov
     auto store = history::openSqliteHistoryReadOnly(config.history.db);
     if (!store.isOk()) return store.status().withContext("--resume");
     // The run named run.name; with no name given (the default), the file's latest run.
-    auto stored = coordinator::latestRunConfig(**store, config.run.name);
+    auto stored = driver::latestRunConfig(**store, config.run.name);
     if (!stored.isOk() && stored.status().code() == StatusCode::kNotFound &&
         config.run.name == config::Config().run.name) {
-      stored = coordinator::latestRunConfig(**store, "");
+      stored = driver::latestRunConfig(**store, "");
     }
     if (stored.isOk()) {
       config::Config base;

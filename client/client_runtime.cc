@@ -28,11 +28,11 @@
 #include "common/check.h"
 #include "common/compress/codec.h"
 #include "common/data/dataset.h"
-#include "common/wire/data_split.h"
 #include "common/format.h"
 #include "common/model/evaluate.h"
 #include "common/model/local_part.h"
 #include "common/model/model.h"
+#include "common/wire/data_split.h"
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
 
@@ -50,16 +50,6 @@ std::string partitionKey(const wire::DataSpec& d) {
          std::to_string(d.num_partitions) + "|" + std::to_string(d.seed) + "|" +
          std::to_string(d.subset) + "|" + std::to_string(d.blocks) + "|" + std::to_string(d.skew);
 }
-
-}  // namespace
-
-Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<data::Label>& labels,
-                                                    uint32_t num_classes,
-                                                    const wire::DataSpec& spec) {
-  return wire::splitBySpec(labels, num_classes, spec);
-}
-
-namespace {
 
 // Partition spec.index of `ds` split as `spec` says, computed once per split into `cache`.
 Result<const std::vector<uint32_t>*> partitionOf(

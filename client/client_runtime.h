@@ -130,13 +130,6 @@ struct ClientRuntimeOptions {
   double local_dp_min_noise = 0;
 };
 
-// The partitions of a data set with labels `labels` that `spec` describes (its scheme, seed and
-// partition count; "block-cyclic" is common/data/block_cyclic.h's partitionBlockCyclic with
-// spec.blocks and spec.skew, as the simulator splits). Errors as the partitioners'.
-Result<std::vector<std::vector<uint32_t>>> splitFor(const std::vector<data::Label>& labels,
-                                                    uint32_t num_classes,
-                                                    const wire::DataSpec& spec);
-
 class ClientRuntime {
  public:
   // Connects (asynchronously) and resolves the device. Errors: bad device spec, transport

@@ -12,14 +12,15 @@
 
 #include "client/trainer.h"
 #include "common/check.h"
-#include "common/compress/codec_spec.h"
 #include "common/data/dataset.h"
-#include "common/wire/data_split.h"
-#include "driver/data_files.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
+#include "common/wire/data_split.h"
 #include "common/wire/peer_control.h"
 #include "common/wire/peer_message.h"
+#include "driver/data_files.h"
+#include "driver/peer_options.h"
+#include "driver/run_setup.h"
 
 namespace fedfleet::client {
 namespace {
@@ -56,7 +57,7 @@ class PeerRuntimeImpl final : public PeerRuntime {
           "\"decentralized\", not \"" +
           config.policy.mode + "\"");
     }
-    FEDFLEET_ASSIGN_OR_RETURN(peer_options_, peerOptionsFromConfig(config));
+    FEDFLEET_ASSIGN_OR_RETURN(peer_options_, driver::peerOptionsFromConfig(config));
     peers_ = peer_options_.peers;
     if (options_.index >= peers_) {
       return invalidArgument("peer index " + std::to_string(options_.index) + " is not below " +
@@ -101,12 +102,7 @@ class PeerRuntimeImpl final : public PeerRuntime {
       return invalidArgument("peer " + std::to_string(options_.index) +
                              " has no training samples in its partition");
     }
-    FEDFLEET_ASSIGN_OR_RETURN(
-        model_, model::createModel(config.model.name, config.run.seed, config.model.path, shape));
-    model_->setLoss(wire::parseLoss(config.train.loss).value());  // validated
-    if (!config.model.init.empty()) {
-      FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model_, config.model.init));
-    }
+    FEDFLEET_ASSIGN_OR_RETURN(model_, driver::createRunModel(config, shape));
     initial_ = model_->flatParameters();
     model_elements_ = initial_.size();
 
@@ -449,33 +445,6 @@ class PeerRuntimeImpl final : public PeerRuntime {
 };
 
 }  // namespace
-
-Result<peer::PeerOptions> peerOptionsFromConfig(const config::Config& config) {
-  const config::DecentralizedSection& d = config.decentralized;
-  peer::PeerOptions o;
-  FEDFLEET_ASSIGN_OR_RETURN(o.algorithm, peer::parseAlgorithm(d.algorithm));
-  FEDFLEET_ASSIGN_OR_RETURN(o.topology, peer::parseTopology(d.topology));
-  Result<compress::CodecSpec> codec = compress::parseCodecSpec(d.codec);
-  if (!codec.isOk()) return codec.status().withContext("decentralized.codec");
-  o.codec = *codec;
-  o.peers = d.peers;
-  o.iterations = d.iterations;
-  o.seed = config.run.seed;
-  o.pipeline = d.pipeline;
-  o.degree = d.degree;
-  o.group_size = d.group_size;
-  o.group_buffer = d.group_buffer;
-  o.hop_bound = d.hop_bound;
-  o.hop_backup = d.hop_backup;
-  o.local_steps = d.local_steps;
-  o.outer_lr = d.outer_lr;
-  o.outer_momentum = d.outer_momentum;
-  o.steps_per_iteration = d.steps_per_iteration;
-  if (Status s = peer::validate(o); !s.isOk()) {
-    return invalidArgument("[decentralized] " + s.message());
-  }
-  return o;
-}
 
 Result<std::unique_ptr<PeerRuntime>> PeerRuntime::create(const PeerRuntimeOptions& options) {
   auto runtime = std::make_unique<PeerRuntimeImpl>(options);

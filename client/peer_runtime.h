@@ -38,11 +38,6 @@
 
 namespace fedfleet::client {
 
-// The engine options of [decentralized] (names parsed once here): algorithm, topology and
-// codec from their names, the seed from run.seed, the rest as they are; validated
-// (peer::validate). kInvalidArgument naming the key otherwise.
-Result<peer::PeerOptions> peerOptionsFromConfig(const config::Config& config);
-
 struct PeerRuntimeOptions {
   uint32_t index = 0;     // this peer, 0 .. decentralized.peers - 1 (its key is peer-<index>)
   config::Config config;  // the run's configuration (the same file as the coordinator's)

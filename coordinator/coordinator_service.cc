@@ -20,7 +20,6 @@
 #include "common/data/dataset.h"
 #include "common/format.h"
 #include "common/history/history.h"
-#include "driver/data_files.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/local_part.h"
@@ -31,11 +30,12 @@
 #include "common/wire/messages.h"
 #include "coordinator/background_evaluator.h"
 #include "coordinator/connection_limits.h"
-#include "coordinator/engine_driver.h"
 #include "coordinator/metrics_server.h"
 #include "coordinator/refusal_log.h"
-#include "coordinator/resume.h"
-#include "coordinator/run_setup.h"
+#include "driver/data_files.h"
+#include "driver/engine_driver.h"
+#include "driver/resume.h"
+#include "driver/run_setup.h"
 #include "engine/round_engine.h"
 
 namespace fedfleet::coordinator {
@@ -64,7 +64,7 @@ constexpr double kRetiredGraceS = 5;
 constexpr const char* kLimitEventKind = "connection_refused";
 constexpr const char* kLimitCause = "closed by a connection limit";
 
-class ZmqCoordinator final : public CoordinatorService, private DriverPort {
+class ZmqCoordinator final : public CoordinatorService, private driver::DriverPort {
  public:
   Status init(const config::Config& config);
   Status run() override;
@@ -137,7 +137,7 @@ class ZmqCoordinator final : public CoordinatorService, private DriverPort {
   config::Config config_;
   std::unique_ptr<transport::ServerTransport> server_;
   std::unique_ptr<history::HistoryStore> history_;
-  std::unique_ptr<EngineDriver> driver_;  // over history_ and this
+  std::unique_ptr<driver::EngineDriver> driver_;  // over history_ and this
   std::unique_ptr<BackgroundEvaluator> evaluator_;
   std::unique_ptr<engine::RoundEngine> engine_;
   std::unique_ptr<model::Model> block_model_;  // block-cyclic runs only
@@ -227,15 +227,9 @@ Status ZmqCoordinator::init(const config::Config& config) {
     FEDFLEET_ASSIGN_OR_RETURN(
         test_set, data::loadFashionMnist(data_dir, /*train=*/false, config_.data.test_subset));
   }
-  FEDFLEET_ASSIGN_OR_RETURN(auto model, model::createModel(config_.model.name, config_.run.seed,
-                                                           config_.model.path, shape));
-  model->setLoss(wire::parseLoss(config_.train.loss).value());  // validated
-  if (!config_.model.init.empty()) {
-    FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
-  }
-  if (!no_test_data) {
-    FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, test_set, config_, "test"));
-  }
+  FEDFLEET_ASSIGN_OR_RETURN(
+      auto model,
+      driver::createRunModel(config_, shape, {nullptr, no_test_data ? nullptr : &test_set}));
   // model.local names tensors of this model (each client keeps them; a typo stops here).
   FEDFLEET_RETURN_IF_ERROR(model::LocalPart::of(model->layout(), config_.model.local).status());
   std::vector<float> params = model->flatParameters();
@@ -321,33 +315,34 @@ Status ZmqCoordinator::init(const config::Config& config) {
   }
   // The engine's options, checked before anything is written: a coordinator that cannot start
   // leaves no run behind (the history file is not even created).
-  engine::EngineOptions eo = engineOptionsFromConfig(config_, /*run_id=*/0);
+  engine::EngineOptions eo = driver::engineOptionsFromConfig(config_, /*run_id=*/0);
   eo.max_evaluations_behind = kMaxEvaluationsBehind;
   // Differential-privacy noise no client can predict (the config's seed may be known to them).
   eo.dp.noise_key = crypto::randomStreamKey();
   // What each partition holds bounds what an update may claim (the clients cut the same split).
-  FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, partitionSizes(config_, eo));
-  FEDFLEET_RETURN_IF_ERROR(emptyPartitionCheck(eo.partition_sizes));
+  FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, driver::partitionSizes(config_, eo));
+  FEDFLEET_RETURN_IF_ERROR(driver::emptyPartitionCheck(eo.partition_sizes));
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
   FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
-  driver_ = std::make_unique<EngineDriver>(*history_, static_cast<DriverPort&>(*this),
-                                           checkpointKeepFromConfig(config_), "s");
+  driver_ =
+      std::make_unique<driver::EngineDriver>(*history_, static_cast<driver::DriverPort&>(*this),
+                                             driver::checkpointKeepFromConfig(config_), "s");
   std::string engine_state;  // from the checkpoint resumed from
   if (cc.resume) {
-    FEDFLEET_ASSIGN_OR_RETURN(ResumePoint point,
-                              findResumePoint(*history_, config_, params.size()));
+    FEDFLEET_ASSIGN_OR_RETURN(driver::ResumePoint point,
+                              driver::findResumePoint(*history_, config_, params.size()));
     run_id_ = point.run_id;
     if (!point.already_finished.empty()) {
       already_finished_ = point.already_finished;
       return Status::ok();
     }
     if (!point.changes.empty()) {
-      recordEvent("resume_changes", "", changesDetail(point.changes), unixNow());
+      recordEvent("resume_changes", "", driver::changesDetail(point.changes), unixNow());
       FEDFLEET_RETURN_IF_ERROR(driver_->fatal());
       spdlog::warn("--resume-changes: {} continues with {}", point.label,
-                   describeChanges(point.changes));
+                   driver::describeChanges(point.changes));
     }
     eo.first_round = point.first_round;
     eo.evaluate_initial = point.evaluate_initial;
@@ -460,7 +455,8 @@ void ZmqCoordinator::recordClientEvent(const std::string& kind, const std::strin
   const bool timed = limits.events_burst > 0 && limits.events_every_s > 0;  // else: unbounded
   EventBudget& budget =
       event_budget_
-          .try_emplace(client, timed ? limits.events_burst : std::numeric_limits<double>::infinity(),
+          .try_emplace(client,
+                       timed ? limits.events_burst : std::numeric_limits<double>::infinity(),
                        limits.events_every_s)
           .first->second;
   flushLeftOut(client, budget, now);

@@ -18,7 +18,6 @@
 #include "common/clock.h"
 #include "common/data/dataset.h"
 #include "common/history/history.h"
-#include "driver/data_files.h"
 #include "common/model/evaluate.h"
 #include "common/model/export.h"
 #include "common/model/model.h"
@@ -26,7 +25,8 @@
 #include "common/transport/transport.h"
 #include "common/wire/peer_control.h"
 #include "common/wire/peer_message.h"
-#include "coordinator/run_setup.h"
+#include "driver/data_files.h"
+#include "driver/run_setup.h"
 #include "peer/group_generator.h"
 #include "peer/peer_engine.h"
 
@@ -104,10 +104,8 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
       FEDFLEET_ASSIGN_OR_RETURN(
           test_, data::loadFashionMnist(dir, /*train=*/false, config_.data.test_subset));
     }
-    FEDFLEET_ASSIGN_OR_RETURN(model_, model::createModel(config_.model.name, config_.run.seed,
-                                                         config_.model.path, shape));
-    model_->setLoss(wire::parseLoss(config_.train.loss).value());  // validated
-    FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model_, test_, config_, "test"));
+    FEDFLEET_ASSIGN_OR_RETURN(
+        model_, driver::createRunModel(config_, shape, {nullptr, &test_, /*load_init=*/false}));
     model_elements_ = model_->numParameters();
 
     FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));

@@ -1,5 +1,5 @@
 // EngineOptions: everything a RoundEngine is built from, as typed values. A driver fills them
-// from the config (coordinator/run_setup.h engineOptionsFromConfig), where each config string
+// from the config (driver/run_setup.h engineOptionsFromConfig), where each config string
 // becomes an enum once (parseAggregatorKind, parseDeadlineMode, parseNormBoundAction,
 // parseBlockMode); the engine and its policies never compare config strings. Each policy
 // checks its own options (validateSelectorOptions, validateAggregatorOptions, ...), and

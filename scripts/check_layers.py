@@ -60,15 +60,7 @@ ALLOWED = {
 
 # Arrows that exist today and are to go, each by file and header, with why they are still
 # here. Nothing else may be added to this list without the same.
-KNOWN = {
-    # The engine driver, run set-up and resume are shared by both drivers and still live in
-    # coordinator/; they move to driver/, and then the simulator stops linking the networked
-    # coordinator.
-    ("sim/fleet_simulator.cc", "coordinator/engine_driver.h"),
-    ("sim/fleet_simulator.cc", "coordinator/resume.h"),
-    ("sim/fleet_simulator.cc", "coordinator/run_setup.h"),
-    ("sim/peer_simulator.cc", "coordinator/run_setup.h"),
-}
+KNOWN = set()
 TOP = ("kernels", "common", "engine", "peer", "driver", "coordinator", "client", "sim", "cli")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

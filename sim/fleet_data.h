@@ -56,7 +56,7 @@ class FleetData {
 
   // Block-cyclic runs: client k's held-out data, on which it evaluates the model it serves.
   // Fashion-MNIST: partition k of the whole test split cut as the training split is
-  // (partitionBlockCyclic), as a real client cuts it (client::splitFor); synthetic: device k's
+  // (partitionBlockCyclic), as a real client cuts it (wire::splitBySpec); synthetic: device k's
   // test split. kFailedPrecondition without blocks, or when the test split has too few samples
   // for that many partitions (the message says why).
   // With federated evaluation (coordinator.fed_eval_every > 0) too: partition k of the test

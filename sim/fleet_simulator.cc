@@ -32,9 +32,9 @@
 #include "common/model/local_part.h"
 #include "common/model/model.h"
 #include "common/wire/messages.h"
-#include "coordinator/engine_driver.h"
-#include "coordinator/resume.h"
-#include "coordinator/run_setup.h"
+#include "driver/engine_driver.h"
+#include "driver/resume.h"
+#include "driver/run_setup.h"
 #include "engine/round_engine.h"
 #include "sim/attack.h"
 #include "sim/fleet.h"
@@ -224,7 +224,7 @@ struct PendingEval {
   std::vector<std::future<Result<std::vector<wire::SimEvalPiece>>>> pieces;
 };
 
-class Simulator final : public FleetSimulator, private coordinator::DriverPort {
+class Simulator final : public FleetSimulator, private driver::DriverPort {
  public:
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
   ~Simulator() override { pool_.reset(); }
@@ -314,9 +314,9 @@ class Simulator final : public FleetSimulator, private coordinator::DriverPort {
   config::Config config_;
   std::unique_ptr<history::HistoryStore> file_;  // --resume: the file history_ replays
   std::unique_ptr<history::HistoryStore> history_;
-  ReplayHistory* replay_ = nullptr;  // history_ when resuming, else null
-  std::string already_finished_;     // --resume of a run that has nothing left to do
-  std::unique_ptr<coordinator::EngineDriver> driver_;  // over history_ and this
+  ReplayHistory* replay_ = nullptr;               // history_ when resuming, else null
+  std::string already_finished_;                  // --resume of a run that has nothing left to do
+  std::unique_ptr<driver::EngineDriver> driver_;  // over history_ and this
   std::unique_ptr<FleetData> data_;
   std::optional<Fleet> fleet_;
   std::unique_ptr<WorkerPool> pool_;
@@ -435,23 +435,11 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   FEDFLEET_ASSIGN_OR_RETURN(data_, FleetData::create(config_, sc.clients));
 
   // The initial model (the same seed gives the same weights as a real coordinator's).
-  FEDFLEET_ASSIGN_OR_RETURN(
-      auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path,
-                                     data_->inputShape()));
-  model->setLoss(wire::parseLoss(config_.train.loss).value());  // validated
-  if (!config_.model.init.empty()) {
-    FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
-  }
   // Start-up check: a model that does not fit the data fails here, once, not in every round.
-  {
-    FEDFLEET_ASSIGN_OR_RETURN(const ClientShard first, data_->shard(0));
-    FEDFLEET_RETURN_IF_ERROR(
-        coordinator::checkModelFitsConfigData(*model, *first.data, config_, "training"));
-    if (data_->testSet()) {
-      FEDFLEET_RETURN_IF_ERROR(
-          coordinator::checkModelFitsConfigData(*model, *data_->testSet(), config_, "test"));
-    }
-  }
+  FEDFLEET_ASSIGN_OR_RETURN(const ClientShard first, data_->shard(0));
+  FEDFLEET_ASSIGN_OR_RETURN(auto model,
+                            driver::createRunModel(config_, data_->inputShape(),
+                                                   {first.data.get(), data_->testSet().get()}));
   FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart local_part,
                             model::LocalPart::of(model->layout(), config_.model.local));
   local_part_ = std::move(local_part);
@@ -466,11 +454,11 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
 
   FEDFLEET_RETURN_IF_ERROR(
       openHistory(model::describeModel(*model, data_->inputShape(), config_.model.path)));
-  driver_ = std::make_unique<coordinator::EngineDriver>(
-      *history_, static_cast<coordinator::DriverPort&>(*this),
-      coordinator::checkpointKeepFromConfig(config_), "s virtual");
+  driver_ = std::make_unique<driver::EngineDriver>(
+      *history_, static_cast<driver::DriverPort&>(*this), driver::checkpointKeepFromConfig(config_),
+      "s virtual");
 
-  engine::EngineOptions eo = coordinator::engineOptionsFromConfig(config_, run_id_);
+  engine::EngineOptions eo = driver::engineOptionsFromConfig(config_, run_id_);
   eo.server_eval = true;  // the simulator always holds a test set (a file or a hold-out)
   eo.liveness_s = 0;      // virtual clients send no heartbeats; losses are reported as goodbyes
   eo.sample_partitions = false;
@@ -483,7 +471,8 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   if (sc.attackers > 0) {
     FEDFLEET_ASSIGN_OR_RETURN(Attack attack, parseAttack(sc.attack));
     attack_ = attack;
-    attackers_ = static_cast<uint64_t>(std::llround(sc.attackers * static_cast<double>(sc.clients)));
+    attackers_ =
+        static_cast<uint64_t>(std::llround(sc.attackers * static_cast<double>(sc.clients)));
   }
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
@@ -571,12 +560,11 @@ Status Simulator::openHistory(const std::string& model_json) {
   // to be refused with that reason.
   config::Config listing = config_;
   listing.coordinator.resume_changes = true;
-  FEDFLEET_ASSIGN_OR_RETURN(coordinator::ResumePoint point,
-                            coordinator::findResumableRun(*file_, listing));
+  FEDFLEET_ASSIGN_OR_RETURN(driver::ResumePoint point, driver::findResumableRun(*file_, listing));
   if (!point.changes.empty()) {
     return failedPrecondition(
         "--resume: this config changes " + point.label + ": " +
-        coordinator::describeChanges(point.changes) +
+        driver::describeChanges(point.changes) +
         ". A simulation continues by replaying its recorded rounds, so it resumes only with the "
         "run's own config; to run with these changes, give the run another run.name");
   }

@@ -15,7 +15,6 @@
 #include <sstream>
 #include <variant>
 
-#include "client/peer_runtime.h"
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/compress/codec_spec.h"
@@ -23,7 +22,8 @@
 #include "common/model/model.h"
 #include "common/wire/peer_control.h"
 #include "common/wire/sim_job.h"
-#include "coordinator/run_setup.h"
+#include "driver/peer_options.h"
+#include "driver/run_setup.h"
 #include "peer/group_generator.h"
 #include "sim/fleet.h"
 #include "sim/fleet_data.h"
@@ -194,7 +194,7 @@ Status Simulator::init() {
   if (config_.policy.mode != "decentralized") {
     return invalidArgument("policy.mode must be \"decentralized\" for the peer simulator");
   }
-  FEDFLEET_ASSIGN_OR_RETURN(options_, client::peerOptionsFromConfig(config_));
+  FEDFLEET_ASSIGN_OR_RETURN(options_, driver::peerOptionsFromConfig(config_));
   const uint32_t p = options_.peers;
   const auto& sc = config_.sim;
   if (!sc.peer_fail_at.empty()) {  // before the data loads: a typo fails at once
@@ -203,18 +203,9 @@ Status Simulator::init() {
   AvailabilityOptions avail;  // peers are always online: availability is the round simulator's
   FEDFLEET_ASSIGN_OR_RETURN(Fleet fleet, Fleet::create(sc.fleet, p, config_.run.seed, avail));
   FEDFLEET_ASSIGN_OR_RETURN(data_, FleetData::create(config_, p));
+  FEDFLEET_ASSIGN_OR_RETURN(const ClientShard first, data_->shard(0));
   FEDFLEET_ASSIGN_OR_RETURN(
-      auto model, model::createModel(config_.model.name, config_.run.seed, config_.model.path,
-                                     data_->inputShape()));
-  model->setLoss(wire::parseLoss(config_.train.loss).value());  // validated
-  if (!config_.model.init.empty()) {
-    FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config_.model.init));
-  }
-  {
-    FEDFLEET_ASSIGN_OR_RETURN(const ClientShard first, data_->shard(0));
-    FEDFLEET_RETURN_IF_ERROR(
-        coordinator::checkModelFitsConfigData(*model, *first.data, config_, "training"));
-  }
+      auto model, driver::createRunModel(config_, data_->inputShape(), {first.data.get()}));
   initial_ = model->flatParameters();
   ref_samples_per_s_ =
       sc.reference_gflops * 1e9 / trainFlopsPerSample(config_.model.name, initial_.size());

@@ -33,6 +33,7 @@
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
 #include "common/transport/transport.h"
+#include "common/wire/data_split.h"
 #include "common/wire/limits.h"
 #include "common/wire/messages.h"
 #include "tests/client/test_data.h"
@@ -413,12 +414,12 @@ TEST_F(ClientRuntimeTest, AServedModelIsPublishedEvaluatedOnTheHeldOutDataAndRep
   send(t);
   const Upload u = collect(1);
   ASSERT_TRUE(u.summary);
-  EXPECT_EQ(u.summary->n_samples, (*splitFor(train_->labels, 10, t.data))[1].size());
+  EXPECT_EQ(u.summary->n_samples, (*wire::splitBySpec(train_->labels, 10, t.data))[1].size());
 
   // Its held-out data: partition 1 of the test split, cut the same way.
   auto test = data::loadFashionMnist(data::defaultFashionMnistDir(), false, 0);
   ASSERT_TRUE(test.isOk());
-  auto held = splitFor(test->labels, 10, t.data);
+  auto held = wire::splitBySpec(test->labels, 10, t.data);
   ASSERT_TRUE(held.isOk()) << held.status().toString();
   auto m = model::createModel("logreg", 0, "");
   ASSERT_TRUE(m.isOk());

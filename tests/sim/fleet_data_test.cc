@@ -4,10 +4,10 @@
 
 #include <gtest/gtest.h>
 
-#include "client/client_runtime.h"
 #include "common/data/block_cyclic.h"
 #include "common/data/dataset.h"
-#include "coordinator/run_setup.h"
+#include "common/wire/data_split.h"
+#include "driver/run_setup.h"
 
 namespace fedfleet::sim {
 namespace {
@@ -34,15 +34,15 @@ TEST(FleetData, ABlockClientHoldsTheSamplesARealClientLoads) {
   ASSERT_TRUE(fd.isOk()) << fd.status().toString();
 
   // What a real coordinator puts in every task, and what a real client makes of it.
-  const engine::EngineOptions eo = coordinator::engineOptionsFromConfig(c, 1);
+  const engine::EngineOptions eo = driver::engineOptionsFromConfig(c, 1);
   wire::DataSpec spec = eo.data;
   spec.num_partitions = eo.num_partitions;
   EXPECT_EQ(spec.scheme, "block-cyclic");
   EXPECT_EQ(spec.blocks, 3u);
   EXPECT_DOUBLE_EQ(spec.skew, 0.7);
-  auto parts = client::splitFor(train->labels, 10, spec);
+  auto parts = wire::splitBySpec(train->labels, 10, spec);
   ASSERT_TRUE(parts.isOk()) << parts.status().toString();
-  auto held = client::splitFor(test->labels, 10, spec);
+  auto held = wire::splitBySpec(test->labels, 10, spec);
   ASSERT_TRUE(held.isOk()) << held.status().toString();
   ASSERT_EQ(parts->size(), 12u);
   for (uint32_t k = 0; k < 12; ++k) {

@@ -1,9 +1,9 @@
-#include "coordinator/resume.h"
+#include "driver/resume.h"
 
 #include <algorithm>
 #include <array>
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 
 bool isOperationalConfigKey(std::string_view key) {
   // Whole sections: the client's own settings, the simulator's, where the history lives and
@@ -201,4 +201,4 @@ Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config
   return point;
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver

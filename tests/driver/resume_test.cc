@@ -1,12 +1,12 @@
 // What --resume compares: the stored config (with changes accepted before) against the new one.
-#include "coordinator/resume.h"
+#include "driver/resume.h"
 
 #include <gtest/gtest.h>
 
 #include "common/config/config.h"
 #include "common/history/history.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 namespace {
 
 history::EventRecord changesEvent(const std::vector<ConfigChange>& changes) {
@@ -200,4 +200,4 @@ TEST(ResumePoint, WhatCannotBeResumedSaysWhatToDo) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver

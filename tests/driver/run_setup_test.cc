@@ -1,4 +1,4 @@
-#include "coordinator/run_setup.h"
+#include "driver/run_setup.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include "common/data/dataset.h"
 #include "tests/engine/round_engine_fixture.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 namespace {
 
 using engine::EngineOptions;
@@ -35,9 +35,9 @@ TEST(RunSetup, PartitionSizesFollowTheClientsSplit) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 namespace {
 
 // The [dp] section becomes the engine's DP options, with a noise key derived from the seed
@@ -75,4 +75,4 @@ TEST(RunSetup, TheDpSectionBecomesTheEnginesPrivacyOptions) {
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/config/config.h"
@@ -14,15 +15,15 @@
 #include "common/status.h"
 #include "engine/round_engine.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 
 // The engine options a validated config asks for (run_id and, when resuming, first_round and
 // model_version are the caller's to set).
 engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id);
 
 // The size of every partition of the training split, cut as clients cut it for their tasks
-// (common/wire/data_split.h with options.data and options.num_partitions): what the engine bounds an
-// update's sample claim with (EngineOptions::partition_sizes). `train` is the training split
+// (common/wire/data_split.h with options.data and options.num_partitions): what the engine bounds
+// an update's sample claim with (EngineOptions::partition_sizes). `train` is the training split
 // with options.data.subset applied, as clients load it. Errors: the partitioner's.
 Result<std::vector<uint64_t>> partitionSizes(const engine::EngineOptions& options,
                                              const data::Dataset& train);
@@ -65,4 +66,17 @@ Status commitRoundToHistory(history::HistoryStore& store, const engine::CommitRo
 Status checkModelFitsConfigData(model::Model& model, const data::Dataset& ds,
                                 const config::Config& config, const std::string& role);
 
-}  // namespace fedfleet::coordinator
+// The run's model as the config makes it, the same in every driver: model.name (model.path for
+// "torchscript") for inputs of `shape`, initialised from run.seed, with the loss train.loss and,
+// when `load_init`, model.init's weights; then the start-up check (checkModelFitsConfigData)
+// against each data set given. Errors: the model's, the weights file's, the check's.
+struct RunModelChecks {
+  const data::Dataset* training = nullptr;  // checked as the "training" set when not null
+  const data::Dataset* test = nullptr;      // checked as the "test" set when not null
+  bool load_init = true;  // false: model.init is the peers' to read (a peer coordinator)
+};
+Result<std::unique_ptr<model::Model>> createRunModel(const config::Config& config,
+                                                     const model::InputShape& shape,
+                                                     const RunModelChecks& checks = {});
+
+}  // namespace fedfleet::driver

@@ -1,4 +1,4 @@
-#include "coordinator/run_setup.h"
+#include "driver/run_setup.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,11 +8,13 @@
 
 #include "common/crypto/keyed_stream.h"
 #include "common/data/dataset.h"
-#include "common/wire/data_split.h"
 #include "common/history/format.h"
 #include "common/model/evaluate.h"
+#include "common/model/export.h"
+#include "common/wire/data_split.h"
+#include "common/wire/messages.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 
 engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id) {
   const auto& cc = config.coordinator;
@@ -229,4 +231,23 @@ Status checkModelFitsConfigData(model::Model& model, const data::Dataset& ds,
   return model::checkModelFitsData(model, ds, model_name, data_name);
 }
 
-}  // namespace fedfleet::coordinator
+Result<std::unique_ptr<model::Model>> createRunModel(const config::Config& config,
+                                                     const model::InputShape& shape,
+                                                     const RunModelChecks& checks) {
+  FEDFLEET_ASSIGN_OR_RETURN(
+      auto model, model::createModel(config.model.name, config.run.seed, config.model.path, shape));
+  model->setLoss(wire::parseLoss(config.train.loss).value());  // validated
+  if (checks.load_init && !config.model.init.empty()) {
+    FEDFLEET_RETURN_IF_ERROR(model::loadWeights(*model, config.model.init));
+  }
+  if (checks.training != nullptr) {
+    FEDFLEET_RETURN_IF_ERROR(
+        checkModelFitsConfigData(*model, *checks.training, config, "training"));
+  }
+  if (checks.test != nullptr) {
+    FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, *checks.test, config, "test"));
+  }
+  return model;
+}
+
+}  // namespace fedfleet::driver

@@ -18,10 +18,10 @@
 
 #include "common/history/history.h"
 #include "common/status.h"
-#include "coordinator/run_setup.h"
+#include "driver/run_setup.h"
 #include "engine/round_engine.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 
 class DriverPort {
  public:
@@ -107,4 +107,4 @@ class EngineDriver {
   std::string last_update_failure_;  // the last update_rejected or client_error event
 };
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver

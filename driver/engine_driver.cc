@@ -1,11 +1,11 @@
-#include "coordinator/engine_driver.h"
+#include "driver/engine_driver.h"
 
 #include <type_traits>
 #include <variant>
 
-#include "coordinator/run_setup.h"
+#include "driver/run_setup.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 
 EngineDriver::EngineDriver(history::HistoryStore& history, DriverPort& port, CheckpointKeep keep,
                            const char* clock_unit)
@@ -100,4 +100,4 @@ void EngineDriver::carryOut(engine::Action& action) {
       action);
 }
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver

@@ -21,7 +21,7 @@
 #include "common/history/history.h"
 #include "common/status.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 
 // One key whose value differs ("section.key", the stored value and the new one).
 struct ConfigChange {
@@ -86,4 +86,4 @@ Result<ResumePoint> findResumableRun(history::HistoryStore& history, const confi
 Result<ResumePoint> findResumePoint(history::HistoryStore& history, const config::Config& config,
                                     size_t num_params);
 
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver

@@ -1,7 +1,7 @@
 // EngineDriver: the engine's actions carried out once for both drivers. A whole round goes
 // through it into a history (rows, clock columns from the port, hooks after the writes), and
 // the first failed history write stops everything after it.
-#include "coordinator/engine_driver.h"
+#include "driver/engine_driver.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "common/history/history.h"
 #include "tests/engine/round_engine_fixture.h"
 
-namespace fedfleet::coordinator {
+namespace fedfleet::driver {
 namespace {
 
 using engine::engine_test::baseOptions;
@@ -282,4 +282,4 @@ TEST(EngineDriver, TheFirstFailedWriteStopsEveryActionAfterItAndStaysTheAnswer) 
 }
 
 }  // namespace
-}  // namespace fedfleet::coordinator
+}  // namespace fedfleet::driver
