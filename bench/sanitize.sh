@@ -1,57 +1,122 @@
 #!/usr/bin/env bash
-# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (GCC): builds the project
-# with -fsanitize=address,undefined -fno-omit-frame-pointer (RelWithDebInfo, ASAN_BUILD_DIR) and
-# runs every test but the integration and Docker ones (ctest -LE 'integration|docker'), with
-# leak detection on and the first UBSan report fatal. LibTorch, OpenBLAS and the other Debian
-# libraries are not instrumented; bench/sanitize.supp suppresses reports from inside them (each
-# entry says why), never from fedfleet's code. Not part of scripts/test.sh: the build and the
-# run take longer than that script may (docs/BENCHMARKS.md has the times).
-# The last line is `RESULT tests=N failures=F minutes=T` (T: build and tests, wall clock); exit 0
-# when no test failed, else 1.
-# Environment: ASAN_BUILD_DIR (default build-asan), JOBS (default 2), CTEST_ARGS (extra ctest
-# arguments, e.g. -R 'Idx|Config').
+# The tests under the sanitizers (GCC):
+#   asan  every unit and integration test (ctest, all labels but the Docker, docs and
+#         random-configuration ones) under AddressSanitizer + UndefinedBehaviorSanitizer:
+#         -fsanitize=address,undefined at -O1 -g1 in ASAN_BUILD_DIR, leak detection on, the first
+#         UBSan report fatal;
+#   tsan  the multi-threaded parts under ThreadSanitizer (-fsanitize=thread, -O1 -g1, in
+#         TSAN_BUILD_DIR): the transport and the peer mesh, the coordinator service with its
+#         connection limits, background evaluator and metrics server, the client runtime and its
+#         upload pipeline, the simulator's worker pool (the fleet, batched and peer simulators),
+#         and end to end the coordinator with clients, the metrics scrape, the decentralised peers
+#         and the MPI backend (the `fedfleet` program built with TSan).
+# LibTorch, OpenBLAS, ZeroMQ and the other Debian libraries are not instrumented:
+# bench/sanitize.supp (leaks) and bench/tsan.supp (races) suppress reports from inside them, each
+# entry saying why, never from fedfleet's code. The TSan run sets OMP_NUM_THREADS=1: OpenMP's
+# uninstrumented barriers would otherwise read as races between LibTorch's own threads, and the
+# threads under test are fedfleet's.
+# An instrumented build of the whole project takes most of an hour on 2 cores, more than the
+# benchmarks' 15-minute rule; the script prints how long each part took. Not part of
+# scripts/test.sh (docs/BENCHMARKS.md has the times).
+# The last line is `RESULT asan_tests=N asan_failures=F tsan_tests=N tsan_failures=F minutes=T`;
+# exit 0 when no test failed, else 1.
+# Environment: PARTS (default "asan tsan"), ASAN_BUILD_DIR (build-asan), TSAN_BUILD_DIR
+# (build-tsan), JOBS (2), ASAN_CTEST_ARGS / TSAN_CTEST_ARGS (extra ctest arguments, e.g.
+# -R 'Wire|Config').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PARTS=${PARTS:-asan tsan}
 ASAN_BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
+TSAN_BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 JOBS=${JOBS:-2}
 ./scripts/install-deps.sh
+[ -d /usr/lib/ccache ] && export PATH=/usr/lib/ccache:$PATH
 
-# Also for the build: gtest_discover_tests runs every test program to list its tests.
-supp="$(pwd)/bench/sanitize.supp"
-export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1"
-export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-flags="-fsanitize=address,undefined -fno-omit-frame-pointer"
+# The test programs TSan runs (ctest names), and the targets to build for them.
+TSAN_TESTS=(transport_transport_test transport_peer_mesh_test transport_connection_admission_test
+  coordinator_connection_limits_test coordinator_metrics_server_test
+  coordinator_round_engine_restart_test client_client_runtime_test client_upload_pipeline_test
+  sim_fleet_simulator_test sim_sim_batched_test sim_peer_simulator_test integration_fedavg_test
+  integration_metrics_test integration_decentralized_peers_test integration_mpi_sim_test)
 
-start=$(date +%s)
-cmake -S . -B "$ASAN_BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDFLEET_BUILD_TESTS=ON \
-  -DFEDFLEET_USE_CUDA=OFF -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" > /dev/null
-cmake --build "$ASAN_BUILD_DIR" -j"$JOBS" > "$ASAN_BUILD_DIR/sanitize-build.log" 2>&1 ||
-  { tail -40 "$ASAN_BUILD_DIR/sanitize-build.log"; echo "sanitize: build failed"; exit 1; }
-built=$(date +%s)
-echo "sanitize: built $ASAN_BUILD_DIR in $(((built - start) / 60)) min $(((built - start) % 60)) s"
+start_all=$(date +%s)
+elapsed() { local s=$(($(date +%s) - $1)); echo "$((s / 60)) min $((s % 60)) s"; }
 
-log="$ASAN_BUILD_DIR/sanitize-ctest.log"
+# configure DIR FLAGS: an instrumented build directory (the libraries and the tests at -O1 -g1).
+configure() {
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDFLEET_BUILD_TESTS=ON \
+    -DFEDFLEET_USE_CUDA=OFF -DCMAKE_C_FLAGS="$2" -DCMAKE_CXX_FLAGS="$2" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" > "$1.configure.log" 2>&1 ||
+    { tail -20 "$1.configure.log"; echo "sanitize: configuring $1 failed"; exit 1; }
+}
+
+# count LOG -> "tests failures" from ctest's summary line (no summary: "0 1").
+count() {
+  local summary
+  summary=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$1" | tail -1 || true)
+  if [ -z "$summary" ]; then
+    tail -40 "$1" >&2
+    echo "0 1"
+    return
+  fi
+  echo "$(sed -nE 's/.* out of ([0-9]+).*/\1/p' <<< "$summary")" \
+       "$(sed -nE 's/.*, ([0-9]+) tests failed out of.*/\1/p' <<< "$summary")"
+}
+
+# report LOG: the failed tests and the first sanitizer reports.
+report() {
+  sed -n '/The following tests FAILED/,$p' "$1"
+  grep -E -m 20 -A3 'ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer|SUMMARY: ' \
+    "$1" || true
+}
+
+asan_tests=0 asan_failures=0 tsan_tests=0 tsan_failures=0
 status=0
-ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j"$JOBS" -LE 'integration|docker' \
-  ${CTEST_ARGS:-} > "$log" 2>&1 || status=1
-done_at=$(date +%s)
-echo "sanitize: tests ran in $(((done_at - built) / 60)) min $(((done_at - built) % 60)) s"
+if [[ " $PARTS " == *" asan "* ]]; then
+  t0=$(date +%s)
+  configure "$ASAN_BUILD_DIR" "-fsanitize=address,undefined -fno-omit-frame-pointer"
+  # Also for the build: the build runs no test program, but keep the options in one place.
+  supp="$(pwd)/bench/sanitize.supp"
+  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1"
+  export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  cmake --build "$ASAN_BUILD_DIR" -j"$JOBS" > "$ASAN_BUILD_DIR/sanitize-build.log" 2>&1 ||
+    { tail -40 "$ASAN_BUILD_DIR/sanitize-build.log"; echo "sanitize: asan build failed"; exit 1; }
+  echo "sanitize: asan: built $ASAN_BUILD_DIR in $(elapsed "$t0")"
+  t1=$(date +%s)
+  log="$ASAN_BUILD_DIR/sanitize-ctest.log"
+  ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -j"$JOBS" -LE 'docker|docs|combos' \
+    ${ASAN_CTEST_ARGS:-} > "$log" 2>&1 || status=1
+  echo "sanitize: asan: tests ran in $(elapsed "$t1")"
+  read -r asan_tests asan_failures < <(count "$log")
+  ((asan_failures == 0)) || { report "$log"; status=1; }
+  unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+fi
 
-summary=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1 || true)
-tests=$(sed -nE 's/.* out of ([0-9]+).*/\1/p' <<< "$summary")
-failures=$(sed -nE 's/.*, ([0-9]+) tests failed out of.*/\1/p' <<< "$summary")
-if [ -z "$summary" ]; then
-  tail -40 "$log"
-  tests=0
-  failures=1
+if [[ " $PARTS " == *" tsan "* ]]; then
+  t0=$(date +%s)
+  configure "$TSAN_BUILD_DIR" "-fsanitize=thread"
+  cmake --build "$TSAN_BUILD_DIR" -j"$JOBS" --target fedfleet "${TSAN_TESTS[@]}" \
+    > "$TSAN_BUILD_DIR/sanitize-build.log" 2>&1 ||
+    { tail -40 "$TSAN_BUILD_DIR/sanitize-build.log"; echo "sanitize: tsan build failed"; exit 1; }
+  echo "sanitize: tsan: built $TSAN_BUILD_DIR in $(elapsed "$t0")"
+  t1=$(date +%s)
+  log="$TSAN_BUILD_DIR/sanitize-ctest.log"
+  regex="^($(IFS='|'; echo "${TSAN_TESTS[*]}"))\$"
+  # halt_on_error=0 with exitcode 66: every report is printed, and a program with any fails.
+  TSAN_OPTIONS="suppressions=$(pwd)/bench/tsan.supp:halt_on_error=0:exitcode=66:second_deadlock_stack=1:history_size=4" \
+  OMP_NUM_THREADS=1 \
+    ctest --test-dir "$TSAN_BUILD_DIR" --output-on-failure -j"$JOBS" -R "$regex" \
+    ${TSAN_CTEST_ARGS:-} > "$log" 2>&1 || status=1
+  echo "sanitize: tsan: tests ran in $(elapsed "$t1")"
+  read -r tsan_tests tsan_failures < <(count "$log")
+  ((tsan_failures == 0)) || { report "$log"; status=1; }
 fi
-if ((failures > 0)); then
-  sed -n '/The following tests FAILED/,$p' "$log"
-  grep -E -m 20 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: ' "$log" || true
-fi
-minutes=$(awk -v s="$((done_at - start))" 'BEGIN { printf "%.1f", s / 60 }')
-echo "RESULT tests=$tests failures=$failures minutes=$minutes"
-if ((status == 0 && failures == 0)); then exit 0; fi
+
+minutes=$(awk -v s="$(($(date +%s) - start_all))" 'BEGIN { printf "%.1f", s / 60 }')
+echo "RESULT asan_tests=$asan_tests asan_failures=$asan_failures tsan_tests=$tsan_tests" \
+     "tsan_failures=$tsan_failures minutes=$minutes"
+if ((status == 0 && asan_failures == 0 && tsan_failures == 0)); then exit 0; fi
 exit 1
