@@ -22,6 +22,7 @@
 #include "client/control_variate.h"
 #include "client/local_dp.h"
 #include "client/masked_upload.h"
+#include "client/task_data.h"
 #include "client/token_bucket.h"
 #include "client/trainer.h"
 #include "client/upload_pipeline.h"
@@ -42,30 +43,6 @@ namespace {
 double steadyNow() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::string partitionKey(const wire::DataSpec& d) {
-  return d.dataset + "|" + d.scheme + "|" + std::to_string(d.alpha) + "|" +
-         std::to_string(d.labels_per_client) + "|" + std::to_string(d.shards_per_client) + "|" +
-         std::to_string(d.num_partitions) + "|" + std::to_string(d.seed) + "|" +
-         std::to_string(d.subset) + "|" + std::to_string(d.blocks) + "|" + std::to_string(d.skew);
-}
-
-// Partition spec.index of `ds` split as `spec` says, computed once per split into `cache`.
-Result<const std::vector<uint32_t>*> partitionOf(
-    const data::Dataset& ds, const wire::DataSpec& spec,
-    std::map<std::string, std::vector<std::vector<uint32_t>>>* cache) {
-  const std::string key = partitionKey(spec);
-  auto it = cache->find(key);
-  if (it == cache->end()) {
-    FEDFLEET_ASSIGN_OR_RETURN(auto parts, wire::splitBySpec(ds, spec));
-    it = cache->emplace(key, std::move(parts)).first;
-  }
-  if (spec.index >= it->second.size()) {
-    return invalidArgument("partition " + std::to_string(spec.index) + " of " +
-                           std::to_string(it->second.size()));
-  }
-  return &it->second[spec.index];
 }
 
 // Longest the loop waits for the encoder's next chunk before it polls the socket again (it
@@ -139,17 +116,6 @@ class ZmqClient final : public ClientRuntime {
   int receiveTimeoutMs(double now, int idle_ms) const;
   // Runs on the worker thread.
   void train(TrainingJob& job);
-  Result<const std::vector<uint32_t>*> indicesFor(const wire::DataSpec& spec);
-  // The client's held-out samples: partition spec.index of the test split, cut as the
-  // training split is (worker thread).
-  Result<const std::vector<uint32_t>*> heldOutFor(const wire::DataSpec& spec);
-  // What a federated evaluation runs on: the client's own held-out data (partition "none"),
-  // else heldOutFor's part of the test split (indices null: no held-out data).
-  struct HeldOut {
-    const data::Dataset* data = nullptr;
-    const std::vector<uint32_t>* indices = nullptr;
-  };
-  Result<HeldOut> heldOutData(const wire::DataSpec& spec);
 
   // Constant after init.
   ClientRuntimeOptions options_;
@@ -179,25 +145,18 @@ class ZmqClient final : public ClientRuntime {
 
   // The training in progress: the loop thread creates and joins it, the worker thread runs it.
   std::unique_ptr<TrainingJob> job_;
-  // Worker-thread state (touched only while a job runs; the loop thread joins before reuse).
-  std::optional<data::Dataset> train_set_;
-  uint32_t train_set_limit_ = 0;
-  std::vector<uint32_t> all_own_;       // 0..n-1 over options_.own_data
-  std::vector<uint32_t> all_own_test_;  // 0..n-1 over options_.own_test
-  bool warned_no_held_out_ = false;
-  // The data set a task trains on: the client's own files, or its fashion-mnist split.
-  const data::Dataset& trainingSet() const {
-    return options_.own_data ? *options_.own_data : *train_set_;
-  }
-  std::map<std::string, std::vector<std::vector<uint32_t>>> partitions_;
-  std::optional<data::Dataset> test_set_;  // held-out data for the served model
-  std::map<std::string, std::vector<std::vector<uint32_t>>> held_out_;
+  // Worker-thread state (touched only while a job runs; the loop thread joins before reuse):
+  // the samples tasks name, and the models.
+  std::unique_ptr<TaskData> data_;
   std::map<std::string, std::unique_ptr<model::Model>> models_;  // by name|loss
   std::optional<model::LocalState> local_;  // model.local: opened with the first model
 };
 
 Status ZmqClient::init(const ClientRuntimeOptions& options) {
   options_ = options;
+  data_ = std::make_unique<TaskData>(TaskDataOptions{options_.client_id, options_.own_data,
+                                                     options_.own_format, options_.own_test,
+                                                     options_.data_dir});
   if (!(options_.upload_mbps >= 0)) return invalidArgument("upload_mbps must be >= 0");
   if (options_.upload_queue_chunks == 0) return invalidArgument("upload_queue_chunks must be >= 1");
   bucket_.emplace(TokenBucket::bytesPerSecond(options_.upload_mbps),
@@ -262,91 +221,10 @@ void ZmqClient::sayHello(double now) {
   h.device_name = model::deviceName(device_);
   h.cores = std::thread::hardware_concurrency();
   h.memory_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  h.data_size =
-      options_.own_data ? options_.own_data->size() : (train_set_ ? train_set_->size() : 0);
+  h.data_size = data_->trainingSize();
   h.requested_partition = options_.partition;
   h.session = session_id_;
   send(h);
-}
-
-Result<const std::vector<uint32_t>*> ZmqClient::indicesFor(const wire::DataSpec& spec) {
-  if (spec.scheme == "none") {  // train everything this client holds
-    if (!options_.own_data) {
-      return invalidArgument(
-          "the coordinator's tasks say data.partition = \"none\" (train the "
-          "data you hold), but this client has no files of its own: give it "
-          "data.format and data.path");
-    }
-    if (spec.dataset != options_.own_format) {
-      return invalidArgument("the coordinator trains '" + spec.dataset +
-                             "' data, this client holds '" + options_.own_format + "' files");
-    }
-    if (all_own_.size() != options_.own_data->size()) {
-      all_own_.resize(options_.own_data->size());
-      std::iota(all_own_.begin(), all_own_.end(), 0u);
-    }
-    return &all_own_;
-  }
-  if (options_.own_data) {
-    return invalidArgument("this client trains its own files (data.format = \"" +
-                           options_.own_format +
-                           "\"): the coordinator must run with data.partition = \"none\", not \"" +
-                           spec.scheme + "\"");
-  }
-  if (spec.dataset != "fashion-mnist") {
-    return invalidArgument("unsupported dataset '" + spec.dataset + "'");
-  }
-  if (!train_set_ || train_set_limit_ != spec.subset) {
-    const std::string dir =
-        options_.data_dir.empty() ? data::defaultFashionMnistDir() : options_.data_dir;
-    FEDFLEET_ASSIGN_OR_RETURN(auto ds, data::loadFashionMnist(dir, /*train=*/true, spec.subset));
-    // Client processes on one host share one copy of the pixels (a read-only mapped file).
-    const std::string key = "fashion-mnist-train-" + std::to_string(ds.size()) + "-" +
-                            std::to_string(std::hash<std::string>{}(dir));
-    if (Status st = data::shareImages(ds, data::defaultCacheDir(), key); !st.isOk()) {
-      spdlog::warn("client {}: keeping a private copy of the training images: {}",
-                   options_.client_id, st.toString());
-    }
-    train_set_ = std::move(ds);
-    train_set_limit_ = spec.subset;
-    partitions_.clear();
-  }
-  return partitionOf(*train_set_, spec, &partitions_);
-}
-
-Result<ZmqClient::HeldOut> ZmqClient::heldOutData(const wire::DataSpec& spec) {
-  if (spec.scheme == "none") {  // its own held-out file or fraction
-    if (!options_.own_test || options_.own_test->size() == 0) {
-      if (!warned_no_held_out_) {
-        spdlog::warn(
-            "client {}: the coordinator asks for a federated evaluation, but this client "
-            "holds no held-out data (give it data.test_path or data.holdout_fraction); it "
-            "trains and reports none",
-            options_.client_id);
-        warned_no_held_out_ = true;
-      }
-      return HeldOut{};
-    }
-    if (all_own_test_.size() != options_.own_test->size()) {
-      all_own_test_.resize(options_.own_test->size());
-      std::iota(all_own_test_.begin(), all_own_test_.end(), 0u);
-    }
-    return HeldOut{options_.own_test.get(), &all_own_test_};
-  }
-  FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* held, heldOutFor(spec));
-  return HeldOut{&*test_set_, held};
-}
-
-Result<const std::vector<uint32_t>*> ZmqClient::heldOutFor(const wire::DataSpec& spec) {
-  if (spec.dataset != "fashion-mnist") {
-    return invalidArgument("unsupported dataset '" + spec.dataset + "'");
-  }
-  if (!test_set_) {
-    const std::string dir =
-        options_.data_dir.empty() ? data::defaultFashionMnistDir() : options_.data_dir;
-    FEDFLEET_ASSIGN_OR_RETURN(test_set_, data::loadFashionMnist(dir, /*train=*/false, 0));
-  }
-  return partitionOf(*test_set_, spec, &held_out_);
 }
 
 void ZmqClient::train(TrainingJob& job) {
@@ -354,7 +232,7 @@ void ZmqClient::train(TrainingJob& job) {
   const wire::Task& t = req.task;
   TrainingOutcome& out = job.outcome;
   auto run = [&]() -> Status {
-    FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* indices, indicesFor(t.data));
+    FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* indices, data_->indicesFor(t.data));
     out.partition_size = indices->size();
     // One model per architecture and loss (a new coordinator session may train with another).
     const std::string model_key = t.model_name + "|" + wire::lossName(t.hparams.loss);
@@ -369,8 +247,9 @@ void ZmqClient::train(TrainingJob& job) {
       // data is one clear error (the task fails with it; the model is not kept).
       std::string model_name = "'" + t.model_name + "'";
       if (!options_.torchscript_path.empty()) model_name += " (" + options_.torchscript_path + ")";
-      FEDFLEET_RETURN_IF_ERROR(model::checkModelFitsData(
-          *m, trainingSet(), model_name, "'" + t.data.dataset + "' (this client's training set)"));
+      FEDFLEET_RETURN_IF_ERROR(
+          model::checkModelFitsData(*m, data_->trainingSet(), model_name,
+                                    "'" + t.data.dataset + "' (this client's training set)"));
       if (!local_) {
         FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart part,
                                   model::LocalPart::of(m->layout(), options_.local_patterns));
@@ -385,7 +264,7 @@ void ZmqClient::train(TrainingJob& job) {
     if (t.fed_eval && !job.stop.load()) {
       // Federated evaluation: the model this client starts from, on its held-out data.
       out.fed_evaluation = [&]() -> Result<ServedEvaluation> {
-        FEDFLEET_ASSIGN_OR_RETURN(HeldOut held, heldOutData(t.data));
+        FEDFLEET_ASSIGN_OR_RETURN(TaskData::HeldOut held, data_->heldOut(t.data));
         if (held.indices == nullptr || held.indices->empty()) return ServedEvaluation{};
         FEDFLEET_RETURN_IF_ERROR(mit->second->setFlatParameters(start));
         FEDFLEET_ASSIGN_OR_RETURN(
@@ -403,7 +282,7 @@ void ZmqClient::train(TrainingJob& job) {
     // The trainer ignores it for SCAFFOLD; a local part is taken out of the delta on the host.
     o.delta_on_device = gpu_ != nullptr && (!local_ || local_->part.empty());
     Trainer trainer(device_);
-    auto result = trainer.train(*mit->second, start, trainingSet(), *indices, o, &job.stop);
+    auto result = trainer.train(*mit->second, start, data_->trainingSet(), *indices, o, &job.stop);
     if (result.isOk() && local_) {
       if (Status st = local_->absorb(start, result->delta); !st.isOk()) result = st;
     }
@@ -431,11 +310,11 @@ void ZmqClient::train(TrainingJob& job) {
       // The served model on the held-out data (once per served model: the session keeps the
       // outcome).
       out.served_evaluation = [&]() -> Result<ServedEvaluation> {
-        FEDFLEET_ASSIGN_OR_RETURN(const std::vector<uint32_t>* held, heldOutFor(t.data));
+        FEDFLEET_ASSIGN_OR_RETURN(TaskData::HeldOut held, data_->testPartition(t.data));
         FEDFLEET_RETURN_IF_ERROR(mit->second->setFlatParameters(floatsOf(*req.served_to_evaluate)));
         FEDFLEET_ASSIGN_OR_RETURN(
             model::EvalResult e,
-            model::evaluateIndices(*mit->second, *test_set_, *held, 1000, device_));
+            model::evaluateIndices(*mit->second, *held.data, *held.indices, 1000, device_));
         return ServedEvaluation{e.n, e.loss, e.accuracy, model::namedMetrics(e)};
       }();
     }
