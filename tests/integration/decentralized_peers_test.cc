@@ -26,6 +26,13 @@ namespace {
 
 constexpr int kPeers = 6;
 constexpr int kVictim = 3;
+// Under a sanitizer every process runs several times slower (seven of them on two cores): the
+// peers' liveness and the waits scale, or heartbeats late by slowness read as deaths.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kSlow = 5;
+#else
+constexpr int kSlow = 1;
+#endif
 
 std::string readText(const std::string& path) {
   std::ifstream in(path);
@@ -67,7 +74,7 @@ Fleet startFleet(const std::string& name, const std::string& algorithm, int iter
                         << "[data]\npartition = \"iid\"\ntrain_subset = 3000\ntest_subset = 500\n"
                         << "[train]\nbatch = 32\nlr = 0.05\n"
                         << "[policy]\nmode = \"decentralized\"\n"
-                        << "[coordinator]\nliveness_s = 3\nwait_clients_s = 60\n"
+                        << "[coordinator]\nliveness_s = " << 3 * kSlow << "\nwait_clients_s = 60\n"
                         << "[decentralized]\nalgorithm = \"" << algorithm
                         << "\"\npeers = " << kPeers << "\niterations = " << iterations
                         << "\neval_every_s = 1\ngroup_size = 3\n";
@@ -92,7 +99,7 @@ Fleet startFleet(const std::string& name, const std::string& algorithm, int iter
 
 // Kills the victim once the run has been going for a moment.
 void killVictimMidRun(Fleet& fleet) {
-  ASSERT_TRUE(waitForText(fleet.dir + "/coordinator.log", "the run starts", 60))
+  ASSERT_TRUE(waitForText(fleet.dir + "/coordinator.log", "the run starts", 60 * kSlow))
       << readText(fleet.dir + "/coordinator.log");
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   ASSERT_TRUE(fleet.peers[kVictim]->running()) << "the run ended before the kill";
@@ -102,10 +109,10 @@ void killVictimMidRun(Fleet& fleet) {
 // The coordinator's exit code, after the peers' (which must all exit as `peer_rc`, the
 // victim's exit aside when `killed`).
 int finish(Fleet& fleet, bool killed, int peer_rc) {
-  const std::optional<int> rc = fleet.coordinator->waitFor(90);
+  const std::optional<int> rc = fleet.coordinator->waitFor(90 * kSlow);
   EXPECT_TRUE(rc.has_value()) << readText(fleet.dir + "/coordinator.log");
   for (int i = 0; i < kPeers; ++i) {
-    const std::optional<int> p = fleet.peers[i]->waitFor(20);
+    const std::optional<int> p = fleet.peers[i]->waitFor(20 * kSlow);
     if (killed && i == kVictim) {
       EXPECT_EQ(p, 128 + SIGKILL);
       continue;
