@@ -510,6 +510,9 @@ TEST(HostileClient, AnAllowListSwappedThroughAWritableParentAdmitsNoOne) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_GE(okRounds(dir), rounds_at_attack + 3) << "the honest client must still be served";
+  // The outsider must have tried before it is stopped: a slow start (under a sanitizer, loading
+  // LibTorch takes seconds) could otherwise miss the three rounds.
+  EXPECT_TRUE(outsider.waitForLog("refused this client's key", 60)) << outsider.log();
   outsider.kill(SIGINT);
   coord->kill(SIGINT);
   ASSERT_TRUE(coord->waitFor(30).has_value());
