@@ -151,8 +151,13 @@ bool RoundEngine::fedEvalDue() {
 }
 
 uint64_t RoundEngine::newToken() {
-  uint64_t t = crypto::randomToken();
-  while (participants_.count(t) || finished_tokens_.count(t)) t = crypto::randomToken();
+  auto draw = [this] {
+    const uint64_t t = crypto::randomToken();
+    if (options_.token_session == 0) return t;
+    return (uint64_t{options_.token_session} << 48) | (t & ((uint64_t{1} << 48) - 1));
+  };
+  uint64_t t = draw();
+  while (t == 0 || participants_.count(t) || finished_tokens_.count(t)) t = draw();
   return t;
 }
 
@@ -429,10 +434,17 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
     first = answered_unknown_.count(token) == 0;
     if (first && answered_unknown_.size() < kUnknownTokensKept) answered_unknown_.insert(token);
   }
+  // A token of an earlier session of this run: the coordinator restarted while the client's
+  // upload was on its way. Expected after every restart, so answered but not recorded.
+  const bool earlier_session = !stale && options_.token_session != 0 &&
+                               (token >> 48) != options_.token_session;
   if (first) {
-    std::string what = stale ? "update for a finished or cancelled task" : "unknown task token";
+    std::string what = stale              ? "update for a finished or cancelled task"
+                       : earlier_session ? "task of an earlier coordinator session"
+                                         : "unknown task token";
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};
     emit(SendError{id, err});
+    if (earlier_session) return nullptr;
     event(stale ? "stale_update" : "unknown_token", id,
           what + " (token " + std::to_string(token) + ", round " + std::to_string(round_) + ")",
           now);
