@@ -302,7 +302,8 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
         "--insecure: the coordinator accepts plain-text connections from anyone; "
         "traffic and models are not encrypted");
   }
-  if (config.policy.mode == "decentralized") return runPeerCoordinator(config, endpoint_file);
+  if (config.policy.mode == config::PolicyMode::kDecentralized)
+    return runPeerCoordinator(config, endpoint_file);
   auto service = coordinator::CoordinatorService::create(config);
   if (!service.isOk()) {
     std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
@@ -383,7 +384,8 @@ int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
     return 2;
   }
   installSignalHandlers();
-  if (config.policy.mode == "decentralized") return runPeerSim(config, mpi != nullptr);
+  if (config.policy.mode == config::PolicyMode::kDecentralized)
+    return runPeerSim(config, mpi != nullptr);
   std::shared_ptr<sim::RemoteWorkers> remote;
   if (mpi && mpi->rank() != 0) {
     st = sim::runMpiWorker(*mpi, config);
@@ -418,7 +420,7 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
     std::cerr << "fedfleet client: " << st.message() << "\n";
     return 2;
   }
-  if (config.dataFormat() == "synthetic") {
+  if (config.dataFormat() == data::DataFormat::kSynthetic) {
     std::cerr << "fedfleet client: data.format = \"synthetic\" is generated per device by the "
                  "simulator (fedfleet sim); a client process trains fashion-mnist or its own "
                  "files\n";
@@ -434,10 +436,10 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
       return own.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
     spdlog::info("client: {} samples of its own ({} {}), {} held out for federated evaluation",
-                 own->train.size(), config.dataFormat(), config.data.path, own->test.size());
+                 own->train.size(), config.dataFormatName(), config.data.path, own->test.size());
     o.own_data = std::make_shared<const data::Dataset>(std::move(own->train));
     o.own_test = std::make_shared<const data::Dataset>(std::move(own->test));
-    o.own_format = config.dataFormat();
+    o.own_format = config.dataFormatName();
   }
   o.client_id = cc.id.empty() ? "client-" + std::to_string(getpid()) : cc.id;
   o.device = cc.device;

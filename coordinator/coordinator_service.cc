@@ -11,15 +11,15 @@ namespace internal {
 Status ZmqCoordinator::init(const config::Config& config) {
   config_ = config;
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
-  if (config_.dataFormat() == "synthetic") {
+  if (config_.dataFormat() == data::DataFormat::kSynthetic) {
     return invalidArgument(
         "data.format = \"synthetic\" is generated per device by the simulator "
         "(fedfleet sim); a coordinator serves fashion-mnist or its clients' own files "
         "(data.partition = \"none\")");
   }
   const bool own_files = config_.readsDataFiles();
-  if (own_files && config_.data.partition != "none") {
-    return invalidArgument("data.format = \"" + config_.dataFormat() +
+  if (own_files && config_.data.partition != config::PartitionScheme::kNone) {
+    return invalidArgument("data.format = \"" + config_.dataFormatName() +
                            "\": the clients of a coordinator train the files each holds, so "
                            "set data.partition = \"none\" (the simulator splits one data set "
                            "over virtual clients: fedfleet sim)");

@@ -6,19 +6,19 @@ namespace fedfleet::driver {
 
 Result<data::FileSource> fileSourceOf(const config::Config& config) {
   if (!config.readsDataFiles()) {
-    return invalidArgument("data.format = \"" + config.dataFormat() +
+    return invalidArgument("data.format = \"" + config.dataFormatName() +
                            "\" is not read from the user's files");
   }
   const auto& dc = config.data;
   data::FileSource source;
-  FEDFLEET_ASSIGN_OR_RETURN(source.format, data::parseDataFormat(config.dataFormat()));
+  source.format = config.dataFormat();
   source.path = dc.path;
   source.labels_path = dc.labels_path;
   source.test_path = dc.test_path;
   source.test_labels_path = dc.test_labels_path;
   source.csv.label = dc.label_column;
   source.csv.features = dc.feature_columns;
-  source.csv.regression = dc.task == "regression";
+  source.csv.regression = dc.task == config::DataTask::kRegression;
   source.read_tensors = [](const std::string& path, size_t limit) {
     return model::loadTensorFile(path, limit);
   };
@@ -35,7 +35,7 @@ Result<data::FileSource> fileSourceOf(const config::Config& config) {
 }
 
 Status applyClasses(data::Dataset& ds, const config::Config& config, const std::string& file) {
-  const bool regression = config.data.task == "regression";
+  const bool regression = config.data.task == config::DataTask::kRegression;
   if (ds.size() > 0 && ds.hasTargets() != regression) {
     return invalidArgument(
         file + (regression ? " holds class labels, but data.task = \"regression\" needs float "
@@ -74,8 +74,8 @@ Result<data::Dataset> loadAlone(data::FileSource source, const config::Config& c
 Result<data::ChannelStats> applyNormalization(const config::Config& config, data::TrainTest& both) {
   const auto& dc = config.data;
   data::ChannelStats stats;
-  if (dc.normalize == "none") return stats;
-  if (dc.normalize == "fixed") {
+  if (dc.normalize == config::Normalization::kNone) return stats;
+  if (dc.normalize == config::Normalization::kFixed) {
     stats.mean = dc.mean;
     stats.stddev = dc.stddev;
   } else {
@@ -92,7 +92,7 @@ namespace {
 // A real deployment normalises every client's data and the coordinator's test data alike:
 // only with values fixed in the config.
 Status refuseComputed(const config::Config& config) {
-  if (config.data.normalize != "computed") return Status::ok();
+  if (config.data.normalize != config::Normalization::kComputed) return Status::ok();
   return invalidArgument(
       "data.normalize = \"computed\" is for the simulator (it computes the statistics of the "
       "one training set it splits); clients and a coordinator each hold other data, so give "
@@ -107,7 +107,7 @@ Result<data::TrainTest> loadOwnData(const config::Config& config) {
   FEDFLEET_ASSIGN_OR_RETURN(data::FileSource source, fileSourceOf(config));
   if (source.path.empty()) {
     return invalidArgument("data.path: a client that trains its own data (data.format = \"" +
-                           config.dataFormat() + "\") needs its file");
+                           config.dataFormatName() + "\") needs its file");
   }
   FEDFLEET_ASSIGN_OR_RETURN(data::TrainTest both, data::loadTrainTest(source));
   FEDFLEET_RETURN_IF_ERROR(applyClasses(both.train, config, source.path));
@@ -128,7 +128,7 @@ Result<data::Dataset> loadTestFile(const config::Config& config) {
     return invalidArgument(
         "data.test_path: the coordinator evaluates the global model on a test "
         "file of its own; give one (data.format = \"" +
-        config.dataFormat() + "\")");
+        config.dataFormatName() + "\")");
   }
   // The test file read as the training file of a source with no test part.
   FEDFLEET_RETURN_IF_ERROR(refuseComputed(config));
@@ -150,10 +150,10 @@ Result<model::InputShape> declaredInputShape(const config::Config& config) {
     // The module takes whatever its clients feed it; what the config declares is recorded, and
     // what it does not is recorded as not known (an empty input, 0 classes), never a guess.
     shape.sample.clear();
-    shape.classes = dc.task == "regression" ? 0 : dc.num_classes;
-    if (config.dataFormat() == "csv" && !dc.feature_columns.empty()) {
+    shape.classes = dc.task == config::DataTask::kRegression ? 0 : dc.num_classes;
+    if (config.dataFormat() == data::DataFormat::kCsv && !dc.feature_columns.empty()) {
       shape.sample = {static_cast<int64_t>(dc.feature_columns.size())};
-    } else if (config.dataFormat() == "image-folder" && dc.image_size.size() == 2) {
+    } else if (config.dataFormat() == data::DataFormat::kImageFolder && dc.image_size.size() == 2) {
       shape.sample = {static_cast<int64_t>(dc.image_channels),
                       static_cast<int64_t>(dc.image_size[0]),
                       static_cast<int64_t>(dc.image_size[1])};
@@ -164,18 +164,18 @@ Result<model::InputShape> declaredInputShape(const config::Config& config) {
       "the coordinator has no test file (data.test_path) to read the samples' shape from, so "
       "model '" +
       config.model.name + "' is built from the config: ";
-  if (dc.task == "regression") {
+  if (dc.task == config::DataTask::kRegression) {
     shape.classes = 1;  // a csv file's one target column
   } else if (dc.num_classes == 0) {
     return invalidArgument(what + "give data.num_classes (or data.test_path)");
   } else {
     shape.classes = dc.num_classes;
   }
-  if (config.dataFormat() == "csv" && !dc.feature_columns.empty()) {
+  if (config.dataFormat() == data::DataFormat::kCsv && !dc.feature_columns.empty()) {
     shape.sample = {static_cast<int64_t>(dc.feature_columns.size())};
     return shape;
   }
-  if (config.dataFormat() == "image-folder" && dc.image_size.size() == 2) {
+  if (config.dataFormat() == data::DataFormat::kImageFolder && dc.image_size.size() == 2) {
     shape.sample = {static_cast<int64_t>(dc.image_channels), static_cast<int64_t>(dc.image_size[0]),
                     static_cast<int64_t>(dc.image_size[1])};
     return shape;

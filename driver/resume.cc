@@ -55,7 +55,8 @@ std::vector<ConfigChange> configChanges(const nlohmann::json& stored, const nloh
       if (isOperationalConfigKey(key)) continue;
       // data.normalize = "computed" records the statistics it computed: outputs, not settings.
       if ((key == "data.mean" || key == "data.std") && section == "data" &&
-          keys.value("normalize", std::string()) == "computed") {
+          config::Choice<config::Normalization>::parse(keys.value("normalize", std::string())) ==
+              config::Normalization::kComputed) {
         continue;
       }
       auto old = s->find(name);

@@ -15,6 +15,85 @@
 #include "common/wire/messages.h"
 
 namespace fedfleet::driver {
+namespace {
+
+// The engine's names for the config's choices (one case each: a new value of either enum is a
+// compile warning here).
+engine::AggregatorKind aggregatorOf(config::AggregationMethod m) {
+  using M = config::AggregationMethod;
+  using K = engine::AggregatorKind;
+  switch (m) {
+    case M::kFedAvg:
+      return K::kFedAvg;
+    case M::kFedNova:
+      return K::kFedNova;
+    case M::kScaffold:
+      return K::kScaffold;
+    case M::kMedian:
+      return K::kMedian;
+    case M::kTrimmedMean:
+      return K::kTrimmedMean;
+  }
+  return K::kFedAvg;
+}
+
+engine::ServerOptimizerKind serverOptimizerOf(config::ServerOptimizer o) {
+  using O = config::ServerOptimizer;
+  using K = engine::ServerOptimizerKind;
+  switch (o) {
+    case O::kFedAvg:
+      return K::kFedAvg;
+    case O::kFedAvgM:
+      return K::kFedAvgM;
+    case O::kFedAdagrad:
+      return K::kFedAdagrad;
+    case O::kFedAdam:
+      return K::kFedAdam;
+    case O::kFedYogi:
+      return K::kFedYogi;
+  }
+  return K::kFedAvg;
+}
+
+engine::NormBoundAction normBoundActionOf(config::NormBoundAction a) {
+  return a == config::NormBoundAction::kReject ? engine::NormBoundAction::kReject
+                                               : engine::NormBoundAction::kClip;
+}
+
+engine::DeadlineMode deadlineModeOf(config::DeadlineKind d) {
+  return d == config::DeadlineKind::kPercentile ? engine::DeadlineMode::kPercentile
+                                                : engine::DeadlineMode::kFixed;
+}
+
+engine::SelectorKind selectorOf(config::SelectorKind s) {
+  using S = config::SelectorKind;
+  using K = engine::SelectorKind;
+  switch (s) {
+    case S::kUniform:
+      return K::kUniform;
+    case S::kOort:
+      return K::kOort;
+    case S::kAvailability:
+      return K::kAvailability;
+  }
+  return K::kUniform;
+}
+
+engine::BlockMode blockModeOf(config::BlocksMode b) {
+  using B = config::BlocksMode;
+  using K = engine::BlockMode;
+  switch (b) {
+    case B::kSingle:
+      return K::kSingle;
+    case B::kPluralistic:
+      return K::kPluralistic;
+    case B::kMultichain:
+      return K::kMultichain;
+  }
+  return K::kSingle;
+}
+
+}  // namespace
 
 engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int64_t run_id) {
   const auto& cc = config.coordinator;
@@ -29,7 +108,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.liveness_s = cc.liveness_s;
   eo.wait_clients_s = cc.wait_clients_s;
   eo.max_failed_rounds = cc.max_failed_rounds;
-  eo.sample_partitions = cc.sample_from == "partitions";
+  eo.sample_partitions = cc.sample_from == config::SampleFrom::kPartitions;
   eo.num_partitions = config.partitions();
   eo.server_lr = cc.server_lr;
   eo.checkpoint_every = cc.checkpoint_every;
@@ -43,8 +122,8 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.hparams.optimizer = wire::parseOptimizer(config.train.optimizer).value();  // validated
   eo.hparams.loss = wire::parseLoss(config.train.loss).value();                 // validated
   eo.hparams.weight_decay = static_cast<float>(config.train.weight_decay);
-  eo.data.dataset = config.dataFormat();
-  eo.data.scheme = config.data.partition;
+  eo.data.dataset = config.dataFormatName();
+  eo.data.scheme = config::choiceName(config.data.partition);
   eo.data.alpha = config.data.alpha;
   eo.data.labels_per_client = config.data.labels_per_client;
   eo.data.shards_per_client = config.data.shards_per_client;
@@ -65,22 +144,18 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.upload_idle_s = cc.upload_idle_s;
   eo.hparams.prox_mu = static_cast<float>(config.train.prox_mu);
   const auto& a = config.aggregation;
-  if (auto kind = engine::parseAggregatorKind(a.method); kind.isOk()) eo.aggregator = *kind;
-  eo.hparams.scaffold = a.method == "scaffold";
+  eo.aggregator = aggregatorOf(a.method);
+  eo.hparams.scaffold = a.method == config::AggregationMethod::kScaffold;
   eo.trim_fraction = a.trim_fraction;
   eo.clip_norm = a.clip_norm;
-  if (auto kind = engine::parseServerOptimizerKind(a.server_optimizer); kind.isOk()) {
-    eo.server_optimizer = *kind;
-  }
+  eo.server_optimizer = serverOptimizerOf(a.server_optimizer);
   eo.server_momentum = a.server_momentum;
   eo.beta1 = a.beta1;
   eo.beta2 = a.beta2;
   eo.tau = a.tau;
   eo.robust_buffer_bytes = uint64_t{a.buffer_mib} << 20;
   eo.norm_bound = a.norm_bound;
-  if (auto action = engine::parseNormBoundAction(a.norm_bound_action); action.isOk()) {
-    eo.norm_bound_action = *action;
-  }
+  eo.norm_bound_action = normBoundActionOf(a.norm_bound_action);
   eo.norm_window = a.norm_window;
   eo.norm_growth = a.norm_growth;
   eo.quarantine_after = a.quarantine_after;
@@ -92,8 +167,8 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.events_burst = config.limits.events_burst;
   eo.events_every_s = config.limits.events_every_s;
   const auto& p = config.policy;
-  eo.async = p.mode == "async";
-  if (auto mode = engine::parseDeadlineMode(p.deadline); mode.isOk()) eo.deadline_mode = *mode;
+  eo.async = p.mode == config::PolicyMode::kAsync;
+  eo.deadline_mode = deadlineModeOf(p.deadline);
   eo.deadline_percentile = p.deadline_percentile;
   eo.deadline_window = p.deadline_window;
   eo.deadline_slack = p.deadline_slack;
@@ -106,7 +181,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.async_buffer = p.async_buffer;
   eo.max_staleness = p.max_staleness;
   const auto& sel = config.selection;
-  if (auto kind = engine::parseSelectorKind(sel.selector); kind.isOk()) eo.selector.kind = *kind;
+  eo.selector.kind = selectorOf(sel.selector);
   eo.selector.explore_initial = sel.explore_initial;
   eo.selector.explore_decay = sel.explore_decay;
   eo.selector.explore_min = sel.explore_min;
@@ -131,11 +206,11 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
     eo.data.blocks = b.count;
     eo.data.skew = b.skew;
   }
-  if (auto mode = engine::parseBlockMode(b.mode); mode.isOk()) eo.block_mode = *mode;
+  eo.block_mode = blockModeOf(b.mode);
   const auto& d = config.dp;
-  eo.dp.central = d.mode == "central";
-  eo.dp.distributed = d.mode == "distributed";
-  eo.dp.local = d.mode == "local";
+  eo.dp.central = d.mode == config::DpMode::kCentral;
+  eo.dp.distributed = d.mode == config::DpMode::kDistributed;
+  eo.dp.local = d.mode == config::DpMode::kLocal;
   eo.dp.noise_multiplier = d.noise_multiplier;
   eo.dp.clip_norm = d.clip_norm;
   eo.dp.adaptive_clip = d.adaptive_clip;
@@ -149,7 +224,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   // a random one, which its clients cannot know.
   eo.dp.noise_key = crypto::streamKeyFromSeed("fedfleet dp noise", config.run.seed);
   const auto& sa = config.secagg;
-  eo.secagg.enabled = sa.mode == "secagg_plus";
+  eo.secagg.enabled = sa.mode == config::SecAggMode::kSecAggPlus;
   eo.secagg.neighbours = sa.neighbours;
   eo.secagg.threshold = sa.threshold;
   eo.secagg.clip_range = sa.clip_range;
@@ -223,7 +298,7 @@ Status checkModelFitsConfigData(model::Model& model, const data::Dataset& ds,
                                 const config::Config& config, const std::string& role) {
   std::string model_name = "'" + config.model.name + "'";
   if (!config.model.path.empty()) model_name += " (" + config.model.path + ")";
-  std::string data_name = "'" + config.dataFormat() + "'";
+  std::string data_name = "'" + config.dataFormatName() + "'";
   const std::string& file =
       role == "test" && !config.data.test_path.empty() ? config.data.test_path : config.data.path;
   if (config.readsDataFiles() && !file.empty()) data_name += " (" + file + ")";

@@ -1,5 +1,7 @@
 #include "engine/engine_options.h"
 
+#include "common/compress/codec_spec.h"
+
 namespace fedfleet::engine {
 
 Result<NormBoundAction> parseNormBoundAction(const std::string& name) {
@@ -24,6 +26,14 @@ Status checkEngineOptions(const EngineOptions& options) {
     return invalidArgument(
         "config [coordinator]: max_samples_per_update = 0 (no bound on the samples an update "
         "claims) needs the partition sizes, which are not known");
+  }
+  if (auto codec = compress::parseCodecSpec(options.codec); !codec.isOk()) {
+    return codec.status().withContext("config [coordinator] codec");
+  }
+  if (!options.slow_link_codec.empty()) {
+    if (auto codec = compress::parseCodecSpec(options.slow_link_codec); !codec.isOk()) {
+      return codec.status().withContext("config [coordinator] slow_link_codec");
+    }
   }
   Status st = validateSelectorOptions(options.selector);
   if (!st.isOk()) return st.withContext("config [selection]");

@@ -44,6 +44,14 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
       work_(options_) {
   FEDFLEET_CHECK(options_.clients_per_round > 0);
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
+  auto codec = compress::parseCodecSpec(options_.codec);
+  FEDFLEET_CHECK(codec.isOk());  // checkEngineOptions says why
+  codec_spec_ = *codec;
+  if (!options_.slow_link_codec.empty()) {
+    auto slow = compress::parseCodecSpec(options_.slow_link_codec);
+    FEDFLEET_CHECK(slow.isOk());
+    slow_link_codec_spec_ = *slow;
+  }
   round_ = options_.first_round - 1;
   refreshModelBytes();
   if (options_.selector.kind != SelectorKind::kUniform) {
@@ -375,16 +383,12 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   task.data.num_partitions = options_.num_partitions;
   task.data.index = p.partition;
   task.deadline_s = deadline_s;
-  task.codec = options_.codec;
-  if (!options_.slow_link_codec.empty() && c.uplink_bytes_per_s > 0 &&
-      c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps) {
-    task.codec = options_.slow_link_codec;
-  }
+  const bool slow_link = slow_link_codec_spec_ && c.uplink_bytes_per_s > 0 &&
+                         c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps;
   // The codec of this round: topk's sparsity warm-up asks for denser updates in the first
   // rounds (compress::codecForRound).
-  if (auto spec = compress::parseCodecSpec(task.codec); spec.isOk()) {
-    task.codec = compress::toString(compress::codecForRound(*spec, round_));
-  }
+  task.codec = compress::toString(
+      compress::codecForRound(slow_link ? *slow_link_codec_spec_ : codec_spec_, round_));
   work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, dataSizeOf(c)}, deadline_s);
   aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the

@@ -179,6 +179,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/compress/codec_spec.h"
 #include "common/history/records.h"
 #include "common/wire/messages.h"
 #include "engine/actions.h"
@@ -523,6 +524,10 @@ class RoundEngine {
   bool sum_tainted_ = false;   // a kept update failed to fold: the sum is not usable
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
+  // options_.codec and options_.slow_link_codec, parsed once (checkEngineOptions refuses
+  // ones that do not parse); a task's codec is its round's form of one of them.
+  compress::CodecSpec codec_spec_;
+  std::optional<compress::CodecSpec> slow_link_codec_spec_;
 
   EventBudget event_budget_{options_.events_per_client_round, options_.events_burst,
                             options_.events_every_s};

@@ -130,10 +130,6 @@ Result<Fleet> Fleet::fromTiers(std::vector<Tier> tiers, uint64_t clients, uint64
                                const AvailabilityOptions& availability) {
   if (clients == 0) return invalidArgument("a fleet needs at least one client");
   if (tiers.empty()) return invalidArgument("a fleet needs at least one tier");
-  if (availability.mode != "always" && availability.mode != "diurnal") {
-    return invalidArgument("availability must be \"always\" or \"diurnal\", got \"" +
-                           availability.mode + "\"");
-  }
   if (availability.online_hours < 0 || availability.online_hours > 24) {
     return invalidArgument("online_hours must be in (0, 24] (0: each tier's own)");
   }
@@ -197,13 +193,13 @@ ClientProfile Fleet::profile(uint64_t index) const {
 }
 
 bool Fleet::online(const ClientProfile& p, double t) const {
-  if (availability_.mode == "always" || p.online_hours >= 24) return true;
+  if (availability_.mode == config::AvailabilityMode::kAlways || p.online_hours >= 24) return true;
   const double in_day = std::fmod(t + kDay - p.phase_s, kDay);
   return in_day < p.online_hours * 3600.0;
 }
 
 double Fleet::onlineUntil(const ClientProfile& p, double t) const {
-  if (availability_.mode == "always" || p.online_hours >= 24) {
+  if (availability_.mode == config::AvailabilityMode::kAlways || p.online_hours >= 24) {
     return std::numeric_limits<double>::infinity();
   }
   const double in_day = std::fmod(t + kDay - p.phase_s, kDay);

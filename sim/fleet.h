@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/config.h"
 #include "common/status.h"
 
 namespace fedfleet::sim {
@@ -59,7 +60,7 @@ struct ClientProfile {
 };
 
 struct AvailabilityOptions {
-  std::string mode = "always";  // "always" or "diurnal"
+  config::Choice<config::AvailabilityMode> mode = "always";  // always, diurnal
   double online_hours = 0;      // > 0: overrides every tier's online_hours
   double dropout = -1;          // >= 0: overrides every tier's dropout
 };

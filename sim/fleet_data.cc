@@ -16,7 +16,7 @@ namespace {
 // data.partition = "files": the clients' files in `dir`, sorted by name: its regular files not
 // starting with '.' (csv, tensors), or its sub-directories (image-folder: one folder of class
 // folders per client).
-Result<std::vector<std::string>> clientFiles(const std::string& dir, const std::string& format) {
+Result<std::vector<std::string>> clientFiles(const std::string& dir, data::DataFormat format) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -24,7 +24,7 @@ Result<std::vector<std::string>> clientFiles(const std::string& dir, const std::
                            "' is not a directory: data.partition = \"files\" reads one file "
                            "per client from a directory");
   }
-  const bool folders = format == "image-folder";
+  const bool folders = format == data::DataFormat::kImageFolder;
   std::vector<std::string> out;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -47,7 +47,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   std::unique_ptr<FleetData> fd(new FleetData());
   const auto& dc = config.data;
   fd->fed_eval_ = config.coordinator.fed_eval_every > 0;
-  if (config.dataFormat() == "synthetic") {
+  if (config.dataFormat() == data::DataFormat::kSynthetic) {
     data::SyntheticSpec spec;
     spec.alpha = dc.synthetic_alpha;
     spec.beta = dc.synthetic_beta;
@@ -105,14 +105,14 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
   const std::string dir = dc.dir.empty() ? data::defaultFashionMnistDir() : dc.dir;
   data::Dataset train, test;
   std::string source_name = "Fashion-MNIST";
-  if (dc.partition == "files") {
+  if (dc.partition == config::PartitionScheme::kFiles) {
     // A natural partition: client k trains the k-th file (by name) of the directory data.path.
     FEDFLEET_ASSIGN_OR_RETURN(std::vector<std::string> files,
                               clientFiles(dc.path, config.dataFormat()));
     if (files.size() != clients) {
       return invalidArgument(
           "data.path '" + dc.path + "' holds " + std::to_string(files.size()) + " client " +
-          (config.dataFormat() == "image-folder" ? "folders" : "files") +
+          (config.dataFormat() == data::DataFormat::kImageFolder ? "folders" : "files") +
           " (data.partition = \"files\": one per client), but sim.clients = " +
           std::to_string(clients) + ": set sim.clients = " + std::to_string(files.size()));
     }
@@ -179,7 +179,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
                            std::to_string(train.size()) + " training samples of " + source_name);
   }
   data::PartitionSpec ps;
-  ps.scheme = dc.partition;
+  ps.scheme = config::choiceName(dc.partition);
   ps.alpha = dc.alpha;
   ps.labels_per_client = dc.labels_per_client;
   ps.shards_per_client = dc.shards_per_client;
@@ -204,7 +204,7 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
     if (!parts.isOk()) {
       // The partitioner names its own parameters; say which keys set them.
       return Status(parts.status().code(),
-                    "data.partition = \"" + dc.partition +
+                    "data.partition = \"" + config::choiceName(dc.partition) +
                         "\" over sim.clients = " + std::to_string(clients) + " clients and " +
                         std::to_string(train.size()) + " samples: " + parts.status().message() +
                         " (the keys: data.alpha, sim.clients, data.train_subset)");
@@ -218,7 +218,8 @@ Result<std::unique_ptr<FleetData>> FleetData::create(const config::Config& confi
                                         [](const std::vector<uint32_t>& p) { return p.empty(); }));
   if (empty > 0) {
     return invalidArgument(
-        "data.partition = \"" + (bc.count > 0 ? std::string("block-cyclic") : dc.partition) +
+        "data.partition = \"" +
+        (bc.count > 0 ? std::string("block-cyclic") : config::choiceName(dc.partition)) +
         "\" leaves " + std::to_string(empty) + " of the " + std::to_string(clients) +
         " clients (sim.clients) without a training sample: " + std::to_string(train.size()) +
         " samples of " + source_name + " do not go round. Lower sim.clients (at most " +

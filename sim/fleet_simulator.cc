@@ -48,9 +48,9 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   remote_ = std::move(remote);
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
   // A device this process cannot use fails here, once (the MPI ranks check their own).
-  FEDFLEET_RETURN_IF_ERROR(deviceOf(config_.sim.device).status());
+  FEDFLEET_RETURN_IF_ERROR(deviceOf(config::choiceName(config_.sim.device)).status());
   const auto& sc = config_.sim;
-  if (config_.data.partition == "none") {
+  if (config_.data.partition == config::PartitionScheme::kNone) {
     return invalidArgument(
         "data.partition = \"none\" means each client trains the files it holds (a client process "
         "with its own data.path); the simulator splits one data set over its virtual clients: "
@@ -142,7 +142,8 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
       [n = num_params_, storage] { return compress::ErrorFeedback(n, storage); });
   residual_storage_ = storage;
   FEDFLEET_ASSIGN_OR_RETURN(precision_, wire::parsePrecision(sc.precision));
-  if (precision_ == wire::Precision::kBf16 && sc.device == "cpu" && !cpuHasFastBf16()) {
+  if (precision_ == wire::Precision::kBf16 && sc.device == config::SimDevice::kCpu &&
+      !cpuHasFastBf16()) {
     spdlog::warn(
         "sim.precision = \"bf16\" on a CPU without avx512_bf16 or amx_bf16: LibTorch emulates "
         "bf16 here, slower than fp32 and, in its fallback matrix product, summing in bf16");
@@ -154,8 +155,8 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   spdlog::info(
       "sim: run {}: {} clients ({} fleet, {} availability), {} a round, {} rounds, model {} "
       "({} parameters), {} on {}; reference device {:.0f} samples/s",
-      run_id_, sc.clients, sc.fleet, sc.availability, config_.coordinator.clients_per_round,
-      config_.run.rounds, config_.model.name, num_params_, workers, config_.sim.device,
+      run_id_, sc.clients, sc.fleet, sc.availability.name(), config_.coordinator.clients_per_round,
+      config_.run.rounds, config_.model.name, num_params_, workers, config_.sim.device.name(),
       ref_samples_per_s_);
   return Status::ok();
 }
@@ -172,7 +173,7 @@ Status Simulator::openHistory(const std::string& model_json) {
     run.name = config_.run.name;
     // data.normalize = "computed": the statistics used, recorded with the run's config.
     config::Config recorded = config_;
-    if (config_.data.normalize == "computed") {
+    if (config_.data.normalize == config::Normalization::kComputed) {
       recorded.data.mean = data_->normalization().mean;
       recorded.data.stddev = data_->normalization().stddev;
     }
@@ -223,7 +224,7 @@ std::string Simulator::fleetStateNote() const {
   if (w.available >= w.needed) return "";  // not a run that waited for its cohort
   const uint64_t away = offline_.size();
   uint64_t unavailable = 0;  // connected, but offline by the availability model now
-  if (config_.sim.availability != "always") {
+  if (config_.sim.availability != config::AvailabilityMode::kAlways) {
     for (uint64_t k = 0; k < config_.sim.clients && k < 100000; ++k) {
       if (!offline_.count(k) && !fleet_->online(fleet_->profile(k), now_)) ++unavailable;
     }

@@ -329,7 +329,7 @@ Status runMpiWorker(const MpiSession& session, const config::Config& config) {
   Result<std::unique_ptr<FleetData>> data = [&]() -> Result<std::unique_ptr<FleetData>> {
     config::Config c = config;
     FEDFLEET_RETURN_IF_ERROR(c.validate());
-    FEDFLEET_RETURN_IF_ERROR(deviceOf(c.sim.device).status());
+    FEDFLEET_RETURN_IF_ERROR(deviceOf(config::choiceName(c.sim.device)).status());
     return FleetData::create(c, c.sim.clients);
   }();
   const std::string ready = data.isOk() ? "" : data.status().toString();

@@ -191,7 +191,7 @@ class Simulator final : public PeerSimulator {
 };
 
 Status Simulator::init() {
-  if (config_.policy.mode != "decentralized") {
+  if (config_.policy.mode != config::PolicyMode::kDecentralized) {
     return invalidArgument("policy.mode must be \"decentralized\" for the peer simulator");
   }
   FEDFLEET_ASSIGN_OR_RETURN(options_, driver::peerOptionsFromConfig(config_));
@@ -325,11 +325,7 @@ Status Simulator::handle(uint32_t p, std::vector<peer::PeerAction> actions) {
       const double seconds = computeSeconds(p, c->iteration, c->steps);
       auto job = std::make_shared<wire::SimTrainJob>();
       job->client = p;
-      const model::InputShape shape = data_->inputShape();
-      job->recipe = {config_.model.name, config_.model.path,
-                     config_.run.seed,   shape.sample,
-                     shape.classes,      wire::parseLoss(config_.train.loss).value(),
-                     config_.sim.device};
+      job->recipe = modelRecipeOf(config_, data_->inputShape());
       job->max_steps = c->steps;
       job->batch_size = config_.train.batch;
       job->lr = static_cast<float>(config_.train.lr);
@@ -437,11 +433,7 @@ Status Simulator::evaluate() {
   for (size_t i = 0; i < sum.size(); ++i) (*avg)[i] = static_cast<float>(sum[i] / p);
   const auto test = data_->testSet();
   constexpr uint32_t kPiece = 250;
-  const model::InputShape shape = data_->inputShape();
-  const wire::SimModelRecipe recipe{config_.model.name, config_.model.path,
-                                    config_.run.seed,   shape.sample,
-                                    shape.classes,      wire::parseLoss(config_.train.loss).value(),
-                                    config_.sim.device};
+  const wire::SimModelRecipe recipe = modelRecipeOf(config_, data_->inputShape());
   std::vector<std::future<Result<std::vector<wire::SimEvalPiece>>>> pieces;
   for (uint64_t begin = 0; begin < test->size(); begin += kPiece) {
     const uint64_t end = std::min<uint64_t>(test->size(), begin + kPiece);

@@ -7,9 +7,10 @@
 
 namespace fedfleet::sim {
 
-ProgressDisplay::ProgressDisplay(const std::string& mode, uint32_t total_rounds, std::FILE* out)
+ProgressDisplay::ProgressDisplay(config::ProgressMode mode, uint32_t total_rounds, std::FILE* out)
     : total_(total_rounds), out_(out), started_(std::chrono::steady_clock::now()) {
-  active_ = mode == "on" || (mode == "auto" && isatty(fileno(out)) == 1);
+  active_ = mode == config::ProgressMode::kOn ||
+            (mode == config::ProgressMode::kAuto && isatty(fileno(out)) == 1);
 }
 
 ProgressDisplay::~ProgressDisplay() { finish(); }

@@ -12,12 +12,14 @@
 #include <optional>
 #include <string>
 
+#include "common/config/config.h"
+
 namespace fedfleet::sim {
 
 class ProgressDisplay {
  public:
-  // mode: "auto" (bar only when stderr is a terminal), "on", "off".
-  ProgressDisplay(const std::string& mode, uint32_t total_rounds, std::FILE* out = stderr);
+  // mode: auto (bar only when stderr is a terminal), on, off.
+  ProgressDisplay(config::ProgressMode mode, uint32_t total_rounds, std::FILE* out = stderr);
   ~ProgressDisplay();
 
   bool active() const { return active_; }

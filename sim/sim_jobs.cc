@@ -27,6 +27,16 @@ Result<c10::Device> deviceOf(const std::string& name) {
   return invalidArgument("sim.device: unknown device \"" + name + "\" (cpu or cuda)");
 }
 
+wire::SimModelRecipe modelRecipeOf(const config::Config& config, const model::InputShape& shape) {
+  return {config.model.name,
+          config.model.path,
+          config.run.seed,
+          shape.sample,
+          shape.classes,
+          wire::parseLoss(config.train.loss).value(),  // validated
+          config::choiceName(config.sim.device)};
+}
+
 Result<model::Model*> workerModel(const wire::SimModelRecipe& recipe) {
   thread_local std::unique_ptr<model::Model> model;
   thread_local std::string key;

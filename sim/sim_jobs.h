@@ -55,6 +55,9 @@ Result<std::vector<wire::SimEvalPiece>> evaluateTestPieces(const wire::SimModelR
 Result<model::Model*> workerModel(const wire::SimModelRecipe& recipe);
 // The device a recipe names ("cpu", "cuda"); kInvalidArgument for one this process cannot use.
 Result<c10::Device> deviceOf(const std::string& name);
+// The recipe of the run's model (config [model], run.seed, train.loss, sim.device) for data of
+// `shape`: what a worker builds its model from.
+wire::SimModelRecipe modelRecipeOf(const config::Config& config, const model::InputShape& shape);
 
 // Either, as the job says (the worker ranks' entry point).
 wire::SimJobResult runJob(const wire::SimJob& job, const FleetData& data);

@@ -301,13 +301,7 @@ class Simulator final : public FleetSimulator, private driver::DriverPort {
   void submitEvaluation(const engine::Evaluate& ev);
   // Feeds finished evaluations to the engine in round order; `block` waits for the oldest.
   void collectEvaluations(bool block);
-  wire::SimModelRecipe modelRecipe() const {
-    const model::InputShape shape = data_->inputShape();
-    return {config_.model.name, config_.model.path,
-            config_.run.seed,   shape.sample,
-            shape.classes,      wire::parseLoss(config_.train.loss).value(),  // validated
-            config_.sim.device};
-  }
+  wire::SimModelRecipe modelRecipe() const { return modelRecipeOf(config_, data_->inputShape()); }
 
   // Opens the history and begins a new run (its model described as `model_json`); with
   // coordinator.resume, the interrupted run's file behind a ReplayHistory

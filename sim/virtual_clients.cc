@@ -60,7 +60,7 @@ void Simulator::dispatch(engine::SendTask& st) {
     // A straggler this round: only 1..E-1 epochs (uniform), drawn from (seed, round, client).
     const uint64_t h = mix(config_.run.seed ^ 0x73747267ull, task.round, k);
     if (unitInterval(h) < sc.stragglers) {
-      if (sc.straggler_mode == "drop") {
+      if (sc.straggler_mode == config::StragglerMode::kDrop) {
         reports = false;  // it gets the task but never reports: late at the deadline
       } else {
         hp.epochs = 1 + static_cast<uint32_t>(unitInterval(mix(h, 7, 0)) * (hp.epochs - 1));

@@ -12,9 +12,152 @@
 #include <string>
 #include <vector>
 
+#include "common/config/choice.h"
+#include "common/data/source.h"
 #include "common/status.h"
 
 namespace fedfleet::config {
+
+// The values of the config keys that name one of a fixed set (common/config/choice.h).
+enum class SampleFrom { kClients, kPartitions };          // coordinator.sample_from
+enum class PolicyMode { kSync, kAsync, kDecentralized };  // policy.mode
+enum class DeadlineKind { kFixed, kPercentile };          // policy.deadline
+enum class AggregationMethod { kFedAvg, kFedNova, kScaffold, kMedian, kTrimmedMean };
+enum class ServerOptimizer { kFedAvg, kFedAvgM, kFedAdagrad, kFedAdam, kFedYogi };
+enum class NormBoundAction { kClip, kReject };                 // aggregation.norm_bound_action
+enum class SelectorKind { kUniform, kOort, kAvailability };    // selection.selector
+enum class BlocksMode { kSingle, kPluralistic, kMultichain };  // blocks.mode
+enum class DpMode { kNone, kCentral, kDistributed, kLocal };   // dp.mode
+enum class SecAggMode { kNone, kSecAggPlus };                  // secagg.mode
+enum class AvailabilityMode { kAlways, kDiurnal };             // sim.availability
+enum class StragglerMode { kPartial, kDrop };                  // sim.straggler_mode
+enum class ProgressMode { kAuto, kOn, kOff };                  // sim.progress
+enum class Normalization { kNone, kFixed, kComputed };         // data.normalize
+enum class DataTask { kClassification, kRegression };          // data.task
+enum class PartitionScheme { kIid, kDirichlet, kLabels, kShards, kQuantity, kNone, kFiles };
+enum class SimDevice { kCpu, kCuda };  // sim.device
+// data.format and data.dataset: a data::DataFormat by its name, or "" (kUnset: data.format is
+// not set and data.dataset says).
+enum class DataFormatKey { kUnset, kFashionMnist, kIdx, kCsv, kTensors, kImageFolder, kSynthetic };
+
+template <typename E, size_t N>
+using NameTable = std::array<std::pair<E, std::string_view>, N>;
+template <>
+struct ChoiceNames<SampleFrom> {
+  static constexpr NameTable<SampleFrom, 2> kNames{
+      {{SampleFrom::kClients, "clients"}, {SampleFrom::kPartitions, "partitions"}}};
+};
+template <>
+struct ChoiceNames<PolicyMode> {
+  static constexpr NameTable<PolicyMode, 3> kNames{{{PolicyMode::kSync, "sync"},
+                                                    {PolicyMode::kAsync, "async"},
+                                                    {PolicyMode::kDecentralized, "decentralized"}}};
+};
+template <>
+struct ChoiceNames<DeadlineKind> {
+  static constexpr NameTable<DeadlineKind, 2> kNames{
+      {{DeadlineKind::kFixed, "fixed"}, {DeadlineKind::kPercentile, "percentile"}}};
+};
+template <>
+struct ChoiceNames<AggregationMethod> {
+  static constexpr NameTable<AggregationMethod, 5> kNames{
+      {{AggregationMethod::kFedAvg, "fedavg"},
+       {AggregationMethod::kFedNova, "fednova"},
+       {AggregationMethod::kScaffold, "scaffold"},
+       {AggregationMethod::kMedian, "median"},
+       {AggregationMethod::kTrimmedMean, "trimmed_mean"}}};
+};
+template <>
+struct ChoiceNames<ServerOptimizer> {
+  static constexpr NameTable<ServerOptimizer, 5> kNames{
+      {{ServerOptimizer::kFedAvg, "fedavg"},
+       {ServerOptimizer::kFedAvgM, "fedavgm"},
+       {ServerOptimizer::kFedAdagrad, "fedadagrad"},
+       {ServerOptimizer::kFedAdam, "fedadam"},
+       {ServerOptimizer::kFedYogi, "fedyogi"}}};
+};
+template <>
+struct ChoiceNames<NormBoundAction> {
+  static constexpr NameTable<NormBoundAction, 2> kNames{
+      {{NormBoundAction::kClip, "clip"}, {NormBoundAction::kReject, "reject"}}};
+};
+template <>
+struct ChoiceNames<SelectorKind> {
+  static constexpr NameTable<SelectorKind, 3> kNames{
+      {{SelectorKind::kUniform, "uniform"},
+       {SelectorKind::kOort, "oort"},
+       {SelectorKind::kAvailability, "availability"}}};
+};
+template <>
+struct ChoiceNames<BlocksMode> {
+  static constexpr NameTable<BlocksMode, 3> kNames{{{BlocksMode::kSingle, "single"},
+                                                    {BlocksMode::kPluralistic, "pluralistic"},
+                                                    {BlocksMode::kMultichain, "multichain"}}};
+};
+template <>
+struct ChoiceNames<DpMode> {
+  static constexpr NameTable<DpMode, 4> kNames{{{DpMode::kNone, "none"},
+                                                {DpMode::kCentral, "central"},
+                                                {DpMode::kDistributed, "distributed"},
+                                                {DpMode::kLocal, "local"}}};
+};
+template <>
+struct ChoiceNames<SecAggMode> {
+  static constexpr NameTable<SecAggMode, 2> kNames{
+      {{SecAggMode::kNone, "none"}, {SecAggMode::kSecAggPlus, "secagg_plus"}}};
+};
+template <>
+struct ChoiceNames<AvailabilityMode> {
+  static constexpr NameTable<AvailabilityMode, 2> kNames{
+      {{AvailabilityMode::kAlways, "always"}, {AvailabilityMode::kDiurnal, "diurnal"}}};
+};
+template <>
+struct ChoiceNames<StragglerMode> {
+  static constexpr NameTable<StragglerMode, 2> kNames{
+      {{StragglerMode::kPartial, "partial"}, {StragglerMode::kDrop, "drop"}}};
+};
+template <>
+struct ChoiceNames<ProgressMode> {
+  static constexpr NameTable<ProgressMode, 3> kNames{
+      {{ProgressMode::kAuto, "auto"}, {ProgressMode::kOn, "on"}, {ProgressMode::kOff, "off"}}};
+};
+template <>
+struct ChoiceNames<Normalization> {
+  static constexpr NameTable<Normalization, 3> kNames{{{Normalization::kNone, "none"},
+                                                       {Normalization::kFixed, "fixed"},
+                                                       {Normalization::kComputed, "computed"}}};
+};
+template <>
+struct ChoiceNames<DataFormatKey> {
+  static constexpr NameTable<DataFormatKey, 7> kNames{
+      {{DataFormatKey::kUnset, ""},
+       {DataFormatKey::kFashionMnist, "fashion-mnist"},
+       {DataFormatKey::kIdx, "idx"},
+       {DataFormatKey::kCsv, "csv"},
+       {DataFormatKey::kTensors, "tensors"},
+       {DataFormatKey::kImageFolder, "image-folder"},
+       {DataFormatKey::kSynthetic, "synthetic"}}};
+};
+template <>
+struct ChoiceNames<PartitionScheme> {
+  static constexpr NameTable<PartitionScheme, 7> kNames{{{PartitionScheme::kIid, "iid"},
+                                                         {PartitionScheme::kDirichlet, "dirichlet"},
+                                                         {PartitionScheme::kLabels, "labels"},
+                                                         {PartitionScheme::kShards, "shards"},
+                                                         {PartitionScheme::kQuantity, "quantity"},
+                                                         {PartitionScheme::kNone, "none"},
+                                                         {PartitionScheme::kFiles, "files"}}};
+};
+template <>
+struct ChoiceNames<SimDevice> {
+  static constexpr NameTable<SimDevice, 2> kNames{
+      {{SimDevice::kCpu, "cpu"}, {SimDevice::kCuda, "cuda"}}};
+};
+template <>
+struct ChoiceNames<DataTask> {
+  static constexpr NameTable<DataTask, 2> kNames{
+      {{DataTask::kClassification, "classification"}, {DataTask::kRegression, "regression"}}};
+};
 
 struct RunSection {
   std::string name = "fedfleet";  // run name recorded in the history
@@ -36,9 +179,9 @@ struct CoordinatorSection {
   double wait_clients_s = 300;     // give up when min_clients are not connected for this long
   uint32_t max_failed_rounds = 5;  // end the run (exit 1) after this many failed rounds in a row
                                    // (0: never)
-  std::string sample_from = "clients";  // "clients": each client trains its own partition;
-                                        // "partitions": sample K of data.partitions, any client
-                                        // trains the partition named in its task
+  Choice<SampleFrom> sample_from = "clients";  // "clients": each client trains its own partition;
+                                               // "partitions": sample K of data.partitions, any
+                                               // client trains the partition named in its task
   double server_lr = 1.0;               // eta_g
   uint32_t checkpoint_every = 1;        // rounds between checkpoints in the history (0: never)
   uint32_t keep_checkpoints = 3;        // checkpoints kept per run (the latest)
@@ -79,10 +222,10 @@ struct CoordinatorSection {
 
 // How rounds treat slow clients (engine/round_engine.h).
 struct PolicySection {
-  std::string mode = "sync";       // sync (rounds with a deadline), async (FedBuff),
-                                   // decentralized (peers, no central model: [decentralized])
-  std::string deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
-                                   // task durations, at most coordinator.deadline_s)
+  Choice<PolicyMode> mode = "sync";  // sync (rounds with a deadline), async (FedBuff),
+                                     // decentralized (peers, no central model: [decentralized])
+  Choice<DeadlineKind> deadline = "fixed";  // fixed (coordinator.deadline_s), percentile (of recent
+                                            // task durations, at most coordinator.deadline_s)
   double deadline_percentile = 0.9;
   uint32_t deadline_window = 5;     // rounds of durations the percentile looks at
   double deadline_slack = 1.2;      // the percentile times this
@@ -98,10 +241,11 @@ struct PolicySection {
 
 // How updates become the next model.
 struct AggregationSection {
-  std::string method = "fedavg";  // fedavg, fednova, scaffold, median, trimmed_mean
+  Choice<AggregationMethod> method = "fedavg";  // fedavg, fednova, scaffold, median, trimmed_mean
   double trim_fraction = 0.1;     // trimmed_mean: dropped at each end
   double clip_norm = 0;           // clip each update's L2 norm to this before averaging (0: off)
-  std::string server_optimizer = "fedavg";  // fedavg, fedavgm, fedadagrad, fedadam, fedyogi
+  Choice<ServerOptimizer> server_optimizer =
+      "fedavg";                             // fedavg, fedavgm, fedadagrad, fedadam, fedyogi
                                             // (learning rate: coordinator.server_lr)
   double server_momentum = 0.9;             // fedavgm
   double beta1 = 0.9;                       // adaptive optimisers
@@ -111,7 +255,7 @@ struct AggregationSection {
                               // temporary file
   double norm_bound = 5;      // an update's L2 norm above this x the reference norm is
                               // clipped or rejected (0: off)
-  std::string norm_bound_action = "clip";  // clip, reject
+  Choice<NormBoundAction> norm_bound_action = "clip";  // clip, reject
   // The reference norm: the lower median of the last norm_window rounds' median norms, growing
   // by at most norm_growth a round (engine/norm_reference.h).
   uint32_t norm_window = 5;
@@ -138,7 +282,7 @@ struct LimitsSection {
 
 // Which clients a round samples (engine/selector.h).
 struct SelectionSection {
-  std::string selector = "uniform";    // uniform, oort, availability
+  Choice<SelectorKind> selector = "uniform";  // uniform, oort, availability
   double explore_initial = 0.9;        // oort: exploration fraction eps at first
   double explore_decay = 0.98;         // oort: eps multiplied by this every round
   double explore_min = 0.2;            // oort: floor of eps
@@ -162,8 +306,10 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string dataset = "fashion-mnist";  // the older name of `format` (used when format is "")
-  std::string format;  // fashion-mnist, idx, csv, tensors, image-folder or synthetic (FedProx's
+  Choice<DataFormatKey> dataset = "fashion-mnist";  // the older name of `format` (used when
+                                                    // format is "")
+  Choice<DataFormatKey> format =
+      "";              // fashion-mnist, idx, csv, tensors, image-folder or synthetic (FedProx's
                        // Synthetic(alpha, beta)); "": data.dataset. The file formats: split
                        // by the simulator, or each client's own (data.partition = "none")
   std::string dir;     // fashion-mnist's IDX files; default: the dataset-fashion-mnist package
@@ -176,7 +322,7 @@ struct DataSection {
   std::string label_column = "label";  // csv: the column of class ids (regression: targets)
   // "classification" (class labels) or "regression" (float targets: a csv label column of
   // numbers, a tensors file's float "y"; train.loss mse or bce).
-  std::string task = "classification";
+  Choice<DataTask> task = "classification";
   // Classes of the labels (0: from the data, its largest label + 1). Client processes that
   // train their own files (data.partition = "none") and the coordinator must agree on it for a
   // built-in model, whose output size it is.
@@ -191,10 +337,10 @@ struct DataSection {
   // channel (shaped samples: the first dimension; plain vectors: per feature, or one value for
   // all). "none"; "fixed": data.mean and data.std as given; "computed" (simulator): from the
   // training data, and the values used are recorded in the run's config as data.mean/data.std.
-  std::string normalize = "none";
+  Choice<Normalization> normalize = "none";
   std::vector<double> mean;
   std::vector<double> stddev;           // key data.std
-  std::string partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
+  Choice<PartitionScheme> partition = "dirichlet";  // iid, dirichlet, labels, shards, quantity
   double alpha = 0.5;                   // Dirichlet concentration (dirichlet, quantity)
   uint32_t labels_per_client = 2;       // for partition = "labels"
   uint32_t shards_per_client = 2;       // for partition = "shards" (FedAvg: 2 of 300 samples)
@@ -253,13 +399,13 @@ struct ClientSection {
 struct SimSection {
   uint64_t clients = 1000;        // registered virtual clients (each its own data and profile)
   std::string fleet = "uniform";  // uniform, mobile-mix, or a CSV file of tiers (docs/SIM.md)
-  std::string availability = "always";    // always, diurnal
+  Choice<AvailabilityMode> availability = "always";  // always, diurnal
   double online_hours = 0;                // diurnal: hours online a day (0: each tier's own)
   double dropout = -1;                    // per-task dropout probability (-1: each tier's own)
   double rejoin_s = 600;                  // a client that dropped out is back after this long
   double reference_gflops = 2;            // training FLOP/s (x 1e9) of a speed-1 device
   uint32_t workers = 0;                   // training threads (0: one per core)
-  std::string progress = "auto";          // auto (a bar on a terminal), on, off
+  Choice<ProgressMode> progress = "auto";  // auto (a bar on a terminal), on, off
   std::string residual_storage = "bf16";  // error-feedback residual of each virtual client
   // The rate at which the coordinator takes in one granted upload, Mbit/s (0: unlimited): each
   // upload's frames arrive at the lower of this and the client's uplink. With upload credits
@@ -274,11 +420,12 @@ struct SimSection {
   // "inside_bound" (a constant update of norm just inside the coordinator's norm bound).
   double attackers = 0;
   std::string attack = "constant:1e20";
-  std::string straggler_mode = "partial";  // partial: they send that work; drop: they never
-                                           // report (late at the deadline), as FedAvg drops them
+  Choice<StragglerMode> straggler_mode =
+      "partial";  // partial: they send that work; drop: they never
+                  // report (late at the deadline), as FedAvg drops them
   // Where virtual clients train and the server evaluates: cpu, or cuda (the first GPU; start-up
   // fails when this process, or an MPI rank, sees none).
-  std::string device = "cpu";
+  Choice<SimDevice> device = "cpu";
   // Local training's arithmetic: fp32, or bf16 (mixed precision: autocast runs the matrix
   // products and convolutions in bf16, weights and optimiser stay fp32; client/trainer.h). For
   // hardware with fast bf16 (AVX-512 BF16 / AMX CPUs, GPUs); elsewhere slower.
@@ -350,7 +497,7 @@ struct BlocksSection {
   double block_s = 0;                 // block length in seconds of the run's clock (virtual in the
                                       // simulator, unix time on a real coordinator)
   double anchor_s = 0;                // block_s: block 0 starts at this time (mod count * block_s)
-  std::string mode = "single";        // single, pluralistic, multichain
+  Choice<BlocksMode> mode = "single";  // single, pluralistic, multichain
   double skew = 0.8;                  // fraction of a block's data from its own class group
   double overlap = 0;                 // fraction of clients also available in the next block
   uint32_t validation_samples = 500;  // per-block validation set (multichain's choice)
@@ -360,7 +507,7 @@ struct BlocksSection {
 
 // Differential privacy of the trained model (engine/central_dp.h; docs/PRIVACY.md).
 struct DpSection {
-  std::string mode = "none";      // none, central (DP-FedAvg: the coordinator clips and noises),
+  Choice<DpMode> mode = "none";   // none, central (DP-FedAvg: the coordinator clips and noises),
                                   // distributed (the clients do, under secure aggregation) or
                                   // local (each client's update on its own)
   double noise_multiplier = 1.0;  // z: noise standard deviation over the clip norm
@@ -376,7 +523,7 @@ struct DpSection {
 
 // Secure aggregation of the clients' updates (engine/secure_aggregation.h; docs/PRIVACY.md).
 struct SecAggSection {
-  std::string mode = "none";    // none, secagg_plus (the coordinator sees only the masked sum)
+  Choice<SecAggMode> mode = "none";  // none, secagg_plus (the coordinator sees only the masked sum)
   uint32_t neighbours = 0;      // k, the neighbour graph's degree (0: 2 ceil(log2 n))
   uint32_t threshold = 0;       // t, shares that rebuild a secret (0: floor((k + 1) / 2) + 1)
   double clip_range = 8.0;      // each weighted update value clipped to [-clip_range, clip_range]
@@ -431,14 +578,14 @@ struct Config {
   uint32_t partitions() const;
   // The data section alone (validate() runs it).
   Status validateDataSource() const;
-  // data.format, or data.dataset when format is "".
-  const std::string& dataFormat() const { return data.format.empty() ? data.dataset : data.format; }
+  // data.format, or data.dataset when format is "" (fashion-mnist when neither is set, which
+  // validate() refuses).
+  data::DataFormat dataFormat() const;
+  // Its name ("csv"), as the config spells it.
+  std::string dataFormatName() const { return data::dataFormatName(dataFormat()); }
   // Whether the data come from files the user names (data.format idx, csv, tensors or
   // image-folder).
-  bool readsDataFiles() const {
-    const std::string& f = dataFormat();
-    return f == "idx" || f == "csv" || f == "tensors" || f == "image-folder";
-  }
+  bool readsDataFiles() const { return data::readsUserFiles(dataFormat()); }
   std::string allowDir() const;
   // The largest frame an honest client of this config sends: a chunk of coordinator.chunk_kib
   // with its codec header and message around it, or a secure-aggregation message for

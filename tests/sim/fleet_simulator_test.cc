@@ -57,7 +57,7 @@ config::Config blocksJob(const std::string& db, const std::string& mode, uint32_
   c.coordinator.clients_per_round = 4;
   c.blocks.count = 2;
   c.blocks.rounds_per_block = 2;
-  c.blocks.mode = mode;
+  EXPECT_TRUE(c.set("blocks.mode=" + mode).isOk()) << mode;
   c.blocks.validation_samples = 200;
   c.blocks.test_samples = test_samples;
   return c;
@@ -415,11 +415,14 @@ TEST(FleetSimulator, BadConfigsAreClearErrors) {
   sim = FleetSimulator::create(c);
   ASSERT_FALSE(sim.isOk());
 
+  // A name no choice has is refused when the config is read (in code it does not compile).
   c = smallJob(":memory:");
-  c.sim.availability = "weekly";
-  sim = FleetSimulator::create(c);
-  ASSERT_FALSE(sim.isOk());
-  EXPECT_NE(sim.status().message().find("sim.availability"), std::string::npos);
+  Status st = c.set("sim.availability=weekly");
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("'sim.availability' must be one of always, diurnal; got"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(c.sim.availability, config::AvailabilityMode::kAlways);  // unchanged
 
   for (double ingress : {-1.0, std::nan(""), static_cast<double>(INFINITY)}) {
     c = smallJob(":memory:");
@@ -557,7 +560,7 @@ TEST(FleetSimulator, StragglersDropOrSendPartialWork) {
     config::Config c = smallJob(db);
     c.train.epochs = 4;
     c.sim.stragglers = 0.5;
-    c.sim.straggler_mode = mode;
+    ASSERT_TRUE(c.set(std::string("sim.straggler_mode=") + mode).isOk()) << mode;
     c.coordinator.deadline_s = 600;
     auto summary = runJob(c);
     ASSERT_TRUE(summary.isOk()) << summary.status().toString();
@@ -965,7 +968,7 @@ TEST(FleetSimulator, FedNovaUnderSecureAggregationIsFedNovasStep) {
     c.coordinator.deadline_s = 600;
     c.aggregation.norm_bound = 0;
     c.aggregation.weight_cap = 1e9;
-    c.aggregation.method = method;
+    EXPECT_TRUE(c.set("aggregation.method=" + method).isOk()) << method;
     if (secure) c.secagg.mode = "secagg_plus";
     return c;
   };

@@ -66,7 +66,7 @@ config::Config smallJob(const std::string& model, const std::string& method) {
   c.train.batch = 16;
   c.train.epochs = model == "mlp" ? 4 : 2;
   c.train.prox_mu = 0.01;
-  c.aggregation.method = method;
+  EXPECT_TRUE(c.set("aggregation.method=" + method).isOk()) << method;
   c.sim.stragglers = 0.5;
   c.sim.straggler_mode = "partial";
   c.sim.clients = 40;
