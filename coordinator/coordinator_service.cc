@@ -202,10 +202,6 @@ Status ZmqCoordinator::init(const config::Config& config) {
 
   // Engine.
   eo.run_id = run_id_;
-  // Task tokens carry this process's session: after a restart, the old session's uploads are
-  // told apart from invented tokens.
-  eo.token_session = static_cast<uint16_t>(session_ >> 48);
-  if (eo.token_session == 0) eo.token_session = 1;
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));  // with where a resume continues
   engine_ = std::make_unique<engine::RoundEngine>(eo, std::move(params));
   if (!engine_state.empty()) {

@@ -51,11 +51,6 @@ struct EngineOptions {
   wire::HyperParams hparams;  // seed is derived per task
   wire::DataSpec data;        // index is set per task
   uint32_t chunk_bytes = 1 << 20;
-  // Non-zero: the top 16 bits of every task token this engine issues (the coordinator's
-  // session). A token with other top bits that the engine does not know was issued by an
-  // earlier session of the run (a client's upload on its way across a coordinator restart):
-  // it is answered as stale, like any unknown token, but is not an event.
-  uint16_t token_session = 0;
   std::string codec = "none";   // codec spec every task asks for (common/compress/codec_spec.h)
   std::string slow_link_codec;  // when set: the codec for clients whose last measured uplink
   double slow_link_mbps = 0;    // was below slow_link_mbps

@@ -159,13 +159,8 @@ bool RoundEngine::fedEvalDue() {
 }
 
 uint64_t RoundEngine::newToken() {
-  auto draw = [this] {
-    const uint64_t t = crypto::randomToken();
-    if (options_.token_session == 0) return t;
-    return (uint64_t{options_.token_session} << 48) | (t & ((uint64_t{1} << 48) - 1));
-  };
-  uint64_t t = draw();
-  while (t == 0 || participants_.count(t) || finished_tokens_.count(t)) t = draw();
+  uint64_t t = crypto::randomToken();
+  while (participants_.count(t) || finished_tokens_.count(t)) t = crypto::randomToken();
   return t;
 }
 
@@ -417,6 +412,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (blocksOn()) served = serve(c, p, task);
 
   c.task_token = task.task_token;
+  c.sent_task = true;
   idle_.erase(id);
   participants_.emplace(task.task_token, std::move(p));
   emit(SendTask{id, std::move(task), std::move(bytes), std::move(served)});
@@ -438,13 +434,14 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
     first = answered_unknown_.count(token) == 0;
     if (first && answered_unknown_.size() < kUnknownTokensKept) answered_unknown_.insert(token);
   }
-  // A token of an earlier session of this run: the coordinator restarted while the client's
-  // upload was on its way. Expected after every restart, so answered but not recorded.
-  const bool earlier_session = !stale && options_.token_session != 0 &&
-                               (token >> 48) != options_.token_session;
+  // A client this engine has sent no task yet can only hold a token of an earlier session of
+  // the run (the coordinator restarted while its upload was on its way, and it said Hello
+  // again first) or invent one. Expected after every restart: answered, not recorded.
+  auto known = clients_.find(id);
+  const bool earlier_session = !stale && known != clients_.end() && !known->second.sent_task;
   if (first) {
     std::string what = stale              ? "update for a finished or cancelled task"
-                       : earlier_session ? "task of an earlier coordinator session"
+                       : earlier_session ? "unknown task token (this coordinator has sent you none)"
                                          : "unknown task token";
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};
     emit(SendError{id, err});

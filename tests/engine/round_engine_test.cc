@@ -330,36 +330,38 @@ TEST(RoundEngine, UnknownTokenIsAnsweredAndRecordedOnce) {
 
 
 // A coordinator restarted during a round: a client's upload of the earlier session's task
-// reaches the new engine after the client said Hello again. It is answered as stale but is not
-// an event; an invented token of this session still is.
-TEST(RoundEngine, AnEarlierSessionsTokenIsAnsweredButNotRecorded) {
-  EngineOptions o = baseOptions(1, 1, 1);
-  o.token_session = 0x5eed;
-  Fixture f(o);
+// reaches the new engine after the client said Hello again, before this engine sent it any
+// task. It is answered as stale but is not an event; an unknown token from a client that has
+// been sent a task still is.
+TEST(RoundEngine, ATokenFromAClientSentNoTaskYetIsAnsweredButNotRecorded) {
+  Fixture f(baseOptions(1, 1, 1));
   f.engine->start(0);
   f.engine->onHello("a", hello("a"), 0);
   auto tasks = actionsOf<SendTask>(f.take());
-  ASSERT_EQ(tasks.size(), 1u);
-  EXPECT_EQ(tasks[0].task.task_token >> 48, 0x5eedu);  // this session's tokens carry it
+  ASSERT_EQ(tasks.size(), 1u);  // "a" has its task; "b" joins while the round runs
+  f.engine->onHello("b", hello("b"), 0.5);
+  f.take();
 
-  const uint64_t earlier = (uint64_t{0x1234} << 48) | 777;
-  f.engine->onChunk("a", chunkOf(earlier, 0, {1}, true), 4, 1);
-  f.engine->onUploadRequest("a", earlier, 1);
+  const uint64_t earlier = 777;
+  f.engine->onChunk("b", chunkOf(earlier, 0, {1}, true), 4, 1);
+  f.engine->onUploadRequest("b", earlier, 1);
   auto actions = f.take();
   auto errors = actionsOf<SendError>(actions);
   ASSERT_EQ(errors.size(), 1u);  // answered once
+  EXPECT_EQ(errors[0].client, "b");
   EXPECT_EQ(errors[0].error.code, wire::ErrorCode::kStaleTask);
   EXPECT_EQ(errors[0].error.task_token, earlier);
   EXPECT_TRUE(actionsOf<RecordEvent>(actions).empty());
 
-  const uint64_t invented = (uint64_t{0x5eed} << 48) | 777;
-  f.engine->onChunk("a", chunkOf(invented, 0, {1}, true), 4, 2);
+  f.engine->onChunk("a", chunkOf(778, 0, {1}, true), 4, 2);
   actions = f.take();
   EXPECT_EQ(actionsOf<SendError>(actions).size(), 1u);
   auto events = actionsOf<RecordEvent>(actions);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].event.kind, "unknown_token");
+  EXPECT_EQ(events[0].event.client_id, "a");
 }
+
 TEST(RoundEngine, SameSeedSameSelection) {
   auto selections = [](uint64_t seed) {
     EngineOptions o = baseOptions(3, 8, 1);
