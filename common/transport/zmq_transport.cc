@@ -483,9 +483,22 @@ class ZmqServerTransport final : public ServerTransport {
       drainMonitor();
       delivering_fd_ = -1;
       c = connections_.find(fd);
-      if (c == connections_.end() || !c->second.verified) return;
+      if (c == connections_.end() || !c->second.verified) {
+        // Its ACCEPTED report was not queued yet, or the connection ended before this message
+        // was read. Should the next ACCEPTED(fd) find the descriptor closed, the connection
+        // this message came on has ended, and its close is said under `peer` (else it would
+        // never be; with the descriptor open it may be a newer connection's: nothing is tied,
+        // the peer's next message ties its connection).
+        if (c == connections_.end() && pending_ties_.size() < kMaxPendingTies) {
+          pending_ties_[fd] = {peer, Clock::now()};
+        }
+        return;
+      }
     }
-    Connection& conn = c->second;
+    tiePeer(fd, c->second, peer, key);
+  }
+
+  void tiePeer(int fd, Connection& conn, const std::string& peer, const std::string& key) {
     if (conn.peer == peer) return;
     if (!conn.peer.empty()) return;  // an earlier connection's message (see above)
     if (auto p = fd_of_peer_.find(peer); p != fd_of_peer_.end() && p->second != fd) {
@@ -634,19 +647,35 @@ class ZmqServerTransport final : public ServerTransport {
       closeConnection(
           old, old->second.verified && old->second.gone ? causeOf(old->second) : "peer_closed");
     }
+    // The routing id of a message read from fd before this report (see notePeer).
+    std::optional<std::string> tie;
+    if (auto t = pending_ties_.find(fd); t != pending_ties_.end()) {
+      if (Clock::now() - t->second.second < kPendingTieLife) tie = std::move(t->second.first);
+      pending_ties_.erase(t);
+    }
     // Ended before it was reported accepted: fd is closed, or already another connection's.
-    if (ended_before_accept_.erase(fd) > 0) return;
+    if (ended_before_accept_.erase(fd) > 0) {
+      if (tie) reportClosedUntracked(*tie);
+      return;
+    }
     Connection c;
     c.dup_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    const int dup_errno = errno;
+    if (c.dup_fd < 0) untracked_.insert(fd);  // its DISCONNECTED report is then passed over
+    if (c.dup_fd < 0 && dup_errno == EBADF) {
+      // Closed already: this report was read after ZeroMQ closed the connection (its
+      // DISCONNECTED is queued behind), so there is nothing to watch.
+      if (tie) reportClosedUntracked(*tie);
+      return;
+    }
     if (c.dup_fd < 0) {
-      untracked_.insert(fd);
       // Out of descriptors (the reserve should prevent it): this connection cannot be watched
       // or closed here; ZeroMQ's handshake timeout still applies.
       if (!dup_failure_logged_) {
         spdlog::warn(
             "server: cannot duplicate an accepted connection's descriptor ({}); it is "
             "not tracked",
-            std::strerror(errno));
+            std::strerror(dup_errno));
         dup_failure_logged_ = true;
       }
       return;
@@ -657,6 +686,14 @@ class ZmqServerTransport final : public ServerTransport {
     connections_.emplace(fd, std::move(c));
     unverified_.push_back(fd);
     ++accepted_since_count_;
+  }
+
+  // `peer`'s connection closed before it could be watched: said as any close is, without an
+  // address, unless the peer has another connection now.
+  void reportClosedUntracked(const std::string& peer) {
+    if (auto p = fd_of_peer_.find(peer); p != fd_of_peer_.end()) return;
+    if (closed_.size() >= kMaxClosedReports) closed_.erase(closed_.begin());
+    closed_.push_back({peer, kUnknownAddress, "peer_closed"});
   }
 
   void onDisconnected(int fd) {
@@ -925,6 +962,11 @@ class ZmqServerTransport final : public ServerTransport {
   std::vector<int> unverified_;            // descriptors duplicated since the queue was empty
   std::set<int> ended_before_accept_;      // DISCONNECTED came first: skip their ACCEPTED
   std::set<int> untracked_;                // ACCEPTED, but no duplicate could be made
+  // The routing id of a message read from a descriptor no tracked connection had, and when
+  // (see notePeer); taken by that descriptor's next ACCEPTED report.
+  std::map<int, std::pair<std::string, Clock::time_point>> pending_ties_;
+  static constexpr size_t kMaxPendingTies = 4096;
+  static constexpr std::chrono::seconds kPendingTieLife{10};
   std::map<std::string, int> fd_of_peer_;  // routing id -> descriptor
   uint64_t accepted_ = 0;
   uint64_t unauthenticated_ = 0;  // verified, admitted, no message yet, not closing
