@@ -29,9 +29,9 @@ ALLOWED = {
     "common/data": set(),
     # The wire format names the data spec (common/data) and codec specs it carries.
     "common/wire": {"common/data", "common/compress"},
-    # The config checks codec specs, names the data formats (common/data's DataFormat), and
-    # bounds what it sets by the data constants and by the wire's limits (frame size,
-    # neighbours).
+    # The config checks codec specs, names the data formats (common/data's DataFormat enum),
+    # and bounds what it sets by the data constants and by the wire's limits (frame size,
+    # neighbours): enums and constants only, nothing linked.
     "common/config": {"common/compress", "common/data", "common/wire"},
     # Models read data sets and the loss named on the wire; checksums.
     "common/model": {"common/crypto", "common/data", "common/wire"},

@@ -643,6 +643,12 @@ data::DataFormat Config::dataFormat() const {
   return F::kFashionMnist;
 }
 
+std::string Config::dataFormatName() const {
+  const Choice<DataFormatKey> key =
+      data.format != DataFormatKey::kUnset ? data.format : data.dataset;
+  return key == DataFormatKey::kUnset ? "fashion-mnist" : std::string(key.name());
+}
+
 uint32_t Config::minClients() const {
   return coordinator.min_clients > 0 ? coordinator.min_clients : coordinator.clients_per_round;
 }

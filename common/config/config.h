@@ -582,7 +582,7 @@ struct Config {
   // validate() refuses).
   data::DataFormat dataFormat() const;
   // Its name ("csv"), as the config spells it.
-  std::string dataFormatName() const { return data::dataFormatName(dataFormat()); }
+  std::string dataFormatName() const;
   // Whether the data come from files the user names (data.format idx, csv, tensors or
   // image-folder).
   bool readsDataFiles() const { return data::readsUserFiles(dataFormat()); }
