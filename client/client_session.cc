@@ -106,6 +106,13 @@ void ClientSession::onTask(ReceivedTask received, double now) {
     }
     coordinator_session_ = task.coordinator_session;
   }
+  if ((training_ && training_->token == task.task_token) || holdsUpload(task.task_token)) {
+    // The coordinator sends a task again when this client's connection was replaced before its
+    // upload started (it may have gone to the closed connection): the one held goes on.
+    spdlog::log(options_.progress_level, "client {}: round {} task again (already held)",
+                options_.client_id, task.round);
+    return;
+  }
   if (training_) abandonTraining("a new task arrived");
   const std::string& model = received.model_bytes ? *received.model_bytes : std::string();
   if (model.size() % sizeof(float) != 0 || crypto::sha256(model) != task.model_sha256) {

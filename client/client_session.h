@@ -211,7 +211,8 @@ class ClientSession {
   // A task arrived. A task of a new coordinator session abandons everything of the old one; a
   // task in training is abandoned for it. A task that fails a check (model SHA-256, codec,
   // SCAFFOLD control size, the local DP floor, served model) is answered with Error kRejected
-  // and not trained.
+  // and not trained. A task whose token this session holds (in training or upload) is a resend
+  // and is ignored.
   void onTask(ReceivedTask received, double now);
   // Training of `token` ended (the driver's worker finished). A failure is answered with Error
   // kInternal; a stopped task uploads its work done when it was stopped by stop_after_s and did

@@ -113,6 +113,12 @@ class ZmqCoordinator final : public CoordinatorService, private driver::DriverPo
   Status carryOut() { return driver_->carryOut(*engine_); }
   // DriverPort: the engine's actions that need the network, the evaluator or the clock.
   void sendTask(engine::SendTask& send) override;
+  void transmitTask(const engine::SendTask& send);
+  // A connection of `id` replaced its earlier one, or it said Hello again (`why`): the task it
+  // holds, when nothing of its upload has come yet, may have gone to a closed connection (or
+  // been dropped after an UNKNOWN_CLIENT) and is sent again; the client ignores a task it
+  // already holds. Logged, with a `task_resent` row.
+  void resendUnstartedTask(const engine::ClientId& id, const std::string& why, double now);
   void sendCancel(const engine::SendCancel& a) override { sendTo(a.client, a.cancel); }
   void sendGrant(const engine::SendGrant& a) override { sendTo(a.client, a.grant); }
   void sendSecAgg(const engine::SendSecAgg& a) override { sendTo(a.client, a.message); }
@@ -174,6 +180,14 @@ class ZmqCoordinator final : public CoordinatorService, private driver::DriverPo
   // until then).
   std::map<std::string, double> retired_peers_;
   std::map<engine::ClientId, std::string> peer_of_client_;  // its current connection
+  // The latest task sent to each client, for resendUnstartedTask; pruned at every commit to the
+  // tasks whose upload has not started (so no old model buffer is held longer).
+  struct SentTask {
+    engine::SendTask send;
+    int resent = 0;  // times sent again (at most kMaxTaskResends: a Hello is not a download)
+  };
+  static constexpr int kMaxTaskResends = 3;
+  std::map<engine::ClientId, SentTask> sent_tasks_;
   // Key -> client binding: public key of each client id. From the history when resuming (the
   // binding survives a restart), else from the first Hello of this run.
   std::map<engine::ClientId, std::string> key_of_client_;

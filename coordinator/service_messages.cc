@@ -21,6 +21,11 @@ void ZmqCoordinator::sendTo(const engine::ClientId& id, const wire::Message& mes
 void ZmqCoordinator::sendTask(engine::SendTask& send) {
   round_of_token_[send.task.task_token] = send.task.round;
   send.task.coordinator_session = session_;
+  sent_tasks_[send.client] = SentTask{send, 0};
+  transmitTask(send);
+}
+
+void ZmqCoordinator::transmitTask(const engine::SendTask& send) {
   auto it = peer_of_client_.find(send.client);
   if (it == peer_of_client_.end()) return;
   // A served model to attach follows the training model in the same model frame.
@@ -86,6 +91,7 @@ void ZmqCoordinator::handleEnvelope(const transport::Envelope& env, double now) 
     retire(old, now);
     peer_of_client_[who] = env.peer;
     current = peer_of_client_.find(who);
+    resendUnstartedTask(who, "its connection was replaced", now);
   }
   if (current == peer_of_client_.end() || current->second != env.peer || !engine_->isKnown(who)) {
     // No Hello from this client yet: ask for one. After a coordinator restart every client's
@@ -147,8 +153,10 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
         .isOk();
     return;
   }
+  bool replaced = false;
   if (auto old = peer_of_client_.find(id);
       old != peer_of_client_.end() && old->second != env.peer) {
+    replaced = true;
     const std::string old_peer = old->second;
     recordClientEvent("connection_replaced", id,
                       "peer " + transport::printableRoutingId(env.peer) + " replaces " +
@@ -165,6 +173,27 @@ void ZmqCoordinator::handleHello(const transport::Envelope& env, const wire::Hel
   peer_of_client_[id] = env.peer;
   if (secure) key_of_client_.emplace(id, env.user_id);
   engine_->onHello(id, hello, now);
+  // The same client process greeting again keeps its task (a new process lost it): it may not
+  // have received it (on a connection now closed, or it dropped it after an UNKNOWN_CLIENT).
+  resendUnstartedTask(id, replaced ? "its connection was replaced" : "it said Hello again", now);
+}
+
+void ZmqCoordinator::resendUnstartedTask(const engine::ClientId& id, const std::string& why,
+                                         double now) {
+  auto sent = sent_tasks_.find(id);
+  if (sent == sent_tasks_.end()) return;
+  SentTask& t = sent->second;
+  const uint64_t token = engine_->unstartedTask(id);
+  if (token == 0 || token != t.send.task.task_token || t.resent >= kMaxTaskResends) return;
+  ++t.resent;
+  spdlog::info("client {}: round {} task sent again: {} before its upload started", id,
+               t.send.task.round, why);
+  recordClientEvent("task_resent", id,
+                    "round " + std::to_string(t.send.task.round) + ": " + why +
+                        " before its upload started (" + std::to_string(t.resent) + " of at most " +
+                        std::to_string(kMaxTaskResends) + ")",
+                    now);
+  transmitTask(t.send);
 }
 
 void ZmqCoordinator::handleMessage(const transport::Envelope& env, wire::Message& msg,
@@ -263,6 +292,10 @@ void ZmqCoordinator::roundCommitted(const engine::CommitRound& commit) {
   if (r.test_loss) m.test_loss = r.test_loss;
   for (const auto& u : commit.updates) ++m.updates_by_status[u.status];
   if (r.status != "initial") m.round_duration.observe(r.end_time - r.start_time);
+  for (auto it = sent_tasks_.begin(); it != sent_tasks_.end();) {
+    const bool keep = engine_->unstartedTask(it->first) == it->second.send.task.task_token;
+    it = keep ? std::next(it) : sent_tasks_.erase(it);
+  }
 }
 
 }  // namespace fedfleet::coordinator::internal

@@ -114,6 +114,19 @@ size_t RoundEngine::connectedClients() const {
   return n;
 }
 
+uint64_t RoundEngine::unstartedTask(const ClientId& id) const {
+  auto c = clients_.find(id);
+  if (c == clients_.end() || !c->second.connected || c->second.task_token == 0) return 0;
+  if (secagg_ && secagg_->active()) return 0;  // its key stages went to the old connection too
+  auto p = participants_.find(c->second.task_token);
+  if (p == participants_.end() || p->second.client != id ||
+      p->second.state != UpdateState::kPending || p->second.first_chunk_at >= 0 ||
+      p->second.upload_asked_at >= 0) {
+    return 0;
+  }
+  return p->first;
+}
+
 size_t RoundEngine::availableIdle(double now) const {
   if (!eligible_ && !blocksOn()) return idle_.size();
   size_t n = 0;

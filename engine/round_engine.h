@@ -300,6 +300,11 @@ class RoundEngine {
 
   bool finished() const { return phase_ == Phase::kFinished; }
   bool isKnown(const ClientId& id) const { return clients_.count(id) > 0; }
+  // The token of the task `id` holds while nothing of its upload has come (no chunk, no upload
+  // request) and no secure aggregation runs: a task its driver may send again, unchanged, to a
+  // connection that replaced the one the task went to (the client may never have received it).
+  // 0 when there is none.
+  uint64_t unstartedTask(const ClientId& id) const;
   uint32_t currentRound() const { return round_; }
   uint64_t modelVersion() const { return version_; }
   const std::vector<float>& params() const { return params_; }

@@ -189,6 +189,29 @@ TEST_F(ClientSessionTest, ANewTaskAbandonsTheTaskInTraining) {
   EXPECT_TRUE(session_.takeActions().empty());
 }
 
+// The coordinator sends a task again when the client's connection was replaced before its
+// upload started: the task held goes on, in training or in upload.
+TEST_F(ClientSessionTest, ATaskSentAgainIsIgnoredInTrainingAndInUpload) {
+  session_.onTask(receivedTask(makeTask(7)), 0);
+  ASSERT_EQ(only<StartTraining>(session_.takeActions()).size(), 1u);
+  session_.onTask(receivedTask(makeTask(7)), 1);
+  EXPECT_TRUE(session_.takeActions().empty());
+  EXPECT_EQ(session_.trainingToken(), 7u);
+  session_.onTrainingDone(7, trained(), 2);
+  ASSERT_EQ(only<SendUploadRequest>(session_.takeActions()).size(), 1u);
+  session_.onTask(receivedTask(makeTask(7)), 3);
+  EXPECT_TRUE(session_.takeActions().empty());
+  EXPECT_TRUE(session_.holdsUpload(7));
+  EXPECT_FALSE(session_.trainingToken().has_value());
+  // Once the upload is done the token is no longer held.
+  session_.onUploadGrant(7, 4);
+  session_.onChunkEncoded(7, chunk(0, kParams, true));
+  ASSERT_EQ(only<SendChunk>(session_.takeActions()).size(), 1u);
+  session_.onChunkSent(7, 5);
+  ASSERT_EQ(only<SendSummary>(session_.takeActions()).size(), 1u);
+  EXPECT_FALSE(session_.holdsUpload(7));
+}
+
 TEST_F(ClientSessionTest, ATaskOfANewCoordinatorSessionDropsTheOldSessionsUpload) {
   wire::Task t = makeTask(7);
   t.coordinator_session = 1;

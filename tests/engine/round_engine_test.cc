@@ -328,7 +328,6 @@ TEST(RoundEngine, UnknownTokenIsAnsweredAndRecordedOnce) {
   EXPECT_EQ(events[0].event.kind, "unknown_token");
 }
 
-
 // A coordinator restarted during a round: a client's upload of the earlier session's task
 // reaches the new engine after the client said Hello again, before this engine sent it any
 // task. It is answered as stale but is not an event; an unknown token from a client that has
@@ -360,6 +359,49 @@ TEST(RoundEngine, ATokenFromAClientSentNoTaskYetIsAnsweredButNotRecorded) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].event.kind, "unknown_token");
   EXPECT_EQ(events[0].event.client_id, "a");
+}
+
+// unstartedTask names a task its driver may send again (to a connection that replaced the one
+// the task went to): only while nothing of its upload has come, and only to that client.
+TEST(RoundEngine, ATaskIsUnstartedUntilItsUploadAsksOrItsFirstChunkComes) {
+  Fixture f(baseOptions(2, 2, 2));
+  f.engine->start(0);
+  EXPECT_EQ(f.engine->unstartedTask("a"), 0u);  // unknown
+  f.engine->onHello("a", hello("a"), 0);
+  EXPECT_EQ(f.engine->unstartedTask("a"), 0u);  // idle: the round waits for "b"
+  f.engine->onHello("b", hello("b"), 0);
+  auto tasks = actionsOf<SendTask>(f.take());
+  ASSERT_EQ(tasks.size(), 2u);
+  std::map<std::string, uint64_t> token;
+  for (const auto& t : tasks) token[t.client] = t.task.task_token;
+  EXPECT_EQ(f.engine->unstartedTask("a"), token["a"]);
+  EXPECT_EQ(f.engine->unstartedTask("b"), token["b"]);
+  // The same process greeting again keeps its task, still unstarted.
+  f.engine->onHello("a", hello("a"), 0.5);
+  EXPECT_EQ(f.engine->unstartedTask("a"), token["a"]);
+  f.engine->onUploadRequest("a", token["a"], 1);
+  EXPECT_EQ(f.engine->unstartedTask("a"), 0u);
+  f.engine->onChunk("b", chunkOf(token["b"], 0, {1}, false), 4, 1);
+  EXPECT_EQ(f.engine->unstartedTask("b"), 0u);
+  f.take();
+}
+
+// A task lost with its client is not unstarted: a new process (another session) lost it.
+TEST(RoundEngine, ATaskLostWithANewSessionIsNotUnstarted) {
+  Fixture f(baseOptions(1, 1, 1));
+  f.engine->start(0);
+  f.engine->onHello("a", hello("a"), 0);
+  ASSERT_EQ(actionsOf<SendTask>(f.take()).size(), 1u);
+  const uint64_t old = f.engine->unstartedTask("a");
+  ASSERT_NE(old, 0u);
+  wire::Hello again = hello("a");
+  again.session += 1;
+  f.engine->onHello("a", again, 1);
+  auto fresh = actionsOf<SendTask>(f.take());
+  // Its task was dropped; a new one may go out at once (the next round), never the old one.
+  EXPECT_NE(f.engine->unstartedTask("a"), old);
+  const uint64_t now_held = fresh.empty() ? 0u : fresh.back().task.task_token;
+  EXPECT_EQ(f.engine->unstartedTask("a"), now_held);
 }
 
 TEST(RoundEngine, SameSeedSameSelection) {

@@ -179,6 +179,27 @@ void makeKeys(const std::string& dir, int clients) {
   ASSERT_EQ(keygen(dir + "/keys", {"--name", "mallory"}), 0);
 }
 
+// makeKeys, the job of `section` and its coordinator for `rounds` rounds (null when it did not
+// start listening).
+struct KeyedRun {
+  std::string config;
+  std::string endpoint;
+  std::unique_ptr<Process> coord;
+};
+KeyedRun startKeyedRun(const std::string& dir, int clients, const std::string& section,
+                       int rounds) {
+  KeyedRun run;
+  makeKeys(dir, clients);
+  run.config = writeConfig(dir, section);
+  run.coord =
+      startCoordinator(dir, run.config, {"--rounds", std::to_string(rounds)}, &run.endpoint);
+  if (run.endpoint.empty()) {
+    ADD_FAILURE() << run.coord->log();
+    run.coord.reset();
+  }
+  return run;
+}
+
 // Every update row of the run, with the client ids that appear.
 std::set<std::string> updateClients(history::HistoryStore& store) {
   std::set<std::string> ids;
@@ -192,11 +213,8 @@ std::set<std::string> updateClients(history::HistoryStore& store) {
 
 TEST(HostileClient, TakeOverByRoutingIdIsRefusedThroughSixtySecondsOfReconnects) {
   const std::string dir = testing::freshDir("hostile-takeover");
-  makeKeys(dir, 2);
-  const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 60));
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "1000"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto [config, endpoint, coord] = startKeyedRun(dir, 2, coordinatorSection(2, 2, 2, 60), 1000);
+  ASSERT_TRUE(coord) << "the coordinator did not start: see " << dir;
   auto c1 = startClient(dir, config, endpoint, "client-1");
   auto c2 = startClient(dir, config, endpoint, "client-2");
 
@@ -266,11 +284,8 @@ TEST(HostileClient, TakeOverByRoutingIdIsRefusedThroughSixtySecondsOfReconnects)
 
 TEST(HostileClient, OneKeyRegistersOneClientAndCannotTakeAnIdAhead) {
   const std::string dir = testing::freshDir("hostile-sybil");
-  makeKeys(dir, 3);
-  const std::string config = writeConfig(dir, coordinatorSection(2, 2, 2, 60));
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "2"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto [config, endpoint, coord] = startKeyedRun(dir, 3, coordinatorSection(2, 2, 2, 60), 2);
+  ASSERT_TRUE(coord) << "the coordinator did not start: see " << dir;
 
   // 100 ids from one connection: refused, and past the Hello rate the connection is closed.
   {
@@ -314,11 +329,8 @@ TEST(HostileClient, OneKeyRegistersOneClientAndCannotTakeAnIdAhead) {
 
 TEST(HostileClient, OversizedTextAndAFloodOfBadFramesAreBounded) {
   const std::string dir = testing::freshDir("hostile-flood");
-  makeKeys(dir, 1);
-  const std::string config = writeConfig(dir, coordinatorSection(1, 1, 1, 60));
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "1"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto [config, endpoint, coord] = startKeyedRun(dir, 1, coordinatorSection(1, 1, 1, 60), 1);
+  ASSERT_TRUE(coord) << "the coordinator did not start: see " << dir;
   {
     Rogue rogue(dir, "mallory", endpoint);
     ASSERT_TRUE(rogue.ok());
@@ -385,11 +397,9 @@ TEST(HostileClient, AFrameOverTheSizeLimitIsLoggedAndCounted) {
 
 TEST(HostileClient, AKeyRemovedFromTheAllowListIsDisconnectedAtOnce) {
   const std::string dir = testing::freshDir("hostile-revoke");
-  makeKeys(dir, 2);
-  const std::string config = writeConfig(dir, coordinatorSection(2, 1, 1, 60, "liveness_s = 3"));
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "1000"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto [config, endpoint, coord] =
+      startKeyedRun(dir, 2, coordinatorSection(2, 1, 1, 60, "liveness_s = 3"), 1000);
+  ASSERT_TRUE(coord) << "the coordinator did not start: see " << dir;
   auto c1 = startClient(dir, config, endpoint, "client-1");
   auto c2 = startClient(dir, config, endpoint, "client-2");
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -594,6 +604,61 @@ TEST(HostileClient, AGrantedUploadThatSendsNothingLosesItsGrant) {
       << stalled.front().detail;
 }
 
+// An honest client whose connection is replaced (ZeroMQ reconnects with a new routing id, or a
+// limit closed the old one) right after its task went out: the task may be lost with the old
+// connection, so the coordinator sends it again on the new one, the same token, as long as
+// nothing of its upload has come. Without that the round waits for its deadline (60 s here).
+TEST(HostileClient, ATaskLostWithAReplacedConnectionIsSentAgainOnTheNewOne) {
+  const std::string dir = testing::freshDir("hostile-resend");
+  auto [config, endpoint, coord] = startKeyedRun(dir, 1, coordinatorSection(1, 1, 1, 60), 1);
+  ASSERT_TRUE(coord) << "the coordinator did not start: see " << dir;
+  Rogue first(dir, "mallory", endpoint);
+  ASSERT_TRUE(first.ok());
+  wire::Hello hello = first.hello("mallory");
+  hello.session = 77;
+  ASSERT_TRUE(first.send(hello));
+  auto task = first.nextTask(60);
+  ASSERT_TRUE(task.has_value()) << coord->log();
+  const auto started = std::chrono::steady_clock::now();
+  // A new connection of the same key: its first message (a heartbeat) replaces the first one,
+  // which the coordinator closes.
+  Rogue second(dir, "mallory", endpoint);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(second.send(wire::Heartbeat{1}));
+  auto again = second.nextTask(15);
+  ASSERT_TRUE(again.has_value()) << "the task was not sent again\n" << coord->log();
+  EXPECT_EQ(again->task_token, task->task_token);
+  EXPECT_EQ(again->round, task->round);
+  EXPECT_EQ(again->model_bytes, task->model_bytes);
+  // A third connection that says Hello again (the same client process: same session) gets it
+  // once more: its upload still has not started.
+  Rogue third(dir, "mallory", endpoint);
+  ASSERT_TRUE(third.ok());
+  ASSERT_TRUE(third.send(hello));
+  auto third_task = third.nextTask(15);
+  ASSERT_TRUE(third_task.has_value()) << coord->log();
+  EXPECT_EQ(third_task->task_token, task->task_token);
+  ASSERT_TRUE(
+      third.upload(*third_task, std::vector<float>(task->model_bytes.size() / 4, 0.0f), 10, 1));
+  auto rc = coord->waitFor(40);
+  ASSERT_TRUE(rc.has_value()) << coord->log();
+  EXPECT_EQ(*rc, 0) << coord->log();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_LT(seconds, 45) << "the round waited for its deadline";
+
+  auto store = openHistory(dir);
+  ASSERT_TRUE(store);
+  auto runs = store->runs();
+  ASSERT_TRUE(runs.isOk());
+  auto updates = store->updates(runs->front().run_id, 1);
+  ASSERT_TRUE(updates.isOk());
+  ASSERT_EQ(updates->size(), 1u);
+  EXPECT_EQ(updates->front().status, "completed");
+  EXPECT_EQ(eventsOf(*store, "task_resent", "mallory").size(), 2u);
+  EXPECT_EQ(eventsOf(*store, "connection_replaced", "mallory").size(), 2u);
+}
+
 // A Chunk for `task` of `values` (codec "none") at `offset`.
 wire::Chunk chunkFor(const wire::Task& task, uint64_t offset, const std::vector<float>& values,
                      bool last, uint64_t n_samples = 10, uint64_t steps = 1) {
@@ -627,11 +692,9 @@ wire::Summary summaryFor(const wire::Task& task) {
 // checks ("Limits on what a client sends"); Chunk's tensor index is retired from the wire.
 TEST(HostileClient, EveryFieldAClientSendsIsCheckedOrHarmless) {
   const std::string dir = testing::freshDir("hostile-fields");
-  makeKeys(dir, 1);
-  const std::string config = writeConfig(dir, coordinatorSection(2, 2, 1, 60, "liveness_s = 30"));
-  std::string endpoint;
-  auto coord = startCoordinator(dir, config, {"--rounds", "1000"}, &endpoint);
-  ASSERT_FALSE(endpoint.empty()) << coord->log();
+  auto [config, endpoint, coord] =
+      startKeyedRun(dir, 1, coordinatorSection(2, 2, 1, 60, "liveness_s = 30"), 1000);
+  ASSERT_TRUE(coord) << "the coordinator did not start: see " << dir;
   auto honest = startClient(dir, config, endpoint, "client-1");
 
   // Hello, each on a connection of its own (a connection may say Hello 5 times at once).
