@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include "cli/history_command.h"
@@ -82,6 +83,54 @@ template <typename T>
 void track(T*& slot, T* object) {
   slot = object;
   if (g_stop.load()) object->stop();
+}
+
+// Builds a service or runtime with Runtime::create(options) and runs it under the signal handler
+// (`slot`, see track). Exit code: 2 for options it refuses, the signal's code when one stopped
+// it, else 0 on success and 1 on failure, each failure printed after "fedfleet `command`: ".
+// `before_run` sees it built, `after_run` after a run that ended well (stopped by a signal too).
+template <typename Runtime, typename Options>
+int createAndRun(const char* command, const Options& options, Runtime*& slot,
+                 const std::function<void(Runtime&)>& before_run = nullptr,
+                 const std::function<void(Runtime&)>& after_run = nullptr) {
+  auto created = Runtime::create(options);
+  if (!created.isOk()) {
+    std::cerr << "fedfleet " << command << ": " << created.status().toString() << "\n";
+    return created.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  Runtime& runtime = **created;
+  if (before_run) before_run(runtime);
+  track(slot, &runtime);
+  Status st = runtime.run();
+  slot = nullptr;
+  if (!st.isOk()) {
+    std::cerr << "fedfleet " << command << ": " << st.toString() << "\n";
+    return signalExitCode() ? signalExitCode() : 1;
+  }
+  if (after_run) after_run(runtime);
+  return signalExitCode();
+}
+
+// The CURVE key pair of `name` and the coordinator's public key, from `keys_dir`; false after
+// printing what is missing and the keygen command that makes it.
+bool readClientKeys(const char* command, const std::string& keys_dir, const std::string& name,
+                    transport::KeyPair* keys, std::string* server_key) {
+  auto pair = transport::readKeyPair(keys_dir, name);
+  if (!pair.isOk()) {
+    std::cerr << "fedfleet " << command << ": " << pair.status().message()
+              << " (create keys with `fedfleet keygen --dir " << keys_dir << " --name " << name
+              << "`)\n";
+    return false;
+  }
+  auto server = transport::readPublicKeyFile(keys_dir + "/coordinator.key");
+  if (!server.isOk()) {
+    std::cerr << "fedfleet " << command << ": coordinator public key: " << server.status().message()
+              << "\n";
+    return false;
+  }
+  *keys = std::move(pair).value();
+  *server_key = std::move(server).value();
+  return true;
 }
 
 void setupLogging(const std::string& level) {
@@ -200,25 +249,23 @@ void writeEndpointFile(const std::string& path, const std::string& endpoint) {
   std::filesystem::rename(tmp, path);
 }
 
+// Runs coordinator `Service` of `config`: its endpoint written to `endpoint_file` once bound
+// (a script that waits for the file can connect at once), and where the history went at the end.
+template <typename Service>
+int runService(const config::Config& config, const std::string& endpoint_file, Service*& slot) {
+  return createAndRun<Service>(
+      "coordinator", config, slot,
+      [&](Service& service) { writeEndpointFile(endpoint_file, service.boundEndpoint()); },
+      [&](Service& service) {
+        std::cout << "history: " << std::filesystem::absolute(config.history.db).string()
+                  << " (run " << service.runId() << ")\n";
+      });
+}
+
 // `fedfleet coordinator` with policy.mode = "decentralized": the peers' rendezvous, Prague's
 // group generator and the history (coordinator/peer_coordinator.h).
 int runPeerCoordinator(const config::Config& config, const std::string& endpoint_file) {
-  auto service = coordinator::PeerCoordinator::create(config);
-  if (!service.isOk()) {
-    std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
-    return service.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  writeEndpointFile(endpoint_file, (*service)->boundEndpoint());
-  track(g_peer_coordinator, service->get());
-  Status st = (*service)->run();
-  g_peer_coordinator = nullptr;
-  if (!st.isOk()) {
-    std::cerr << "fedfleet coordinator: " << st.toString() << "\n";
-    return signalExitCode() ? signalExitCode() : 1;
-  }
-  std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
-            << (*service)->runId() << ")\n";
-  return signalExitCode();
+  return runService<coordinator::PeerCoordinator>(config, endpoint_file, g_peer_coordinator);
 }
 
 // `fedfleet peer`: one peer of a decentralised run (client/peer_runtime.h).
@@ -257,36 +304,14 @@ int runPeer(const ConfigFlags& f, const std::vector<std::string>& overrides, uin
       std::cerr << "fedfleet peer: " << path.message() << "\n";
       return 2;
     }
-    auto keys = transport::readKeyPair(cc.keys_dir, name);
-    if (!keys.isOk()) {
-      std::cerr << "fedfleet peer: " << keys.status().message()
-                << " (create keys with `fedfleet keygen --dir " << cc.keys_dir << " --name " << name
-                << "`)\n";
+    if (!readClientKeys("peer", cc.keys_dir, name, &o.coordinator.client_keys,
+                        &o.coordinator.server_public_key)) {
       return 2;
     }
-    auto server_key = transport::readPublicKeyFile(cc.keys_dir + "/coordinator.key");
-    if (!server_key.isOk()) {
-      std::cerr << "fedfleet peer: coordinator public key: " << server_key.status().message()
-                << "\n";
-      return 2;
-    }
-    o.coordinator.client_keys = o.mesh.keys = *keys;
-    o.coordinator.server_public_key = *server_key;
+    o.mesh.keys = o.coordinator.client_keys;
     o.mesh.allow_dir = allow_dir.empty() ? cc.keys_dir + "/clients" : allow_dir;
   }
-  auto rt = client::PeerRuntime::create(o);
-  if (!rt.isOk()) {
-    std::cerr << "fedfleet peer: " << rt.status().toString() << "\n";
-    return rt.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  track(g_peer, rt->get());
-  st = (*rt)->run();
-  g_peer = nullptr;
-  if (!st.isOk()) {
-    std::cerr << "fedfleet peer: " << st.toString() << "\n";
-    return signalExitCode() ? signalExitCode() : 1;
-  }
-  return signalExitCode();
+  return createAndRun<client::PeerRuntime>("peer", o, g_peer);
 }
 
 int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrides,
@@ -304,27 +329,7 @@ int runCoordinator(const ConfigFlags& f, const std::vector<std::string>& overrid
   }
   if (config.policy.mode == config::PolicyMode::kDecentralized)
     return runPeerCoordinator(config, endpoint_file);
-  auto service = coordinator::CoordinatorService::create(config);
-  if (!service.isOk()) {
-    std::cerr << "fedfleet coordinator: " << service.status().toString() << "\n";
-    return service.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  if (!endpoint_file.empty() && !(*service)->boundEndpoint().empty()) {
-    // Written after binding, so a script that waits for this file can connect at once.
-    std::string tmp = endpoint_file + ".tmp";
-    std::ofstream(tmp) << (*service)->boundEndpoint() << "\n";
-    std::filesystem::rename(tmp, endpoint_file);
-  }
-  track(g_coordinator, service->get());
-  st = (*service)->run();
-  g_coordinator = nullptr;
-  if (!st.isOk()) {
-    std::cerr << "fedfleet coordinator: " << st.toString() << "\n";
-    return signalExitCode() ? signalExitCode() : 1;
-  }
-  std::cout << "history: " << std::filesystem::absolute(config.history.db).string() << " (run "
-            << (*service)->runId() << ")\n";
-  return signalExitCode();
+  return runService<coordinator::CoordinatorService>(config, endpoint_file, g_coordinator);
 }
 
 // Runs a simulator to its end (`running` points at it meanwhile, for the signal handler): its
@@ -470,35 +475,12 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   if (o.transport.insecure) {
     spdlog::warn("--insecure: this client talks to the coordinator in plain text");
   } else {
-    auto keys = transport::readKeyPair(cc.keys_dir, o.client_id);
-    if (!keys.isOk()) {
-      std::cerr << "fedfleet client: " << keys.status().message()
-                << " (create keys with `fedfleet keygen --dir " << cc.keys_dir << " --name "
-                << o.client_id << "`)\n";
+    if (!readClientKeys("client", cc.keys_dir, o.client_id, &o.transport.client_keys,
+                        &o.transport.server_public_key)) {
       return 2;
     }
-    o.transport.client_keys = *keys;
-    auto server_key = transport::readPublicKeyFile(cc.keys_dir + "/coordinator.key");
-    if (!server_key.isOk()) {
-      std::cerr << "fedfleet client: coordinator public key: " << server_key.status().message()
-                << "\n";
-      return 2;
-    }
-    o.transport.server_public_key = *server_key;
   }
-  auto rt = client::ClientRuntime::create(o);
-  if (!rt.isOk()) {
-    std::cerr << "fedfleet client: " << rt.status().toString() << "\n";
-    return rt.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
-  track(g_client, rt->get());
-  st = (*rt)->run();
-  g_client = nullptr;
-  if (!st.isOk()) {
-    std::cerr << "fedfleet client: " << st.toString() << "\n";
-    return signalExitCode() ? signalExitCode() : 1;
-  }
-  return signalExitCode();
+  return createAndRun<client::ClientRuntime>("client", o, g_client);
 }
 
 int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t clients,
