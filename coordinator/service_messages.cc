@@ -291,7 +291,8 @@ void ZmqCoordinator::roundCommitted(const engine::CommitRound& commit) {
   if (r.test_accuracy) m.test_accuracy = r.test_accuracy;
   if (r.test_loss) m.test_loss = r.test_loss;
   for (const auto& u : commit.updates) ++m.updates_by_status[u.status];
-  if (r.status != "initial") m.round_duration.observe(r.end_time - r.start_time);
+  if (commit.outcome != engine::RoundOutcome::kInitial)
+    m.round_duration.observe(r.end_time - r.start_time);
   for (auto it = sent_tasks_.begin(); it != sent_tasks_.end();) {
     const bool keep = engine_->unstartedTask(it->first) == it->second.send.task.task_token;
     it = keep ? std::next(it) : sent_tasks_.erase(it);

@@ -78,7 +78,7 @@ void EngineDriver::carryOut(engine::Action& action) {
           if (!st.isOk()) return fail(st, nullptr);  // it says what failed
           if (a.round.round > 0) {
             ++committed_rounds_;
-            if (a.round.status == "failed") ++failed_rounds_;
+            if (a.outcome == engine::RoundOutcome::kFailed) ++failed_rounds_;
           }
           port_.roundCommitted(a);
         } else if constexpr (std::is_same_v<T, engine::Evaluate>) {

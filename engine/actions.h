@@ -55,10 +55,30 @@ struct UpsertClient {
 struct RecordEvent {
   history::EventRecord event;
 };
+// How a round ends: round 0's evaluation of the initial model, a step of the model, or a failed
+// round (the model unchanged, or rolled back).
+enum class RoundOutcome { kInitial, kOk, kFailed };
+// How the history spells `outcome` (RoundRecord::status).
+const char* outcomeName(RoundOutcome outcome);
+
+// A round to record. The engine reads the typed outcome and states; the records spell them for
+// the history (set through setOutcome and addUpdate, which keep the two the same).
 struct CommitRound {
   history::RoundRecord round;
   std::vector<history::UpdateRecord> updates;
+  std::vector<UpdateState> states;  // updates[i]'s state
+  RoundOutcome outcome = RoundOutcome::kOk;
   std::optional<history::CheckpointRecord> checkpoint;
+
+  void setOutcome(RoundOutcome o) {
+    outcome = o;
+    round.status = outcomeName(o);
+  }
+  // `row` as updateRecord() made it of a participant in `state`.
+  void addUpdate(UpdateState state, history::UpdateRecord row) {
+    states.push_back(state);
+    updates.push_back(std::move(row));
+  }
 };
 // Evaluate `params` (the model after `round`) on the server's test set and report the outcome
 // with onEvaluated(round, ...); std::nullopt there when there is no test set or it failed.

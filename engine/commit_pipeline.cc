@@ -13,6 +13,11 @@
 
 namespace fedfleet::engine {
 
+const char* outcomeName(RoundOutcome outcome) {
+  static const char* kNames[] = {"initial", "ok", "failed"};
+  return kNames[static_cast<int>(outcome)];
+}
+
 CommitPipeline::CommitPipeline(RoundEngine& engine, const EngineOptions& options)
     : e_(engine), backlog_(options.max_evaluations_behind) {}
 
@@ -22,7 +27,7 @@ void CommitPipeline::evaluateInitial(double now) {
   c.round.round = 0;
   c.round.start_time = now;
   c.round.end_time = now;
-  c.round.status = "initial";
+  c.setOutcome(RoundOutcome::kInitial);
   c.round.model_version = e_.version_;
   if (!e_.options_.server_eval) {  // nothing to evaluate it on: round 0 is recorded at once
     commit(std::move(c), now);
@@ -51,13 +56,16 @@ bool CommitPipeline::evaluates(uint32_t round, bool last) const {
   return o.eval_every <= 1 || round % o.eval_every == 0 || last;
 }
 
-void federatedEvaluation(history::RoundRecord& r, const std::vector<history::UpdateRecord>& us) {
+void federatedEvaluation(history::RoundRecord& r, const std::vector<history::UpdateRecord>& us,
+                         const std::vector<UpdateState>& states) {
+  FEDFLEET_CHECK(us.size() == states.size());
   double loss = 0;
   double correct = 0, accuracy_samples = 0;
   // Each metric's weighted sum and samples, in the order the metrics first appear.
   std::vector<std::pair<std::string, std::pair<double, double>>> metrics;
-  for (const auto& u : us) {
-    if (u.status != "completed" || u.eval_samples == 0 || !u.eval_loss) continue;
+  for (size_t i = 0; i < us.size(); ++i) {
+    const history::UpdateRecord& u = us[i];
+    if (states[i] != UpdateState::kCompleted || u.eval_samples == 0 || !u.eval_loss) continue;
     const auto n = static_cast<double>(u.eval_samples);
     ++r.fed_eval_clients;
     r.fed_eval_samples += u.eval_samples;
@@ -89,8 +97,8 @@ void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
   e_.answered_stale_.advance(e_.round_);
   e_.answered_unknown_.advance(e_.round_);
   auto& r = c.round;
-  r.status = ok ? "ok" : "failed";
-  federatedEvaluation(r, c.updates);
+  c.setOutcome(ok ? RoundOutcome::kOk : RoundOutcome::kFailed);
+  federatedEvaluation(r, c.updates, c.states);
   r.model_version = e_.version_;
   if (ok && o.checkpoint_every > 0 && (e_.round_ % o.checkpoint_every == 0 || last)) {
     history::CheckpointRecord cp;
@@ -186,7 +194,7 @@ void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now
   // The refused round and every later one awaiting its evaluation are recorded failed (they
   // hold the refused model or models built on it), in round order.
   for (CommitRound& c : refusal.rounds) {
-    c.round.status = "failed";
+    c.setOutcome(RoundOutcome::kFailed);
     c.round.model_version = e_.version_;
     c.checkpoint.reset();
     e_.roundFailed(c.round.round,
@@ -211,10 +219,12 @@ void CommitPipeline::commit(CommitRound c, double now) {
   // (A completed or rejected update ended with something it sent; a late or dropped one says
   // nothing of when its client was last heard from.)
   std::map<ClientId, double> seen;
-  for (const auto& u : c.updates) {
+  for (size_t i = 0; i < c.updates.size(); ++i) {
+    const history::UpdateRecord& u = c.updates[i];
     auto it = e_.clients_.find(u.client_id);
     if (it == e_.clients_.end()) continue;
-    const bool sent = u.status == "completed" || u.status == "rejected";
+    const bool sent =
+        c.states[i] == UpdateState::kCompleted || c.states[i] == UpdateState::kRejected;
     const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
     double& last = seen[u.client_id];
     last = std::max(last, at);
@@ -223,7 +233,7 @@ void CommitPipeline::commit(CommitRound c, double now) {
     if (at > 0) e_.emit(UpsertClient{e_.clientRecord(id, e_.clients_.at(id), at)});
   }
   const uint32_t round = c.round.round;
-  const bool failed = c.round.status == "failed";
+  const bool failed = c.outcome == RoundOutcome::kFailed;
   e_.emit(std::move(c));
   // The run ends with the commit that leaves nothing behind once the last round is done: the
   // last round's own, or, when it failed and was committed at once while an earlier round

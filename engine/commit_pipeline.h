@@ -24,9 +24,10 @@ struct EvalOutcome;
 // A round's federated evaluation (RoundRecord::fed_eval_*) from its update rows: over the
 // completed updates that report an evaluation, their count, their held-out samples and the
 // sample-weighted means of their losses; of their accuracies over those that have one (not a
-// regression's), and of each metric over those that report it.
+// regression's), and of each metric over those that report it. `states` are the rows' states.
 void federatedEvaluation(history::RoundRecord& round,
-                         const std::vector<history::UpdateRecord>& updates);
+                         const std::vector<history::UpdateRecord>& updates,
+                         const std::vector<UpdateState>& states);
 
 class CommitPipeline {
  public:

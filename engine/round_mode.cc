@@ -163,8 +163,9 @@ void SynchronousRounds::settle(double now) {
   const EngineOptions& o = e_.options_;
   const std::optional<double> history = e_.norm_ref_.reference();
   const double reference = history ? *history : lowerMedian(norms);
-  const std::string against = std::string(history ? " x the reference norm " : " x the median norm ") +
-                              std::to_string(reference);
+  const std::string against =
+      std::string(history ? " x the reference norm " : " x the median norm ") +
+      std::to_string(reference);
   const bool bounding = o.norm_bound > 0 && reference > 0;
   std::vector<double> observed;  // each norm at most the bound, for the next rounds' reference
   std::vector<double> scale;     // per completed update that stays, in dispatch order
@@ -333,7 +334,7 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     // Each update's share of the average (differential privacy: of the fixed K).
     const double denominator =
         e_.dp_ && !e_.options_.dp.local ? e_.dp_->denominator() : std::max(e_.sum_weight_, 1.0);
-    c.updates.push_back(e_.updateRecord(p, p.agg_weight / denominator, now));
+    c.addUpdate(p.state, e_.updateRecord(p, p.agg_weight / denominator, now));
     e_.feedback(p, now);
   }
 
@@ -445,7 +446,7 @@ void BufferedAsyncRounds::taskEnded(uint64_t token, double now) {
               std::string("was ") +
                   (p.state == UpdateState::kDropped ? "dropped (its client left)" : "rejected"),
               now);
-  window_.push_back(e_.updateRecord(p, 0, now));
+  window_.addUpdate(p.state, e_.updateRecord(p, 0, now));
   e_.feedback(p, now);
   e_.participants_.erase(token);
 }
@@ -513,7 +514,7 @@ void BufferedAsyncRounds::completed(uint64_t token, double now) {
       e_.sum_weight_ += weight;
     }
   }
-  window_.push_back(e_.updateRecord(p, weight / o.async_buffer, now));
+  window_.addUpdate(p.state, e_.updateRecord(p, weight / o.async_buffer, now));
   e_.feedback(p, now);
   noteTaskEnd(p, "was rejected when it completed (stale, or beyond the norm bound)", now);
   e_.participants_.erase(token);
@@ -556,7 +557,7 @@ void BufferedAsyncRounds::flush(double now) {
     for (auto& [token, p] : e_.participants_) {
       if (p.state != UpdateState::kPending) continue;
       e_.expire(p, token, "run finished", now);
-      window_.push_back(e_.updateRecord(p, 0, now));
+      window_.addUpdate(p.state, e_.updateRecord(p, 0, now));
       e_.feedback(p, now);
     }
     e_.participants_.clear();
@@ -567,18 +568,19 @@ void BufferedAsyncRounds::flush(double now) {
   r.round = e_.round_;
   r.start_time = window_start_;
   r.end_time = now;
-  // Counted from the rows' status as the history spells it (stateName in engine/participant.h).
-  for (const auto& u : window_) {
+  for (size_t i = 0; i < window_.updates.size(); ++i) {
+    const UpdateState state = window_.states[i];
     ++r.selected;
-    r.completed += u.status == "completed";
-    r.late += u.status == "late";
-    r.dropped += u.status == "dropped";
-    r.rejected += u.status == "rejected";
-    r.bytes_up += u.bytes_up;
-    r.bytes_down += u.bytes_down;
+    r.completed += state == UpdateState::kCompleted;
+    r.late += state == UpdateState::kLate;
+    r.dropped += state == UpdateState::kDropped;
+    r.rejected += state == UpdateState::kRejected;
+    r.bytes_up += window_.updates[i].bytes_up;
+    r.bytes_down += window_.updates[i].bytes_down;
   }
-  c.updates = std::move(window_);
-  window_.clear();
+  c.updates = std::move(window_.updates);
+  c.states = std::move(window_.states);
+  window_ = {};
   std::vector<float>& sum = e_.sum_;
   bool ok = buffered_ > 0 && !e_.sum_tainted_ && kernels::allFinite(sum.data(), sum.size());
   std::optional<ModelSnapshot> before;
@@ -622,7 +624,7 @@ void BufferedAsyncRounds::onTick(double now) {
     auto it = e_.participants_.find(token);
     if (it == e_.participants_.end()) continue;
     e_.expire(it->second, token, "deadline passed", now);
-    window_.push_back(e_.updateRecord(it->second, 0, now));
+    window_.addUpdate(it->second.state, e_.updateRecord(it->second, 0, now));
     e_.feedback(it->second, now);
     noteTaskEnd(it->second,
                 "passed its deadline (coordinator.deadline_s = " +
@@ -664,13 +666,16 @@ void BufferedAsyncRounds::abort(const std::string& reason, double now) {
   for (auto& [token, p] : e_.participants_) {
     if (p.state != UpdateState::kPending) continue;
     e_.expire(p, token, reason, now);
-    window_.push_back(e_.updateRecord(p, 0, now));
+    window_.addUpdate(p.state, e_.updateRecord(p, 0, now));
     e_.feedback(p, now);
   }
   e_.participants_.clear();
-  for (auto& u : window_) {
-    if (u.status == "completed") u.status = "rejected";
-    u.weight = 0;
+  for (size_t i = 0; i < window_.updates.size(); ++i) {
+    if (window_.states[i] == UpdateState::kCompleted) {
+      window_.states[i] = UpdateState::kRejected;
+      window_.updates[i].status = stateName(UpdateState::kRejected);
+    }
+    window_.updates[i].weight = 0;
   }
   std::fill(e_.sum_.begin(), e_.sum_.end(), 0.0f);
   e_.sum_weight_ = 0;

@@ -26,6 +26,7 @@
 
 #include "common/history/records.h"
 #include "common/status.h"
+#include "engine/actions.h"
 #include "engine/participant.h"
 
 namespace fedfleet::engine {
@@ -134,7 +135,7 @@ class BufferedAsyncRounds : public RoundMode {
 
   RoundEngine& e_;
   uint32_t buffered_ = 0;                      // updates folded into the running sum
-  std::vector<history::UpdateRecord> window_;  // updates that ended during this step
+  CommitRound window_;  // its updates and states: those that ended during this step
   double window_start_ = 0;
   double window_loss_ = 0;           // sum of w(s) x mean loss of the buffered
   std::deque<double> recent_norms_;  // norms of the last completed updates

@@ -174,7 +174,7 @@ void Simulator::roundCommitted(const engine::CommitRound& commit) {
   const auto& r = commit.round;
   if (r.round > 0) {
     ++summary_.rounds;
-    if (r.status == "failed") ++summary_.failed_rounds;
+    if (commit.outcome == engine::RoundOutcome::kFailed) ++summary_.failed_rounds;
     summary_.completed += r.completed;
     summary_.late += r.late;
     summary_.dropped += r.dropped;

@@ -275,7 +275,10 @@ TEST(FedEval, FederatedEvaluationOfRowsSkipsRowsThatDidNotComplete) {
   rows[2].eval_samples = 12;
   rows[2].eval_loss = 1.0;
   rows[2].eval_accuracy = 0.75;
-  federatedEvaluation(r, rows);
+  // The states decide, not the rows' text: row 1 spells "completed" but its state is rejected.
+  rows[1].status = "completed";
+  federatedEvaluation(r, rows,
+                      {UpdateState::kCompleted, UpdateState::kRejected, UpdateState::kCompleted});
   EXPECT_EQ(r.fed_eval_clients, 2u);
   EXPECT_EQ(r.fed_eval_samples, 16u);
   EXPECT_DOUBLE_EQ(*r.fed_eval_loss, (4 * 2.0 + 12 * 1.0) / 16);        // 1.25

@@ -69,6 +69,14 @@ struct Fixture {
   explicit Fixture(EngineOptions o, std::vector<float> params = {0, 0, 0}) : options(o) {
     engine = std::make_unique<RoundEngine>(o, std::move(params));
   }
+  // Every commit's rows spell its typed outcome and states, one state a row.
+  static void expectSpelledAsTyped(const CommitRound& c) {
+    EXPECT_EQ(c.round.status, outcomeName(c.outcome)) << "round " << c.round.round;
+    ASSERT_EQ(c.states.size(), c.updates.size()) << "round " << c.round.round;
+    for (size_t i = 0; i < c.updates.size(); ++i) {
+      EXPECT_EQ(c.updates[i].status, stateName(c.states[i])) << "round " << c.round.round;
+    }
+  }
   // Takes the actions, answering every Evaluate at once (as the real driver does) with
   // loss = sum of the parameters and accuracy 0.5.
   std::vector<Action> take() {
@@ -77,6 +85,7 @@ struct Fixture {
       auto a = engine->takeActions();
       if (a.empty()) break;
       for (const auto& action : a) {
+        if (auto* c = std::get_if<CommitRound>(&action)) expectSpelledAsTyped(*c);
         if (auto* e = std::get_if<Evaluate>(&action)) {
           double sum = 0;
           for (float v : *e->params) sum += v;
