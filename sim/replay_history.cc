@@ -1,69 +1,18 @@
 #include "sim/replay_history.h"
 
 #include <algorithm>
-#include <bit>
-#include <cstdio>
 #include <tuple>
+
+#include "common/history/record_diff.h"
 
 namespace fedfleet::sim {
 namespace {
-
-std::string show(double v) {
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-std::string show(const std::optional<double>& v) { return v ? show(*v) : "null"; }
-std::string show(const std::string& v) { return "'" + v + "'"; }
-std::string show(const history::Metrics& m) {
-  std::string out = "{";
-  for (const auto& [name, v] : m) out += (out.size() > 1 ? ", " : "") + name + "=" + show(v);
-  return out + "}";
-}
-template <typename T>
-std::string show(const T& v) {
-  return std::to_string(v);
-}
-
-// Bit for bit: a replay computes the same numbers, not nearly the same ones.
-bool same(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
-bool same(const std::optional<double>& a, const std::optional<double>& b) {
-  return a.has_value() == b.has_value() && (!a || same(*a, *b));
-}
-bool same(const history::Metrics& a, const history::Metrics& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].first != b[i].first || !same(a[i].second, b[i].second)) return false;
-  }
-  return true;
-}
-template <typename T>
-bool same(const T& a, const T& b) {
-  return a == b;
-}
-
-// Compares columns in order and keeps the first that differs.
-class Diff {
- public:
-  template <typename T>
-  Diff& col(const char* name, const T& recorded, const T& replayed) {
-    if (out_.empty() && !same(recorded, replayed)) {
-      out_ =
-          std::string(name) + ": " + show(recorded) + " recorded, " + show(replayed) + " replayed";
-    }
-    return *this;
-  }
-  std::string str() const { return out_; }
-
- private:
-  std::string out_;
-};
 
 // Writing row `replayed` where the file holds `recorded`: ok when they are the same row.
 template <typename Record>
 Status match(const char* table, const Record& recorded, const Record& replayed,
              const std::string& which) {
-  const std::string d = firstDifference(recorded, replayed);
+  const std::string d = history::firstDifference(recorded, replayed);
   if (d.empty()) return Status::ok();
   return failedPrecondition(
       std::string("--resume: the replayed simulation differs from the recorded run in ") + table +
@@ -73,91 +22,6 @@ Status match(const char* table, const Record& recorded, const Record& replayed,
 }
 
 }  // namespace
-
-std::string firstDifference(const history::RoundRecord& a, const history::RoundRecord& b) {
-  return Diff()
-      .col("run_id", a.run_id, b.run_id)
-      .col("round", a.round, b.round)
-      .col("start_time", a.start_time, b.start_time)
-      .col("end_time", a.end_time, b.end_time)
-      .col("selected", a.selected, b.selected)
-      .col("completed", a.completed, b.completed)
-      .col("late", a.late, b.late)
-      .col("dropped", a.dropped, b.dropped)
-      .col("rejected", a.rejected, b.rejected)
-      .col("status", a.status, b.status)
-      .col("train_loss", a.train_loss, b.train_loss)
-      .col("test_loss", a.test_loss, b.test_loss)
-      .col("test_accuracy", a.test_accuracy, b.test_accuracy)
-      .col("bytes_up", a.bytes_up, b.bytes_up)
-      .col("bytes_down", a.bytes_down, b.bytes_down)
-      .col("model_version", a.model_version, b.model_version)
-      .col("fed_eval_clients", a.fed_eval_clients, b.fed_eval_clients)
-      .col("fed_eval_samples", a.fed_eval_samples, b.fed_eval_samples)
-      .col("fed_eval_loss", a.fed_eval_loss, b.fed_eval_loss)
-      .col("fed_eval_accuracy", a.fed_eval_accuracy, b.fed_eval_accuracy)
-      .col("test_metrics", a.test_metrics, b.test_metrics)
-      .col("fed_eval_metrics", a.fed_eval_metrics, b.fed_eval_metrics)
-      .col("dp_epsilon", a.dp_epsilon, b.dp_epsilon)
-      .col("dp_clip", a.dp_clip, b.dp_clip)
-      .str();
-}
-
-std::string firstDifference(const history::UpdateRecord& a, const history::UpdateRecord& b) {
-  return Diff()
-      .col("run_id", a.run_id, b.run_id)
-      .col("round", a.round, b.round)
-      .col("client_id", a.client_id, b.client_id)
-      .col("partition", a.partition, b.partition)
-      .col("n_samples", a.n_samples, b.n_samples)
-      .col("steps", a.steps, b.steps)
-      .col("loss", a.loss, b.loss)
-      .col("compute_s", a.compute_s, b.compute_s)
-      .col("upload_s", a.upload_s, b.upload_s)
-      .col("start_time", a.start_time, b.start_time)
-      .col("end_time", a.end_time, b.end_time)
-      .col("codec", a.codec, b.codec)
-      .col("grant_wait_s", a.grant_wait_s, b.grant_wait_s)
-      .col("bytes_up", a.bytes_up, b.bytes_up)
-      .col("bytes_down", a.bytes_down, b.bytes_down)
-      .col("weight", a.weight, b.weight)
-      .col("status", a.status, b.status)
-      .col("served_block", a.served_block, b.served_block)
-      .col("served_model", a.served_model, b.served_model)
-      .col("served_version", a.served_version, b.served_version)
-      .col("served_sha256", a.served_sha256_hex, b.served_sha256_hex)
-      .col("served_bytes", a.served_bytes, b.served_bytes)
-      .col("served_samples", a.served_samples, b.served_samples)
-      .col("served_loss", a.served_loss, b.served_loss)
-      .col("served_accuracy", a.served_accuracy, b.served_accuracy)
-      .col("eval_samples", a.eval_samples, b.eval_samples)
-      .col("eval_loss", a.eval_loss, b.eval_loss)
-      .col("eval_accuracy", a.eval_accuracy, b.eval_accuracy)
-      .col("eval_metrics", a.eval_metrics, b.eval_metrics)
-      .str();
-}
-
-std::string firstDifference(const history::EventRecord& a, const history::EventRecord& b) {
-  return Diff()
-      .col("run_id", a.run_id, b.run_id)
-      .col("time", a.time, b.time)
-      .col("kind", a.kind, b.kind)
-      .col("client_id", a.client_id, b.client_id)
-      .col("detail", a.detail, b.detail)
-      .str();
-}
-
-std::string firstDifference(const history::BlockMetricRecord& a,
-                            const history::BlockMetricRecord& b) {
-  return Diff()
-      .col("run_id", a.run_id, b.run_id)
-      .col("round", a.round, b.round)
-      .col("block", a.block, b.block)
-      .col("model", a.model, b.model)
-      .col("accuracy", a.accuracy, b.accuracy)
-      .col("loss", a.loss, b.loss)
-      .str();
-}
 
 Result<std::unique_ptr<ReplayHistory>> ReplayHistory::create(history::HistoryStore& store,
                                                              int64_t run_id) {

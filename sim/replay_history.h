@@ -88,16 +88,4 @@ class ReplayHistory final : public history::HistoryStore {
   uint32_t rounds_matched_ = 0;
 };
 
-// The first column in which two rows differ, as "name: recorded vs replayed"; empty when they
-// are the same row (wall-clock columns and row ids are not compared). For ReplayHistory and
-// its tests.
-std::string firstDifference(const history::RoundRecord& recorded,
-                            const history::RoundRecord& replayed);
-std::string firstDifference(const history::UpdateRecord& recorded,
-                            const history::UpdateRecord& replayed);
-std::string firstDifference(const history::EventRecord& recorded,
-                            const history::EventRecord& replayed);
-std::string firstDifference(const history::BlockMetricRecord& recorded,
-                            const history::BlockMetricRecord& replayed);
-
 }  // namespace fedfleet::sim

@@ -1,6 +1,10 @@
 #include "common/history/sqlite_schema.h"
 
+#include <bit>
+#include <cstdio>
 #include <nlohmann/json.hpp>
+
+#include "common/history/record_diff.h"
 
 namespace fedfleet::history {
 namespace {
@@ -35,6 +39,9 @@ constexpr Column<UpdateRecord> servedField(std::string_view name, std::string_vi
           },
           [](const Value& value, UpdateRecord& u) {
             if (!value.isNull()) readValue(value, u.*Member);
+          },
+          [](const UpdateRecord& a, const UpdateRecord& b) {
+            return differenceOf(a.*Member, b.*Member);
           }};
 }
 
@@ -61,7 +68,8 @@ constexpr Column<Record> metricsField(std::string_view name) {
             for (const auto& [key, v] : j.items()) {
               if (v.is_number()) m.emplace_back(key, v.template get<double>());
             }
-          }};
+          },
+          [](const Record& a, const Record& b) { return differenceOf(a.*Member, b.*Member); }};
 }
 
 constexpr Column<RunRecord> kRunColumns[] = {
@@ -92,8 +100,8 @@ constexpr Column<RoundRecord> kRoundColumns[] = {
     field<&RoundRecord::bytes_up>("bytes_up", "INTEGER", "NOT NULL"),
     field<&RoundRecord::bytes_down>("bytes_down", "INTEGER", "NOT NULL"),
     field<&RoundRecord::model_version>("model_version", "INTEGER", "NOT NULL"),
-    field<&RoundRecord::wall_start>("wall_start", "REAL"),  // schema 2
-    field<&RoundRecord::wall_end>("wall_end", "REAL"),
+    wallClock(field<&RoundRecord::wall_start>("wall_start", "REAL")),  // schema 2
+    wallClock(field<&RoundRecord::wall_end>("wall_end", "REAL")),
     field<&RoundRecord::fed_eval_clients>("fed_eval_clients", "INTEGER",  // schema 7
                                           "NOT NULL DEFAULT 0"),
     field<&RoundRecord::fed_eval_samples>("fed_eval_samples", "INTEGER", "NOT NULL DEFAULT 0"),
@@ -125,10 +133,10 @@ constexpr Column<UpdateRecord> kUpdateColumns[] = {
         "NOT NULL CHECK (status IN ('completed', 'late', 'dropped', 'rejected'))"),
     field<&UpdateRecord::start_time>("start_time", "REAL"),  // schema 2
     field<&UpdateRecord::end_time>("end_time", "REAL"),
-    field<&UpdateRecord::wall_compute_s>("wall_compute_s", "REAL"),
+    wallClock(field<&UpdateRecord::wall_compute_s>("wall_compute_s", "REAL")),
     field<&UpdateRecord::codec>("codec", "TEXT", "NOT NULL DEFAULT ''"),
-    field<&UpdateRecord::encode_s>("encode_s", "REAL"),
-    field<&UpdateRecord::decode_s>("decode_s", "REAL"),
+    wallClock(field<&UpdateRecord::encode_s>("encode_s", "REAL")),
+    wallClock(field<&UpdateRecord::decode_s>("decode_s", "REAL")),
     servedField<&UpdateRecord::served_block>("served_block", "INTEGER"),  // schema 5
     servedField<&UpdateRecord::served_model>("served_model", "TEXT"),
     servedField<&UpdateRecord::served_version>("served_version", "INTEGER"),
@@ -181,7 +189,8 @@ constexpr Column<EventRecord> kEventColumns[] = {
          p.integer(e.run_id);
        }
      },
-     [](const Value& value, EventRecord& e) { e.run_id = value.integer(); }},
+     [](const Value& value, EventRecord& e) { e.run_id = value.integer(); },
+     [](const EventRecord& a, const EventRecord& b) { return differenceOf(a.run_id, b.run_id); }},
     field<&EventRecord::time>("time", "REAL"),
     field<&EventRecord::kind>("kind", "TEXT", "NOT NULL"),
     field<&EventRecord::client_id>("client_id", "TEXT", "NOT NULL"),
@@ -407,6 +416,72 @@ const Table<BlockMetricRecord> kBlockMetricsTable{
 const Table<PeerIterationRecord> kPeerIterationsTable{
     "peer_iterations", kPeerIterationColumns, kPeerIterationConstraints, {}};
 const Table<PeerEvalRecord> kPeerEvalsTable{"peer_evals", kPeerEvalColumns, {}, kPeerEvalIndexes};
+
+namespace {
+
+std::string show(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+std::string show(const std::optional<double>& v) { return v ? show(*v) : "null"; }
+std::string show(const Metrics& m) {
+  std::string out = "{";
+  for (const auto& [name, v] : m) out += (out.size() > 1 ? ", " : "") + name + "=" + show(v);
+  return out + "}";
+}
+bool same(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
+bool same(const std::optional<double>& a, const std::optional<double>& b) {
+  return a.has_value() == b.has_value() && (!a || same(*a, *b));
+}
+template <typename T>
+std::string differs(const T& recorded, const T& replayed) {
+  return show(recorded) + " recorded, " + show(replayed) + " replayed";
+}
+
+template <typename Record>
+std::string firstDifferenceIn(const Table<Record>& table, const Record& a, const Record& b) {
+  for (const Column<Record>& c : table.columns) {
+    if (!c.differ) continue;
+    std::string d = c.differ(a, b);
+    if (!d.empty()) return std::string(c.name) + ": " + d;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string differenceOf(double recorded, double replayed) {
+  return same(recorded, replayed) ? std::string() : differs(recorded, replayed);
+}
+std::string differenceOf(const std::optional<double>& recorded,
+                         const std::optional<double>& replayed) {
+  return same(recorded, replayed) ? std::string() : differs(recorded, replayed);
+}
+std::string differenceOf(const std::string& recorded, const std::string& replayed) {
+  if (recorded == replayed) return {};
+  return "'" + recorded + "' recorded, '" + replayed + "' replayed";
+}
+std::string differenceOf(const Metrics& recorded, const Metrics& replayed) {
+  bool equal = recorded.size() == replayed.size();
+  for (size_t i = 0; equal && i < recorded.size(); ++i) {
+    equal = recorded[i].first == replayed[i].first && same(recorded[i].second, replayed[i].second);
+  }
+  return equal ? std::string() : differs(recorded, replayed);
+}
+
+std::string firstDifference(const RoundRecord& a, const RoundRecord& b) {
+  return firstDifferenceIn(kRoundsTable, a, b);
+}
+std::string firstDifference(const UpdateRecord& a, const UpdateRecord& b) {
+  return firstDifferenceIn(kUpdatesTable, a, b);
+}
+std::string firstDifference(const EventRecord& a, const EventRecord& b) {
+  return firstDifferenceIn(kEventsTable, a, b);
+}
+std::string firstDifference(const BlockMetricRecord& a, const BlockMetricRecord& b) {
+  return firstDifferenceIn(kBlockMetricsTable, a, b);
+}
 
 std::string sqlName(std::string_view name) {
   if (sqlite3_keyword_check(name.data(), static_cast<int>(name.size())) == 0) {

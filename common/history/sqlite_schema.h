@@ -33,12 +33,17 @@ struct Column {
   using Bind = void (*)(const Record& record, const Parameter& parameter);
   // Sets `record`'s field from this column's value in a result row.
   using Read = void (*)(const Value& value, Record& record);
+  // How `replayed` differs from `recorded` in this column's field ("X recorded, Y replayed"),
+  // empty when it does not (differenceOf below).
+  using Differ = std::string (*)(const Record& recorded, const Record& replayed);
 
   std::string_view name;         // as SQLite reports it; SQL text quotes it if it is reserved
   std::string_view type;         // the declared type: INTEGER, REAL, TEXT or BLOB
   std::string_view constraints;  // the rest of the declaration (NOT NULL, DEFAULT, keys) or ""
   Bind bind = nullptr;  // nullptr: SQLite assigns the value (a rowid); INSERTs leave it out
   Read read = nullptr;  // nullptr: the record has no such field; SELECTs leave it out
+  // nullptr: not compared by firstDifference (no field, or measured on the wall clock).
+  Differ differ = nullptr;
 };
 
 struct Index {
@@ -76,6 +81,19 @@ inline void readValue(const Value& v, double& out) { out = v.real(); }
 inline void readValue(const Value& v, std::optional<double>& out) { out = v.optionalReal(); }
 inline void readValue(const Value& v, std::string& out) { out = v.text(); }
 
+// A replayed field against the recorded one (firstDifference, common/history/record_diff.h):
+// numbers bit for bit, since a replay computes the same numbers, not nearly the same ones.
+std::string differenceOf(double recorded, double replayed);
+std::string differenceOf(const std::optional<double>& recorded,
+                         const std::optional<double>& replayed);
+std::string differenceOf(const std::string& recorded, const std::string& replayed);
+std::string differenceOf(const Metrics& recorded, const Metrics& replayed);
+template <typename Integer>
+std::string differenceOf(Integer recorded, Integer replayed) {
+  if (recorded == replayed) return {};
+  return std::to_string(recorded) + " recorded, " + std::to_string(replayed) + " replayed";
+}
+
 // The record type a pointer to one of its fields belongs to.
 template <typename MemberPointer>
 struct RecordOf;
@@ -88,17 +106,35 @@ struct RecordOf<Field Record::*> {
 template <auto Member, typename Record = typename RecordOf<decltype(Member)>::type>
 constexpr Column<Record> field(std::string_view name, std::string_view type,
                                std::string_view constraints = {}) {
-  return {name, type, constraints,
+  return {name,
+          type,
+          constraints,
           [](const Record& record, const Parameter& p) { bindValue(p, record.*Member); },
-          [](const Value& value, Record& record) { readValue(value, record.*Member); }};
+          [](const Value& value, Record& record) { readValue(value, record.*Member); },
+          [](const Record& a, const Record& b) { return differenceOf(a.*Member, b.*Member); }};
+}
+
+// `column`, measured on the wall clock: a replay does not reproduce it, so firstDifference
+// passes it over.
+template <typename Record>
+constexpr Column<Record> wallClock(Column<Record> column) {
+  column.differ = nullptr;
+  return column;
 }
 
 // The column of a std::string field holding bytes, stored as a BLOB.
 template <auto Member, typename Record = typename RecordOf<decltype(Member)>::type>
 constexpr Column<Record> blobField(std::string_view name, std::string_view constraints = {}) {
-  return {name, "BLOB", constraints,
+  return {name,
+          "BLOB",
+          constraints,
           [](const Record& record, const Parameter& p) { p.blob(record.*Member); },
-          [](const Value& value, Record& record) { record.*Member = value.blob(); }};
+          [](const Value& value, Record& record) { record.*Member = value.blob(); },
+          [](const Record& a, const Record& b) {
+            if (a.*Member == b.*Member) return std::string();
+            return std::to_string((a.*Member).size()) + " bytes recorded, " +
+                   std::to_string((b.*Member).size()) + " other bytes replayed";
+          }};
 }
 
 // The tables of schema version kSqliteSchemaVersion.
