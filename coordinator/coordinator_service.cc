@@ -145,7 +145,8 @@ Status ZmqCoordinator::init(const config::Config& config) {
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
-  FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
+  FEDFLEET_ASSIGN_OR_RETURN(history_,
+                            driver::openRunHistory(config_.history.db, /*in_memory_ok=*/false));
   driver_ =
       std::make_unique<driver::EngineDriver>(*history_, static_cast<driver::DriverPort&>(*this),
                                              driver::checkpointKeepFromConfig(config_), "s");
@@ -183,13 +184,9 @@ Status ZmqCoordinator::init(const config::Config& config) {
       spdlog::info("resuming run {} from its initial model", run_id_);
     }
   } else {
-    history::RunRecord run;
-    run.name = config_.run.name;
-    run.config_json = config_.toJson().dump();
-    run.started_at = unixNow();
-    run.seed = config_.run.seed;
-    run.model_json = model::describeModel(*model, shape, config_.model.path);
-    FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+    FEDFLEET_ASSIGN_OR_RETURN(
+        run_id_, history_->beginRun(driver::newRunRecord(
+                     config_, "wall", model::describeModel(*model, shape, config_.model.path))));
   }
 
   if (cc.resume && !cc.insecure) {

@@ -108,15 +108,11 @@ class PeerCoordinatorImpl final : public PeerCoordinator {
         model_, driver::createRunModel(config_, shape, {nullptr, &test_, /*load_init=*/false}));
     model_elements_ = model_->numParameters();
 
-    FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(config_.history.db));
-    history::RunRecord run;
-    run.name = config_.run.name;
-    run.config_json = config_.toJson().dump();
-    run.started_at = unixNow();
-    run.seed = config_.run.seed;
-    run.clock = "wall";
-    run.model_json = model::describeModel(*model_, shape, config_.model.path);
-    FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+    FEDFLEET_ASSIGN_OR_RETURN(history_,
+                              driver::openRunHistory(config_.history.db, /*in_memory_ok=*/false));
+    FEDFLEET_ASSIGN_OR_RETURN(
+        run_id_, history_->beginRun(driver::newRunRecord(
+                     config_, "wall", model::describeModel(*model_, shape, config_.model.path))));
 
     const auto& cc = config_.coordinator;
     transport::ServerOptions so;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/clock.h"
 #include "common/crypto/keyed_stream.h"
 #include "common/data/dataset.h"
 #include "common/history/format.h"
@@ -323,6 +324,24 @@ Result<std::unique_ptr<model::Model>> createRunModel(const config::Config& confi
     FEDFLEET_RETURN_IF_ERROR(checkModelFitsConfigData(*model, *checks.test, config, "test"));
   }
   return model;
+}
+
+Result<std::unique_ptr<history::HistoryStore>> openRunHistory(const std::string& db,
+                                                              bool in_memory_ok) {
+  if (in_memory_ok && db == ":memory:") return history::createMemoryHistory();
+  return history::openSqliteHistory(db);
+}
+
+history::RunRecord newRunRecord(const config::Config& config, const std::string& clock,
+                                std::string model_json, const config::Config* recorded) {
+  history::RunRecord run;
+  run.name = config.run.name;
+  run.config_json = (recorded ? *recorded : config).toJson().dump();
+  run.started_at = unixNow();
+  run.seed = config.run.seed;
+  run.clock = clock;
+  run.model_json = std::move(model_json);
+  return run;
 }
 
 }  // namespace fedfleet::driver

@@ -79,4 +79,15 @@ Result<std::unique_ptr<model::Model>> createRunModel(const config::Config& confi
                                                      const model::InputShape& shape,
                                                      const RunModelChecks& checks = {});
 
+// The history of `db`: a SQLite file, or ":memory:" (kept in memory: a simulation that records
+// nothing) when `in_memory_ok`.
+Result<std::unique_ptr<history::HistoryStore>> openRunHistory(const std::string& db,
+                                                              bool in_memory_ok);
+
+// The row that begins a run of `config` now: run.name, run.seed, the config itself as its
+// recorded configuration (`recorded` when given: the config with values a driver filled in),
+// `clock` ("wall": unix seconds; "virtual": a simulation's time) and the model's description.
+history::RunRecord newRunRecord(const config::Config& config, const std::string& clock,
+                                std::string model_json, const config::Config* recorded = nullptr);
+
 }  // namespace fedfleet::driver

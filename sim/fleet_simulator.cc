@@ -164,25 +164,15 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
 Status Simulator::openHistory(const std::string& model_json) {
   const std::string& db = config_.history.db;
   if (!config_.coordinator.resume) {
-    if (db == ":memory:") {
-      history_ = history::createMemoryHistory();
-    } else {
-      FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(db));
-    }
-    history::RunRecord run;
-    run.name = config_.run.name;
+    FEDFLEET_ASSIGN_OR_RETURN(history_, driver::openRunHistory(db, /*in_memory_ok=*/true));
     // data.normalize = "computed": the statistics used, recorded with the run's config.
     config::Config recorded = config_;
     if (config_.data.normalize == config::Normalization::kComputed) {
       recorded.data.mean = data_->normalization().mean;
       recorded.data.stddev = data_->normalization().stddev;
     }
-    run.config_json = recorded.toJson().dump();
-    run.started_at = unixNow();
-    run.seed = config_.run.seed;
-    run.clock = "virtual";
-    run.model_json = model_json;
-    FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+    FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(driver::newRunRecord(
+                                           config_, "virtual", model_json, &recorded)));
     return Status::ok();
   }
   if (db == ":memory:") {

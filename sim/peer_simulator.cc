@@ -226,19 +226,11 @@ Status Simulator::init() {
   FEDFLEET_RETURN_IF_ERROR(planFailures());
 
   const std::string& db = config_.history.db;
-  if (db == ":memory:") {
-    history_ = history::createMemoryHistory();
-  } else {
-    FEDFLEET_ASSIGN_OR_RETURN(history_, history::openSqliteHistory(db));
-  }
-  history::RunRecord run;
-  run.name = config_.run.name;
-  run.config_json = config_.toJson().dump();
-  run.started_at = unixNow();
-  run.seed = config_.run.seed;
-  run.clock = "virtual";
-  run.model_json = model::describeModel(*model, data_->inputShape(), config_.model.path);
-  FEDFLEET_ASSIGN_OR_RETURN(run_id_, history_->beginRun(run));
+  FEDFLEET_ASSIGN_OR_RETURN(history_, driver::openRunHistory(db, /*in_memory_ok=*/true));
+  FEDFLEET_ASSIGN_OR_RETURN(
+      run_id_, history_->beginRun(driver::newRunRecord(
+                   config_, "virtual",
+                   model::describeModel(*model, data_->inputShape(), config_.model.path))));
   pool_ = std::make_unique<WorkerPool>(sc.workers);
   spdlog::info(
       "sim: run {}: decentralised {} over {} peers ({} slowed {}x), model {} ({} parameters), "

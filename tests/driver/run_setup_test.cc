@@ -76,3 +76,39 @@ TEST(RunSetup, TheDpSectionBecomesTheEnginesPrivacyOptions) {
 
 }  // namespace
 }  // namespace fedfleet::driver
+
+namespace fedfleet::driver {
+namespace {
+
+TEST(RunSetup, ANewRunRecordsItsConfigClockAndModel) {
+  config::Config c;
+  c.run.name = "r";
+  c.run.seed = 41;
+  config::Config recorded = c;
+  recorded.data.mean = {0.25};
+  history::RunRecord run = newRunRecord(c, "virtual", "{\"m\":1}", &recorded);
+  EXPECT_EQ(run.name, "r");
+  EXPECT_EQ(run.seed, 41u);
+  EXPECT_EQ(run.clock, "virtual");
+  EXPECT_EQ(run.model_json, "{\"m\":1}");
+  EXPECT_EQ(run.config_json, recorded.toJson().dump());
+  EXPECT_NE(run.config_json, c.toJson().dump());
+  EXPECT_GT(run.started_at, 1.7e9);  // unix seconds
+  EXPECT_EQ(newRunRecord(c, "wall", "").config_json, c.toJson().dump());
+
+  // ":memory:" is a memory history for a simulation, and a SQLite database otherwise; both
+  // record the run.
+  for (bool in_memory_ok : {true, false}) {
+    auto store = openRunHistory(":memory:", in_memory_ok);
+    ASSERT_TRUE(store.isOk()) << store.status().toString();
+    auto id = (*store)->beginRun(run);
+    ASSERT_TRUE(id.isOk());
+    auto runs = (*store)->runs();
+    ASSERT_TRUE(runs.isOk());
+    ASSERT_EQ(runs->size(), 1u);
+    EXPECT_EQ(runs->front().clock, "virtual");
+  }
+}
+
+}  // namespace
+}  // namespace fedfleet::driver
