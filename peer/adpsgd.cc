@@ -21,10 +21,8 @@ class AdpsgdImpl : public PeerAlgorithm {
   void start() override { begin(); }
 
   void computed(uint64_t t, std::vector<float> delta, uint64_t samples, double loss) override {
-    checkComputed(t, delta);
+    checkComputed(t, delta, samples, loss);
     delta_ = std::move(delta);
-    samples_ = samples;
-    loss_ = loss;
     if (isActive(self_)) {
       requestAverage();
     } else {
@@ -92,8 +90,6 @@ class AdpsgdImpl : public PeerAlgorithm {
   uint64_t averagings_ = 0;          // passive: averagings answered
   uint64_t averagings_at_compute_ = 0;
   std::vector<float> delta_;
-  uint64_t samples_ = 0;
-  double loss_ = 0;
 };
 
 }  // namespace

@@ -35,7 +35,7 @@ class AllReduceImpl : public PeerAlgorithm {
   void start() override { startCompute(0); }
 
   void computed(uint64_t t, std::vector<float> delta, uint64_t samples, double loss) override {
-    checkComputed(t, delta);
+    checkComputed(t, delta, samples, loss);
     if (local_) {
       for (float& v : delta) v = -v;  // the pseudo-gradient x_prev - x_i
     }

@@ -21,10 +21,8 @@ class DpsgdImpl : public PeerAlgorithm {
   void start() override { begin(); }
 
   void computed(uint64_t t, std::vector<float> delta, uint64_t samples, double loss) override {
-    checkComputed(t, delta);
+    checkComputed(t, delta, samples, loss);
     delta_ = std::move(delta);
-    samples_ = samples;
-    loss_ = loss;
     have_delta_ = true;
     tryMix();
   }
@@ -82,8 +80,6 @@ class DpsgdImpl : public PeerAlgorithm {
   std::map<uint64_t, std::map<uint32_t, std::vector<float>>> received_;
   std::vector<float> delta_;
   bool have_delta_ = false;
-  uint64_t samples_ = 0;
-  double loss_ = 0;
 };
 
 }  // namespace

@@ -21,10 +21,8 @@ class HopImpl : public PeerAlgorithm {
   void start() override { tryStart(); }
 
   void computed(uint64_t t, std::vector<float> delta, uint64_t samples, double loss) override {
-    checkComputed(t, delta);
+    checkComputed(t, delta, samples, loss);
     for (size_t i = 0; i < x_.size(); ++i) x_[i] += delta[i];
-    samples_ = samples;
-    loss_ = loss;
     for (uint32_t j : graph_.neighbours[self_]) {
       if (live_[j]) send(model(PeerMessageKind::kModel, j, t));
     }
@@ -119,8 +117,6 @@ class HopImpl : public PeerAlgorithm {
   std::map<uint32_t, std::vector<float>> newest_;  // each neighbour's newest model
   bool mixing_ = false;                            // computed, awaiting n - b updates
   bool waiting_start_ = false;                     // held back by the bound
-  uint64_t samples_ = 0;
-  double loss_ = 0;
 };
 
 }  // namespace

@@ -51,12 +51,16 @@ class PeerAlgorithm {
     out_.push_back(Compute{iteration, std::make_shared<const std::vector<float>>(x_), steps});
   }
 
-  // The driver's answer to the outstanding Compute.
-  void checkComputed(uint64_t iteration, const std::vector<float>& delta) {
+  // The driver's answer to the outstanding Compute: its samples and mean loss are kept
+  // (samples_, loss_) for the IterationDone of the iteration it belongs to.
+  void checkComputed(uint64_t iteration, const std::vector<float>& delta, uint64_t samples,
+                     double loss) {
     FEDFLEET_CHECK_MSG(computing_ && *computing_ == iteration,
                        "onComputed for an iteration that was not asked for");
     FEDFLEET_CHECK_MSG(delta.size() == x_.size(), "onComputed with a delta of the wrong size");
     computing_.reset();
+    samples_ = samples;
+    loss_ = loss;
   }
 
   void send(PeerMessage m) { out_.push_back(Send{std::move(m)}); }
@@ -103,6 +107,8 @@ class PeerAlgorithm {
   std::vector<bool> live_;
   uint64_t completed_ = 0;
   std::optional<uint64_t> computing_;
+  uint64_t samples_ = 0;  // of the last Compute answered
+  double loss_ = 0;
   bool finished_ = false;
   bool failed_ = false;
   std::vector<PeerAction> out_;

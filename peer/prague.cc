@@ -17,10 +17,8 @@ class PragueImpl : public PeerAlgorithm {
   void start() override { compute(0, o_.steps_per_iteration); }
 
   void computed(uint64_t t, std::vector<float> delta, uint64_t samples, double loss) override {
-    checkComputed(t, delta);
+    checkComputed(t, delta, samples, loss);
     for (size_t i = 0; i < x_.size(); ++i) x_[i] += delta[i];
-    samples_ = samples;
-    loss_ = loss;
     waiting_ = true;
     PeerMessage m;
     m.kind = PeerMessageKind::kGroupRequest;
@@ -128,8 +126,6 @@ class PragueImpl : public PeerAlgorithm {
   std::optional<uint64_t> early_group_;
   std::vector<PeerMessage> early_;
   std::set<uint64_t> finished_groups_;
-  uint64_t samples_ = 0;
-  double loss_ = 0;
 };
 
 }  // namespace
