@@ -187,7 +187,7 @@ void Simulator::carryOut(uint64_t k, client::ClientAction& action) {
           const uint64_t token = a.chunk.task_token;
           InFlight& f = in_flight_.at(token);
           const ClientProfile p = fleet_->profile(k);
-          const uint64_t bytes = wire::encode(wire::Message(a.chunk)).size();
+          const uint64_t bytes = wire::encodedSize(a.chunk);
           f.upload_sent += static_cast<double>(bytes);
           const double t = f.upload_base + f.mask_s + p.latency_s + f.upload_sent / uploadRate(p);
           f.frame_bytes.push_back(bytes);

@@ -766,6 +766,23 @@ std::string encode(const Message& message) {
   return {};
 }
 
+size_t encodedSize(const Chunk& chunk) {
+  // Scalars take the same words whatever their values: only the payload's length varies. What a
+  // frame adds around its payload is measured once for each way encode() stores it: copied into
+  // the first segment (padded to whole words), or referenced as a segment of its own (the
+  // segment table's second entry and the double-far pointer's landing pad).
+  static const size_t kCopied = encode(Message(Chunk{})).size();
+  static const size_t kReferenced = [] {
+    Chunk c;
+    c.payload.assign(kReferenceMinBytes, '\0');
+    return encode(Message(c)).size() - c.payload.size();
+  }();
+  const size_t n = chunk.payload.size();
+  constexpr size_t kWord = sizeof(capnp::word);
+  if (canReference(chunk.payload)) return kReferenced + n;
+  return kCopied + (n + kWord - 1) / kWord * kWord;
+}
+
 Result<Message> decode(std::string_view bytes, const DecodeLimits& limits) {
   FEDFLEET_ASSIGN_OR_RETURN(Message message, decodeEnvelope(bytes, limits));
   if (const auto* task = std::get_if<Task>(&message)) FEDFLEET_RETURN_IF_ERROR(checkTask(*task));

@@ -15,8 +15,8 @@
 #include <variant>
 #include <vector>
 
-#include "common/wire/secagg_messages.h"
 #include "common/status.h"
+#include "common/wire/secagg_messages.h"
 
 namespace fedfleet::wire {
 
@@ -364,6 +364,11 @@ constexpr uint64_t kMaxFieldBytes = (1ull << 29) - 1;
 // word-aligned bytes field, which is copied only once).
 // A field longer than kMaxFieldBytes is a caller bug and aborts (FEDFLEET_CHECK).
 std::string encode(const Message& message);
+
+// The size of encode(Message(chunk)), known without encoding it (the simulator's virtual
+// network times every chunk by it): a Chunk's fixed part, and its payload padded to whole words
+// in the first segment, or (a payload encode references in place) as a segment of its own.
+size_t encodedSize(const Chunk& chunk);
 
 // Parses bytes produced by encode(). Any malformed input, including truncation, an unknown
 // union tag, a frame over `limits.max_bytes` or a traversal-limit violation, returns a non-OK

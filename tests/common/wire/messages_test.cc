@@ -267,6 +267,21 @@ TEST(WireCodecTest, HelloRoundTrips) { expectRoundTrip(sampleHello()); }
 TEST(WireCodecTest, TaskRoundTrips) { expectRoundTrip(sampleTask()); }
 TEST(WireCodecTest, ChunkRoundTrips) { expectRoundTrip(sampleChunk()); }
 TEST(WireCodecTest, SummaryRoundTrips) { expectRoundTrip(sampleSummary()); }
+
+// encodedSize gives encode's size without encoding, for payloads copied into the first segment
+// (any length, padded to whole words) and for those referenced as a segment of their own (64 KiB
+// or more in whole words).
+TEST(WireCodecTest, AChunksEncodedSizeIsKnownWithoutEncodingIt) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{65535}, size_t{65536},
+        size_t{65537}, size_t{65544}, size_t{1} << 20, (size_t{1} << 20) + 4}) {
+    Chunk c = sampleChunk();
+    c.payload.assign(n, '\x5a');
+    c.task_token = 0xffffffffffffffffull;  // scalars take the same words whatever they hold
+    c.elements = n;
+    EXPECT_EQ(encodedSize(c), encode(Message(c)).size()) << n << " payload bytes";
+  }
+}
 TEST(WireCodecTest, CancelRoundTrips) { expectRoundTrip(sampleCancel()); }
 TEST(WireCodecTest, HeartbeatRoundTrips) { expectRoundTrip(sampleHeartbeat()); }
 TEST(WireCodecTest, ByeRoundTrips) { expectRoundTrip(sampleBye()); }
