@@ -200,6 +200,16 @@ KeyedRun startKeyedRun(const std::string& dir, int clients, const std::string& s
   return run;
 }
 
+// The update rows of round `round` of the history's first run (nullopt when unreadable).
+std::optional<std::vector<history::UpdateRecord>> roundUpdates(history::HistoryStore& store,
+                                                               uint32_t round) {
+  auto runs = store.runs();
+  if (!runs.isOk() || runs->empty()) return std::nullopt;
+  auto updates = store.updates(runs->front().run_id, round);
+  if (!updates.isOk()) return std::nullopt;
+  return std::move(updates).value();
+}
+
 // Every update row of the run, with the client ids that appear.
 std::set<std::string> updateClients(history::HistoryStore& store) {
   std::set<std::string> ids;
@@ -590,10 +600,8 @@ TEST(HostileClient, AGrantedUploadThatSendsNothingLosesItsGrant) {
 
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
-  auto runs = store->runs();
-  ASSERT_TRUE(runs.isOk());
-  auto updates = store->updates(runs->front().run_id, 1);
-  ASSERT_TRUE(updates.isOk());
+  const auto updates = roundUpdates(*store, 1);
+  ASSERT_TRUE(updates.has_value());
   ASSERT_EQ(updates->size(), 2u);
   for (const auto& u : *updates) {
     EXPECT_EQ(u.status, u.client_id == "mallory" ? "rejected" : "completed") << u.client_id;
@@ -649,10 +657,8 @@ TEST(HostileClient, ATaskLostWithAReplacedConnectionIsSentAgainOnTheNewOne) {
 
   auto store = openHistory(dir);
   ASSERT_TRUE(store);
-  auto runs = store->runs();
-  ASSERT_TRUE(runs.isOk());
-  auto updates = store->updates(runs->front().run_id, 1);
-  ASSERT_TRUE(updates.isOk());
+  const auto updates = roundUpdates(*store, 1);
+  ASSERT_TRUE(updates.has_value());
   ASSERT_EQ(updates->size(), 1u);
   EXPECT_EQ(updates->front().status, "completed");
   EXPECT_EQ(eventsOf(*store, "task_resent", "mallory").size(), 2u);
