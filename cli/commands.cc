@@ -133,12 +133,18 @@ bool readClientKeys(const char* command, const std::string& keys_dir, const std:
   return true;
 }
 
+}  // namespace
+
 void setupLogging(const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("fedfleet");
+  // One logger per process: main() runs more than once in the Python package's process.
+  auto logger = spdlog::get("fedfleet");
+  if (!logger) logger = spdlog::stderr_color_mt("fedfleet");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(level));
 }
+
+namespace {
 
 // Flags shared by coordinator and client: config file(s) and overrides.
 struct ConfigFlags {

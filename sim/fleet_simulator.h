@@ -87,6 +87,11 @@ class FleetSimulator {
   // damaged on the way); its session checks what arrives as a real client's does.
   using ReceiveFilter = std::function<void(uint64_t k, client::ReceivedTask& task)>;
   virtual void setReceiveFilter(ReceiveFilter filter) = 0;
+  // Before run(): called on run()'s thread after each round the engine commits, with the round
+  // as the history holds it; for a progress display of the caller's own (the Python
+  // package's). It must not block for long.
+  using RoundObserver = std::function<void(const history::RoundRecord& round)>;
+  virtual void setRoundObserver(RoundObserver observer) = 0;
 };
 
 // The summary as the few lines `fedfleet sim` prints at the end.

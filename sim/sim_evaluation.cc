@@ -196,6 +196,7 @@ void Simulator::roundCommitted(const engine::CommitRound& commit) {
     summary_.last_metrics_round = r.round;
   }
   progress_->update(r.round, r.test_accuracy, r.end_time);
+  if (round_observer_) round_observer_(r);
 }
 
 void Simulator::blockMetricsRecorded(const std::vector<history::BlockMetricRecord>& rows) {

@@ -241,6 +241,7 @@ class Simulator final : public FleetSimulator, private driver::DriverPort {
     return it == sessions_.end() ? nullptr : &it->second;
   }
   void setReceiveFilter(ReceiveFilter filter) override { receive_filter_ = std::move(filter); }
+  void setRoundObserver(RoundObserver observer) override { round_observer_ = std::move(observer); }
 
  private:
   engine::ClientId idOf(uint64_t k) const {
@@ -331,6 +332,7 @@ class Simulator final : public FleetSimulator, private driver::DriverPort {
   std::shared_ptr<const std::string> control_cache_;
   uint64_t control_version_ = UINT64_MAX;
   ReceiveFilter receive_filter_;
+  RoundObserver round_observer_;
   // Secure aggregation messages on their way, by mail id (the event's token), with their
   // recipient; clients offline since they dropped (their mail is lost).
   std::map<uint64_t, std::pair<uint64_t, wire::SecAgg>> secagg_mail_;

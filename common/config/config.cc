@@ -821,10 +821,12 @@ Status Config::validate() const {
     return bad("limits.max_loss", "must be finite and > 0");
   }
   if (!(limits.events_burst >= 0 && std::isfinite(limits.events_burst))) {
-    return bad("limits.events_burst", "must be a finite number of rows >= 0 (0: no budget in time)");
+    return bad("limits.events_burst",
+               "must be a finite number of rows >= 0 (0: no budget in time)");
   }
   if (!(limits.events_every_s >= 0 && std::isfinite(limits.events_every_s))) {
-    return bad("limits.events_every_s", "must be a finite number of seconds >= 0 (0: no budget in time)");
+    return bad("limits.events_every_s",
+               "must be a finite number of seconds >= 0 (0: no budget in time)");
   }
   if (run.target_accuracy < 0 || run.target_accuracy > 1) {
     return bad("run.target_accuracy", "must be in [0, 1] (a fraction; 0: off)");
@@ -1275,6 +1277,48 @@ nlohmann::json Config::toJson() const {
     }
   });
   return j;
+}
+
+namespace {
+
+// One value of the config as a TOML node (lists element by element).
+template <typename T>
+void insertToml(toml::table& section, std::string_view key, const T& member) {
+  if constexpr (kIsChoice<T>) {
+    section.insert(key, std::string(member.name()));
+  } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::string> ||
+                       std::is_floating_point_v<T>) {
+    section.insert(key, member);
+  } else if constexpr (std::is_integral_v<T>) {
+    section.insert(key, static_cast<int64_t>(member));
+  } else {
+    toml::array list;
+    for (const auto& v : member) {
+      using E = std::decay_t<decltype(v)>;
+      if constexpr (std::is_integral_v<E> && !std::is_same_v<E, bool>) {
+        list.push_back(static_cast<int64_t>(v));
+      } else {
+        list.push_back(v);
+      }
+    }
+    section.insert(key, std::move(list));
+  }
+}
+
+}  // namespace
+
+std::string Config::toToml() const {
+  toml::table root;
+  forEachField(*this, [&](std::string_view key, const auto& member) {
+    const size_t dot = key.find('.');
+    const std::string section_name(key.substr(0, dot));
+    if (!root.contains(section_name)) root.insert(section_name, toml::table{});
+    insertToml(*root[section_name].as_table(), key.substr(dot + 1),
+               static_cast<const std::decay_t<decltype(member)>&>(member));
+  });
+  std::ostringstream out;
+  out << root << "\n";
+  return out.str();
 }
 
 std::vector<std::string> Config::keys() {

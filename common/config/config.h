@@ -597,6 +597,9 @@ struct Config {
   uint64_t clientFrameLimitBytes() const;
 
   nlohmann::json toJson() const;
+  // Every key as a TOML file that loadFile() reads back to an equal configuration (sections
+  // and keys in alphabetical order).
+  std::string toToml() const;
   // Every "section.key" with its default value's type, in order.
   static std::vector<std::string> keys();
 };

@@ -633,5 +633,30 @@ TEST(ConfigData, BlocksAreRefusedWithTheUsersFiles) {
       << st.message();
 }
 
+// toToml writes every key; reading it back gives the same configuration, lists, choices,
+// awkward strings and doubles that need all 17 digits included.
+TEST(Config, TomlWrittenByToTomlReadsBackEqual) {
+  Config c;
+  ASSERT_TRUE(c.set("train.lr=0.0123456789012345").isOk());
+  ASSERT_TRUE(c.set("run.name=\"quote \\\" and \\\\ back\"").isOk());
+  ASSERT_TRUE(c.set("model.local=[\"fc3.*\", \"bn?\"]").isOk());
+  ASSERT_TRUE(c.set("data.mean=[0.1, 0.2]").isOk());
+  ASSERT_TRUE(c.set("data.image_size=[24, 32]").isOk());
+  ASSERT_TRUE(c.set("aggregation.method=\"trimmed_mean\"").isOk());
+  ASSERT_TRUE(c.set("run.seed=9007199254740993").isOk());  // 2^53 + 1: not a double
+  const std::string text = c.toToml();
+  EXPECT_NE(text.find("[train]"), std::string::npos);
+  Config again;
+  ASSERT_TRUE(again.loadString(text, "written").isOk()) << text;
+  EXPECT_EQ(again.toJson(), c.toJson());
+  EXPECT_EQ(again.run.seed, 9007199254740993ull);
+  EXPECT_EQ(again.train.lr, 0.0123456789012345);
+  EXPECT_EQ(again.run.name, "quote \" and \\ back");
+  // Every key is written: a default config reads back equal to the defaults as well.
+  Config defaults;
+  ASSERT_TRUE(again.loadString(Config().toToml(), "defaults").isOk());
+  EXPECT_EQ(again.toJson(), defaults.toJson());
+}
+
 }  // namespace
 }  // namespace fedfleet::config
