@@ -3,7 +3,9 @@
 #   install-deps.sh build   what building fedfleet needs (compiler, CMake, the -dev libraries)
 #   install-deps.sh data    the Fashion-MNIST data set (dataset-fashion-mnist)
 #   install-deps.sh demo    build + data: scripts/demo.sh and scripts/demo_processes.sh
-#   install-deps.sh all     (the default) demo + what the tests, benchmarks and fuzzers need:
+#   install-deps.sh python  build + what the Python package needs (pybind11, Python headers,
+#                           PyTorch, pandas, tqdm; pytest for its tests)
+#   install-deps.sh all     (the default) demo + python + what the tests, benchmarks and fuzzers need:
 #                           clang, Chromium (the report's browser test), Docker, Python with
 #                           PyTorch (baselines and the export example)
 # Several may be given. Idempotent: when every package is present it only checks and returns.
@@ -20,6 +22,10 @@ BUILD_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libcpp-httplib-dev prometheus-cpp-dev zlib1g-dev libcsv-dev libpng-dev libjpeg62-turbo-dev
+)
+PYTHON_PACKAGES=(
+  pybind11-dev python3-dev python3-torch python3-numpy python3-pandas python3-tqdm
+  python3-pytest python3-matplotlib
 )
 DATA_PACKAGES=(
   dataset-fashion-mnist
@@ -40,9 +46,11 @@ for g in "${groups[@]}"; do
     build) want+=("${BUILD_PACKAGES[@]}") ;;
     data) want+=("${DATA_PACKAGES[@]}") ;;
     demo) want+=("${BUILD_PACKAGES[@]}" "${DATA_PACKAGES[@]}") ;;
-    all) want+=("${BUILD_PACKAGES[@]}" "${DATA_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+    python) want+=("${BUILD_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}") ;;
+    all) want+=("${BUILD_PACKAGES[@]}" "${DATA_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}"
+                "${TEST_PACKAGES[@]}") ;;
     *)
-      echo "install-deps: unknown group '$g' (build, data, demo, all)" >&2
+      echo "install-deps: unknown group '$g' (build, data, demo, python, all)" >&2
       exit 2
       ;;
   esac

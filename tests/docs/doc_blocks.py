@@ -8,7 +8,8 @@ Each fenced block whose info string starts with `sh` (or `bash`, `shell`) is one
     ```sh no-run: needs a second host  does not run; the reason is required and printed
 
 A block runs under `bash -e -o pipefail` in a fresh, empty directory with `fedfleet` on PATH
-(the directory given by --bin) and the repository's top-level folders (examples, scripts,
+(the directory given by --bin), the Python package `fedfleet` importable (PYTHONPATH: the
+directory given by --python, as if it were installed) and the repository's top-level folders (examples, scripts,
 bench, docker, docs, python) linked into it, so that a block names files as the docs do
 (`examples/configs/demo.toml`) and writes what it makes (`sim.db`) into its own directory. The
 block gets nothing else: no variable is set for it, so a block is exactly what a reader types.
@@ -18,7 +19,7 @@ killed and the failure says so), or when it leaves a background process running.
 run or not, fails when a repository path it names (examples/..., scripts/..., ...) does not
 exist. At the end it prints `N blocks run, M marked no-run` and exits 1 if anything failed.
 
-    doc_blocks.py --repo DIR --bin DIR [--only README.md[:N]] [--list] [--keep]
+    doc_blocks.py --repo DIR --bin DIR [--python DIR] [--only README.md[:N]] [--list] [--keep]
 """
 import argparse
 import os
@@ -102,7 +103,7 @@ def missing_paths(repo, block):
     return sorted(set(missing))
 
 
-def run_block(repo, bindir, block, keep):
+def run_block(repo, bindir, block, keep, pythondir=None):
     """Runs one block; returns (ok, seconds, message)."""
     work = tempfile.mkdtemp(prefix="fedfleet-doc-")
     for name in LINKED:
@@ -111,6 +112,9 @@ def run_block(repo, bindir, block, keep):
     env = dict(os.environ)
     env["PATH"] = os.path.abspath(bindir) + os.pathsep + env.get("PATH", "")
     env["HOME"] = work
+    env.pop("PYTHONPATH", None)
+    if pythondir:
+        env["PYTHONPATH"] = os.path.abspath(pythondir)
     for var in ("FEDFLEET", "BUILD_DIR", "OUT", "ROUNDS"):
         env.pop(var, None)
     script = "set -e -o pipefail\n" + block.text
@@ -184,6 +188,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repo", required=True, help="the repository's root")
     ap.add_argument("--bin", required=True, help="the directory holding the fedfleet program")
+    ap.add_argument("--python", help="the directory holding the Python package fedfleet")
     ap.add_argument("--only", action="append", default=[],
                     help="run only this document (DOC) or block (DOC:N), repeatable")
     ap.add_argument("--list", action="store_true", help="list the blocks, run nothing")
@@ -216,7 +221,7 @@ def main():
             print("%-6s %s: %s" % (status, b.name, b.no_run), flush=True)
         elif not problems:
             ran += 1
-            ok, seconds, msg = run_block(repo, args.bin, b, args.keep)
+            ok, seconds, msg = run_block(repo, args.bin, b, args.keep, args.python)
             print("%-6s %s in %.1f s: %s" % ("ok" if ok else "FAIL", b.name, seconds, msg),
                   flush=True)
             if not ok:

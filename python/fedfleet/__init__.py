@@ -1,0 +1,27 @@
+"""fedfleet from Python: federated training on heterogeneous fleets, simulated on this host or
+run for real, with the same C++ engine as the fedfleet command.
+
+    import fedfleet
+    run = fedfleet.simulate(fedfleet.Config("examples/configs/sim_mobile_mix.toml", rounds=10),
+                            model=my_module)          # an nn.Module; or a built-in name
+    run.rounds()                                      # a pandas DataFrame
+    net = run.model("best")                           # the trained module
+
+Config holds every key of the TOML file; simulate runs `fedfleet sim`, serve `fedfleet
+coordinator`; History reads any history file; keygen writes CURVE keys.
+"""
+from ._core import ConfigError, Error
+from ._core import set_log_level
+from ._inputs import ModelError
+from .config import Config
+from .history import History, Run
+from .serve import Server, keygen, serve
+from .simulate import simulate
+
+__version__ = "0.1.0"
+__all__ = ["Config", "ConfigError", "Error", "History", "ModelError", "Run", "Server", "keygen",
+           "serve", "set_log_level", "simulate"]
+
+# The engine's own log lines (one per round, at info) would repeat what the progress display
+# shows: warnings and errors only, unless set_log_level("info") asks for them.
+set_log_level("warn")

@@ -1,0 +1,45 @@
+// The fedfleet._core extension module (the Python package's native half), one file per area:
+//   errors.cc    fedfleet.Error and fedfleet.ConfigError, and C++ Status -> Python exception
+//   config.cc    _core.Config: the C++ config::Config, parsed and checked by its own code
+//   jobs.cc      _core.Simulation and _core.Coordinator: a run on a thread of its own, which
+//                Python waits for with the GIL released, stops on KeyboardInterrupt and reads
+//                round by round
+//   commands.cc  _core.command: the CLI's read and write commands (history, report, model,
+//                keygen) run in-process, their output returned as text
+// The pure-Python layer over them is python/fedfleet/.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+
+#include "common/status.h"
+
+namespace fedfleet::python {
+
+namespace py = pybind11;
+
+// A failed Status on its way to Python: fedfleet.ConfigError for a bad configuration or a
+// missing file it names (kInvalidArgument, kNotFound; a ValueError too), fedfleet.Error for
+// the rest. The message is the C++ one, whole.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(const Status& status)
+      : std::runtime_error(status.message()), code_(status.code()) {}
+  StatusCode code() const { return code_; }
+
+ private:
+  StatusCode code_;
+};
+
+// Throws StatusError unless `status` is ok.
+inline void check(const Status& status) {
+  if (!status.isOk()) throw StatusError(status);
+}
+
+void bindErrors(py::module_& m);
+void bindConfig(py::module_& m);
+void bindJobs(py::module_& m);
+void bindCommands(py::module_& m);
+
+}  // namespace fedfleet::python

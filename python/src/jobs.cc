@@ -1,0 +1,308 @@
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/config/config.h"
+#include "common/history/records.h"
+#include "coordinator/coordinator_service.h"
+#include "coordinator/peer_coordinator.h"
+#include "python/src/bindings.h"
+#include "sim/fleet_simulator.h"
+#include "sim/peer_simulator.h"
+
+namespace fedfleet::python {
+namespace {
+
+// What Python is told of a committed round while the run goes on.
+struct RoundProgress {
+  uint32_t round = 0;
+  std::string status;
+  std::optional<double> test_accuracy;
+  std::optional<double> test_loss;
+  double train_loss = 0;
+  double end_time = 0;
+  uint32_t completed = 0, late = 0, dropped = 0, rejected = 0;
+};
+
+// A run (a simulation or a coordinator) on a thread of its own. Python starts it, waits for it
+// in short slices with the GIL released (so that KeyboardInterrupt and other Python threads get
+// through), stops it, and reads the rounds committed meanwhile.
+class Job {
+ public:
+  // Each kind of job calls close() in its destructor (requestStop is its own).
+  virtual ~Job() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void start() {
+    if (thread_.joinable() || done_) throw StatusError(failedPrecondition("already started"));
+    thread_ = std::thread([this] {
+      Status status = body();
+      std::lock_guard lock(mu_);
+      status_ = std::move(status);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+
+  // True once the run has ended; waits at most timeout_s for that.
+  bool wait(double timeout_s) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_; });
+    if (done_ && thread_.joinable()) {
+      lock.unlock();
+      thread_.join();
+    }
+    return done_;
+  }
+
+  // Asks the run to stop soon; it ends as a signal would end the fedfleet command, with what was
+  // committed in the history.
+  void stop() {
+    stopped_ = true;
+    requestStop();
+  }
+  bool stopped() const { return stopped_; }
+
+  std::vector<RoundProgress> takeRounds() {
+    std::lock_guard lock(mu_);
+    std::vector<RoundProgress> out(queue_.begin(), queue_.end());
+    queue_.clear();
+    return out;
+  }
+
+  // After the end (or before start): lets the run's objects go (the history closed), so that
+  // another process may resume it while Python still holds this object.
+  void close() {
+    if (thread_.joinable()) {
+      requestStop();
+      thread_.join();
+    }
+    release();
+  }
+
+  // After the end: the run's status (throws its error).
+  void checkEnded() {
+    std::lock_guard lock(mu_);
+    if (!done_) throw StatusError(failedPrecondition("the run has not ended; wait() for it"));
+    check(status_);
+  }
+
+ protected:
+  virtual Status body() = 0;
+  virtual void requestStop() = 0;
+  virtual void release() = 0;
+
+  void pushRound(const history::RoundRecord& r) {
+    RoundProgress p;
+    p.round = r.round;
+    p.status = r.status;
+    p.test_accuracy = r.test_accuracy;
+    p.test_loss = r.test_loss;
+    p.train_loss = r.train_loss;
+    p.end_time = r.end_time;
+    p.completed = r.completed;
+    p.late = r.late;
+    p.dropped = r.dropped;
+    p.rejected = r.rejected;
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(p));
+  }
+
+ private:
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::atomic<bool> stopped_{false};
+  Status status_;
+  std::deque<RoundProgress> queue_;
+};
+
+py::object optionalFloat(const std::optional<double>& v) {
+  return v ? py::object(py::float_(*v)) : py::object(py::none());
+}
+
+// The simulator of the config's policy: FleetSimulator, or PeerSimulator for a decentralised
+// run. Created (data read, model built, history opened) in the constructor.
+class Simulation : public Job {
+ public:
+  explicit Simulation(const config::Config& config) : config_(config) {
+    if (config_.policy.mode == config::PolicyMode::kDecentralized) {
+      auto created = sim::PeerSimulator::create(config_);
+      check(created.status());
+      peer_ = std::move(*created);
+      return;
+    }
+    auto created = sim::FleetSimulator::create(config_);
+    check(created.status());
+    fleet_ = std::move(*created);
+    fleet_->setRoundObserver([this](const history::RoundRecord& r) { pushRound(r); });
+  }
+  ~Simulation() override { close(); }
+
+  std::string alreadyFinished() const { return fleet_ ? fleet_->alreadyFinished() : std::string(); }
+  int64_t runId() const {
+    return fleet_ ? fleet_->runId() : peer_ ? peer_->runId() : closed_run_id_;
+  }
+
+  py::dict summary() {
+    checkEnded();
+    py::dict d;
+    if (fleet_summary_) {
+      const sim::SimSummary& s = *fleet_summary_;
+      d["run_id"] = s.run_id;
+      d["rounds"] = s.rounds;
+      d["failed_rounds"] = s.failed_rounds;
+      d["final_accuracy"] = optionalFloat(s.final_accuracy);
+      d["best_accuracy"] = optionalFloat(s.best_accuracy);
+      d["virtual_seconds"] = s.virtual_seconds;
+      d["wall_seconds"] = s.wall_seconds;
+      d["completed"] = s.completed;
+      d["late"] = s.late;
+      d["dropped"] = s.dropped;
+      d["rejected"] = s.rejected;
+      d["bytes_up"] = s.bytes_up;
+      d["bytes_down"] = s.bytes_down;
+      d["text"] = sim::formatSummary(s);
+    } else if (peer_summary_) {
+      const sim::PeerSimSummary& s = *peer_summary_;
+      d["run_id"] = s.run_id;
+      d["algorithm"] = s.algorithm;
+      d["peers"] = s.peers;
+      d["iterations"] = s.iterations;
+      d["final_accuracy"] = optionalFloat(s.final_accuracy);
+      d["best_accuracy"] = optionalFloat(s.best_accuracy);
+      d["virtual_seconds"] = s.virtual_seconds;
+      d["wall_seconds"] = s.wall_seconds;
+      d["text"] = sim::formatPeerSummary(s);
+    }
+    return d;
+  }
+
+ protected:
+  Status body() override {
+    if (fleet_) {
+      auto s = fleet_->run();
+      if (!s.isOk()) return s.status();
+      fleet_summary_ = std::move(*s);
+    } else {
+      auto s = peer_->run();
+      if (!s.isOk()) return s.status();
+      peer_summary_ = std::move(*s);
+    }
+    return Status::ok();
+  }
+  void requestStop() override {
+    if (fleet_) fleet_->stop();
+    if (peer_) peer_->stop();
+  }
+  void release() override {
+    closed_run_id_ = runId();
+    fleet_.reset();
+    peer_.reset();
+  }
+
+ private:
+  config::Config config_;
+  std::unique_ptr<sim::FleetSimulator> fleet_;
+  std::unique_ptr<sim::PeerSimulator> peer_;
+  std::optional<sim::SimSummary> fleet_summary_;
+  std::optional<sim::PeerSimSummary> peer_summary_;
+  int64_t closed_run_id_ = 0;
+};
+
+// The coordinator service of the config (the peers' coordinator for a decentralised run),
+// bound in the constructor; clients connect to bound_endpoint while it runs.
+class Coordinator : public Job {
+ public:
+  explicit Coordinator(const config::Config& config) {
+    if (config.policy.mode == config::PolicyMode::kDecentralized) {
+      auto created = coordinator::PeerCoordinator::create(config);
+      check(created.status());
+      peer_ = std::move(*created);
+    } else {
+      auto created = coordinator::CoordinatorService::create(config);
+      check(created.status());
+      service_ = std::move(*created);
+    }
+  }
+  ~Coordinator() override { close(); }
+  std::string boundEndpoint() const {
+    return service_ ? service_->boundEndpoint() : peer_ ? peer_->boundEndpoint() : "";
+  }
+  int64_t runId() const {
+    return service_ ? service_->runId() : peer_ ? peer_->runId() : closed_run_id_;
+  }
+
+ protected:
+  Status body() override { return service_ ? service_->run() : peer_->run(); }
+  void requestStop() override {
+    if (service_) service_->stop();
+    if (peer_) peer_->stop();
+  }
+  void release() override {
+    closed_run_id_ = runId();
+    service_.reset();
+    peer_.reset();
+  }
+
+ private:
+  std::unique_ptr<coordinator::CoordinatorService> service_;
+  std::unique_ptr<coordinator::PeerCoordinator> peer_;
+  int64_t closed_run_id_ = 0;
+};
+
+}  // namespace
+
+void bindJobs(py::module_& m) {
+  py::class_<RoundProgress>(m, "RoundProgress", "A round the run committed, as it happened.")
+      .def_readonly("round", &RoundProgress::round)
+      .def_readonly("status", &RoundProgress::status)
+      .def_readonly("test_accuracy", &RoundProgress::test_accuracy)
+      .def_readonly("test_loss", &RoundProgress::test_loss)
+      .def_readonly("train_loss", &RoundProgress::train_loss)
+      .def_readonly("end_time", &RoundProgress::end_time)
+      .def_readonly("completed", &RoundProgress::completed)
+      .def_readonly("late", &RoundProgress::late)
+      .def_readonly("dropped", &RoundProgress::dropped)
+      .def_readonly("rejected", &RoundProgress::rejected);
+
+  const auto release = py::call_guard<py::gil_scoped_release>();
+  py::class_<Job>(m, "Job", "A run on a thread of its own.")
+      .def("start", &Job::start, "Starts the run.")
+      .def("wait", &Job::wait, py::arg("timeout_s"), release,
+           "Waits at most timeout_s seconds (the GIL released); True once the run has ended.")
+      .def("stop", &Job::stop, "Asks the run to stop soon, as SIGINT stops the command.")
+      .def_property_readonly("stopped", &Job::stopped)
+      .def("take_rounds", &Job::takeRounds, "The rounds committed since the last call.")
+      .def("check", &Job::checkEnded, "After the end: raises the run's error, if it failed.")
+      .def("close", &Job::close, release,
+           "Stops the run if it still runs, then lets it go (its history closed).");
+
+  py::class_<Simulation, Job>(m, "Simulation",
+                              "A simulated fleet (or decentralised peers) of a configuration.")
+      .def(py::init<const config::Config&>(), py::arg("config"), release,
+           "Reads the data, builds the model and opens the history; errors as fedfleet sim's.")
+      .def_property_readonly("already_finished", &Simulation::alreadyFinished,
+                             "A resumed run with nothing left to do: what to say instead.")
+      .def_property_readonly("run_id", &Simulation::runId)
+      .def("summary", &Simulation::summary, "After the end: the run's summary.");
+
+  py::class_<Coordinator, Job>(m, "Coordinator",
+                               "The coordinator service of a configuration, in this process.")
+      .def(py::init<const config::Config&>(), py::arg("config"), release,
+           "Binds, loads the test data and opens the history; errors as fedfleet "
+           "coordinator's.")
+      .def_property_readonly("bound_endpoint", &Coordinator::boundEndpoint,
+                             "The address clients connect to (with the port chosen).")
+      .def_property_readonly("run_id", &Coordinator::runId);
+}
+
+}  // namespace fedfleet::python
