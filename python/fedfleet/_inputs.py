@@ -6,6 +6,7 @@ History.model() and a resume (which must see the same configuration) find them a
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import math
 import os
@@ -49,14 +50,29 @@ def script_module(model: Any):
     try:
         return torch.jit.script(model)
     except Exception as e:  # TorchScript's errors have several types; all say what failed
-        detail = textwrap.indent(str(e).strip(), "    ")
+        said = str(e).strip()
+        name = type(model).__name__
+        if 'File "' not in said:
+            # Some refusals (a numpy call, an object TorchScript cannot reference) come without
+            # the source line: name the method it was compiling.
+            try:
+                where = inspect.getsourcefile(type(model))
+                line = inspect.getsourcelines(type(model).forward)[1]
+                said += f"\n(while compiling {name}.forward, {where}:{line})"
+            except (OSError, TypeError):
+                pass
+        if "could not get source code" in said:
+            fix = ("TorchScript compiles a module from its class's source code, which Python "
+                   "could not find: define the class in a file or a notebook cell, not in "
+                   "`python -c` or exec()")
+        else:
+            fix = ("rewrite the construct it names in TorchScript's subset of Python (annotate "
+                   "types, no **kwargs, no numpy or other Python-only libraries in forward), or "
+                   "script the model yourself (torch.jit.script) and pass the ScriptModule")
         raise ModelError(
-            f"model: TorchScript cannot compile {type(model).__name__}, which fedfleet needs "
-            f"to run it in C++ (every client and the coordinator load the scripted module). "
-            f"TorchScript said:\n{detail}\n"
-            "Fix: rewrite the construct it names in TorchScript's subset of Python (annotate "
-            "types, no **kwargs, no Python-only libraries in forward), or script the model "
-            "yourself (torch.jit.script) and pass the ScriptModule.") from e
+            f"model: TorchScript cannot compile {name}, which fedfleet needs to run it in C++ "
+            f"(every client and the coordinator load the scripted module). TorchScript said:\n"
+            f"{textwrap.indent(said, '    ')}\nFix: {fix}.") from e
 
 
 def _torchscript_digest(archive: bytes) -> str:
