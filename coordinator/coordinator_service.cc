@@ -8,7 +8,8 @@
 namespace fedfleet::coordinator {
 namespace internal {
 
-Status ZmqCoordinator::init(const config::Config& config) {
+Status ZmqCoordinator::init(const config::Config& config,
+                            engine::AggregatorFactory custom_aggregator) {
   config_ = config;
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
   if (config_.dataFormat() == data::DataFormat::kSynthetic) {
@@ -142,6 +143,7 @@ Status ZmqCoordinator::init(const config::Config& config) {
   // What each partition holds bounds what an update may claim (the clients cut the same split).
   FEDFLEET_ASSIGN_OR_RETURN(eo.partition_sizes, driver::partitionSizes(config_, eo));
   FEDFLEET_RETURN_IF_ERROR(driver::emptyPartitionCheck(eo.partition_sizes));
+  eo.custom_aggregator = std::move(custom_aggregator);
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
 
   // History: a new run, or the latest run of this name resumed from its checkpoint.
@@ -339,9 +341,9 @@ Status ZmqCoordinator::run() {
 using internal::ZmqCoordinator;
 
 Result<std::unique_ptr<CoordinatorService>> CoordinatorService::create(
-    const config::Config& config) {
+    const config::Config& config, engine::AggregatorFactory custom_aggregator) {
   auto service = std::make_unique<ZmqCoordinator>();
-  FEDFLEET_RETURN_IF_ERROR(service->init(config));
+  FEDFLEET_RETURN_IF_ERROR(service->init(config, std::move(custom_aggregator)));
   return std::unique_ptr<CoordinatorService>(std::move(service));
 }
 

@@ -25,6 +25,7 @@
 
 #include "common/config/config.h"
 #include "common/status.h"
+#include "engine/aggregator.h"
 
 namespace fedfleet::coordinator {
 
@@ -33,7 +34,10 @@ class CoordinatorService {
   // Loads keys, data, model and history and binds the socket. Every problem (missing key file,
   // bad endpoint, unreadable data, a history database it cannot open, a checkpoint that does not
   // fit the model) is returned as a Status with a message that names the file or key.
-  static Result<std::unique_ptr<CoordinatorService>> create(const config::Config& config);
+  // `custom_aggregator` builds the aggregator of aggregation.method = "custom" (a Python
+  // strategy; it runs on the service's thread); without it that method is refused.
+  static Result<std::unique_ptr<CoordinatorService>> create(
+      const config::Config& config, engine::AggregatorFactory custom_aggregator = nullptr);
 
   virtual ~CoordinatorService() = default;
 

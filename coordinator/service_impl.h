@@ -74,7 +74,7 @@ inline constexpr const char* kLimitCause = "closed by a connection limit";
 
 class ZmqCoordinator final : public CoordinatorService, private driver::DriverPort {
  public:
-  Status init(const config::Config& config);
+  Status init(const config::Config& config, engine::AggregatorFactory custom_aggregator);
   Status run() override;
   void stop() override { stop_.store(true); }
   void reloadAllowList() override { reload_.store(true); }

@@ -34,6 +34,8 @@ engine::AggregatorKind aggregatorOf(config::AggregationMethod m) {
       return K::kMedian;
     case M::kTrimmedMean:
       return K::kTrimmedMean;
+    case M::kCustom:
+      return K::kCustom;
   }
   return K::kFedAvg;
 }

@@ -13,11 +13,11 @@ namespace fedfleet::engine {
 Result<AggregatorKind> parseAggregatorKind(std::string_view name) {
   for (AggregatorKind k :
        {AggregatorKind::kFedAvg, AggregatorKind::kFedNova, AggregatorKind::kScaffold,
-        AggregatorKind::kMedian, AggregatorKind::kTrimmedMean}) {
+        AggregatorKind::kMedian, AggregatorKind::kTrimmedMean, AggregatorKind::kCustom}) {
     if (name == aggregatorName(k)) return k;
   }
   return invalidArgument("aggregation method '" + std::string(name) +
-                         "': expected fedavg, fednova, scaffold, median or trimmed_mean");
+                         "': expected fedavg, fednova, scaffold, median, trimmed_mean or custom");
 }
 
 const char* aggregatorName(AggregatorKind kind) {
@@ -32,6 +32,8 @@ const char* aggregatorName(AggregatorKind kind) {
       return "median";
     case AggregatorKind::kTrimmedMean:
       return "trimmed_mean";
+    case AggregatorKind::kCustom:
+      return "custom";
   }
   return "unknown";
 }
@@ -57,6 +59,12 @@ RobustAggregatorOptions robustAggregatorOptions(const EngineOptions& o, uint64_t
 }
 
 Status validateAggregatorOptions(const EngineOptions& options) {
+  if (options.aggregator == AggregatorKind::kCustom && !options.custom_aggregator) {
+    return invalidArgument(
+        "aggregation.method = \"custom\" is a strategy given from Python "
+        "(fedfleet.simulate(..., strategy=...)); the fedfleet command has none: choose fedavg, "
+        "fednova, scaffold, median or trimmed_mean");
+  }
   if (isRobust(options.aggregator)) {
     auto agg = RobustAggregator::create(robustAggregatorOptions(options, 1));
     if (!agg.isOk()) return agg.status();
@@ -79,6 +87,9 @@ std::unique_ptr<Aggregator> Aggregator::create(const EngineOptions& options, uin
       return std::make_unique<RobustMeanAggregator>(options.aggregator, std::move(*robust),
                                                     n_params);
     }
+    case AggregatorKind::kCustom:
+      FEDFLEET_CHECK(options.custom_aggregator);  // validateAggregatorOptions() says why
+      return options.custom_aggregator(n_params);
   }
   FEDFLEET_CHECK_MSG(false, "unknown aggregator kind");
   return nullptr;
@@ -88,7 +99,7 @@ Result<double> Aggregator::chunkFoldWeight(double n_samples, uint64_t /*steps*/)
   return n_samples;
 }
 
-Status Aggregator::buffer(const float* /*update*/, size_t /*n*/) {
+Status Aggregator::buffer(const float* /*update*/, size_t /*n*/, const BufferedUpdate& /*facts*/) {
   FEDFLEET_CHECK_MSG(false, "buffer() on an aggregator that folds into the running sum");
   return Status::ok();
 }

@@ -8,6 +8,8 @@
 //                 (delta, then control delta) and every task carries c
 //   median,       coordinate-wise over the complete updates, unweighted (robust_aggregator.h):
 //   trimmed_mean  they are buffered at completion instead of folded into the running sum
+//   custom        a buffering aggregator the driver supplies (EngineOptions::custom_aggregator:
+//                 the Python package's strategies); the engine's checks all apply before it
 // A linear aggregator folds each update at settlement with the weight settleFoldWeight() gives;
 // a buffering one receives each complete update through buffer(). The methods and their
 // papers: docs/ARCHITECTURE.md. One owner: not thread-safe.
@@ -17,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,8 +34,9 @@ namespace fedfleet::engine {
 
 struct EngineOptions;
 
-enum class AggregatorKind { kFedAvg, kFedNova, kScaffold, kMedian, kTrimmedMean };
-// "fedavg", "fednova", "scaffold", "median", "trimmed_mean" (the config's aggregation.method);
+enum class AggregatorKind { kFedAvg, kFedNova, kScaffold, kMedian, kTrimmedMean, kCustom };
+// "fedavg", "fednova", "scaffold", "median", "trimmed_mean", "custom" (the config's
+// aggregation.method);
 // anything else is kInvalidArgument.
 Result<AggregatorKind> parseAggregatorKind(std::string_view name);
 // The config name of `kind`, as the history's events spell it.
@@ -49,6 +53,19 @@ struct RoundTotals {
   double weight = 0;              // sum of the completed updates' (capped) weights
   uint32_t completed = 0;         // updates that count
   size_t registered_clients = 0;  // clients the engine knows (SCAFFOLD's N)
+  uint32_t round = 0;             // the round being settled
+};
+
+class Aggregator;
+// Builds an aggregator for a model of n values (EngineOptions::custom_aggregator).
+using AggregatorFactory = std::function<std::unique_ptr<Aggregator>(uint64_t n_params)>;
+
+// What the engine knows of a complete update it hands a buffering aggregator.
+struct BufferedUpdate {
+  std::string_view client;  // the client's id (its authenticated key's name)
+  double samples = 0;       // the samples it claimed, as bounded by the engine
+  uint64_t steps = 0;       // its local steps
+  double weight = 0;        // its weight n_k, as its chunks declared it
 };
 
 class Aggregator {
@@ -77,8 +94,9 @@ class Aggregator {
   // At settlement (linear aggregators, dispatch order): the weight the update of (capped)
   // weight `weight` and `steps` local steps is folded with. Records it in the round's totals.
   virtual double settleFoldWeight(double weight, uint64_t steps) { return weight; }
-  // Buffering aggregators: keeps a complete update of updateSize() values.
-  virtual Status buffer(const float* update, size_t n);
+  // Buffering aggregators: keeps a complete update of updateSize() values (already clipped
+  // to aggregation.clip_norm when that is set). An error rejects the update.
+  virtual Status buffer(const float* update, size_t n, const BufferedUpdate& facts);
 
   // Turns the round's running sum (updateSize() values) into G, in place in its first P
   // values. False, with `failure` saying why, when it is not usable; then no state changed.
@@ -164,7 +182,9 @@ class RobustMeanAggregator : public Aggregator {
                        uint64_t n_params)
       : Aggregator(kind, n_params), robust_(std::move(robust)) {}
   bool buffersUpdates() const override { return true; }
-  Status buffer(const float* update, size_t n) override { return robust_->add(update, n); }
+  Status buffer(const float* update, size_t n, const BufferedUpdate& /*facts*/) override {
+    return robust_->add(update, n);
+  }
   bool pseudoGradient(float* sum, const RoundTotals& totals, std::string* failure) override;
   void clearRound() override { robust_->clear(); }
 

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,6 +104,9 @@ struct EngineOptions {
   // median, trimmed_mean: coordinate-wise over complete updates, unweighted (buffered within
   // robust_buffer_bytes, spilled to a temporary file beyond).
   AggregatorKind aggregator = AggregatorKind::kFedAvg;  // engine/aggregator.h
+  // kCustom: builds the run's aggregator for a model of n values (a buffering one: its
+  // buffersUpdates() is true). Supplied by the driver; the engine calls it once.
+  AggregatorFactory custom_aggregator;
   double trim_fraction = 0.1;
   double clip_norm = 0;  // > 0: each update is scaled to at most this L2 norm before averaging
   // Norm bound (protocol step 8a): an update whose delta norm exceeds norm_bound x the

@@ -218,7 +218,12 @@ Status RoundEngine::bufferComplete(Participant& p, uint64_t token) {
   if (clip < 1) {
     for (float& v : full) v = static_cast<float>(v * clip);
   }
-  return aggregator_->buffer(full.data(), full.size());
+  BufferedUpdate facts;
+  facts.client = p.client;
+  facts.samples = static_cast<double>(p.summary.n_samples);
+  facts.steps = p.summary.steps;
+  facts.weight = p.weight;
+  return aggregator_->buffer(full.data(), full.size(), facts);
 }
 
 std::optional<double> RoundEngine::normBoundScale(double norm, double median,
@@ -235,6 +240,7 @@ bool RoundEngine::applyServerStep(uint32_t completed) {
   step_failure_.clear();
   // The pseudo-gradient G, computed in place in the first n values of sum_.
   RoundTotals totals;
+  totals.round = round_;
   totals.weight = sum_weight_;
   totals.completed = completed;
   totals.registered_clients = clients_.size();

@@ -43,7 +43,8 @@ wire::Hello Simulator::helloFor(uint64_t k, const ClientProfile& p, uint64_t ses
   return h;
 }
 
-Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote) {
+Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote,
+                       engine::AggregatorFactory custom_aggregator) {
   config_ = config;
   remote_ = std::move(remote);
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
@@ -111,6 +112,7 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
   for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
+  eo.custom_aggregator = std::move(custom_aggregator);
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
   hparams_ = eo.hparams;
   engine_ = std::make_unique<engine::RoundEngine>(eo, std::move(params));
@@ -328,7 +330,13 @@ void Simulator::handle(const Event& e) {
 Result<SimSummary> Simulator::run() {
   if (!already_finished_.empty()) return failedPrecondition(already_finished_);
   const auto wall0 = std::chrono::steady_clock::now();
-  if (progress_->active()) spdlog::set_level(spdlog::level::warn);  // the bar says it
+  // The bar says what the per-round lines would; the caller's level comes back however run()
+  // ends.
+  struct RestoreLevel {
+    spdlog::level::level_enum level;
+    ~RestoreLevel() { spdlog::set_level(level); }
+  } restore{spdlog::get_level()};
+  if (progress_->active()) spdlog::set_level(spdlog::level::warn);
   engine_->start(now_);
   FEDFLEET_RETURN_IF_ERROR(carryOut());
   while (!driver_->finished()) {
@@ -399,7 +407,6 @@ Result<SimSummary> Simulator::run() {
     FEDFLEET_RETURN_IF_ERROR(carryOut());
   }
   progress_->finish();
-  spdlog::set_level(spdlog::level::info);
   summary_.run_id = run_id_;
   summary_.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -425,9 +432,10 @@ Result<SimSummary> Simulator::run() {
 using internal::Simulator;
 
 Result<std::unique_ptr<FleetSimulator>> FleetSimulator::create(
-    const config::Config& config, std::shared_ptr<RemoteWorkers> remote) {
+    const config::Config& config, std::shared_ptr<RemoteWorkers> remote,
+    engine::AggregatorFactory custom_aggregator) {
   auto sim = std::make_unique<Simulator>();
-  FEDFLEET_RETURN_IF_ERROR(sim->init(config, std::move(remote)));
+  FEDFLEET_RETURN_IF_ERROR(sim->init(config, std::move(remote), std::move(custom_aggregator)));
   return std::unique_ptr<FleetSimulator>(std::move(sim));
 }
 

@@ -34,6 +34,7 @@
 #include "common/config/config.h"
 #include "common/history/history.h"
 #include "common/status.h"
+#include "engine/aggregator.h"
 #include "sim/remote_workers.h"
 
 namespace fedfleet::sim {
@@ -66,8 +67,11 @@ class FleetSimulator {
   // file at fault. With `remote` (the MPI ranks of sim/mpi_workers.h), the virtual clients'
   // training and the server's evaluation run there, and this process's sim.workers threads only
   // encode the updates and wait; the history is the same as without it.
+  // `custom_aggregator` builds the aggregator of aggregation.method = "custom" (a Python
+  // strategy); without it that method is refused.
   static Result<std::unique_ptr<FleetSimulator>> create(
-      const config::Config& config, std::shared_ptr<RemoteWorkers> remote = nullptr);
+      const config::Config& config, std::shared_ptr<RemoteWorkers> remote = nullptr,
+      engine::AggregatorFactory custom_aggregator = nullptr);
   virtual ~FleetSimulator() = default;
 
   // Runs every round. Errors: a history write that fails (the run stops; what was committed

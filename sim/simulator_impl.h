@@ -231,7 +231,8 @@ class Simulator final : public FleetSimulator, private driver::DriverPort {
  public:
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
   ~Simulator() override { pool_.reset(); }
-  Status init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote);
+  Status init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote,
+              engine::AggregatorFactory custom_aggregator);
   const std::string& alreadyFinished() const override { return already_finished_; }
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }

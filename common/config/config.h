@@ -22,7 +22,7 @@ namespace fedfleet::config {
 enum class SampleFrom { kClients, kPartitions };          // coordinator.sample_from
 enum class PolicyMode { kSync, kAsync, kDecentralized };  // policy.mode
 enum class DeadlineKind { kFixed, kPercentile };          // policy.deadline
-enum class AggregationMethod { kFedAvg, kFedNova, kScaffold, kMedian, kTrimmedMean };
+enum class AggregationMethod { kFedAvg, kFedNova, kScaffold, kMedian, kTrimmedMean, kCustom };
 enum class ServerOptimizer { kFedAvg, kFedAvgM, kFedAdagrad, kFedAdam, kFedYogi };
 enum class NormBoundAction { kClip, kReject };                 // aggregation.norm_bound_action
 enum class SelectorKind { kUniform, kOort, kAvailability };    // selection.selector
@@ -60,12 +60,14 @@ struct ChoiceNames<DeadlineKind> {
 };
 template <>
 struct ChoiceNames<AggregationMethod> {
-  static constexpr NameTable<AggregationMethod, 5> kNames{
+  static constexpr NameTable<AggregationMethod, 6> kNames{
       {{AggregationMethod::kFedAvg, "fedavg"},
        {AggregationMethod::kFedNova, "fednova"},
        {AggregationMethod::kScaffold, "scaffold"},
        {AggregationMethod::kMedian, "median"},
-       {AggregationMethod::kTrimmedMean, "trimmed_mean"}}};
+       {AggregationMethod::kTrimmedMean, "trimmed_mean"},
+       // A Python strategy (fedfleet.Strategy), given to fedfleet.simulate or serve.
+       {AggregationMethod::kCustom, "custom"}}};
 };
 template <>
 struct ChoiceNames<ServerOptimizer> {

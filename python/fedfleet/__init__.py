@@ -17,10 +17,11 @@ from .config import Config
 from .history import History, Run
 from .serve import Server, keygen, serve
 from .simulate import simulate
+from .strategy import Strategy, Update
 
 __version__ = "0.1.0"
-__all__ = ["Config", "ConfigError", "Error", "History", "ModelError", "Run", "Server", "keygen",
-           "serve", "set_log_level", "simulate"]
+__all__ = ["Config", "ConfigError", "Error", "History", "ModelError", "Run", "Server", "Strategy",
+           "Update", "keygen", "serve", "set_log_level", "simulate"]
 
 # The engine's own log lines (one per round, at info) would repeat what the progress display
 # shows: warnings and errors only, unless set_log_level("info") asks for them.

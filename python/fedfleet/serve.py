@@ -92,7 +92,7 @@ class Server:
 def serve(config: Union[Config, str, os.PathLike, dict, None] = None, *, model: Any = None,
           test: Any = None, keys: Optional[Union[str, os.PathLike]] = None,
           db: Optional[Union[str, os.PathLike]] = None, bind: Optional[str] = None,
-          progress: Union[bool, str] = True, wait: bool = True,
+          progress: Union[bool, str] = True, wait: bool = True, strategy: Any = None,
           **more: Any) -> Union[Run, Server]:
     """Runs the coordinator service of `config` in this process (`fedfleet coordinator`):
     it waits for clients, samples them each round, aggregates their updates and records every
@@ -102,7 +102,8 @@ def serve(config: Union[Config, str, os.PathLike, dict, None] = None, *, model: 
       or `fedfleet model export`), a ScriptModule or a built-in name. test: (x, y) tensors or a
       Dataset the coordinator evaluates on (a tensors file). keys: the folder of
       `fedfleet.keygen` (coordinator.key_secret and clients/). bind: the address to listen on
-      ("tcp://127.0.0.1:*" picks a free port: Server.endpoint says which).
+      ("tcp://127.0.0.1:*" picks a free port: Server.endpoint says which). strategy: a
+      fedfleet.Strategy that aggregates the clients' updates (aggregation.method "custom").
 
     wait=True runs to the end and returns the Run (Ctrl-C stops it cleanly); wait=False returns
     a Server at once, with the run going on in this process."""
@@ -116,8 +117,10 @@ def serve(config: Union[Config, str, os.PathLike, dict, None] = None, *, model: 
         cfg["coordinator.keys_dir"] = os.path.abspath(os.fspath(keys))
     if bind is not None:
         cfg["coordinator.bind"] = bind
+    if strategy is not None:
+        cfg["aggregation.method"] = "custom"
     cfg.validate()
-    job = _core.Coordinator(cfg._c)
+    job = _core.Coordinator(cfg._c, strategy)
     if not wait:
         return Server(job, cfg, db, int(cfg["run.rounds"]), progress)
     try:

@@ -30,7 +30,7 @@ def files_folder(db: str) -> str:
 
 def simulate(config: Union[Config, str, os.PathLike, dict, None] = None, *, model: Any = None,
              train: Any = None, test: Any = None, db: Optional[Union[str, os.PathLike]] = None,
-             progress: Union[bool, str] = True, resume: bool = False,
+             progress: Union[bool, str] = True, resume: bool = False, strategy: Any = None,
              max_dataset_bytes: int = _inputs.MAX_DATASET_BYTES, **keys: Any) -> Run:
     """Simulates the fleet of `config` on this host with the coordinator's own round engine
     (`fedfleet sim`), and returns the Run: its history, summary and models.
@@ -46,6 +46,8 @@ def simulate(config: Union[Config, str, os.PathLike, dict, None] = None, *, mode
       lines on stderr, False nothing.
     resume: continue the interrupted run of this config's run.name in db (`--resume`): the same
       config, model and data give the same history as a run that was never stopped.
+    strategy: a fedfleet.Strategy that aggregates instead of the built-in methods
+      (aggregation.method becomes "custom"; fedfleet.strategy says what it is given).
     keys: further configuration keys (rounds=30, **{"train.lr": 0.05}).
 
     Ctrl-C (KeyboardInterrupt) stops the run cleanly: the rounds committed stay in the history
@@ -66,8 +68,14 @@ def simulate(config: Union[Config, str, os.PathLike, dict, None] = None, *, mode
     cfg["sim.progress"] = "off"  # the progress shown is this package's
     if resume:
         cfg["coordinator.resume"] = True
+    if strategy is not None:
+        if cfg["policy.mode"] == "decentralized":
+            raise _core.ConfigError("strategy: a decentralised run has no coordinator to "
+                                    "aggregate; its peers average as decentralized.algorithm "
+                                    "says")
+        cfg["aggregation.method"] = "custom"
     cfg.validate()
-    job = _core.Simulation(cfg._c)
+    job = _core.Simulation(cfg._c, strategy)
     try:
         if job.already_finished:
             print(job.already_finished)

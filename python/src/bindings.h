@@ -4,6 +4,7 @@
 //   jobs.cc      _core.Simulation and _core.Coordinator: a run on a thread of its own, which
 //                Python waits for with the GIL released, stops on KeyboardInterrupt and reads
 //                round by round
+//   strategy.cc  a fedfleet.Strategy as the engine's aggregator (aggregation.method = "custom")
 //   commands.cc  _core.command: the CLI's read and write commands (history, report, model,
 //                keygen) run in-process, their output returned as text
 // The pure-Python layer over them is python/fedfleet/.
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "common/status.h"
+#include "engine/aggregator.h"
 
 namespace fedfleet::python {
 
@@ -36,6 +38,10 @@ class StatusError : public std::runtime_error {
 inline void check(const Status& status) {
   if (!status.isOk()) throw StatusError(status);
 }
+
+// The engine's aggregator for a fedfleet.Strategy (fedfleet/strategy.py), or none for None.
+// Call with the GIL held; the aggregator takes the GIL for each call into Python.
+engine::AggregatorFactory strategyAggregator(py::object strategy);
 
 void bindErrors(py::module_& m);
 void bindConfig(py::module_& m);

@@ -133,14 +133,14 @@ py::object optionalFloat(const std::optional<double>& v) {
 // run. Created (data read, model built, history opened) in the constructor.
 class Simulation : public Job {
  public:
-  explicit Simulation(const config::Config& config) : config_(config) {
+  Simulation(const config::Config& config, engine::AggregatorFactory strategy) : config_(config) {
     if (config_.policy.mode == config::PolicyMode::kDecentralized) {
       auto created = sim::PeerSimulator::create(config_);
       check(created.status());
       peer_ = std::move(*created);
       return;
     }
-    auto created = sim::FleetSimulator::create(config_);
+    auto created = sim::FleetSimulator::create(config_, nullptr, std::move(strategy));
     check(created.status());
     fleet_ = std::move(*created);
     fleet_->setRoundObserver([this](const history::RoundRecord& r) { pushRound(r); });
@@ -222,13 +222,13 @@ class Simulation : public Job {
 // bound in the constructor; clients connect to bound_endpoint while it runs.
 class Coordinator : public Job {
  public:
-  explicit Coordinator(const config::Config& config) {
+  Coordinator(const config::Config& config, engine::AggregatorFactory strategy) {
     if (config.policy.mode == config::PolicyMode::kDecentralized) {
       auto created = coordinator::PeerCoordinator::create(config);
       check(created.status());
       peer_ = std::move(*created);
     } else {
-      auto created = coordinator::CoordinatorService::create(config);
+      auto created = coordinator::CoordinatorService::create(config, std::move(strategy));
       check(created.status());
       service_ = std::move(*created);
     }
@@ -288,8 +288,14 @@ void bindJobs(py::module_& m) {
 
   py::class_<Simulation, Job>(m, "Simulation",
                               "A simulated fleet (or decentralised peers) of a configuration.")
-      .def(py::init<const config::Config&>(), py::arg("config"), release,
-           "Reads the data, builds the model and opens the history; errors as fedfleet sim's.")
+      .def(py::init([](const config::Config& config, py::object strategy) {
+             auto aggregator = strategyAggregator(std::move(strategy));
+             py::gil_scoped_release unlocked;
+             return std::make_unique<Simulation>(config, std::move(aggregator));
+           }),
+           py::arg("config"), py::arg("strategy") = py::none(),
+           "Reads the data, builds the model and opens the history; errors as fedfleet sim's. "
+           "strategy: a fedfleet.Strategy for aggregation.method = \"custom\".")
       .def_property_readonly("already_finished", &Simulation::alreadyFinished,
                              "A resumed run with nothing left to do: what to say instead.")
       .def_property_readonly("run_id", &Simulation::runId)
@@ -297,9 +303,14 @@ void bindJobs(py::module_& m) {
 
   py::class_<Coordinator, Job>(m, "Coordinator",
                                "The coordinator service of a configuration, in this process.")
-      .def(py::init<const config::Config&>(), py::arg("config"), release,
+      .def(py::init([](const config::Config& config, py::object strategy) {
+             auto aggregator = strategyAggregator(std::move(strategy));
+             py::gil_scoped_release unlocked;
+             return std::make_unique<Coordinator>(config, std::move(aggregator));
+           }),
+           py::arg("config"), py::arg("strategy") = py::none(),
            "Binds, loads the test data and opens the history; errors as fedfleet "
-           "coordinator's.")
+           "coordinator's. strategy: a fedfleet.Strategy for aggregation.method = \"custom\".")
       .def_property_readonly("bound_endpoint", &Coordinator::boundEndpoint,
                              "The address clients connect to (with the port chosen).")
       .def_property_readonly("run_id", &Coordinator::runId);

@@ -42,8 +42,18 @@ def test_serve_coordinates_command_line_clients_and_records_the_run(tmp_path, da
                              "coordinator.wait_clients_s": 60, "data.partition": "none",
                              "data.num_classes": 4, "train.lr": 0.1, "run.name": "served"})
     torch.manual_seed(0)
+    seen = []
+
+    class Watching(fedfleet.strategy.FedAvg):
+        """FedAvg that notes each update: the strategy runs on the service's thread."""
+
+        def accumulate(self, update):
+            seen.append(update.client)
+            super().accumulate(update)
+
     with fedfleet.serve(cfg, model=BnNet(), test=(xt, yt), keys=keys, db=tmp_path / "s.db",
-                        bind="tcp://127.0.0.1:*", wait=False, progress=False) as server:
+                        bind="tcp://127.0.0.1:*", wait=False, progress=False,
+                        strategy=Watching()) as server:
         assert server.endpoint.startswith("tcp://127.0.0.1:")
         client_cfg = server.config.copy()
         client_cfg.save(tmp_path / "client.toml")
@@ -64,6 +74,9 @@ def test_serve_coordinates_command_line_clients_and_records_the_run(tmp_path, da
     clients_seen = {c for (c,) in con.execute(
         "SELECT DISTINCT client_id FROM updates WHERE run_id = ?", (run.run_id,))}
     assert len(clients_seen) == 2
+    # The strategy aggregated every round: each client's update, by its key's name.
+    assert sorted(seen) == ["client-1", "client-1", "client-2", "client-2"]
+    assert run.config()["aggregation.method"] == "custom"
     # The served model comes back trained.
     net = run.model("last")
     net.eval()

@@ -189,3 +189,19 @@ def test_a_decentralised_run_returns_its_peers(tmp_path):
     stored = con.execute("SELECT COUNT(DISTINCT peer) FROM peer_iterations WHERE run_id = ?",
                          (run.run_id,)).fetchone()[0]
     assert stored == 4
+
+
+def test_the_engine_stays_quiet_unless_asked_run_after_run(capfd, tmp_path):
+    cfg = fedfleet.Config(**{"data.format": "synthetic", "model.name": "logreg",
+                             "sim.clients": 20, "coordinator.clients_per_round": 4,
+                             "run.rounds": 2})
+    for i in range(2):
+        fedfleet.simulate(cfg, db=tmp_path / f"q{i}.db", progress=False)
+    err = capfd.readouterr().err
+    assert " info " not in err, err
+    fedfleet.set_log_level("info")
+    try:
+        fedfleet.simulate(cfg, db=tmp_path / "loud.db", progress=False)
+    finally:
+        fedfleet.set_log_level("warn")
+    assert " info round   2 ok" in capfd.readouterr().err

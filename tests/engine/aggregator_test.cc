@@ -27,11 +27,12 @@ void fold(V& sum, const V& update, double w) {
 }
 
 TEST(Aggregator, NamesParseToKindsAndBack) {
-  for (const char* name : {"fedavg", "fednova", "scaffold", "median", "trimmed_mean"}) {
+  for (const char* name : {"fedavg", "fednova", "scaffold", "median", "trimmed_mean", "custom"}) {
     auto kind = parseAggregatorKind(name);
     ASSERT_TRUE(kind.isOk()) << name;
     EXPECT_STREQ(aggregatorName(*kind), name);
-    EXPECT_STREQ(make(*kind, 2)->name(), name);
+    // custom needs a driver's factory (ACustomAggregatorComesFromTheDriversFactory).
+    if (*kind != AggregatorKind::kCustom) EXPECT_STREQ(make(*kind, 2)->name(), name);
   }
   EXPECT_EQ(parseAggregatorKind("krum").status().code(), StatusCode::kInvalidArgument);
 }
@@ -118,22 +119,85 @@ TEST(Aggregator, ScaffoldStateRoundTripsAndWrongSizesAreCorrupt) {
 TEST(Aggregator, MedianAndTrimmedMeanAreCoordinateWiseOverBufferedUpdates) {
   auto median = make(AggregatorKind::kMedian, 2);
   EXPECT_TRUE(median->buffersUpdates());
-  for (const V& u : {V{1, 10}, V{5, -2}, V{2, 3}}) ASSERT_TRUE(median->buffer(u.data(), 2).isOk());
+  for (const V& u : {V{1, 10}, V{5, -2}, V{2, 3}})
+    ASSERT_TRUE(median->buffer(u.data(), 2, {}).isOk());
   V g(2);
   std::string failure;
   ASSERT_TRUE(median->pseudoGradient(g.data(), RoundTotals{3, 3, 3}, &failure));
   EXPECT_EQ(g, (V{2, 3}));
 
   auto trimmed = make(AggregatorKind::kTrimmedMean, 1, 0.25);
-  for (float v : {1.0f, 2.0f, 3.0f, 100.0f}) ASSERT_TRUE(trimmed->buffer(&v, 1).isOk());
+  for (float v : {1.0f, 2.0f, 3.0f, 100.0f}) ASSERT_TRUE(trimmed->buffer(&v, 1, {}).isOk());
   ASSERT_TRUE(trimmed->pseudoGradient(g.data(), RoundTotals{4, 4, 4}, &failure));
   EXPECT_EQ(g[0], 2.5f);  // one value dropped at each end: (2 + 3) / 2
   // After clearRound the next round starts empty.
   trimmed->clearRound();
   float one = 7;
-  ASSERT_TRUE(trimmed->buffer(&one, 1).isOk());
+  ASSERT_TRUE(trimmed->buffer(&one, 1, {}).isOk());
   ASSERT_TRUE(trimmed->pseudoGradient(g.data(), RoundTotals{1, 1, 4}, &failure));
   EXPECT_EQ(g[0], 7.0f);
+}
+
+// A driver's own aggregator (the Python package's strategies): built by its factory, refused
+// without one, and handed each complete update with what the engine knows of it.
+class RecordingAggregator : public Aggregator {
+ public:
+  explicit RecordingAggregator(uint64_t n) : Aggregator(AggregatorKind::kCustom, n) {}
+  bool buffersUpdates() const override { return true; }
+  Status buffer(const float* update, size_t n, const BufferedUpdate& facts) override {
+    clients.emplace_back(facts.client);
+    samples += facts.samples;
+    last.assign(update, update + n);
+    return Status::ok();
+  }
+  bool pseudoGradient(float* sum, const RoundTotals& totals, std::string* failure) override {
+    if (totals.round == 13) {
+      *failure = "unlucky";
+      return false;
+    }
+    std::copy(last.begin(), last.end(), sum);
+    return true;
+  }
+  std::vector<std::string> clients;
+  double samples = 0;
+  V last;
+};
+
+TEST(Aggregator, ACustomAggregatorComesFromTheDriversFactory) {
+  EngineOptions o;
+  o.aggregator = AggregatorKind::kCustom;
+  EXPECT_EQ(parseAggregatorKind("custom").value(), AggregatorKind::kCustom);
+  Status refused = validateAggregatorOptions(o);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("the fedfleet command has none"), std::string::npos)
+      << refused.message();
+  uint64_t asked = 0;
+  o.custom_aggregator = [&](uint64_t n) {
+    asked = n;
+    return std::make_unique<RecordingAggregator>(n);
+  };
+  EXPECT_TRUE(validateAggregatorOptions(o).isOk());
+  auto agg = Aggregator::create(o, 3);
+  EXPECT_EQ(asked, 3u);
+  EXPECT_EQ(agg->kind(), AggregatorKind::kCustom);
+  EXPECT_STREQ(agg->name(), "custom");
+  const V u{1, 2, 3};
+  BufferedUpdate facts;
+  facts.client = "client-7";
+  facts.samples = 40;
+  ASSERT_TRUE(agg->buffer(u.data(), 3, facts).isOk());
+  auto* rec = static_cast<RecordingAggregator*>(agg.get());
+  EXPECT_EQ(rec->clients, std::vector<std::string>{"client-7"});
+  EXPECT_EQ(rec->samples, 40);
+  V g(3);
+  std::string failure;
+  RoundTotals totals;
+  totals.round = 2;
+  ASSERT_TRUE(agg->pseudoGradient(g.data(), totals, &failure));
+  EXPECT_EQ(g, u);
+  totals.round = 13;
+  EXPECT_FALSE(agg->pseudoGradient(g.data(), totals, &failure));
+  EXPECT_EQ(failure, "unlucky");
 }
 
 TEST(Aggregator, ValidationRefusesATrimFractionOutOfRange) {
