@@ -111,26 +111,31 @@ int createAndRun(const char* command, const Options& options, Runtime*& slot,
   return signalExitCode();
 }
 
-// The CURVE key pair of `name` and the coordinator's public key, from `keys_dir`; false after
-// printing what is missing and the keygen command that makes it.
-bool readClientKeys(const char* command, const std::string& keys_dir, const std::string& name,
-                    transport::KeyPair* keys, std::string* server_key) {
+// The CURVE key pair of `name` and the coordinator's public key, from `keys_dir`; kNotFound
+// saying what is missing and the keygen command that makes it.
+Status readClientKeys(const std::string& keys_dir, const std::string& name,
+                      transport::KeyPair* keys, std::string* server_key) {
   auto pair = transport::readKeyPair(keys_dir, name);
   if (!pair.isOk()) {
-    std::cerr << "fedfleet " << command << ": " << pair.status().message()
-              << " (create keys with `fedfleet keygen --dir " << keys_dir << " --name " << name
-              << "`)\n";
-    return false;
+    return Status(pair.status().code(), pair.status().message() +
+                                            " (create keys with `fedfleet keygen --dir " +
+                                            keys_dir + " --name " + name + "`)");
   }
   auto server = transport::readPublicKeyFile(keys_dir + "/coordinator.key");
   if (!server.isOk()) {
-    std::cerr << "fedfleet " << command << ": coordinator public key: " << server.status().message()
-              << "\n";
-    return false;
+    return Status(server.status().code(), "coordinator public key: " + server.status().message());
   }
   *keys = std::move(pair).value();
   *server_key = std::move(server).value();
-  return true;
+  return Status::ok();
+}
+
+// readClientKeys, its error printed after "fedfleet `command`: "; false then.
+bool readClientKeys(const char* command, const std::string& keys_dir, const std::string& name,
+                    transport::KeyPair* keys, std::string* server_key) {
+  Status st = readClientKeys(keys_dir, name, keys, server_key);
+  if (!st.isOk()) std::cerr << "fedfleet " << command << ": " << st.message() << "\n";
+  return st.isOk();
 }
 
 }  // namespace
@@ -424,28 +429,21 @@ int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
                       [](const sim::SimSummary& s) { return sim::formatSummary(s); });
 }
 
-int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, bool insecure_flag) {
-  config::Config config;
-  Status st = buildConfig(f, overrides, config);
-  if (!st.isOk()) {
-    std::cerr << "fedfleet client: " << st.message() << "\n";
-    return 2;
-  }
-  if (config.dataFormat() == data::DataFormat::kSynthetic) {
-    std::cerr << "fedfleet client: data.format = \"synthetic\" is generated per device by the "
-                 "simulator (fedfleet sim); a client process trains fashion-mnist or its own "
-                 "files\n";
-    return 2;
+}  // namespace
+
+Result<client::ClientRuntimeOptions> clientRuntimeOptions(const config::Config& config,
+                                                          bool insecure_flag, bool read_data) {
+  if (config.dataFormat() == data::DataFormat::kSynthetic && read_data) {
+    return invalidArgument(
+        "data.format = \"synthetic\" is generated per device by the simulator (fedfleet sim); "
+        "a client process trains fashion-mnist or its own files");
   }
   const auto& cc = config.client;
   client::ClientRuntimeOptions o;
-  if (config.readsDataFiles()) {
+  if (read_data && config.readsDataFiles()) {
     // This client's own files: it trains all of them (data.partition = "none").
     auto own = driver::loadOwnData(config);
-    if (!own.isOk()) {
-      std::cerr << "fedfleet client: " << own.status().toString() << "\n";
-      return own.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-    }
+    if (!own.isOk()) return Status(own.status().code(), own.status().toString());
     spdlog::info("client: {} samples of its own ({} {}), {} held out for federated evaluation",
                  own->train.size(), config.dataFormatName(), config.data.path, own->test.size());
     o.own_data = std::make_shared<const data::Dataset>(std::move(own->train));
@@ -481,12 +479,29 @@ int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, b
   if (o.transport.insecure) {
     spdlog::warn("--insecure: this client talks to the coordinator in plain text");
   } else {
-    if (!readClientKeys("client", cc.keys_dir, o.client_id, &o.transport.client_keys,
-                        &o.transport.server_public_key)) {
-      return 2;
-    }
+    Status keys = readClientKeys(cc.keys_dir, o.client_id, &o.transport.client_keys,
+                                 &o.transport.server_public_key);
+    // The command exits 2 for it: a usage error, as a missing config file is.
+    if (!keys.isOk()) return invalidArgument(keys.message());
   }
-  return createAndRun<client::ClientRuntime>("client", o, g_client);
+  return o;
+}
+
+namespace {
+
+int runClient(const ConfigFlags& f, const std::vector<std::string>& overrides, bool insecure_flag) {
+  config::Config config;
+  Status st = buildConfig(f, overrides, config);
+  if (!st.isOk()) {
+    std::cerr << "fedfleet client: " << st.message() << "\n";
+    return 2;
+  }
+  auto o = clientRuntimeOptions(config, insecure_flag, /*read_data=*/true);
+  if (!o.isOk()) {
+    std::cerr << "fedfleet client: " << o.status().message() << "\n";
+    return o.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return createAndRun<client::ClientRuntime>("client", *o, g_client);
 }
 
 int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t clients,

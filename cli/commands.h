@@ -3,11 +3,22 @@
 
 #include <string>
 
+#include "client/client_runtime.h"
+#include "common/config/config.h"
+#include "common/status.h"
+
 namespace fedfleet::cli {
 
 // Returns the process exit status: 0 on success, 1 on a runtime failure, 2 on bad usage or
 // configuration (the message names the flag, key or file).
 int main(int argc, char** argv);
+
+// What `fedfleet client` runs with: the runtime's options from `config` (its own data files read
+// when `read_data` and the config names them; its CURVE keys from client.keys_dir unless
+// insecure). kInvalidArgument for what the command exits 2 for (the message says what to do),
+// the data loader's code otherwise.
+Result<client::ClientRuntimeOptions> clientRuntimeOptions(const config::Config& config,
+                                                          bool insecure, bool read_data);
 
 // fedfleet's log on stderr at `level` (trace, debug, info, warn, error, off), as every command
 // sets it up.

@@ -116,6 +116,8 @@ class ZmqClient final : public ClientRuntime {
   int receiveTimeoutMs(double now, int idle_ms) const;
   // Runs on the worker thread.
   void train(TrainingJob& job);
+  // train() with options_.custom_training.
+  Status trainCustom(TrainingJob& job);
 
   // Constant after init.
   ClientRuntimeOptions options_;
@@ -227,7 +229,64 @@ void ZmqClient::sayHello(double now) {
   send(h);
 }
 
+Status ZmqClient::trainCustom(TrainingJob& job) {
+  const TrainingRequest& req = *job.request;
+  const wire::Task& t = req.task;
+  TrainingOutcome& out = job.outcome;
+  if (t.hparams.scaffold) {
+    return invalidArgument(
+        "this client trains with its own loop (fedfleet.Client), which does not keep "
+        "SCAFFOLD's control variate; run it with aggregation.method other than scaffold");
+  }
+  // The model only for its layout: the caller's loop holds the module and the data. (A
+  // built-in model has Fashion-MNIST's input here; another input needs the TorchScript file.)
+  const std::string model_key = t.model_name;
+  auto mit = models_.find(model_key);
+  if (mit == models_.end()) {
+    FEDFLEET_ASSIGN_OR_RETURN(auto m,
+                              model::createModel(t.model_name, 0, options_.torchscript_path));
+    if (!local_) {
+      FEDFLEET_ASSIGN_OR_RETURN(model::LocalPart part,
+                                model::LocalPart::of(m->layout(), options_.local_patterns));
+      FEDFLEET_ASSIGN_OR_RETURN(
+          local_, model::LocalState::open(std::move(part), options_.local_state_path));
+    }
+    mit = models_.emplace(model_key, std::move(m)).first;
+  }
+  const model::Layout layout = mit->second->layout();
+  std::vector<float> start = floatsOf(*req.model_bytes);
+  if (local_) local_->applyTo(start);
+  const double t0 = steadyNow();
+  FEDFLEET_ASSIGN_OR_RETURN(ClientRuntimeOptions::CustomUpdate u,
+                            options_.custom_training(t, layout, start, job.stop));
+  if (u.delta.size() != layout.total) {
+    return invalidArgument("the training loop returned " + std::to_string(u.delta.size()) +
+                           " values for a model of " + std::to_string(layout.total));
+  }
+  if (u.samples == 0) return invalidArgument("the training loop reported 0 samples");
+  TrainResult r;
+  r.delta = std::move(u.delta);
+  r.n_samples = u.samples;
+  r.steps = u.steps;
+  r.mean_loss = u.mean_loss;
+  r.compute_seconds = steadyNow() - t0;
+  if (local_) FEDFLEET_RETURN_IF_ERROR(local_->absorb(start, r.delta));
+  job.trained_at = steadyNow();
+  job.plan = planUploadChunks(layout, t.chunk_bytes, /*scaffold=*/false, req.codec->spec());
+  out.partition_size = u.samples;
+  out.steps = r.steps;
+  out.mean_loss = r.mean_loss;
+  out.compute_seconds = r.compute_seconds;
+  job.result = std::move(r);
+  return Status::ok();
+}
+
 void ZmqClient::train(TrainingJob& job) {
+  if (options_.custom_training) {
+    job.outcome.status = trainCustom(job);
+    job.done.store(true);
+    return;
+  }
   const TrainingRequest& req = *job.request;
   const wire::Task& t = req.task;
   TrainingOutcome& out = job.outcome;

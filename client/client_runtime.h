@@ -68,12 +68,14 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/compress/error_feedback.h"
 #include "common/data/dataset.h"
+#include "common/model/model.h"
 #include "common/status.h"
 #include "common/transport/transport.h"
 #include "common/wire/messages.h"
@@ -128,6 +130,25 @@ struct ClientRuntimeOptions {
   // client.local_dp_min_noise: tasks whose local DP is off or noises with a smaller multiplier
   // are refused (ClientSessionOptions::local_dp_min_noise); 0: off.
   double local_dp_min_noise = 0;
+
+  // A training loop of the caller's own in place of the built-in Trainer (the Python package's
+  // fedfleet.Client). Called on the training thread with the task, the model's layout (from
+  // model.path or the built-in model's name) and the values the task starts from; `stop` turns
+  // true when the coordinator gives up on the task. It returns the update; the client then does
+  // all it does with its own (the local part, local DP, the codec and its residual, the upload
+  // pipeline and credits, secure aggregation's masking). An error fails the task with its text
+  // (cut to what an Error frame carries). Such a client holds no data of its own here: own_data
+  // and data_dir are not read. SCAFFOLD tasks are refused.
+  struct CustomUpdate {
+    std::vector<float> delta;  // final - start, in the layout's order
+    uint64_t samples = 0;      // the samples it holds (FedAvg's weight), > 0
+    uint64_t steps = 0;        // optimiser steps taken
+    double mean_loss = 0;      // mean training loss
+  };
+  using CustomTraining = std::function<Result<CustomUpdate>(
+      const wire::Task& task, const model::Layout& layout, const std::vector<float>& start,
+      const std::atomic<bool>& stop)>;
+  CustomTraining custom_training;
 };
 
 class ClientRuntime {

@@ -58,9 +58,11 @@ ALLOWED = {
             "common/compress", "common/config", "common/crypto", "common/data", "common/history",
             "common/model", "common/transport", "common/wire"},
     # The Python package's native half binds the config, the simulators, the coordinator
-    # service and the CLI's read commands, and gives the engine a Python strategy as its
-    # aggregator: the top layer, beside cli.
-    "python": {"cli", "coordinator", "sim", "engine", "common/config", "common/history"},
+    # service, the client runtime and the CLI's read commands, and gives the engine a Python
+    # strategy as its aggregator and the client runtime a Python training loop: the top layer,
+    # beside cli.
+    "python": {"cli", "client", "coordinator", "sim", "engine", "common/config", "common/history",
+               "common/model", "common/wire"},
 }
 
 # Arrows that exist today and are to go, each by file and header, with why they are still

@@ -8,11 +8,13 @@ run for real, with the same C++ engine as the fedfleet command.
     net = run.model("best")                           # the trained module
 
 Config holds every key of the TOML file; simulate runs `fedfleet sim`, serve `fedfleet
-coordinator`; History reads any history file; keygen writes CURVE keys.
+coordinator`, run_client `fedfleet client` with a Client's own training loop; a Strategy is
+your own aggregation rule; History reads any history file; keygen writes CURVE keys.
 """
 from ._core import ConfigError, Error
 from ._core import set_log_level
 from ._inputs import ModelError
+from .client import Client, FitResult, Task, run_client
 from .config import Config
 from .history import History, Run
 from .serve import Server, keygen, serve
@@ -20,8 +22,9 @@ from .simulate import simulate
 from .strategy import Strategy, Update
 
 __version__ = "0.1.0"
-__all__ = ["Config", "ConfigError", "Error", "History", "ModelError", "Run", "Server", "Strategy",
-           "Update", "keygen", "serve", "set_log_level", "simulate"]
+__all__ = ["Client", "Config", "ConfigError", "Error", "FitResult", "History", "ModelError", "Run",
+           "Server", "Strategy", "Task", "Update", "keygen", "run_client", "serve",
+           "set_log_level", "simulate"]
 
 # The engine's own log lines (one per round, at info) would repeat what the progress display
 # shows: warnings and errors only, unless set_log_level("info") asks for them.

@@ -8,6 +8,8 @@
 #include <optional>
 #include <thread>
 
+#include "cli/commands.h"
+#include "client/client_runtime.h"
 #include "common/config/config.h"
 #include "common/history/records.h"
 #include "coordinator/coordinator_service.h"
@@ -259,6 +261,31 @@ class Coordinator : public Job {
   int64_t closed_run_id_ = 0;
 };
 
+// A client process's runtime (`fedfleet client`) whose training is a fedfleet.Client's fit().
+class Client : public Job {
+ public:
+  Client(const config::Config& config, bool insecure,
+         client::ClientRuntimeOptions::CustomTraining training) {
+    auto options = cli::clientRuntimeOptions(config, insecure, /*read_data=*/false);
+    check(options.status());
+    options->custom_training = std::move(training);
+    auto created = client::ClientRuntime::create(*options);
+    check(created.status());
+    runtime_ = std::move(*created);
+  }
+  ~Client() override { close(); }
+
+ protected:
+  Status body() override { return runtime_->run(); }
+  void requestStop() override {
+    if (runtime_) runtime_->stop();
+  }
+  void release() override { runtime_.reset(); }
+
+ private:
+  std::unique_ptr<client::ClientRuntime> runtime_;
+};
+
 }  // namespace
 
 void bindJobs(py::module_& m) {
@@ -314,6 +341,16 @@ void bindJobs(py::module_& m) {
       .def_property_readonly("bound_endpoint", &Coordinator::boundEndpoint,
                              "The address clients connect to (with the port chosen).")
       .def_property_readonly("run_id", &Coordinator::runId);
+
+  py::class_<Client, Job>(m, "Client",
+                          "A client process's runtime whose training is a fedfleet.Client's.")
+      .def(py::init([](const config::Config& config, py::object client, bool insecure) {
+             auto training = clientTraining(std::move(client));
+             py::gil_scoped_release unlocked;
+             return std::make_unique<Client>(config, insecure, std::move(training));
+           }),
+           py::arg("config"), py::arg("client"), py::arg("insecure") = false,
+           "Reads the keys and connects (asynchronously); errors as fedfleet client's.");
 }
 
 }  // namespace fedfleet::python

@@ -10,16 +10,6 @@
 namespace fedfleet::python {
 namespace {
 
-// The strategy object, released with the GIL held whichever thread lets it go last.
-struct StrategyHolder {
-  explicit StrategyHolder(py::object s) : strategy(std::move(s)) {}
-  ~StrategyHolder() {
-    py::gil_scoped_acquire gil;
-    strategy = py::object();
-  }
-  py::object strategy;
-};
-
 // What a Python exception says, bounded (it ends up in the history's events).
 std::string pythonError(const py::error_already_set& e) {
   std::string what = e.what();
@@ -35,7 +25,7 @@ std::string pythonError(const py::error_already_set& e) {
 // spilling), or one at a time through the strategy's accumulate() when it defines one.
 class PythonAggregator : public engine::Aggregator {
  public:
-  PythonAggregator(std::shared_ptr<StrategyHolder> holder, uint64_t n_params)
+  PythonAggregator(std::shared_ptr<HeldObject> holder, uint64_t n_params)
       : Aggregator(engine::AggregatorKind::kCustom, n_params), holder_(std::move(holder)) {
     py::gil_scoped_acquire gil;
     module_ = py::module_::import("fedfleet.strategy");
@@ -52,12 +42,9 @@ class PythonAggregator : public engine::Aggregator {
   Status buffer(const float* update, size_t n, const engine::BufferedUpdate& facts) override {
     py::gil_scoped_acquire gil;
     try {
-      auto* copy = new std::vector<float>(update, update + n);
-      py::capsule owner(copy, [](void* p) { delete static_cast<std::vector<float>*>(p); });
-      py::array_t<float> values({static_cast<py::ssize_t>(n)}, {sizeof(float)}, copy->data(),
-                                owner);
-      module_.attr("_receive")(holder_->strategy, results_, std::string(facts.client),
-                               facts.samples, facts.steps, facts.weight, values);
+      py::array_t<float> values = arrayOf(update, n);
+      module_.attr("_receive")(holder_->object, results_, std::string(facts.client), facts.samples,
+                               facts.steps, facts.weight, values);
       return Status::ok();
     } catch (const py::error_already_set& e) {
       return invalidArgument("the strategy's accumulate raised " + pythonError(e));
@@ -68,7 +55,7 @@ class PythonAggregator : public engine::Aggregator {
                       std::string* failure) override {
     py::gil_scoped_acquire gil;
     try {
-      py::object g = module_.attr("_aggregate")(holder_->strategy, totals.round, results_,
+      py::object g = module_.attr("_aggregate")(holder_->object, totals.round, results_,
                                                 static_cast<uint64_t>(n_params_));
       auto values = g.cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
       if (static_cast<uint64_t>(values.size()) != n_params_) {
@@ -93,7 +80,7 @@ class PythonAggregator : public engine::Aggregator {
   }
 
  private:
-  std::shared_ptr<StrategyHolder> holder_;
+  std::shared_ptr<HeldObject> holder_;
   // py::object, not py::list: a py::list member would be made (PyList_New) before the
   // constructor takes the GIL.
   py::object module_;
@@ -104,7 +91,7 @@ class PythonAggregator : public engine::Aggregator {
 
 engine::AggregatorFactory strategyAggregator(py::object strategy) {
   if (strategy.is_none()) return nullptr;
-  auto holder = std::make_shared<StrategyHolder>(std::move(strategy));
+  auto holder = std::make_shared<HeldObject>(std::move(strategy));
   return [holder](uint64_t n_params) -> std::unique_ptr<engine::Aggregator> {
     return std::make_unique<PythonAggregator>(holder, n_params);
   };

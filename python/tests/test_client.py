@@ -1,0 +1,148 @@
+"""fedfleet.Client and run_client: three Python client processes with their own training loop,
+over CURVE, against the command's coordinator; a fit that raises and a client killed mid-round."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+import fedfleet
+from conftest import BnNet, blobs
+
+CLIENT = textwrap.dedent("""
+    import sys, time, torch
+    from torch import nn
+    sys.path.insert(0, sys.argv[6])
+    import fedfleet
+    from conftest import blobs
+    name, keys, endpoint, model_path, mode = sys.argv[1:6]
+    i = int(name.split("-")[1])
+    x, y = blobs(2100, 1)
+    x, y = x[(i - 1) * 700:i * 700], y[(i - 1) * 700:i * 700]
+    net = torch.jit.load(model_path)
+
+    class Loop(fedfleet.Client):
+        # A loop of its own: AdamW, its own shuffling, FedProx's term when the task asks.
+        def fit(self, weights, task):
+            print(f"{name} fit round {task.round}", flush=True)
+            if mode == "raise" and task.round == 2:
+                raise ValueError(f"{name}: a bad batch in round 2")
+            if mode == "hang" and task.round == 3:
+                time.sleep(600)
+            net.load_state_dict(weights, strict=False)
+            net.train()
+            opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
+            g = torch.Generator().manual_seed(task.seed + i)
+            losses = []
+            for _ in range(task.epochs):
+                order = torch.randperm(len(y), generator=g)
+                for b in range(0, len(y), task.batch_size):
+                    idx = order[b:b + task.batch_size]
+                    opt.zero_grad()
+                    loss = nn.functional.cross_entropy(net(x[idx]), y[idx]) + task.prox(net)
+                    loss.backward()
+                    opt.step()
+                    losses.append(loss.item())
+            return fedfleet.FitResult(weights=net.state_dict(), samples=len(y),
+                                      steps=len(losses), loss=sum(losses) / len(losses))
+
+    fedfleet.run_client(Loop(), coordinator=endpoint, keys=keys, id=name, model_path=model_path)
+    print(f"{name} served", flush=True)
+""")
+
+
+def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_bin):
+    keys = tmp_path / "keys"
+    fedfleet.keygen(keys, clients=3)
+    torch.manual_seed(0)
+    model_path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(BnNet()), model_path)
+    xt, yt = blobs(500, 2)
+    torch.save({"x": xt, "y": yt}, tmp_path / "test.pt")
+    (tmp_path / "job.toml").write_text(textwrap.dedent(f"""
+        [run]
+        name = "python-clients"
+        rounds = 3
+        [coordinator]
+        clients_per_round = 3
+        min_clients = 3
+        quorum = 2
+        wait_clients_s = 90
+        deadline_s = 90
+        liveness_s = 3
+        [model]
+        name = "torchscript"
+        path = "{model_path}"
+        [data]
+        format = "tensors"
+        partition = "none"
+        test_path = "{tmp_path}/test.pt"
+        num_classes = 4
+        [train]
+        epochs = 1
+        batch = 32
+        lr = 0.01
+    """))
+    db = tmp_path / "c.db"
+    endpoint_file = tmp_path / "endpoint"
+    coord = subprocess.Popen(
+        [fedfleet_bin, "coordinator", "--config", str(tmp_path / "job.toml"), "--db", str(db),
+         "--keys", str(keys), "--bind", "tcp://127.0.0.1:*", "--endpoint-file",
+         str(endpoint_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    clients = []
+    try:
+        deadline = time.monotonic() + 60
+        while not endpoint_file.exists() and time.monotonic() < deadline:
+            assert coord.poll() is None, coord.communicate()[1]
+            time.sleep(0.1)
+        endpoint = endpoint_file.read_text().strip()
+        script = tmp_path / "client.py"
+        script.write_text(CLIENT)
+        here = os.path.dirname(__file__)
+        modes = {"client-1": "plain", "client-2": "hang", "client-3": "raise"}
+        for name, mode in modes.items():
+            clients.append(subprocess.Popen(
+                [sys.executable, str(script), name, str(keys), endpoint, str(model_path), mode,
+                 here], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        # client-2 is killed once it is inside round 3's fit.
+        hang = clients[1]
+        deadline = time.monotonic() + 180
+        for line in hang.stdout:
+            if "fit round 3" in line or time.monotonic() > deadline:
+                break
+        hang.send_signal(signal.SIGKILL)
+        hang.wait(timeout=30)
+        out, err = coord.communicate(timeout=240)
+        assert coord.returncode == 0, err
+        others = [c.communicate(timeout=60)[0] for c in (clients[0], clients[2])]
+    finally:
+        for p in [coord, *clients]:
+            if p.poll() is None:
+                p.kill()
+    for c, text in zip((clients[0], clients[2]), others):
+        assert c.returncode == 0, text
+        assert "served" in text, text
+    con = sqlite3.connect(db)
+    rounds = con.execute("SELECT round, status, completed, test_accuracy FROM rounds "
+                         "ORDER BY round").fetchall()
+    assert [r[0] for r in rounds] == [0, 1, 2, 3]
+    assert [r[1] for r in rounds] == ["initial", "ok", "ok", "ok"]
+    assert rounds[1][2] == 3
+    assert rounds[2][2] == 2 and rounds[3][2] == 2
+    assert rounds[3][3] > rounds[0][3] + 0.2, rounds
+    updates = {(r, c): s for r, c, s in con.execute(
+        "SELECT round, client_id, status FROM updates")}
+    events = con.execute("SELECT kind, client_id, detail FROM events").fetchall()
+    # The fit that raised: that client's error, with the exception's text.
+    assert updates[(2, "client-3")] != "completed", updates
+    assert any(c == "client-3" and "a bad batch in round 2" in (d or "")
+               for _, c, d in events), events
+    # The killed client: dropped in round 3, which completed with the other two.
+    assert updates[(3, "client-2")] == "dropped", updates
+    assert updates[(3, "client-1")] == "completed"
+    assert updates[(3, "client-3")] == "completed"
