@@ -13,11 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
-if [ ! -f "$BUILD_DIR/python/fedfleet/__init__.py" ] || ! ls "$BUILD_DIR"/python/fedfleet/_core*.so > /dev/null 2>&1; then
-  ./scripts/install-deps.sh python
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release > /dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedfleet_python
-fi
+ensure_python_package
 ROUNDS=${ROUNDS:-30}
 REPEATS=${REPEATS:-3}
 CONFIG=examples/configs/sim_mobile_mix.toml

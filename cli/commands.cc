@@ -419,7 +419,7 @@ int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
     }
     remote = std::move(*workers);
   }
-  auto simulator = sim::FleetSimulator::create(config, remote);
+  auto simulator = sim::FleetSimulator::create(config, {remote, nullptr, nullptr});
   if (simulator.isOk() && !(*simulator)->alreadyFinished().empty()) {
     // Nothing to resume: said plainly, and not an error (as the coordinator does).
     std::cout << (*simulator)->alreadyFinished() << "\n";

@@ -114,8 +114,7 @@ struct ClientState {
   size_t job = 0;  // index into the jobs
   const BatchedJob* j = nullptr;
   std::unique_ptr<model::BatchBuilder> builder;
-  std::mt19937_64 rng;
-  std::vector<int64_t> order;
+  PassOrder order{0, 0};
   std::vector<uint32_t> batch_idx;
   size_t pos = 0;    // position within the current pass
   size_t batch = 0;  // this step's batch size
@@ -140,12 +139,11 @@ class BatchRun {
       c->job = r;
       c->j = &jobs[r];
       c->builder = std::make_unique<model::BatchBuilder>(*c->j->data, c10::Device(c10::kCPU));
-      c->rng.seed(c->j->options.seed);
       const size_t m = c->j->indices->size(), bsz = c->j->options.batch_size;
       const uint64_t steps_per_pass = (m + bsz - 1) / bsz;
       c->planned = c->j->options.max_steps > 0 ? c->j->options.max_steps
                                                : uint64_t{c->j->options.epochs} * steps_per_pass;
-      c->order.resize(m);
+      c->order = PassOrder(c->j->options.seed, m);
       active_.push_back(std::move(c));
     }
     sample_ = model::inputShapeOf(*active_.front()->j->data).sample;
@@ -313,8 +311,7 @@ class BatchRun {
     for (auto& c : active_) {
       const size_t m = c->indices().size();
       if (c->pos == 0) {
-        std::iota(c->order.begin(), c->order.end(), int64_t{0});
-        std::shuffle(c->order.begin(), c->order.end(), c->rng);
+        c->order.next();
       }
       c->batch = std::min<size_t>(c->j->options.batch_size, m - c->pos);
       widest = std::max(widest, c->batch);
@@ -332,7 +329,8 @@ class BatchRun {
       ClientState& c = *active_[r];
       const auto b = static_cast<int64_t>(c.batch);
       c.batch_idx.resize(c.batch);
-      for (size_t i = 0; i < c.batch; ++i) c.batch_idx[i] = c.indices()[c.order[c.pos + i]];
+      for (size_t i = 0; i < c.batch; ++i)
+        c.batch_idx[i] = c.indices()[c.order.current()[c.pos + i]];
       auto [xs, ys] = c.builder->build(c.batch_idx.data(), c.batch);
       x[r].narrow(0, 0, b).view(xs.sizes()).copy_(xs);
       y[r].narrow(0, 0, b).copy_(ys);

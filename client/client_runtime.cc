@@ -264,6 +264,7 @@ Status ZmqClient::trainCustom(TrainingJob& job) {
                            " values for a model of " + std::to_string(layout.total));
   }
   if (u.samples == 0) return invalidArgument("the training loop reported 0 samples");
+  if (t.fed_eval && u.evaluation) out.fed_evaluation = *u.evaluation;
   TrainResult r;
   r.delta = std::move(u.delta);
   r.n_samples = u.samples;

@@ -70,9 +70,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "client/client_session.h"
 #include "common/compress/error_feedback.h"
 #include "common/data/dataset.h"
 #include "common/model/model.h"
@@ -144,6 +146,9 @@ struct ClientRuntimeOptions {
     uint64_t samples = 0;      // the samples it holds (FedAvg's weight), > 0
     uint64_t steps = 0;        // optimiser steps taken
     double mean_loss = 0;      // mean training loss
+    // A task with fed_eval: the loop's evaluation of the start values on its held-out data
+    // (none: the client reports no evaluation).
+    std::optional<ServedEvaluation> evaluation;
   };
   using CustomTraining = std::function<Result<CustomUpdate>(
       const wire::Task& task, const model::Layout& layout, const std::vector<float>& start,

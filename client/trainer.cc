@@ -255,6 +255,23 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
 
 }  // namespace
 
+std::vector<float> scaffoldControlDelta(const std::vector<float>& c,
+                                        const std::vector<float>& delta, uint64_t steps, float lr,
+                                        size_t parameter_values) {
+  // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0
+  // (option II, with either placement of the correction: scaffoldAfterStep). Buffers (after
+  // the parameters in the flat layout) get no gradient and no correction: their control
+  // variates stay 0.
+  std::vector<float> out(delta.size(), 0.0f);
+  if (steps == 0) return out;
+  const double inv = 1.0 / (static_cast<double>(steps) * lr);
+  const size_t n = std::min({parameter_values, delta.size(), c.size()});
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<float>(-static_cast<double>(c[i]) - static_cast<double>(delta[i]) * inv);
+  }
+  return out;
+}
+
 Trainer::Trainer(c10::Device device, BatchSource source, GradientPath gradients)
     : device_(device), source_(source), gradients_(gradients) {}
 
@@ -356,8 +373,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
     ShardBatches batches(ds, indices, device_, device_shard);
     LossLog losses(std::min<uint64_t>(planned_samples, m), device_);
 
-    std::mt19937_64 rng(opts.seed);
-    std::vector<int64_t> order(m);
+    PassOrder order(opts.seed, m);
     TrainResult result;
     size_t pos = 0;  // position within the current pass
     for (uint64_t step = 0; step < planned_steps; ++step) {
@@ -366,9 +382,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
         break;
       }
       if (pos == 0) {
-        std::iota(order.begin(), order.end(), int64_t{0});
-        std::shuffle(order.begin(), order.end(), rng);
-        batches.startPass(order);
+        batches.startPass(order.next());
       }
       const size_t b = fold_single && m - pos == bsz + 1 ? bsz + 1 : std::min(bsz, m - pos);
       auto [x, y] = batches.batch(pos, b);
@@ -443,21 +457,10 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
       for (size_t i = 0; i < result.delta.size(); ++i) result.delta[i] -= start[i];
     }
     if (opts.usesScaffold()) {
-      // Dc_k = c_k_new - c_k = -c + (x_t - y) / (K lr) = -c - delta / (K lr); 0 when K = 0
-      // (option II, with either placement of the correction: scaffoldAfterStep).
-      // Buffers (after the parameters in the flat layout) get no gradient and no correction:
-      // their control variates stay 0.
-      const std::vector<float>& c = *opts.scaffold.c;
-      result.control_delta.assign(result.delta.size(), 0.0f);
       size_t parameter_values = 0;
       for (const auto& p : params) parameter_values += static_cast<size_t>(p.numel());
-      if (result.steps > 0) {
-        const double inv = 1.0 / (static_cast<double>(result.steps) * opts.lr);
-        for (size_t i = 0; i < parameter_values; ++i) {
-          result.control_delta[i] = static_cast<float>(-static_cast<double>(c[i]) -
-                                                       static_cast<double>(result.delta[i]) * inv);
-        }
-      }
+      result.control_delta = scaffoldControlDelta(*opts.scaffold.c, result.delta, result.steps,
+                                                  opts.lr, parameter_values);
     }
     model.train(was_training);
     result.compute_seconds =

@@ -35,8 +35,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "common/data/dataset.h"
@@ -88,6 +91,33 @@ struct TrainOptions {
     return usesScaffold() && (momentum != 0 || optimizer != wire::Optimizer::kSgd);
   }
 };
+
+// The order in which a trainer visits a shard of m samples: a fresh permutation of 0..m-1 for
+// each pass, drawn by std::shuffle from one std::mt19937_64 seeded with TrainOptions::seed.
+// Trainer and BatchedTrainer use it, and the Python package's Task.batches hands a custom
+// training loop the same batches.
+class PassOrder {
+ public:
+  PassOrder(uint64_t seed, size_t m) : rng_(seed), order_(m) {}
+  // The next pass's permutation (valid until the next call).
+  const std::vector<int64_t>& next() {
+    std::iota(order_.begin(), order_.end(), int64_t{0});
+    std::shuffle(order_.begin(), order_.end(), rng_);
+    return order_;
+  }
+  const std::vector<int64_t>& current() const { return order_; }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<int64_t> order_;
+};
+
+// SCAFFOLD's control delta (TrainResult::control_delta) after `steps` steps of rate `lr` that
+// moved the first `parameter_values` values of the model by delta[0..): -c - delta / (K lr)
+// there, 0 for the buffers after them and everywhere when no step was taken.
+std::vector<float> scaffoldControlDelta(const std::vector<float>& c,
+                                        const std::vector<float>& delta, uint64_t steps, float lr,
+                                        size_t parameter_values);
 
 // The options a task's hyper-parameters ask for (the client runtime and the simulator alike):
 // everything but the SCAFFOLD controls, which the caller points at its c and c_k when

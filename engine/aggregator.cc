@@ -89,7 +89,7 @@ std::unique_ptr<Aggregator> Aggregator::create(const EngineOptions& options, uin
     }
     case AggregatorKind::kCustom:
       FEDFLEET_CHECK(options.custom_aggregator);  // validateAggregatorOptions() says why
-      return options.custom_aggregator(n_params);
+      return options.custom_aggregator(n_params, options.secagg.enabled);
   }
   FEDFLEET_CHECK_MSG(false, "unknown aggregator kind");
   return nullptr;

@@ -21,10 +21,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/history/records.h"
 #include "common/status.h"
 #include "common/wire/messages.h"
 #include "engine/robust_aggregator.h"
@@ -56,9 +58,27 @@ struct RoundTotals {
   uint32_t round = 0;             // the round being settled
 };
 
+// A client's federated evaluation of the model its task carried (Aggregator::
+// aggregateEvaluation), and the round's as the history records it.
+struct EvaluationReport {
+  std::string client;
+  uint64_t samples = 0;
+  double loss = 0;
+  std::optional<double> accuracy;
+  history::Metrics metrics;
+};
+struct RoundEvaluation {
+  std::optional<double> loss, accuracy;
+  history::Metrics metrics;
+};
+
 class Aggregator;
-// Builds an aggregator for a model of n values (EngineOptions::custom_aggregator).
-using AggregatorFactory = std::function<std::unique_ptr<Aggregator>(uint64_t n_params)>;
+// Builds an aggregator for a model of n values (EngineOptions::custom_aggregator). `secure`:
+// secure aggregation is on, so the engine never sees an update in the clear: the aggregator
+// must not buffer (buffersUpdates() false), and its pseudoGradient gets the unmasked sum of
+// the survivors' weighted updates with RoundTotals::weight their total weight.
+using AggregatorFactory =
+    std::function<std::unique_ptr<Aggregator>(uint64_t n_params, bool secure)>;
 
 // What the engine knows of a complete update it hands a buffering aggregator.
 struct BufferedUpdate {
@@ -108,6 +128,21 @@ class Aggregator {
 
   // Adds what every task must carry for this aggregator (SCAFFOLD: c).
   virtual void prepareTask(wire::Task& /*task*/) const {}
+  // Per-client settings (a strategy's configure_fit). roundStarting: a synchronous round's
+  // clients, in dispatch order, before its tasks go out. configureTask: each task's
+  // hyper-parameters, after the config's and before the engine sizes the work and bounds the
+  // steps it will accept by them. An aggregator that fails in either fails the round through
+  // its pseudoGradient (the model unchanged, the reason recorded).
+  virtual void roundStarting(uint32_t /*round*/, const std::vector<std::string>& /*clients*/) {}
+  virtual void configureTask(const std::string& /*client*/, wire::HyperParams& /*hp*/) {}
+  // After the engine computed the round's federated evaluation from the completed updates'
+  // reports (`evaluation`: the samples-weighted means), the aggregator may replace it (a
+  // strategy's aggregate_evaluate). An error leaves it as it was; the engine records why.
+  virtual Status aggregateEvaluation(uint32_t /*round*/,
+                                     const std::vector<EvaluationReport>& /*reports*/,
+                                     RoundEvaluation& /*evaluation*/) {
+    return Status::ok();
+  }
 
   // State across rounds (SCAFFOLD's c as fp32 bytes; empty for the others): the engine state's
   // control section and the model snapshot kept for a refused evaluation.

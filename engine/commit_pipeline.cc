@@ -90,6 +90,30 @@ void federatedEvaluation(history::RoundRecord& r, const std::vector<history::Upd
   }
 }
 
+void CommitPipeline::customEvaluation(history::RoundRecord& r,
+                                      const std::vector<history::UpdateRecord>& us,
+                                      const std::vector<UpdateState>& states, double now) {
+  if (r.fed_eval_samples == 0) return;
+  std::vector<EvaluationReport> reports;
+  for (size_t i = 0; i < us.size(); ++i) {
+    const history::UpdateRecord& u = us[i];
+    if (states[i] != UpdateState::kCompleted || u.eval_samples == 0 || !u.eval_loss) continue;
+    reports.push_back({u.client_id, u.eval_samples, *u.eval_loss, u.eval_accuracy, u.eval_metrics});
+  }
+  RoundEvaluation evaluation{r.fed_eval_loss, r.fed_eval_accuracy, r.fed_eval_metrics};
+  Status st = e_.aggregator_->aggregateEvaluation(r.round, reports, evaluation);
+  if (!st.isOk()) {
+    e_.event("aggregation_error", "",
+             "round " + std::to_string(r.round) + ": federated evaluation: " + st.message() +
+                 "; the clients' weighted means are recorded",
+             now);
+    return;
+  }
+  r.fed_eval_loss = evaluation.loss;
+  r.fed_eval_accuracy = evaluation.accuracy;
+  r.fed_eval_metrics = std::move(evaluation.metrics);
+}
+
 void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
                                    std::optional<ModelSnapshot> before, double now) {
   const EngineOptions& o = e_.options_;
@@ -99,6 +123,7 @@ void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
   auto& r = c.round;
   c.setOutcome(ok ? RoundOutcome::kOk : RoundOutcome::kFailed);
   federatedEvaluation(r, c.updates, c.states);
+  customEvaluation(r, c.updates, c.states, now);
   r.model_version = e_.version_;
   if (ok && o.checkpoint_every > 0 && (e_.round_ % o.checkpoint_every == 0 || last)) {
     history::CheckpointRecord cp;

@@ -52,6 +52,10 @@ class CommitPipeline {
   bool drained() const { return last_round_done_ && backlog_.empty(); }
 
  private:
+  // The aggregator's own federated evaluation of the round (Aggregator::aggregateEvaluation),
+  // in place of the weighted means federatedEvaluation put in `r`; an error is an event.
+  void customEvaluation(history::RoundRecord& r, const std::vector<history::UpdateRecord>& us,
+                        const std::vector<UpdateState>& states, double now);
   // Emits the round's client rows and the CommitRound; finishes the run after the last one.
   void commit(CommitRound c, double now);
   void restoreModel(const ModelSnapshot& snapshot);

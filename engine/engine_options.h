@@ -105,7 +105,8 @@ struct EngineOptions {
   // robust_buffer_bytes, spilled to a temporary file beyond).
   AggregatorKind aggregator = AggregatorKind::kFedAvg;  // engine/aggregator.h
   // kCustom: builds the run's aggregator for a model of n values (a buffering one: its
-  // buffersUpdates() is true). Supplied by the driver; the engine calls it once.
+  // buffersUpdates() is true; with secure aggregation a linear one, given the unmasked sum).
+  // Supplied by the driver; the engine calls it once.
   AggregatorFactory custom_aggregator;
   double trim_fraction = 0.1;
   double clip_norm = 0;  // > 0: each update is scaled to at most this L2 norm before averaging

@@ -387,6 +387,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   }
   task.hparams = options_.hparams;
   task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
+  aggregator_->configureTask(id, task.hparams);
   task.data = options_.data;
   task.data.num_partitions = options_.num_partitions;
   task.data.index = p.partition;
@@ -453,7 +454,7 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   auto known = clients_.find(id);
   const bool earlier_session = !stale && known != clients_.end() && !known->second.sent_task;
   if (first) {
-    std::string what = stale              ? "update for a finished or cancelled task"
+    std::string what = stale             ? "update for a finished or cancelled task"
                        : earlier_session ? "unknown task token (this coordinator has sent you none)"
                                          : "unknown task token";
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};

@@ -71,6 +71,7 @@ void SynchronousRounds::startRound(double now) {
     e_.secagg_->startRound(e_.round_, static_cast<uint32_t>(k), max_samples, graph_seed, now);
   }
 
+  e_.aggregator_->roundStarting(e_.round_, idle);
   for (size_t i = 0; i < k; ++i) {
     const ClientId& id = idle[i];
     const uint32_t partition = o.sample_partitions

@@ -31,9 +31,11 @@ Status validateSecAggOptions(const EngineOptions& o) {
   auto refuse = [](const std::string& why) {
     return invalidArgument("secure aggregation (secagg.mode = \"secagg_plus\") " + why);
   };
-  if (o.aggregator != AggregatorKind::kFedAvg && o.aggregator != AggregatorKind::kFedNova) {
+  if (o.aggregator != AggregatorKind::kFedAvg && o.aggregator != AggregatorKind::kFedNova &&
+      o.aggregator != AggregatorKind::kCustom) {
     return refuse(std::string("sums masked updates, so aggregation.method must be fedavg (or "
-                              "fedprox, which is fedavg on the coordinator) or fednova, not ") +
+                              "fedprox, which is fedavg on the coordinator), fednova or a "
+                              "strategy given the unmasked sum (custom), not ") +
                   aggregatorName(o.aggregator) +
                   ": median and trimmed_mean need every update in the clear, and SCAFFOLD's "
                   "control variates are not in the masked sum");

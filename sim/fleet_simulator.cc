@@ -43,10 +43,15 @@ wire::Hello Simulator::helloFor(uint64_t k, const ClientProfile& p, uint64_t ses
   return h;
 }
 
-Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote,
-                       engine::AggregatorFactory custom_aggregator) {
+Status Simulator::init(const config::Config& config, Extensions extensions) {
   config_ = config;
-  remote_ = std::move(remote);
+  remote_ = std::move(extensions.remote);
+  custom_trainer_ = std::move(extensions.custom_trainer);
+  if (custom_trainer_ && remote_) {
+    return invalidArgument(
+        "a simulation with clients of your own code (client_fn) runs on this host: run it "
+        "without MPI ranks");
+  }
   FEDFLEET_RETURN_IF_ERROR(config_.validate());
   // A device this process cannot use fails here, once (the MPI ranks check their own).
   FEDFLEET_RETURN_IF_ERROR(deviceOf(config::choiceName(config_.sim.device)).status());
@@ -112,7 +117,7 @@ Status Simulator::init(const config::Config& config, std::shared_ptr<RemoteWorke
   // Client k trains partition k: its shard's size bounds the samples its updates may claim.
   eo.partition_sizes.resize(sc.clients);
   for (uint64_t k = 0; k < sc.clients; ++k) eo.partition_sizes[k] = data_->shardSize(k);
-  eo.custom_aggregator = std::move(custom_aggregator);
+  eo.custom_aggregator = std::move(extensions.custom_aggregator);
   FEDFLEET_RETURN_IF_ERROR(engine::checkEngineOptions(eo));
   hparams_ = eo.hparams;
   engine_ = std::make_unique<engine::RoundEngine>(eo, std::move(params));
@@ -431,11 +436,10 @@ Result<SimSummary> Simulator::run() {
 
 using internal::Simulator;
 
-Result<std::unique_ptr<FleetSimulator>> FleetSimulator::create(
-    const config::Config& config, std::shared_ptr<RemoteWorkers> remote,
-    engine::AggregatorFactory custom_aggregator) {
+Result<std::unique_ptr<FleetSimulator>> FleetSimulator::create(const config::Config& config,
+                                                               Extensions extensions) {
   auto sim = std::make_unique<Simulator>();
-  FEDFLEET_RETURN_IF_ERROR(sim->init(config, std::move(remote), std::move(custom_aggregator)));
+  FEDFLEET_RETURN_IF_ERROR(sim->init(config, std::move(extensions)));
   return std::unique_ptr<FleetSimulator>(std::move(sim));
 }
 

@@ -36,6 +36,7 @@
 #include "common/status.h"
 #include "engine/aggregator.h"
 #include "sim/remote_workers.h"
+#include "sim/sim_jobs.h"
 
 namespace fedfleet::sim {
 
@@ -67,11 +68,20 @@ class FleetSimulator {
   // file at fault. With `remote` (the MPI ranks of sim/mpi_workers.h), the virtual clients'
   // training and the server's evaluation run there, and this process's sim.workers threads only
   // encode the updates and wait; the history is the same as without it.
-  // `custom_aggregator` builds the aggregator of aggregation.method = "custom" (a Python
-  // strategy); without it that method is refused.
-  static Result<std::unique_ptr<FleetSimulator>> create(
-      const config::Config& config, std::shared_ptr<RemoteWorkers> remote = nullptr,
-      engine::AggregatorFactory custom_aggregator = nullptr);
+  // Code of the caller's own that the simulator runs (the Python package's), or the MPI ranks.
+  struct Extensions {
+    // The MPI ranks that train and evaluate (see above); null: this process's workers.
+    std::shared_ptr<RemoteWorkers> remote;
+    // Builds the aggregator of aggregation.method = "custom" (a Python strategy); without it
+    // that method is refused.
+    engine::AggregatorFactory custom_aggregator;
+    // Every virtual client's training, in place of client::Trainer (a Python client's fit):
+    // one job at a time on the sim.workers threads (sim.batch_clients does not apply), never
+    // with `remote`. Virtual time is the fleet profile's, as for the built-in trainer.
+    CustomTrainer custom_trainer;
+  };
+  static Result<std::unique_ptr<FleetSimulator>> create(const config::Config& config,
+                                                        Extensions extensions = {});
   virtual ~FleetSimulator() = default;
 
   // Runs every round. Errors: a history write that fails (the run stops; what was committed

@@ -153,6 +153,36 @@ Result<wire::SimTrainResult> train(const wire::SimTrainJob& job, const FleetData
   return complete(job, data, p, std::move(r), -1);
 }
 
+Result<wire::SimTrainResult> trainCustom(const wire::SimTrainJob& job, uint64_t round,
+                                         const FleetData& data, const CustomTrainer& trainer,
+                                         const std::atomic<bool>* stop) {
+  PreparedJob p;
+  FEDFLEET_RETURN_IF_ERROR(prepare(job, data, p));
+  const model::Layout layout = p.model->layout();
+  CustomTrainJob custom;
+  custom.client = job.client;
+  custom.round = round;
+  custom.layout = &layout;
+  custom.start = &p.start;
+  custom.data = p.shard.data.get();
+  custom.indices = &p.shard.indices;
+  custom.options = &p.opts;
+  FEDFLEET_ASSIGN_OR_RETURN(client::TrainResult r, trainer(custom, stop));
+  if (r.delta.size() != p.start.size()) {
+    return internalError("a custom trainer returned " + std::to_string(r.delta.size()) +
+                         " values for a model of " + std::to_string(p.start.size()));
+  }
+  if (p.opts.usesScaffold()) {
+    size_t parameter_values = 0;
+    for (const auto& t : layout.tensors) {
+      if (!t.buffer) parameter_values = std::max<size_t>(parameter_values, t.offset + t.numel);
+    }
+    r.control_delta =
+        client::scaffoldControlDelta(p.server_c, r.delta, r.steps, p.opts.lr, parameter_values);
+  }
+  return complete(job, data, p, std::move(r), -1);
+}
+
 wire::SimTrainResult failedWith(Status st) {
   wire::SimTrainResult failed;
   failed.status = std::move(st);
@@ -177,6 +207,14 @@ wire::SimEvalPiece pieceOf(const model::EvalResult& r) {
 wire::SimTrainResult runTrainJob(const wire::SimTrainJob& job, const FleetData& data,
                                  const std::atomic<bool>* stop) {
   Result<wire::SimTrainResult> r = train(job, data, stop);
+  if (!r.isOk()) return failedWith(r.status());
+  return std::move(*r);
+}
+
+wire::SimTrainResult runCustomTrainJob(const wire::SimTrainJob& job, uint64_t round,
+                                       const FleetData& data, const CustomTrainer& trainer,
+                                       const std::atomic<bool>* stop) {
+  Result<wire::SimTrainResult> r = trainCustom(job, round, data, trainer, stop);
   if (!r.isOk()) return failedWith(r.status());
   return std::move(*r);
 }

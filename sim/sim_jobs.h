@@ -10,9 +10,11 @@
 #include <c10/core/Device.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "client/trainer.h"
 #include "common/data/dataset.h"
 #include "common/model/evaluate.h"
 #include "common/model/model.h"
@@ -28,6 +30,28 @@ namespace fedfleet::sim {
 // pool's abandoned tasks; an MPI worker runs each job to its end).
 wire::SimTrainResult runTrainJob(const wire::SimTrainJob& job, const FleetData& data,
                                  const std::atomic<bool>* stop = nullptr);
+
+// A virtual client's training by the caller's own code (a Python client's fit) in place of
+// client::Trainer: what the code is given. The references live until it returns.
+struct CustomTrainJob {
+  uint64_t client = 0;  // the virtual client's index
+  uint64_t round = 0;
+  const model::Layout* layout = nullptr;  // the model's flat layout (names, shapes, offsets)
+  const std::vector<float>* start = nullptr;
+  const data::Dataset* data = nullptr;  // the client's shard: samples `indices` of `data`
+  const std::vector<uint32_t>* indices = nullptr;
+  const client::TrainOptions* options = nullptr;  // epochs, lr, prox_mu, seed, SCAFFOLD's c, c_k
+};
+// Returns the delta (trained - start, in the layout), steps, mean_loss and n_samples; the
+// simulator adds SCAFFOLD's control delta (client::scaffoldControlDelta of the steps). Called
+// on a worker thread; `stop`, when non-null, asks it to end early.
+using CustomTrainer = std::function<Result<client::TrainResult>(const CustomTrainJob& job,
+                                                                const std::atomic<bool>* stop)>;
+// runTrainJob with `trainer` in place of client::Trainer (the evaluations before and after
+// are the same).
+wire::SimTrainResult runCustomTrainJob(const wire::SimTrainJob& job, uint64_t round,
+                                       const FleetData& data, const CustomTrainer& trainer,
+                                       const std::atomic<bool>* stop);
 
 // Several virtual clients' jobs trained together (client::BatchedTrainer: one batched
 // computation for the jobs of one recipe; sim.batch_clients), results in the order of `jobs`,

@@ -127,6 +127,12 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
                                 awaitRemote<wire::SimTrainResult>(*reply, "a training job"));
       return finish(std::move(t));
     });
+  } else if (custom_trainer_) {
+    const FleetData* data = data_.get();
+    f.result = pool_->submit([job, data, stop = f.stop, finish, round = f.round,
+                              trainer = custom_trainer_]() -> Result<TrainOutcome> {
+      return finish(runCustomTrainJob(*job, round, *data, trainer, stop.get()));
+    });
   } else if (config_.sim.batch_clients) {
     auto promise = std::make_shared<std::promise<Result<TrainOutcome>>>();
     f.result = promise->get_future();

@@ -231,8 +231,7 @@ class Simulator final : public FleetSimulator, private driver::DriverPort {
  public:
   // Jobs still queued (a cancelled task's training) use data_ and residuals_: finish them first.
   ~Simulator() override { pool_.reset(); }
-  Status init(const config::Config& config, std::shared_ptr<RemoteWorkers> remote,
-              engine::AggregatorFactory custom_aggregator);
+  Status init(const config::Config& config, Extensions extensions);
   const std::string& alreadyFinished() const override { return already_finished_; }
   Result<SimSummary> run() override;
   void stop() override { stop_.store(true); }
@@ -321,6 +320,7 @@ class Simulator final : public FleetSimulator, private driver::DriverPort {
   std::unique_ptr<WorkerPool> pool_;
   // The MPI ranks that train and evaluate (sim/remote_workers.h); null: pool_ does it all.
   std::shared_ptr<RemoteWorkers> remote_;
+  CustomTrainer custom_trainer_;  // Extensions::custom_trainer (null: client::Trainer)
   std::shared_ptr<const model::Layout> layout_;  // the run's model's
   std::unique_ptr<Residuals> residuals_;
   model::LocalPart local_part_;                                 // model.local

@@ -14,17 +14,17 @@ your own aggregation rule; History reads any history file; keygen writes CURVE k
 from ._core import ConfigError, Error
 from ._core import set_log_level
 from ._inputs import ModelError
-from .client import Client, FitResult, Task, run_client
+from .client import Client, EvalResult, FitResult, Task, run_client
 from .config import Config
 from .history import History, Run
 from .serve import Server, keygen, serve
 from .simulate import simulate
-from .strategy import Strategy, Update
+from .strategy import EvaluateResult, Strategy, Update
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Config", "ConfigError", "Error", "FitResult", "History", "ModelError", "Run",
-           "Server", "Strategy", "Task", "Update", "keygen", "run_client", "serve",
-           "set_log_level", "simulate"]
+__all__ = ["Client", "Config", "ConfigError", "Error", "EvalResult", "EvaluateResult",
+           "FitResult", "History", "ModelError", "Run", "Server", "Strategy", "Task", "Update",
+           "keygen", "run_client", "serve", "set_log_level", "simulate"]
 
 # The engine's own log lines (one per round, at info) would repeat what the progress display
 # shows: warnings and errors only, unless set_log_level("info") asks for them.

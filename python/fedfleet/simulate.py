@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from . import _core, _inputs
 from ._jobs import run_job
@@ -31,6 +31,7 @@ def files_folder(db: str) -> str:
 def simulate(config: Union[Config, str, os.PathLike, dict, None] = None, *, model: Any = None,
              train: Any = None, test: Any = None, db: Optional[Union[str, os.PathLike]] = None,
              progress: Union[bool, str] = True, resume: bool = False, strategy: Any = None,
+             client_fn: Optional[Callable[[int], Any]] = None,
              max_dataset_bytes: int = _inputs.MAX_DATASET_BYTES, **keys: Any) -> Run:
     """Simulates the fleet of `config` on this host with the coordinator's own round engine
     (`fedfleet sim`), and returns the Run: its history, summary and models.
@@ -48,6 +49,15 @@ def simulate(config: Union[Config, str, os.PathLike, dict, None] = None, *, mode
       config, model and data give the same history as a run that was never stopped.
     strategy: a fedfleet.Strategy that aggregates instead of the built-in methods
       (aggregation.method becomes "custom"; fedfleet.strategy says what it is given).
+    client_fn: k -> a fedfleet.Client whose fit trains virtual client k (0 .. sim.clients-1)
+      instead of the built-in trainer; called for every task, on the simulator's sim.workers
+      threads (fit holds the GIL except inside PyTorch's kernels). task.data is the client's
+      shard; virtual time comes from the fleet profile as for the built-in trainer, so a fit
+      that is deterministic given task.seed gives the same history for the same seed. The
+      workers share PyTorch's global generator: a fit that draws from it (dropout, randperm
+      without a generator) repeats only with sim.workers = 1; draw from
+      torch.Generator().manual_seed(task.seed) instead where you can.
+      sim.batch_clients does not apply; MPI ranks and decentralised runs refuse it.
     keys: further configuration keys (rounds=30, **{"train.lr": 0.05}).
 
     Ctrl-C (KeyboardInterrupt) stops the run cleanly: the rounds committed stay in the history
@@ -75,7 +85,7 @@ def simulate(config: Union[Config, str, os.PathLike, dict, None] = None, *, mode
                                     "says")
         cfg["aggregation.method"] = "custom"
     cfg.validate()
-    job = _core.Simulation(cfg._c, strategy)
+    job = _core.Simulation(cfg._c, strategy, client_fn)
     try:
         if job.already_finished:
             print(job.already_finished)

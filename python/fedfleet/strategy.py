@@ -21,16 +21,33 @@ a strategy sees only updates the engine accepted, and at the round's end asks fo
   completes instead, and nothing is held for it (aggregate_fit then gets results = []): the
   memory of a running sum.
 
-An exception in either fails the round cleanly: the round is recorded failed with the error's
-text, the model stays as it was, the run goes on. A strategy runs in synchronous rounds
-(policy.mode = "sync"), not with secure aggregation (which sums masked updates: the engine
-refuses every method but fedavg and fednova there) and not in decentralised runs.
+- configure_fit(round, clients) -> {client id: {setting: value}} or None: per-client
+  settings of the round's tasks, asked once a round before they go out (clients: the ids in
+  dispatch order). Settings: epochs, max_steps, batch_size, lr, momentum, weight_decay,
+  prox_mu; a client left out gets the config's train.*. The engine bounds the steps it accepts
+  from a client by its task's settings.
+- aggregate_evaluate(round, results) -> (loss, metrics) or None: the round's federated
+  evaluation (coordinator.fed_eval_every) from the clients' reports (`EvaluateResult`s),
+  recorded in the rounds table (fed_eval_loss; metrics["accuracy"] as fed_eval_accuracy, the
+  rest as fed_eval_metrics); None keeps the samples-weighted means the engine computed.
+
+An exception in configure_fit, accumulate or aggregate_fit fails the round cleanly: the round
+is recorded failed with the error's text, the model stays as it was, the run goes on (one in
+aggregate_evaluate is recorded as an aggregation_error event, and the weighted means stay).
+
+With secure aggregation (secagg.mode = "secagg_plus") the coordinator never sees an update in
+the clear, and neither does a strategy: each round it receives one Update, client
+"(secure sum)", whose delta is the unmasked weighted mean of the surviving clients' updates
+(their masked sum divided by its weight), weight that total weight and samples the number of
+survivors. Rules that need each update (median, trimmed mean) then see one row.
+
+A strategy runs in synchronous rounds (policy.mode = "sync"), not in decentralised runs.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -46,11 +63,29 @@ class Update:
     delta: torch.Tensor   # its model delta, flat float32 [P], clipped if clip_norm is set
 
 
+@dataclass
+class EvaluateResult:
+    """One client's federated evaluation of the model its task carried (on its held-out data)."""
+    client: str
+    samples: int
+    loss: float
+    accuracy: Optional[float]   # None for a regression task
+    metrics: Dict[str, float]
+
+
 class Strategy:
-    """Subclass and define aggregate_fit (and accumulate, to stream)."""
+    """Subclass and define aggregate_fit (and accumulate, to stream; configure_fit and
+    aggregate_evaluate, optionally)."""
+
+    def configure_fit(self, round: int, clients: List[str]) -> Optional[Dict[str, Dict[str, Any]]]:
+        return None
 
     def aggregate_fit(self, round: int, results: List[Update]) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} defines no aggregate_fit")
+
+    def aggregate_evaluate(self, round: int, results: List[EvaluateResult]
+                           ) -> Optional[Tuple[float, Dict[str, float]]]:
+        return None
 
 
 class FedAvg(Strategy):
@@ -119,3 +154,57 @@ def _aggregate(strategy, round: int, held: list, n: int) -> np.ndarray:
     if g.numel() != n:
         raise ValueError(f"aggregate_fit returned {g.numel()} values for a model of {n}")
     return g.contiguous().numpy()
+
+
+# The settings configure_fit may give a client: type and allowed range.
+_SETTINGS = {
+    "epochs": (int, 1, 100000), "max_steps": (int, 0, 1 << 31), "batch_size": (int, 1, 1 << 20),
+    "lr": (float, 0.0, 1e6), "momentum": (float, 0.0, 1.0), "weight_decay": (float, 0.0, 1e6),
+    "prox_mu": (float, 0.0, 1e9),
+}
+
+
+def _configure(strategy, round: int, clients: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+    configure = getattr(strategy, "configure_fit", None)
+    got = configure(int(round), list(clients)) if configure is not None else None
+    if got is None:
+        return {}
+    if not isinstance(got, dict):
+        raise TypeError(f"configure_fit returned a {type(got).__name__}, not a dict of client "
+                        "id -> settings")
+    known = set(clients)
+    out = {}
+    for client, settings in got.items():
+        if client not in known:
+            raise KeyError(f"configure_fit: {client!r} is not a client of round {round}")
+        checked = {}
+        for key, value in dict(settings).items():
+            if key not in _SETTINGS:
+                raise KeyError(f"configure_fit: unknown setting {key!r} (valid: "
+                               f"{', '.join(_SETTINGS)})")
+            kind, low, high = _SETTINGS[key]
+            v = kind(value)
+            if not (low <= v <= high) or (key == "lr" and v == 0) or (key == "momentum" and v == 1):
+                raise ValueError(f"configure_fit: {client}: {key} = {value!r} is outside "
+                                 f"{'(' if key == 'lr' else '['}{low}, {high}"
+                                 f"{')' if key == 'momentum' else ']'}")
+            checked[key] = v
+        out[str(client)] = checked
+    return out
+
+
+def _evaluate(strategy, round: int, results: list):
+    evaluate = getattr(strategy, "aggregate_evaluate", None)
+    if evaluate is None:
+        return None
+    got = evaluate(int(round), [EvaluateResult(c, int(n), float(loss), acc, dict(m))
+                                for c, n, loss, acc, m in results])
+    if got is None:
+        return None
+    loss, metrics = got
+    metrics = {str(k): float(v) for k, v in dict(metrics).items()}
+    values = [float(loss), *metrics.values()]
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"aggregate_evaluate returned a value that is not finite: {got!r}")
+    accuracy = metrics.pop("accuracy", None)
+    return float(loss), accuracy, list(metrics.items())

@@ -4,7 +4,8 @@
 //   jobs.cc      _core.Simulation and _core.Coordinator: a run on a thread of its own, which
 //                Python waits for with the GIL released, stops on KeyboardInterrupt and reads
 //                round by round
-//   client.cc    a fedfleet.Client's fit() as the client runtime's training loop
+//   client.cc    a fedfleet.Client's fit() as the client runtime's training loop, and as the
+//                simulator's for each virtual client; the trainer's batch order
 //   strategy.cc  a fedfleet.Strategy as the engine's aggregator (aggregation.method = "custom")
 //   commands.cc  _core.command: the CLI's read and write commands (history, report, model,
 //                keygen) run in-process, their output returned as text
@@ -19,6 +20,7 @@
 #include "client/client_runtime.h"
 #include "common/status.h"
 #include "engine/aggregator.h"
+#include "sim/sim_jobs.h"
 
 namespace fedfleet::python {
 
@@ -66,9 +68,15 @@ engine::AggregatorFactory strategyAggregator(py::object strategy);
 // GIL held; the loop takes the GIL for each fit().
 client::ClientRuntimeOptions::CustomTraining clientTraining(py::object client);
 
+// The simulator's training of each virtual client by a fedfleet.Client that client_fn(k)
+// returns (fedfleet.simulate(client_fn=...)). Call with the GIL held; each job takes the GIL
+// for its fit().
+sim::CustomTrainer simClientTraining(py::object client_fn);
+
 void bindErrors(py::module_& m);
 void bindConfig(py::module_& m);
 void bindJobs(py::module_& m);
+void bindClient(py::module_& m);
 void bindCommands(py::module_& m);
 
 }  // namespace fedfleet::python

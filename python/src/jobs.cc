@@ -66,11 +66,7 @@ class Job {
 
   // Asks the run to stop soon; it ends as a signal would end the fedfleet command, with what was
   // committed in the history.
-  void stop() {
-    stopped_ = true;
-    requestStop();
-  }
-  bool stopped() const { return stopped_; }
+  void stop() { requestStop(); }
 
   std::vector<RoundProgress> takeRounds() {
     std::lock_guard lock(mu_);
@@ -122,7 +118,6 @@ class Job {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
-  std::atomic<bool> stopped_{false};
   Status status_;
   std::deque<RoundProgress> queue_;
 };
@@ -135,14 +130,19 @@ py::object optionalFloat(const std::optional<double>& v) {
 // run. Created (data read, model built, history opened) in the constructor.
 class Simulation : public Job {
  public:
-  Simulation(const config::Config& config, engine::AggregatorFactory strategy) : config_(config) {
+  Simulation(const config::Config& config, sim::FleetSimulator::Extensions extensions)
+      : config_(config) {
     if (config_.policy.mode == config::PolicyMode::kDecentralized) {
+      if (extensions.custom_trainer) {
+        throw StatusError(invalidArgument(
+            "client_fn: a decentralised run's peers train with the built-in trainer"));
+      }
       auto created = sim::PeerSimulator::create(config_);
       check(created.status());
       peer_ = std::move(*created);
       return;
     }
-    auto created = sim::FleetSimulator::create(config_, nullptr, std::move(strategy));
+    auto created = sim::FleetSimulator::create(config_, std::move(extensions));
     check(created.status());
     fleet_ = std::move(*created);
     fleet_->setRoundObserver([this](const history::RoundRecord& r) { pushRound(r); });
@@ -307,7 +307,6 @@ void bindJobs(py::module_& m) {
       .def("wait", &Job::wait, py::arg("timeout_s"), release,
            "Waits at most timeout_s seconds (the GIL released); True once the run has ended.")
       .def("stop", &Job::stop, "Asks the run to stop soon, as SIGINT stops the command.")
-      .def_property_readonly("stopped", &Job::stopped)
       .def("take_rounds", &Job::takeRounds, "The rounds committed since the last call.")
       .def("check", &Job::checkEnded, "After the end: raises the run's error, if it failed.")
       .def("close", &Job::close, release,
@@ -315,14 +314,19 @@ void bindJobs(py::module_& m) {
 
   py::class_<Simulation, Job>(m, "Simulation",
                               "A simulated fleet (or decentralised peers) of a configuration.")
-      .def(py::init([](const config::Config& config, py::object strategy) {
-             auto aggregator = strategyAggregator(std::move(strategy));
+      .def(py::init([](const config::Config& config, py::object strategy, py::object client_fn) {
+             sim::FleetSimulator::Extensions extensions;
+             extensions.custom_aggregator = strategyAggregator(std::move(strategy));
+             if (!client_fn.is_none()) {
+               extensions.custom_trainer = simClientTraining(std::move(client_fn));
+             }
              py::gil_scoped_release unlocked;
-             return std::make_unique<Simulation>(config, std::move(aggregator));
+             return std::make_unique<Simulation>(config, std::move(extensions));
            }),
-           py::arg("config"), py::arg("strategy") = py::none(),
+           py::arg("config"), py::arg("strategy") = py::none(), py::arg("client_fn") = py::none(),
            "Reads the data, builds the model and opens the history; errors as fedfleet sim's. "
-           "strategy: a fedfleet.Strategy for aggregation.method = \"custom\".")
+           "strategy: a fedfleet.Strategy for aggregation.method = \"custom\"; client_fn: "
+           "k -> a fedfleet.Client that trains virtual client k.")
       .def_property_readonly("already_finished", &Simulation::alreadyFinished,
                              "A resumed run with nothing left to do: what to say instead.")
       .def_property_readonly("run_id", &Simulation::runId)

@@ -8,5 +8,6 @@ PYBIND11_MODULE(_core, m) {
   fedfleet::python::bindErrors(m);
   fedfleet::python::bindConfig(m);
   fedfleet::python::bindJobs(m);
+  fedfleet::python::bindClient(m);
   fedfleet::python::bindCommands(m);
 }

@@ -24,9 +24,21 @@ CLIENT = textwrap.dedent("""
     i = int(name.split("-")[1])
     x, y = blobs(2100, 1)
     x, y = x[(i - 1) * 700:i * 700], y[(i - 1) * 700:i * 700]
+    xe, ye = blobs(100 * i, 10 + i)  # held-out: 100, 200 and 300 samples
     net = torch.jit.load(model_path)
 
     class Loop(fedfleet.Client):
+        def evaluate(self, weights, task):
+            net.load_state_dict(weights, strict=False)
+            net.eval()
+            with torch.no_grad():
+                logits = net(xe)
+            loss = nn.functional.cross_entropy(logits, ye).item()
+            correct = (logits.argmax(1) == ye).float().mean().item()
+            print(f"{name} evaluated round {task.round}: {loss!r}", flush=True)
+            return fedfleet.EvalResult(loss=loss, samples=len(ye), accuracy=correct,
+                                       metrics={"margin": 1.5})
+
         # A loop of its own: AdamW, its own shuffling, FedProx's term when the task asks.
         def fit(self, weights, task):
             print(f"{name} fit round {task.round}", flush=True)
@@ -75,6 +87,7 @@ def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_
         wait_clients_s = 90
         deadline_s = 90
         liveness_s = 3
+        fed_eval_every = 1
         [model]
         name = "torchscript"
         path = "{model_path}"
@@ -146,3 +159,23 @@ def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_
     assert updates[(3, "client-2")] == "dropped", updates
     assert updates[(3, "client-1")] == "completed"
     assert updates[(3, "client-3")] == "completed"
+    # evaluate(): each completed update carries the client's own evaluation, as it computed it;
+    # the round's federated evaluation is their samples-weighted mean.
+    said = {}
+    for line in others[0].splitlines():
+        if line.startswith("client-1 evaluated round "):
+            rnd, loss = line[len("client-1 evaluated round "):].split(": ")
+            said[int(rnd)] = float(loss)
+    assert sorted(said) == [1, 2, 3], others[0]
+    for rnd in (1, 2, 3):
+        rows = con.execute("SELECT client_id, eval_samples, eval_loss, eval_metrics FROM updates "
+                           "WHERE round = ? AND status = 'completed'", (rnd,)).fetchall()
+        for client, n, loss, metrics in rows:
+            assert n == 100 * int(client.split("-")[1]), rows
+            assert "margin" in metrics, metrics
+        by_client = {c: (n, loss) for c, n, loss, _ in rows}
+        assert by_client["client-1"][1] == said[rnd]
+        fed = con.execute("SELECT fed_eval_loss, fed_eval_samples FROM rounds WHERE round = ?",
+                          (rnd,)).fetchone()
+        assert fed[1] == sum(n for n, _ in by_client.values())
+        assert fed[0] == pytest.approx(sum(n * l for n, l in by_client.values()) / fed[1])

@@ -118,3 +118,113 @@ def test_the_command_refuses_a_custom_method_without_a_strategy(fedfleet_bin, tm
                 "aggregation.method=custom", "--db", str(tmp_path / "c.db"), check=False)
     assert p.returncode == 2
     assert "strategy given from Python" in p.stderr, p.stderr
+
+
+class PerClient(strategies.FedAvg):
+    """configure_fit: the first client of each round trains one step; the second, with lr 0."""
+
+    def __init__(self, bad_round=None):
+        super().__init__()
+        self.asked = {}
+        self.bad_round = bad_round
+
+    def configure_fit(self, round, clients):
+        self.asked[round] = list(clients)
+        if round == self.bad_round:
+            return {clients[0]: {"learning_rate": 0.1}}
+        return {clients[0]: {"max_steps": 1}, clients[1]: {"epochs": 2, "lr": 0.05}}
+
+
+def test_configure_fit_sets_each_clients_task(data, tmp_path):
+    s = PerClient()
+    run = simulate(data, tmp_path, "configured", strategy=s)
+    con = sqlite3.connect(run.path)
+    # 2000 samples over 20 clients: 100 each, 7 batches of 16 a pass.
+    for rnd in (1, 2, 3, 4):
+        steps = dict(con.execute("SELECT client_id, steps FROM updates WHERE round = ?",
+                                 (rnd,)).fetchall())
+        assert sorted(steps) == sorted(s.asked[rnd])
+        first, second, *rest = s.asked[rnd]
+        assert steps[first] == 1
+        assert steps[second] == 14
+        assert all(steps[c] == 7 for c in rest), steps
+    assert list(rounds_of(run)["status"]) == ["initial"] + ["ok"] * 4
+
+
+def test_a_bad_setting_fails_its_round_with_the_reason(data, tmp_path):
+    run = simulate(data, tmp_path, "badsetting", strategy=PerClient(bad_round=2))
+    assert list(rounds_of(run)["status"]) == ["initial", "ok", "failed", "ok", "ok"]
+    con = sqlite3.connect(run.path)
+    details = " ".join(d for (d,) in con.execute("SELECT detail FROM events"))
+    assert "unknown setting 'learning_rate'" in details, details
+
+
+class WorstCase(strategies.FedAvg):
+    """aggregate_evaluate: the worst client's loss and accuracy, not the weighted mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = {}
+
+    def aggregate_evaluate(self, round, results):
+        self.seen[round] = results
+        if round == 3:
+            raise RuntimeError("no evaluation in round 3")
+        return (max(r.loss for r in results),
+                {"accuracy": min(r.accuracy for r in results), "clients": len(results)})
+
+
+def test_aggregate_evaluate_records_the_strategys_federated_evaluation(data, tmp_path):
+    s = WorstCase()
+    run = simulate(data, tmp_path, "fedeval", strategy=s,
+                   **{"coordinator.fed_eval_every": 1})
+    con = sqlite3.connect(run.path)
+    rows = {r: (loss, acc, metrics) for r, loss, acc, metrics in con.execute(
+        "SELECT round, fed_eval_loss, fed_eval_accuracy, fed_eval_metrics FROM rounds "
+        "WHERE round > 0")}
+    for rnd in (1, 2, 4):
+        reports = con.execute("SELECT client_id, eval_samples, eval_loss, eval_accuracy FROM "
+                              "updates WHERE round = ? AND status = 'completed' AND "
+                              "eval_samples > 0 ORDER BY client_id", (rnd,)).fetchall()
+        assert sorted((r.client, r.samples) for r in s.seen[rnd]) == [(c, n) for c, n, _, _ in
+                                                                      reports]
+        loss, acc, metrics = rows[rnd]
+        assert loss == pytest.approx(max(r[2] for r in reports), rel=1e-9)
+        assert acc == pytest.approx(min(r[3] for r in reports), rel=1e-9)
+        assert "clients" in metrics and str(len(reports)) in metrics, metrics
+    # Round 3's exception: an event, and the engine's weighted means stay.
+    reports = con.execute("SELECT eval_samples, eval_loss FROM updates WHERE round = 3 AND "
+                          "status = 'completed' AND eval_samples > 0").fetchall()
+    mean = sum(n * l for n, l in reports) / sum(n for n, _ in reports)
+    assert rows[3][0] == pytest.approx(mean, rel=1e-9)
+    details = " ".join(d for (d,) in con.execute("SELECT detail FROM events"))
+    assert "no evaluation in round 3" in details, details
+    assert list(rounds_of(run)["status"]) == ["initial"] + ["ok"] * 4
+
+
+SECURE = {"secagg.mode": "secagg_plus",
+          "coordinator.min_clients": 2}
+
+
+class SeesOnlyTheSum(strategies.FedAvg):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def accumulate(self, update):
+        self.seen.append((update.client, update.samples, update.weight))
+        super().accumulate(update)
+
+
+def test_under_secure_aggregation_a_strategy_gets_only_the_unmasked_sum(data, tmp_path):
+    builtin = simulate(data, tmp_path, "secure", **SECURE)
+    s = SeesOnlyTheSum()
+    python = simulate(data, tmp_path, "secure-py", strategy=s, **SECURE)
+    a, b = rounds_of(builtin), rounds_of(python)
+    assert list(b["status"]) == list(a["status"]) == ["initial"] + ["ok"] * 4
+    # One update a round, the sum's, never a client's.
+    assert [c for c, _, _ in s.seen] == ["(secure sum)"] * 4
+    assert [n for _, n, _ in s.seen] == list(b["completed"])[1:]
+    assert list(b["test_loss"]) == pytest.approx(list(a["test_loss"]), rel=1e-5)
+    assert torch.allclose(params(builtin.model("last")), params(python.model("last")),
+                          atol=1e-6)

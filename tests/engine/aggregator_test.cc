@@ -172,7 +172,8 @@ TEST(Aggregator, ACustomAggregatorComesFromTheDriversFactory) {
   EXPECT_NE(refused.message().find("the fedfleet command has none"), std::string::npos)
       << refused.message();
   uint64_t asked = 0;
-  o.custom_aggregator = [&](uint64_t n) {
+  o.custom_aggregator = [&](uint64_t n, bool secure) {
+    EXPECT_FALSE(secure);
     asked = n;
     return std::make_unique<RecordingAggregator>(n);
   };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "client/client_session.h"
 #include "client/served_model.h"
+#include "client/trainer.h"
 #include "common/data/synthetic.h"
 #include "common/history/history.h"
 #include "common/privacy/rdp_accountant.h"
@@ -161,6 +163,116 @@ TEST(FleetSimulator, SameSeedSameHistoryAtOneAndTwoWorkers) {
   EXPECT_EQ(a.runs.back().clock, "virtual");
   // Training made progress.
   EXPECT_GT(*a.rounds.back().test_accuracy, *a.rounds.front().test_accuracy + 0.2);
+}
+
+// Remote workers that are never asked (create refuses first).
+class RemoteWorkersStub : public RemoteWorkers {
+ public:
+  std::future<Result<std::string>> submit(std::string) override {
+    std::promise<Result<std::string>> p;
+    p.set_value(unavailable("no worker"));
+    return p.get_future();
+  }
+  std::string describe() const override { return "no workers"; }
+};
+
+// Extensions::custom_trainer: a trainer of the caller's own replaces client::Trainer in every
+// worker job. One that runs client::Trainer itself gives the built-in history bit for bit, with
+// SCAFFOLD (whose control delta the simulator computes from the reported steps) and a
+// mobile-mix fleet; one that fails fails its client's task alone.
+TEST(FleetSimulator, ACustomTrainerReplacesTheBuiltInOne) {
+  for (const char* method : {"fedavg", "scaffold"}) {
+    SCOPED_TRACE(method);
+    std::vector<History> runs;
+    std::atomic<int> calls{0};
+    for (bool custom : {false, true}) {
+      const std::string db = tmpPath(std::string("sim_custom_") + method + (custom ? "1" : "0"));
+      config::Config c = smallJob(db);
+      ASSERT_TRUE(c.set(std::string("aggregation.method=") + method).isOk());
+      c.sim.fleet = "mobile-mix";
+      c.sim.workers = 2;
+      FleetSimulator::Extensions ext;
+      if (custom) {
+        ext.custom_trainer = [&](const CustomTrainJob& job,
+                                 const std::atomic<bool>* stop) -> Result<client::TrainResult> {
+          ++calls;
+          thread_local std::unique_ptr<model::Model> m;
+          if (!m) {
+            model::InputShape shape;
+            shape.sample = {1, 28, 28};
+            FEDFLEET_ASSIGN_OR_RETURN(m, model::createModel("mlp", 0, "", shape));
+          }
+          EXPECT_EQ(job.layout->total, m->layout().total);
+          EXPECT_EQ(job.options->usesScaffold(), std::string(method) == "scaffold");
+          client::Trainer trainer(c10::Device(c10::kCPU));
+          FEDFLEET_ASSIGN_OR_RETURN(
+              client::TrainResult r,
+              trainer.train(*m, *job.start, *job.data, *job.indices, *job.options, stop));
+          r.control_delta.clear();  // the simulator's to compute
+          return r;
+        };
+      }
+      auto sim = FleetSimulator::create(c, std::move(ext));
+      ASSERT_TRUE(sim.isOk()) << sim.status().toString();
+      auto summary = (*sim)->run();
+      ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+      runs.push_back(readHistory(db, summary->run_id));
+    }
+    const History& a = runs[0];
+    const History& b = runs[1];
+    ASSERT_EQ(a.rounds.size(), b.rounds.size());
+    ASSERT_EQ(a.updates.size(), b.updates.size());
+    int completed = 0;
+    for (size_t i = 0; i < a.updates.size(); ++i) {
+      EXPECT_EQ(a.updates[i].client_id, b.updates[i].client_id);
+      EXPECT_EQ(a.updates[i].status, b.updates[i].status);
+      EXPECT_EQ(a.updates[i].loss, b.updates[i].loss);
+      EXPECT_EQ(a.updates[i].end_time, b.updates[i].end_time);
+      completed += a.updates[i].status == "completed";
+    }
+    EXPECT_GE(calls.load(), completed) << "one call a trained task";
+    EXPECT_GT(completed, 0);
+    for (size_t i = 0; i < a.rounds.size(); ++i) {
+      EXPECT_EQ(*a.rounds[i].test_loss, *b.rounds[i].test_loss) << "round " << i;
+    }
+  }
+  // A trainer that fails for client 3: that client's error, the rounds go on.
+  const std::string db = tmpPath("sim_custom_fail");
+  config::Config c = smallJob(db);
+  c.sim.clients = 8;
+  c.coordinator.clients_per_round = 8;
+  FleetSimulator::Extensions ext;
+  ext.custom_trainer = [](const CustomTrainJob& job,
+                          const std::atomic<bool>*) -> Result<client::TrainResult> {
+    if (job.client == 3) return internalError("client 3 ran out of memory");
+    client::TrainResult r;
+    r.delta.assign(job.start->size(), 0.0f);
+    r.steps = 1;
+    return r;
+  };
+  auto sim = FleetSimulator::create(c, std::move(ext));
+  ASSERT_TRUE(sim.isOk()) << sim.status().toString();
+  auto summary = (*sim)->run();
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  History h = readHistory(db, summary->run_id);
+  ASSERT_EQ(h.updates.size(), 24u);
+  for (const auto& u : h.updates) {
+    EXPECT_EQ(u.status == "completed", u.client_id != "v3") << u.client_id << " " << u.status;
+  }
+  bool said = false;
+  for (const auto& e : h.events) {
+    said |= e.client_id == "v3" && e.detail.find("ran out of memory") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  // Not with MPI ranks: they train with the built-in trainer.
+  FleetSimulator::Extensions remote_too;
+  remote_too.remote = std::make_shared<RemoteWorkersStub>();
+  remote_too.custom_trainer = [](const CustomTrainJob&, const std::atomic<bool>*) {
+    return Result<client::TrainResult>(client::TrainResult{});
+  };
+  auto refused = FleetSimulator::create(smallJob(tmpPath("sim_custom_mpi")), remote_too);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("without MPI ranks"), std::string::npos);
 }
 
 // Virtual time follows the profile formulas: on the uniform fleet (reference device, 50/20
