@@ -233,11 +233,6 @@ Status ZmqClient::trainCustom(TrainingJob& job) {
   const TrainingRequest& req = *job.request;
   const wire::Task& t = req.task;
   TrainingOutcome& out = job.outcome;
-  if (t.hparams.scaffold) {
-    return invalidArgument(
-        "this client trains with its own loop (fedfleet.Client), which does not keep "
-        "SCAFFOLD's control variate; run it with aggregation.method other than scaffold");
-  }
   // The model only for its layout: the caller's loop holds the module and the data. (A
   // built-in model has Fashion-MNIST's input here; another input needs the TorchScript file.)
   const std::string model_key = t.model_name;
@@ -257,8 +252,14 @@ Status ZmqClient::trainCustom(TrainingJob& job) {
   std::vector<float> start = floatsOf(*req.model_bytes);
   if (local_) local_->applyTo(start);
   const double t0 = steadyNow();
+  std::vector<float> control_c;
+  ScaffoldControls scaffold;
+  if (t.hparams.scaffold) {  // c from the task, c_k from the session, as the trainer gets them
+    control_c = floatsOf(*req.control_c);
+    scaffold = {&control_c, &req.control_ck};
+  }
   FEDFLEET_ASSIGN_OR_RETURN(ClientRuntimeOptions::CustomUpdate u,
-                            options_.custom_training(t, layout, start, job.stop));
+                            options_.custom_training(t, layout, start, scaffold, job.stop));
   if (u.delta.size() != layout.total) {
     return invalidArgument("the training loop returned " + std::to_string(u.delta.size()) +
                            " values for a model of " + std::to_string(layout.total));
@@ -272,8 +273,15 @@ Status ZmqClient::trainCustom(TrainingJob& job) {
   r.mean_loss = u.mean_loss;
   r.compute_seconds = steadyNow() - t0;
   if (local_) FEDFLEET_RETURN_IF_ERROR(local_->absorb(start, r.delta));
+  if (t.hparams.scaffold) {
+    if (r.steps == 0) return invalidArgument("a SCAFFOLD task's training loop reported 0 steps");
+    r.control_delta =
+        scaffoldControlDelta(control_c, r.delta, r.steps, t.hparams.lr, parameterValues(layout));
+    out.control_delta = r.control_delta;
+    r.delta = takeUpload(r);  // D_k, then Dc_k
+  }
   job.trained_at = steadyNow();
-  job.plan = planUploadChunks(layout, t.chunk_bytes, /*scaffold=*/false, req.codec->spec());
+  job.plan = planUploadChunks(layout, t.chunk_bytes, t.hparams.scaffold, req.codec->spec());
   out.partition_size = u.samples;
   out.steps = r.steps;
   out.mean_loss = r.mean_loss;

@@ -75,6 +75,7 @@
 #include <vector>
 
 #include "client/client_session.h"
+#include "client/trainer.h"
 #include "common/compress/error_feedback.h"
 #include "common/data/dataset.h"
 #include "common/model/model.h"
@@ -140,7 +141,8 @@ struct ClientRuntimeOptions {
   // all it does with its own (the local part, local DP, the codec and its residual, the upload
   // pipeline and credits, secure aggregation's masking). An error fails the task with its text
   // (cut to what an Error frame carries). Such a client holds no data of its own here: own_data
-  // and data_dir are not read. SCAFFOLD tasks are refused.
+  // and data_dir are not read. A SCAFFOLD task also hands it c and this client's c_k (`scaffold`;
+  // both null otherwise), and the runtime computes the control delta from the steps it reports.
   struct CustomUpdate {
     std::vector<float> delta;  // final - start, in the layout's order
     uint64_t samples = 0;      // the samples it holds (FedAvg's weight), > 0
@@ -152,7 +154,7 @@ struct ClientRuntimeOptions {
   };
   using CustomTraining = std::function<Result<CustomUpdate>(
       const wire::Task& task, const model::Layout& layout, const std::vector<float>& start,
-      const std::atomic<bool>& stop)>;
+      const ScaffoldControls& scaffold, const std::atomic<bool>& stop)>;
   CustomTraining custom_training;
 };
 

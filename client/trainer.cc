@@ -255,6 +255,14 @@ Status validate(model::Model& model, const std::vector<float>& start, const data
 
 }  // namespace
 
+size_t parameterValues(const model::Layout& layout) {
+  size_t n = 0;
+  for (const auto& t : layout.tensors) {
+    if (!t.buffer) n = std::max(n, t.offset + t.numel);
+  }
+  return n;
+}
+
 std::vector<float> scaffoldControlDelta(const std::vector<float>& c,
                                         const std::vector<float>& delta, uint64_t steps, float lr,
                                         size_t parameter_values) {

@@ -115,6 +115,8 @@ class PassOrder {
 // SCAFFOLD's control delta (TrainResult::control_delta) after `steps` steps of rate `lr` that
 // moved the first `parameter_values` values of the model by delta[0..): -c - delta / (K lr)
 // there, 0 for the buffers after them and everywhere when no step was taken.
+// The values of a flat layout that are parameters (they come first; the buffers follow them).
+size_t parameterValues(const model::Layout& layout);
 std::vector<float> scaffoldControlDelta(const std::vector<float>& c,
                                         const std::vector<float>& delta, uint64_t steps, float lr,
                                         size_t parameter_values);

@@ -173,12 +173,8 @@ Result<wire::SimTrainResult> trainCustom(const wire::SimTrainJob& job, uint64_t 
                          " values for a model of " + std::to_string(p.start.size()));
   }
   if (p.opts.usesScaffold()) {
-    size_t parameter_values = 0;
-    for (const auto& t : layout.tensors) {
-      if (!t.buffer) parameter_values = std::max<size_t>(parameter_values, t.offset + t.numel);
-    }
-    r.control_delta =
-        client::scaffoldControlDelta(p.server_c, r.delta, r.steps, p.opts.lr, parameter_values);
+    r.control_delta = client::scaffoldControlDelta(p.server_c, r.delta, r.steps, p.opts.lr,
+                                                   client::parameterValues(layout));
   }
   return complete(job, data, p, std::move(r), -1);
 }

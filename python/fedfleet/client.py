@@ -23,12 +23,13 @@ holding the GIL only inside the call. The weights come in the model's layout (th
 model: the TorchScript file of model.path, or a built-in model) as a dict of name -> tensor; fit
 returns the new weights (or the delta) in the same layout. A fit that raises fails that task
 alone: the coordinator records the client's error with the exception's text, cut to 1 KiB, and
-the client keeps serving. SCAFFOLD tasks are refused (the client keeps no control variate). A
+the client keeps serving. A SCAFFOLD task carries c - c_k (task.scaffold_shift, which
+task.step applies); the runtime keeps c_k and computes its update from the steps fit reports. A
 task that asks for a federated evaluation (coordinator.fed_eval_every) calls evaluate() first,
 when the client defines it.
 
 The same Client trains virtual clients in fedfleet.simulate(client_fn=lambda k: MyClient(k)):
-there task.data holds the virtual client's shard, and SCAFFOLD works (task.step applies it).
+there task.data holds the virtual client's shard.
 """
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ class Task:
     # simulate(client_fn=...) only: the virtual client's shard, (x, y) as the built-in trainer
     # batches it (images normalised, [n, 1, 28, 28]); None for run_client (bring your data).
     data: Optional[Tuple[torch.Tensor, torch.Tensor]] = field(repr=False, default=None)
-    # SCAFFOLD (aggregation.method = "scaffold", simulate only): c - c_k per parameter, the
-    # correction task.step applies; empty otherwise.
+    # SCAFFOLD (aggregation.method = "scaffold"): c - c_k per parameter, the correction
+    # task.step applies; empty otherwise.
     scaffold_shift: Dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
 
     def prox(self, module: torch.nn.Module) -> torch.Tensor:
@@ -249,12 +250,22 @@ def _delta_of(result: Any, task: Task, start: torch.Tensor, weights: Dict[str, t
     return delta.numpy(), int(result.samples), steps, float(result.loss), None
 
 
-def _fit(client: Client, values: np.ndarray, layout, task: dict):
+def _shift(layout, c: Optional[np.ndarray], ck: Optional[np.ndarray]) -> Dict[str, torch.Tensor]:
+    """SCAFFOLD's c - c_k by name (empty without SCAFFOLD)."""
+    if c is None:
+        return {}
+    return _tensors(torch.from_numpy(c) - torch.from_numpy(ck), layout)
+
+
+def _fit(client: Client, values: np.ndarray, layout, task: dict, c: Optional[np.ndarray] = None,
+         ck: Optional[np.ndarray] = None):
     """Called by the client runtime (python/src/client.cc) with the GIL held: the task's start
-    values in, (delta float32 [P], samples, steps, mean loss, evaluation or None) out."""
+    values (and SCAFFOLD's c and c_k) in, (delta float32 [P], samples, steps, mean loss,
+    evaluation or None) out."""
     start = torch.from_numpy(values)
     weights = {k: v.clone() for k, v in _tensors(start, layout).items()}
-    t = Task(start={k: v.clone() for k, v in weights.items()}, **task)
+    t = Task(start={k: v.clone() for k, v in weights.items()},
+             scaffold_shift=_shift(layout, c, ck), **task)
     evaluation = None
     if t.fed_eval:
         evaluation = _evaluation_of(client.evaluate({k: v.clone() for k, v in weights.items()},
@@ -272,12 +283,9 @@ def _sim_fit(client_fn: Callable[[int], Client], k: int, values: np.ndarray, lay
                         "fedfleet.Client")
     start = torch.from_numpy(values)
     weights = {k2: v.clone() for k2, v in _tensors(start, layout).items()}
-    shift = {}
-    if c is not None:
-        diff = torch.from_numpy(c) - torch.from_numpy(ck)
-        shift = _tensors(diff, layout)
     t = Task(start={k2: v.clone() for k2, v in weights.items()},
-             data=(torch.from_numpy(x), torch.from_numpy(y)), scaffold_shift=shift, **task)
+             data=(torch.from_numpy(x), torch.from_numpy(y)), scaffold_shift=_shift(layout, c, ck),
+             **task)
     return _delta_of(client.fit(weights, t), t, start, weights, layout)
 
 

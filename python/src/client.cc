@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/model/batch.h"
@@ -87,6 +88,12 @@ std::optional<client::ServedEvaluation> takeEvaluation(const py::tuple& r) {
   return out;
 }
 
+// SCAFFOLD's c and c_k as arrays (None, None when the task is not SCAFFOLD's).
+std::pair<py::object, py::object> controlArrays(const client::ScaffoldControls& s) {
+  if (s.c == nullptr || s.ck == nullptr) return {py::none(), py::none()};
+  return {arrayOf(s.c->data(), s.c->size()), arrayOf(s.ck->data(), s.ck->size())};
+}
+
 }  // namespace
 
 py::array_t<float> arrayOf(const float* values, size_t n) {
@@ -99,12 +106,14 @@ client::ClientRuntimeOptions::CustomTraining clientTraining(py::object client) {
   auto holder = std::make_shared<HeldObject>(std::move(client));
   return [holder](
              const wire::Task& task, const model::Layout& layout, const std::vector<float>& start,
+             const client::ScaffoldControls& scaffold,
              const std::atomic<bool>& stop) -> Result<client::ClientRuntimeOptions::CustomUpdate> {
     py::gil_scoped_acquire gil;
     try {
+      auto [c, ck] = controlArrays(scaffold);
       py::tuple r = py::module_::import("fedfleet.client")
                         .attr("_fit")(holder->object, arrayOf(start.data(), start.size()),
-                                      layoutLists(layout), taskDict(task));
+                                      layoutLists(layout), taskDict(task), c, ck);
       client::ClientRuntimeOptions::CustomUpdate u;
       takeFit(r, u.delta, u.samples, u.steps, u.mean_loss);
       u.evaluation = takeEvaluation(r);
@@ -139,11 +148,7 @@ sim::CustomTrainer simClientTraining(py::object client_fn) {
       task["token"] = 0;
       task["model_name"] = "";
       task["deadline_s"] = 0.0;
-      py::object c = py::none(), ck = py::none();
-      if (o.usesScaffold()) {
-        c = arrayOf(o.scaffold.c->data(), o.scaffold.c->size());
-        ck = arrayOf(o.scaffold.ck->data(), o.scaffold.ck->size());
-      }
+      auto [c, ck] = controlArrays(o.scaffold);
       py::tuple r =
           py::module_::import("fedfleet.client")
               .attr("_sim_fit")(holder->object, job.client,

@@ -48,6 +48,18 @@ CLIENT = textwrap.dedent("""
                 time.sleep(600)
             net.load_state_dict(weights, strict=False)
             net.train()
+            if mode == "scaffold":  # SGD with SCAFFOLD's correction through task.step
+                opt = torch.optim.SGD(net.parameters(), lr=task.lr)
+                steps = 0
+                for idx in task.batches(len(y)):
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+                    task.step(opt, net)
+                    steps += 1
+                size = float(sum(v.abs().sum() for v in task.scaffold_shift.values()))
+                print(f"{name} shift {len(task.scaffold_shift)} round {task.round} size {size!r}",
+                      flush=True)
+                return fedfleet.FitResult(weights=net.state_dict(), samples=len(y), steps=steps)
             opt = torch.optim.AdamW(net.parameters(), lr=task.lr)
             g = torch.Generator().manual_seed(task.seed + i)
             losses = []
@@ -68,9 +80,11 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_bin):
+def start(tmp_path, fedfleet_bin, modes, more=""):
+    """The command's coordinator (3 rounds, the clients of `modes` a round) and one Python
+    client process per entry of modes {name: mode}: (coordinator, client processes, db)."""
     keys = tmp_path / "keys"
-    fedfleet.keygen(keys, clients=3)
+    fedfleet.keygen(keys, clients=len(modes))
     torch.manual_seed(0)
     model_path = tmp_path / "model.pt"
     torch.jit.save(torch.jit.script(BnNet()), model_path)
@@ -81,8 +95,8 @@ def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_
         name = "python-clients"
         rounds = 3
         [coordinator]
-        clients_per_round = 3
-        min_clients = 3
+        clients_per_round = {len(modes)}
+        min_clients = {len(modes)}
         quorum = 2
         wait_clients_s = 90
         deadline_s = 90
@@ -100,7 +114,7 @@ def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_
         epochs = 1
         batch = 32
         lr = 0.01
-    """))
+    """) + textwrap.dedent(more))
     db = tmp_path / "c.db"
     endpoint_file = tmp_path / "endpoint"
     coord = subprocess.Popen(
@@ -117,11 +131,21 @@ def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_
         script = tmp_path / "client.py"
         script.write_text(CLIENT)
         here = os.path.dirname(__file__)
-        modes = {"client-1": "plain", "client-2": "hang", "client-3": "raise"}
         for name, mode in modes.items():
             clients.append(subprocess.Popen(
                 [sys.executable, str(script), name, str(keys), endpoint, str(model_path), mode,
                  here], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    except BaseException:
+        for p in [coord, *clients]:
+            p.kill()
+        raise
+    return coord, clients, db
+
+
+def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_bin):
+    coord, clients, db = start(tmp_path, fedfleet_bin,
+                               {"client-1": "plain", "client-2": "hang", "client-3": "raise"})
+    try:
         # client-2 is killed once it is inside round 3's fit.
         hang = clients[1]
         deadline = time.monotonic() + 180
@@ -179,3 +203,35 @@ def test_python_clients_train_with_their_own_loop_over_curve(tmp_path, fedfleet_
                           (rnd,)).fetchone()
         assert fed[1] == sum(n for n, _ in by_client.values())
         assert fed[0] == pytest.approx(sum(n * l for n, l in by_client.values()) / fed[1])
+
+
+def test_a_python_client_honours_scaffold_over_curve(tmp_path, fedfleet_bin):
+    # aggregation.method = "scaffold": each task carries c, the runtime keeps c_k and uploads
+    # the control delta it computes from the steps fit reports (2P values, which the coordinator
+    # refuses for any other length).
+    coord, clients, db = start(tmp_path, fedfleet_bin,
+                               {"client-1": "scaffold", "client-2": "scaffold"},
+                               '[aggregation]\nmethod = "scaffold"\n')
+    try:
+        out, err = coord.communicate(timeout=240)
+        assert coord.returncode == 0, err
+        texts = [c.communicate(timeout=60)[0] for c in clients]
+    finally:
+        for p in [coord, *clients]:
+            if p.poll() is None:
+                p.kill()
+    for c, text in zip(clients, texts):
+        assert c.returncode == 0, text
+        # Every task carried c - c_k for each tensor of the layout: 6 parameters and the
+        # BatchNorm's 2 float buffers.
+        assert all(f"shift 8 round {r} size" in text for r in (1, 2, 3)), text
+        # c and c_k start at 0; from round 2 on, c - c_k moves: the control variates flow.
+        sizes = {int(line.split()[4]): float(line.split()[6]) for line in text.splitlines()
+                 if " shift " in line}
+        assert sizes[1] == 0 and sizes[2] > 0 and sizes[3] > 0, sizes
+    con = sqlite3.connect(db)
+    rounds = con.execute("SELECT round, status, completed, test_accuracy FROM rounds "
+                         "ORDER BY round").fetchall()
+    assert [r[1] for r in rounds] == ["initial", "ok", "ok", "ok"], rounds
+    assert all(r[2] == 2 for r in rounds[1:]), rounds
+    assert rounds[3][3] > rounds[0][3] + 0.2, rounds
