@@ -13,12 +13,12 @@
 #   dir05: fedavg 88.4  fedprox 88.6  scaffold 88.4  fednova 88.1
 #   c2:    fedavg 81.0  fedprox 78.8  scaffold 10.0  fednova 70.5
 #
-# A cell of 50 rounds takes about 10 minutes on 2 AVX-512 cores (more on AVX2), so the whole
+# A cell of 50 rounds takes 20-40 minutes on 2 AVX-512 cores (more on AVX2), so the whole
 # table is past the 15-minute rule:
 #   default   the dir05 row with ROUNDS rounds (default 4), within 15 minutes on 2 cores; the
 #             cells then fall short of 50 rounds' accuracy, which the output says; the goal
 #             checked is that no cell diverges (every round ok, accuracy over 70%)
-#   FULL=1    both rows, 50 rounds each (about 1.5-3 hours)
+#   FULL=1    both rows, 50 rounds each (about 3-5 hours)
 #   CELLS="scaffold_dir05 fedavg_c2"   those cells only, 50 rounds each (fill the table over
 #             several runs; docs/BENCHMARKS.md records each cell, its date and run time)
 # With 50 rounds the goal is every cell within 1 point of the published one or above it
