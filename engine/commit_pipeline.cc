@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "common/check.h"
-#include "common/crypto/sha256.h"
-#include "engine/round_engine.h"
+#include "engine/aggregator.h"
+#include "engine/block_coordinator.h"
+#include "engine/engine_options.h"
+#include "engine/round_context.h"
+#include "engine/round_mode.h"
 
 namespace fedfleet::engine {
 
@@ -18,40 +21,29 @@ const char* outcomeName(RoundOutcome outcome) {
   return kNames[static_cast<int>(outcome)];
 }
 
-CommitPipeline::CommitPipeline(RoundEngine& engine, const EngineOptions& options)
-    : e_(engine), backlog_(options.max_evaluations_behind) {}
+CommitPipeline::CommitPipeline(RoundContext& context, const EngineOptions& options)
+    : ctx_(context), s_(context.state()), backlog_(options.max_evaluations_behind) {}
 
 void CommitPipeline::evaluateInitial(double now) {
   CommitRound c;
-  c.round.run_id = e_.options_.run_id;
+  c.round.run_id = ctx_.options().run_id;
   c.round.round = 0;
   c.round.start_time = now;
   c.round.end_time = now;
   c.setOutcome(RoundOutcome::kInitial);
-  c.round.model_version = e_.version_;
-  if (!e_.options_.server_eval) {  // nothing to evaluate it on: round 0 is recorded at once
+  c.round.model_version = s_.version;
+  if (!ctx_.options().server_eval) {  // nothing to evaluate it on: round 0 is recorded at once
     commit(std::move(c), now);
     return;
   }
   backlog_.hold(0, std::move(c), std::nullopt);
-  e_.emit(Evaluate{0, std::make_shared<const std::vector<float>>(e_.params_)});
+  ctx_.emit(Evaluate{0, std::make_shared<const std::vector<float>>(ctx_.params())});
 }
 
-bool CommitPipeline::evaluationsBehind() const { return backlog_.full(e_.round_); }
-
-ModelSnapshot CommitPipeline::snapshotModel() const {
-  return ModelSnapshot{e_.params_, e_.optimizer_->saveState(), e_.aggregator_->saveState()};
-}
-
-void CommitPipeline::restoreModel(const ModelSnapshot& snapshot) {
-  e_.params_ = snapshot.params;
-  Status st = e_.optimizer_->loadState(snapshot.optimizer_state);
-  FEDFLEET_CHECK(st.isOk());  // its own saveState() of the same run
-  e_.aggregator_->loadState(snapshot.aggregator_state);
-}
+bool CommitPipeline::evaluationsBehind() const { return backlog_.full(s_.round); }
 
 bool CommitPipeline::evaluates(uint32_t round, bool last) const {
-  const EngineOptions& o = e_.options_;
+  const EngineOptions& o = ctx_.options();
   if (!o.server_eval) return false;
   return o.eval_every <= 1 || round % o.eval_every == 0 || last;
 }
@@ -101,12 +93,12 @@ void CommitPipeline::customEvaluation(history::RoundRecord& r,
     reports.push_back({u.client_id, u.eval_samples, *u.eval_loss, u.eval_accuracy, u.eval_metrics});
   }
   RoundEvaluation evaluation{r.fed_eval_loss, r.fed_eval_accuracy, r.fed_eval_metrics};
-  Status st = e_.aggregator_->aggregateEvaluation(r.round, reports, evaluation);
+  Status st = ctx_.aggregator().aggregateEvaluation(r.round, reports, evaluation);
   if (!st.isOk()) {
-    e_.event("aggregation_error", "",
-             "round " + std::to_string(r.round) + ": federated evaluation: " + st.message() +
-                 "; the clients' weighted means are recorded",
-             now);
+    ctx_.event("aggregation_error", "",
+               "round " + std::to_string(r.round) + ": federated evaluation: " + st.message() +
+                   "; the clients' weighted means are recorded",
+               now);
     return;
   }
   r.fed_eval_loss = evaluation.loss;
@@ -116,50 +108,41 @@ void CommitPipeline::customEvaluation(history::RoundRecord& r,
 
 void CommitPipeline::endServerStep(CommitRound c, bool ok, bool last,
                                    std::optional<ModelSnapshot> before, double now) {
-  const EngineOptions& o = e_.options_;
-  e_.finished_tokens_.advance(e_.round_);
-  e_.answered_stale_.advance(e_.round_);
-  e_.answered_unknown_.advance(e_.round_);
+  const EngineOptions& o = ctx_.options();
+  ctx_.ageTokens(s_.round);
   auto& r = c.round;
   c.setOutcome(ok ? RoundOutcome::kOk : RoundOutcome::kFailed);
   federatedEvaluation(r, c.updates, c.states);
   customEvaluation(r, c.updates, c.states, now);
-  r.model_version = e_.version_;
-  if (ok && o.checkpoint_every > 0 && (e_.round_ % o.checkpoint_every == 0 || last)) {
-    history::CheckpointRecord cp;
-    cp.run_id = o.run_id;
-    cp.round = e_.round_;
-    cp.model_version = e_.version_;
-    cp.sha256_hex = crypto::toHex(e_.model_sha_);
-    cp.blob = *e_.model_bytes_;
-    cp.engine_state = e_.saveState();
-    c.checkpoint = std::move(cp);
+  r.model_version = s_.version;
+  if (ok && o.checkpoint_every > 0 && (s_.round % o.checkpoint_every == 0 || last)) {
+    c.checkpoint = ctx_.checkpoint();
   }
-  const uint32_t round = e_.round_;
+  const uint32_t round = s_.round;
   if (last) {
     last_round_done_ = true;
-    e_.phase_ = RoundEngine::Phase::kDraining;  // nothing new starts; the run ends after the commit
+    s_.phase = EnginePhase::kDraining;  // nothing new starts; the run ends after the commit
   }
   if (!ok) {
     // A failed round is committed at once, and before the next round goes out: a failure that
     // ends the run (max_failed_rounds) leaves no round started that would never run.
     commit(std::move(c), now);
-    if (!last && e_.phase_ != RoundEngine::Phase::kFinished) e_.mode_->afterStep(now);
+    if (!last && s_.phase != EnginePhase::kFinished) ctx_.mode().afterStep(now);
     return;
   }
   // The next round goes out before this round's model is evaluated (protocol step 9).
-  if (!last) e_.mode_->afterStep(now);
+  if (!last) ctx_.mode().afterStep(now);
   if (evaluates(round, last)) {
     // The model before the step, until the evaluation says the new one is usable.
     backlog_.hold(round, std::move(c), std::move(before));
-    e_.emit(Evaluate{round, std::make_shared<const std::vector<float>>(e_.params_)});
+    ctx_.emit(Evaluate{round, std::make_shared<const std::vector<float>>(ctx_.params())});
   } else {
     commit(std::move(c), now);
   }
 }
 
 void CommitPipeline::onEvaluated(uint32_t round, std::optional<EvalOutcome> outcome, double now) {
-  const EngineOptions& o = e_.options_;
+  const EngineOptions& o = ctx_.options();
   if (!backlog_.awaiting(round)) return;
   if (outcome && !(std::isfinite(outcome->loss) && std::isfinite(outcome->accuracy.value_or(0)))) {
     return rollBack(round,
@@ -175,31 +158,20 @@ void CommitPipeline::onEvaluated(uint32_t round, std::optional<EvalOutcome> outc
   }
   const bool reached = o.target_accuracy > 0 && outcome && round > 0 &&
                        outcome->accuracy.value_or(0) >= o.target_accuracy &&
-                       e_.phase_ != RoundEngine::Phase::kFinished;
+                       s_.phase != EnginePhase::kFinished;
   commit(std::move(c), now);
-  if (!reached || e_.phase_ == RoundEngine::Phase::kFinished) {
-    e_.tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
+  if (!reached || s_.phase == EnginePhase::kFinished) {
+    ctx_.tryStartRound(now);  // a round held back by the evaluations behind (step 9) may start now
     return;
   }
   // Target reached: rounds awaiting their evaluation are committed without test metrics, tasks
   // in flight are cancelled (their round is never recorded), and the run ends.
-  for (CommitRound& pending : backlog_.takeAll()) e_.emit(std::move(pending));
-  for (auto& [token, p] : e_.participants_) {
-    if (p.state != UpdateState::kPending) continue;
-    e_.finished_tokens_.insert(token);
-    auto cit = e_.clients_.find(p.client);
-    if (cit != e_.clients_.end() && cit->second.connected) {
-      e_.emit(SendCancel{p.client, wire::Cancel{token, "target accuracy reached"}});
-      cit->second.task_token = 0;
-      e_.refreshIdle(p.client, cit->second);
-    }
-  }
-  e_.participants_.clear();
-  e_.assembler_.clear();
-  e_.finishRun(true,
-               "target accuracy " + std::to_string(o.target_accuracy) + " reached in round " +
-                   std::to_string(round),
-               now);
+  for (CommitRound& pending : backlog_.takeAll()) ctx_.emit(std::move(pending));
+  ctx_.cancelPending("target accuracy reached");
+  ctx_.finishRun(true,
+                 "target accuracy " + std::to_string(o.target_accuracy) + " reached in round " +
+                     std::to_string(round),
+                 now);
 }
 
 void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now) {
@@ -207,26 +179,26 @@ void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now
   EvaluationBacklog::Refusal refusal = backlog_.refuse(round);
   // Round 0 (the initial model) has no step to undo; its row is recorded failed all the same.
   if (refusal.before) {
-    restoreModel(*refusal.before);
-    ++e_.version_;  // a new version holding the old parameters: caches keyed by version refresh
-    e_.refreshModelBytes();
-    if (e_.blocks_) e_.blocks_->modelsChanged();
+    ctx_.restoreModel(*refusal.before);
+    ++s_.version;  // a new version holding the old parameters: caches keyed by version refresh
+    ctx_.refreshModelBytes();
+    if (ctx_.blocks()) ctx_.blocks()->modelsChanged();
   }
-  e_.event("evaluation_refused", "",
-           refused + "; the model is rolled back to the one before that round (now version " +
-               std::to_string(e_.version_) + ")",
-           now);
+  ctx_.event("evaluation_refused", "",
+             refused + "; the model is rolled back to the one before that round (now version " +
+                 std::to_string(s_.version) + ")",
+             now);
   // The refused round and every later one awaiting its evaluation are recorded failed (they
   // hold the refused model or models built on it), in round order.
   for (CommitRound& c : refusal.rounds) {
     c.setOutcome(RoundOutcome::kFailed);
-    c.round.model_version = e_.version_;
+    c.round.model_version = s_.version;
     c.checkpoint.reset();
-    e_.roundFailed(c.round.round,
-                   c.round.round == round
-                       ? why
-                       : "built on round " + std::to_string(round) + "'s refused model",
-                   now);
+    ctx_.roundFailed(c.round.round,
+                     c.round.round == round
+                         ? why
+                         : "built on round " + std::to_string(round) + "'s refused model",
+                     now);
   }
   // The round in flight trained from the refused model: it is aborted (pending tasks
   // cancelled, completed updates refused) and recorded failed; the next one starts from the
@@ -234,41 +206,25 @@ void CommitPipeline::rollBack(uint32_t round, const std::string& why, double now
   const std::string abort_reason =
       "trained from round " + std::to_string(round) + "'s refused model (rolled back)";
   for (CommitRound& c : refusal.rounds) commit(std::move(c), now);
-  e_.tryStartRound(now);   // one held back by the evaluations behind (step 9)
-  if (round == 0) return;  // nothing was trained from a step of it: nothing to abort
-  e_.mode_->abort(abort_reason, now);
+  ctx_.tryStartRound(now);  // one held back by the evaluations behind (step 9)
+  if (round == 0) return;   // nothing was trained from a step of it: nothing to abort
+  ctx_.mode().abort(abort_reason, now);
 }
 
 void CommitPipeline::commit(CommitRound c, double now) {
-  // The round's participants were seen up to now: their client rows say so.
-  // (A completed or rejected update ended with something it sent; a late or dropped one says
-  // nothing of when its client was last heard from.)
-  std::map<ClientId, double> seen;
-  for (size_t i = 0; i < c.updates.size(); ++i) {
-    const history::UpdateRecord& u = c.updates[i];
-    auto it = e_.clients_.find(u.client_id);
-    if (it == e_.clients_.end()) continue;
-    const bool sent =
-        c.states[i] == UpdateState::kCompleted || c.states[i] == UpdateState::kRejected;
-    const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
-    double& last = seen[u.client_id];
-    last = std::max(last, at);
-  }
-  for (const auto& [id, at] : seen) {
-    if (at > 0) e_.emit(UpsertClient{e_.clientRecord(id, e_.clients_.at(id), at)});
-  }
+  ctx_.upsertClientsOf(c);
   const uint32_t round = c.round.round;
   const bool failed = c.outcome == RoundOutcome::kFailed;
-  e_.emit(std::move(c));
+  ctx_.emit(std::move(c));
   // The run ends with the commit that leaves nothing behind once the last round is done: the
   // last round's own, or, when it failed and was committed at once while an earlier round
   // still awaited its evaluation, that earlier round's.
-  if (last_round_done_ && backlog_.empty() && !e_.blocksPending() &&
-      e_.phase_ != RoundEngine::Phase::kFinished) {
-    e_.finishRun(true, "all rounds done", now);
+  if (last_round_done_ && backlog_.empty() && !ctx_.blocksPending() &&
+      s_.phase != EnginePhase::kFinished) {
+    ctx_.finishRun(true, "all rounds done", now);
     return;
   }
-  e_.countRoundOutcome(round, failed, now);
+  ctx_.countRoundOutcome(round, failed, now);
 }
 
 }  // namespace fedfleet::engine

@@ -4,8 +4,8 @@
 // step; an accepted evaluation commits the round with its test metrics (and may end the run at
 // the target accuracy), a refused one rolls the model back to that snapshot and records the
 // rounds built on it failed. It owns the evaluation backlog (engine/evaluation_backlog.h) and
-// whether the last round has ended; like the round modes it is part of the engine's
-// implementation and works on its model, clients and actions. One owner: not thread-safe.
+// whether the last round has ended; like the round modes it reaches the engine through its
+// RoundContext (engine/round_context.h). One owner: not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +14,11 @@
 
 #include "engine/actions.h"
 #include "engine/evaluation_backlog.h"
+#include "engine/round_context.h"
 
 namespace fedfleet::engine {
 
-class RoundEngine;
 struct EngineOptions;
-struct EvalOutcome;
 
 // A round's federated evaluation (RoundRecord::fed_eval_*) from its update rows: over the
 // completed updates that report an evaluation, their count, their held-out samples and the
@@ -31,15 +30,13 @@ void federatedEvaluation(history::RoundRecord& round,
 
 class CommitPipeline {
  public:
-  // The pipeline of `engine` (which outlives it).
-  CommitPipeline(RoundEngine& engine, const EngineOptions& options);
+  // The pipeline of the engine behind `context` (which outlives it).
+  CommitPipeline(RoundContext& context, const EngineOptions& options);
 
   // Round 0: the initial model's row, held for its evaluation, and the Evaluate action.
   void evaluateInitial(double now);
   // Whether the model after server step `round` is evaluated (every eval_every, and the last).
   bool evaluates(uint32_t round, bool last) const;
-  // The model before a step whose evaluation will be awaited.
-  ModelSnapshot snapshotModel() const;
   // After a server step: evaluate (every eval_every) or commit, and finish after the last.
   // `before` is the model before the step, kept until its evaluation is reported.
   void endServerStep(CommitRound c, bool ok, bool last, std::optional<ModelSnapshot> before,
@@ -58,13 +55,13 @@ class CommitPipeline {
                         const std::vector<UpdateState>& states, double now);
   // Emits the round's client rows and the CommitRound; finishes the run after the last one.
   void commit(CommitRound c, double now);
-  void restoreModel(const ModelSnapshot& snapshot);
   // A refused evaluation of `round` (step 10a): the model goes back to its snapshot, the
   // rounds awaiting their evaluation after it are recorded failed, and the round in flight
   // (trained from the refused model) is aborted.
   void rollBack(uint32_t round, const std::string& why, double now);
 
-  RoundEngine& e_;
+  RoundContext& ctx_;
+  RoundState& s_;  // ctx_.state()
   EvaluationBacklog backlog_;
   bool last_round_done_ = false;  // finish the run after its commit
 };

@@ -37,11 +37,11 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     : options_(std::move(options)),
       params_(std::move(initial_params)),
       rng_(options_.seed),
-      version_(options_.model_version),
       aggregator_(Aggregator::create(options_, params_.size())),
       assembler_(options_, *aggregator_, params_.size()),
       credits_(options_.max_concurrent_uploads, options_.upload_idle_s),
       work_(options_) {
+  state_.version = options_.model_version;
   FEDFLEET_CHECK(options_.clients_per_round > 0);
   FEDFLEET_CHECK(options_.quorum <= options_.clients_per_round);
   auto codec = compress::parseCodecSpec(options_.codec);
@@ -52,7 +52,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     FEDFLEET_CHECK(slow.isOk());
     slow_link_codec_spec_ = *slow;
   }
-  round_ = options_.first_round - 1;
+  state_.round = options_.first_round - 1;
   refreshModelBytes();
   if (options_.selector.kind != SelectorKind::kUniform) {
     auto sel = Selector::create(options_.selector);
@@ -95,7 +95,7 @@ void RoundEngine::feedback(const Participant& p, double now) {
   if (!selector_) return;
   ParticipationFeedback f;
   f.client = p.client;
-  f.round = round_;
+  f.round = state_.round;
   f.completed = p.state == UpdateState::kCompleted;
   f.n_samples = p.summary.n_samples;
   f.sum_sq_loss = p.summary.sum_sq_loss;
@@ -118,8 +118,8 @@ uint64_t RoundEngine::unstartedTask(const ClientId& id) const {
   auto c = clients_.find(id);
   if (c == clients_.end() || !c->second.connected || c->second.task_token == 0) return 0;
   if (secagg_ && secagg_->active()) return 0;  // its key stages went to the old connection too
-  auto p = participants_.find(c->second.task_token);
-  if (p == participants_.end() || p->second.client != id ||
+  auto p = state_.participants.find(c->second.task_token);
+  if (p == state_.participants.end() || p->second.client != id ||
       p->second.state != UpdateState::kPending || p->second.first_chunk_at >= 0 ||
       p->second.upload_asked_at >= 0) {
     return 0;
@@ -138,11 +138,11 @@ size_t RoundEngine::availableIdle(double now) const {
 
 RoundEngine::WaitingStatus RoundEngine::waitingStatus(std::optional<double> now) const {
   WaitingStatus w;
-  w.waiting = phase_ == Phase::kWaiting;
+  w.waiting = state_.phase == Phase::kWaiting;
   w.idle = idle_.size();
   w.available = now ? availableIdle(*now) : idle_.size();
   w.needed = options_.min_clients;
-  w.since = wait_since_;
+  w.since = state_.wait_since;
   for (const auto& [id, c] : clients_) {
     if (c.connected) w.connected.push_back(id);
   }
@@ -163,9 +163,9 @@ void RoundEngine::refreshModelBytes() {
 
 bool RoundEngine::fedEvalDue() {
   const uint32_t every = options_.fed_eval_every;
-  if (every == 0 || round_ == 0 || (round_ - 1) % every != 0) return false;
-  if (fed_eval_round_ != round_) {
-    fed_eval_round_ = round_;
+  if (every == 0 || state_.round == 0 || (state_.round - 1) % every != 0) return false;
+  if (fed_eval_round_ != state_.round) {
+    fed_eval_round_ = state_.round;
     fed_eval_asked_ = 0;
   }
   return options_.fed_eval_clients == 0 || fed_eval_asked_ < options_.fed_eval_clients;
@@ -173,7 +173,7 @@ bool RoundEngine::fedEvalDue() {
 
 uint64_t RoundEngine::newToken() {
   uint64_t t = crypto::randomToken();
-  while (participants_.count(t) || finished_tokens_.count(t)) t = crypto::randomToken();
+  while (state_.participants.count(t) || finished_tokens_.count(t)) t = crypto::randomToken();
   return t;
 }
 
@@ -190,7 +190,7 @@ void RoundEngine::event(const std::string& kind, const ClientId& client, const s
 }
 
 void RoundEngine::flushLeftOutEvents(double now) {
-  for (auto& e : event_budget_.closeRound(options_.run_id, round_, now)) {
+  for (auto& e : event_budget_.closeRound(options_.run_id, state_.round, now)) {
     emit(RecordEvent{std::move(e)});
   }
 }
@@ -202,10 +202,10 @@ std::vector<Action> RoundEngine::takeActions() {
 }
 
 void RoundEngine::start(double now) {
-  FEDFLEET_CHECK(phase_ == Phase::kIdle);
+  FEDFLEET_CHECK(state_.phase == Phase::kIdle);
   if (options_.first_round == 1 && options_.evaluate_initial) commits_.evaluateInitial(now);
-  phase_ = Phase::kWaiting;
-  wait_since_ = now;
+  state_.phase = Phase::kWaiting;
+  state_.wait_since = now;
   if (dp_ && options_.rounds < configured_rounds_) {
     event("privacy_budget", "",
           "dp.target_epsilon " + std::to_string(options_.dp.target_epsilon) + " at delta " +
@@ -215,7 +215,7 @@ void RoundEngine::start(double now) {
               "); the run ends after round " + std::to_string(options_.rounds),
           now);
   }
-  if (round_ >= options_.rounds) {
+  if (state_.round >= options_.rounds) {
     finishRun(true, "all rounds done", now);
     return;
   }
@@ -252,7 +252,7 @@ void RoundEngine::refreshIdle(const ClientId& id, const ClientState& c) {
 
 void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
   SettleCreditsOnExit settle(this, now);
-  if (phase_ == Phase::kFinished) {
+  if (state_.phase == Phase::kFinished) {
     emit(SendBye{id, "run finished"});
     return;
   }
@@ -293,8 +293,8 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
   history::ClientRecord rec = clientRecord(id, clients_.at(id), now);
   rec.first_seen = now;
   emit(UpsertClient{rec});
-  if (phase_ == Phase::kWaiting) tryStartRound(now);
-  if (phase_ == Phase::kRunning) mode_->clientsAvailable(now);
+  if (state_.phase == Phase::kWaiting) tryStartRound(now);
+  if (state_.phase == Phase::kRunning) mode_->clientsAvailable(now);
 }
 
 void RoundEngine::onHeartbeat(const ClientId& id, double now) {
@@ -314,13 +314,13 @@ void RoundEngine::loseClient(const ClientId& id, const std::string& why, double 
   c.connected = false;
   idle_.erase(id);
   if (c.task_token != 0) {
-    auto pit = participants_.find(c.task_token);
-    if (pit != participants_.end() && pit->second.state == UpdateState::kPending) {
+    auto pit = state_.participants.find(c.task_token);
+    if (pit != state_.participants.end() && pit->second.state == UpdateState::kPending) {
       pit->second.state = UpdateState::kDropped;
       pit->second.finished_at = now;
       takeBack(pit->second, c.task_token, now);
       finished_tokens_.insert(c.task_token);
-      event("client_dropped", id, "round " + std::to_string(round_) + ": " + why, now);
+      event("client_dropped", id, "round " + std::to_string(state_.round) + ": " + why, now);
       mode_->taskEnded(c.task_token, now);
     }
     c.task_token = 0;
@@ -354,7 +354,7 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now, size_t at_le
 }
 
 void RoundEngine::tryStartRound(double now) {
-  if (phase_ != Phase::kWaiting) return;
+  if (state_.phase != Phase::kWaiting) return;
   if (blocks_) blocks_->noteWaiting(now);
   if (commits_.evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
   if (idle_.size() >= options_.min_clients) startRound(now);
@@ -368,14 +368,14 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   p.client = id;
   p.partition = partition;
   p.bytes_down = model_bytes_->size();
-  p.start_version = version_;
+  p.start_version = state_.version;
   p.sent_at = now;
   p.deadline = now + deadline_s;
 
   wire::Task task;
   task.run_id = static_cast<uint64_t>(options_.run_id);
-  task.round = round_;
-  task.model_version = version_;
+  task.round = state_.round;
+  task.model_version = state_.version;
   task.model_name = options_.model_name;
   // task.model_bytes stays empty: SendTask shares one buffer per model (model_bytes_, or the
   // chain of a multichain round) with every task.
@@ -386,7 +386,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
     task.model_sha256 = blocks_->chainSha();
   }
   task.hparams = options_.hparams;
-  task.hparams.seed = taskSeed(options_.seed, round_, p.partition);
+  task.hparams.seed = taskSeed(options_.seed, state_.round, p.partition);
   aggregator_->configureTask(id, task.hparams);
   task.data = options_.data;
   task.data.num_partitions = options_.num_partitions;
@@ -397,7 +397,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   // The codec of this round: topk's sparsity warm-up asks for denser updates in the first
   // rounds (compress::codecForRound).
   task.codec = compress::toString(
-      compress::codecForRound(slow_link ? *slow_link_codec_spec_ : codec_spec_, round_));
+      compress::codecForRound(slow_link ? *slow_link_codec_spec_ : codec_spec_, state_.round));
   work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, dataSizeOf(c)}, deadline_s);
   aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the
@@ -428,19 +428,19 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   c.task_token = task.task_token;
   c.sent_task = true;
   idle_.erase(id);
-  participants_.emplace(task.task_token, std::move(p));
+  state_.participants.emplace(task.task_token, std::move(p));
   emit(SendTask{id, std::move(task), std::move(bytes), std::move(served)});
 }
 
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
                                                       double now) {
-  auto it = participants_.find(token);
-  if (it != participants_.end() && it->second.client == id &&
+  auto it = state_.participants.find(token);
+  if (it != state_.participants.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
     return &it->second;
   }
   // Unknown, finished, or someone else's token: answer once per token and record it.
-  const bool stale = finished_tokens_.count(token) > 0 || it != participants_.end();
+  const bool stale = finished_tokens_.count(token) > 0 || it != state_.participants.end();
   bool first = false;
   if (stale) {
     first = answered_stale_.insert(token);
@@ -460,9 +460,10 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
     wire::Error err{wire::ErrorCode::kStaleTask, what, token};
     emit(SendError{id, err});
     if (earlier_session) return nullptr;
-    event(stale ? "stale_update" : "unknown_token", id,
-          what + " (token " + std::to_string(token) + ", round " + std::to_string(round_) + ")",
-          now);
+    event(
+        stale ? "stale_update" : "unknown_token", id,
+        what + " (token " + std::to_string(token) + ", round " + std::to_string(state_.round) + ")",
+        now);
   }
   return nullptr;
 }
@@ -473,8 +474,8 @@ void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, do
   event("client_error", id, error.message, now);
   // It may have refused the task before taking its served model: send it again next time.
   if (auto c = clients_.find(id); c != clients_.end()) c->second.served_sha.reset();
-  auto it = participants_.find(error.task_token);
-  if (it != participants_.end() && it->second.client == id &&
+  auto it = state_.participants.find(error.task_token);
+  if (it != state_.participants.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
     rejectUpdate(it->second, error.task_token, "client reported: " + error.message, now);
   }
@@ -482,7 +483,7 @@ void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, do
 
 void RoundEngine::onTick(double now) {
   SettleCreditsOnExit settle(this, now);
-  if (phase_ == Phase::kFinished) return;
+  if (state_.phase == Phase::kFinished) return;
   // Liveness: a connected client silent for liveness_s is gone.
   std::vector<ClientId> lost;
   if (options_.liveness_s > 0) {
@@ -491,26 +492,26 @@ void RoundEngine::onTick(double now) {
     }
   }
   for (const auto& id : lost) {
-    if (phase_ == Phase::kFinished) return;
+    if (state_.phase == Phase::kFinished) return;
     loseClient(id, "silent for more than " + formatDuration(options_.liveness_s), now);
   }
-  if (phase_ == Phase::kRunning) mode_->onTick(now);  // deadlines
+  if (state_.phase == Phase::kRunning) mode_->onTick(now);  // deadlines
   // A stalled upload must not hold a credit others wait for.
   const auto last = [this](uint64_t token) { return lastUploadActivity(token); };
   for (uint64_t token : credits_.idleUploads(now, last)) {
     const std::optional<double> at = lastUploadActivity(token);
     if (!at) continue;
-    rejectUpdate(participants_.at(token), token,
+    rejectUpdate(state_.participants.at(token), token,
                  "upload sent nothing for " + formatDuration(now - *at) +
                      " holding an upload credit (coordinator.upload_idle_s = " +
                      formatDuration(credits_.idleSeconds()) + ")",
                  now);
     mode_->finishIfDone(now);
   }
-  if (phase_ == Phase::kWaiting) {
+  if (state_.phase == Phase::kWaiting) {
     tryStartRound(now);
-    if (phase_ == Phase::kWaiting && !commits_.evaluationsBehind() &&
-        now >= wait_since_ + options_.wait_clients_s) {  // exactly when nextWakeup() says
+    if (state_.phase == Phase::kWaiting && !commits_.evaluationsBehind() &&
+        now >= state_.wait_since + options_.wait_clients_s) {  // exactly when nextWakeup() says
       const size_t available = availableIdle(now);
       const std::string away = available < idle_.size()
                                    ? " (" + std::to_string(idle_.size() - available) +
@@ -535,15 +536,15 @@ std::optional<double> RoundEngine::nextWakeup() const {
       if (c.connected) consider(c.last_seen + options_.liveness_s);
     }
   }
-  if (phase_ == Phase::kRunning) {
+  if (state_.phase == Phase::kRunning) {
     if (auto deadline = mode_->nextDeadline()) consider(*deadline);
   }
-  if (phase_ == Phase::kWaiting) consider(wait_since_ + options_.wait_clients_s);
+  if (state_.phase == Phase::kWaiting) consider(state_.wait_since + options_.wait_clients_s);
   if (auto idle =
           credits_.nextIdleCheck([this](uint64_t token) { return lastUploadActivity(token); })) {
     consider(*idle);
   }
-  if (phase_ == Phase::kWaiting && blocks_) {
+  if (state_.phase == Phase::kWaiting && blocks_) {
     // A clock schedule may bring the next block's clients: look again at the boundary.
     if (auto wakeup = blocks_->wakeup()) consider(*wakeup);
   }

@@ -200,6 +200,7 @@
 #include "engine/quarantine.h"
 #include "engine/recent_tokens.h"
 #include "engine/robust_aggregator.h"
+#include "engine/round_context.h"
 #include "engine/round_mode.h"
 #include "engine/secure_aggregation.h"
 #include "engine/selector.h"
@@ -211,15 +212,8 @@
 
 namespace fedfleet::engine {
 
-struct EvalOutcome {
-  double loss = 0;
-  std::optional<double> accuracy;  // none: a regression (no classes to get right)
-  // Further metrics by name: "mse" and "mae" for float targets, then the model's own.
-  std::vector<std::pair<std::string, double>> metrics;
-};
-
 // (The actions it emits, SendTask to RunFinished: engine/actions.h.)
-class RoundEngine {
+class RoundEngine : private RoundContext {
  public:
   // `initial_params` is the flat model the run starts from (fresh or from a checkpoint).
   RoundEngine(EngineOptions options, std::vector<float> initial_params);
@@ -298,16 +292,16 @@ class RoundEngine {
   // Returns and clears the actions emitted so far.
   std::vector<Action> takeActions();
 
-  bool finished() const { return phase_ == Phase::kFinished; }
+  bool finished() const { return state_.phase == Phase::kFinished; }
   bool isKnown(const ClientId& id) const { return clients_.count(id) > 0; }
   // The token of the task `id` holds while nothing of its upload has come (no chunk, no upload
   // request) and no secure aggregation runs: a task its driver may send again, unchanged, to a
   // connection that replaced the one the task went to (the client may never have received it).
   // 0 when there is none.
   uint64_t unstartedTask(const ClientId& id) const;
-  uint32_t currentRound() const { return round_; }
-  uint64_t modelVersion() const { return version_; }
-  const std::vector<float>& params() const { return params_; }
+  uint32_t currentRound() const { return state_.round; }
+  uint64_t modelVersion() const { return state_.version; }
+  const std::vector<float>& params() const override { return params_; }
   size_t connectedClients() const;
   // Waiting for clients (between rounds, before the first): how many idle connected clients
   // there are of the `needed` a round starts with, and who is connected. `waiting` is false
@@ -323,7 +317,7 @@ class RoundEngine {
   // `now`: the time availability is judged at (the last event's when unknown).
   WaitingStatus waitingStatus(std::optional<double> now = std::nullopt) const;
   // The partition `id` trains (-1: unknown client, or partitions are sampled per task).
-  int32_t partitionOf(const ClientId& id) const;
+  int32_t partitionOf(const ClientId& id) const override;
   // The bound the next synchronous settlement judges an update's delta norm against: norm_bound
   // x the reference norm of the rounds settled before (protocol step 8a). None before the first
   // round settled (it is judged against its own lower median) or with the bound off. For tests
@@ -341,20 +335,7 @@ class RoundEngine {
   size_t answeredTokens() const { return answered_stale_.size() + answered_unknown_.size(); }
 
  private:
-  // The round modes (engine/round_mode.h) are part of the engine's implementation.
-  friend class SynchronousRounds;
-  friend class BufferedAsyncRounds;
-  // So is the commit pipeline (engine/commit_pipeline.h: steps 9, 10 and 10a).
-  friend class CommitPipeline;
-
-  enum class Phase {
-    kIdle,
-    kWaiting,
-    kRunning,
-    kDraining,
-    kFinished
-  };  // kDraining: last round
-      // awaits its commit
+  using Phase = EnginePhase;
   using UpdateState = engine::UpdateState;
 
   struct ClientState {
@@ -389,12 +370,39 @@ class RoundEngine {
     double now_;
   };
 
-  void emit(Action action) { actions_.push_back(std::move(action)); }
+  // ---- RoundContext (engine/round_context.h): what the round modes and the commit pipeline
+  // (engine/round_mode.h, engine/commit_pipeline.h) see of the engine ----
+  const EngineOptions& options() const override { return options_; }
+  RoundState& state() override { return state_; }
+  std::mt19937_64& rng() override { return rng_; }
+  Aggregator& aggregator() override { return *aggregator_; }
+  const ServerOptimizer& optimizer() const override { return *optimizer_; }
+  UpdateAssembler& assembler() override { return assembler_; }
+  DeadlinePolicy& deadlines() override { return *deadline_; }
+  NormReference& normReference() override { return norm_ref_; }
+  RoundMode& mode() override { return *mode_; }
+  CommitPipeline& commits() override { return commits_; }
+  SecureAggregation* secAgg() override { return secagg_.get(); }
+  CentralDp* dp() override { return dp_.get(); }
+  BlockCoordinator* blocks() override { return blocks_.get(); }
+  uint64_t cohortSampleScale(const std::vector<ClientId>& cohort) const override;
+  void countRejection(const std::string& why) override { ++round_rejections_[why]; }
+  const std::string& stepFailure() const override { return step_failure_; }
+  void countLocalDpReleases() override;
+  void closeRound(uint32_t round) override;
+  void ageTokens(uint32_t round) override;
+  history::CheckpointRecord checkpoint() const override;
+  ModelSnapshot snapshotModel() const override;
+  void restoreModel(const ModelSnapshot& snapshot) override;
+  void cancelPending(const std::string& reason) override;
+  void upsertClientsOf(const CommitRound& c) override;
+
+  void emit(Action action) override { actions_.push_back(std::move(action)); }
   // Secure aggregation after every event: tasks that ended are no longer waited for, key stages
   // close at their deadlines (tasks left out are rejected), and a finished unmasking ends the
   // round.
   void secAggStep(double now);
-  void sendSecAgg(SecureAggregation::Outgoing& out);
+  void sendSecAgg(SecureAggregation::Outgoing& out) override;
   // Upload credits (engine/upload_credits.h): drops the grants and queued requests of tasks no
   // longer pending, then grants queued requests in order while credits are free.
   void settleCredits(double now);
@@ -402,8 +410,8 @@ class RoundEngine {
   // (nothing: no such pending task).
   std::optional<double> lastUploadActivity(uint64_t token) const;
   void event(const std::string& kind, const ClientId& client, const std::string& detail,
-             double now);
-  void tryStartRound(double now);
+             double now) override;
+  void tryStartRound(double now) override;
   // Starts a round (or, asynchronous, a server step's tasks): RoundMode::startRound.
   void startRound(double now);
   // The client row of `id` as the history keeps it, seen last at `now`.
@@ -412,30 +420,31 @@ class RoundEngine {
   // says (data_size; 0: unknown), never above its partition's size where the coordinator knows
   // it, else never above max_samples_per_update.
   uint64_t dataSizeOf(const ClientState& c) const;
-  void finishRun(bool ok, const std::string& message, double now);
+  void finishRun(bool ok, const std::string& message, double now) override;
   void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
   // Drops the kept payloads of an update that will not count (nothing of it was folded).
   void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
   // Builds and emits one task for `id` (idle) and registers it as a participant.
-  void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now);
+  void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now) override;
   // Tells the selector how a finished participant fared.
-  void feedback(const Participant& p, double now);
+  void feedback(const Participant& p, double now) override;
   // History row of a finished participant; `weight` is its share of the aggregate.
-  history::UpdateRecord updateRecord(const Participant& p, double weight, double now) const {
-    return engine::updateRecord(p, options_.run_id, round_, weight, now);
+  history::UpdateRecord updateRecord(const Participant& p, double weight,
+                                     double now) const override {
+    return engine::updateRecord(p, options_.run_id, state_.round, weight, now);
   }
   // Ends a still-pending participant at `now`: late (cancelled) when connected, else dropped.
-  void expire(Participant& p, uint64_t token, const std::string& why, double now);
+  void expire(Participant& p, uint64_t token, const std::string& why, double now) override;
   // The norm bound's verdict on an update of L2 norm `norm` against the median `median`:
   // the scale to apply (1: within the bound), or nullopt when it must be rejected.
-  std::optional<double> normBoundScale(double norm, double median, bool clippable) const;
+  std::optional<double> normBoundScale(double norm, double median, bool clippable) const override;
   // Events: the rows of one client past its budget (engine/event_budget.h) are left out and
   // counted; at the end of a round (or server step) one "events_left_out" row per such client
   // whose budget allows it.
-  void flushLeftOutEvents(double now);
+  void flushLeftOutEvents(double now) override;
   // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
-  uint64_t updateSize() const { return aggregator_->updateSize(); }
+  uint64_t updateSize() const override { return aggregator_->updateSize(); }
   // Median and trimmed mean: a completed update goes to the aggregator's buffer (clip_norm
   // applied). An error (a spill that failed, a log that cannot be read back) is returned for
   // rejection.
@@ -447,17 +456,17 @@ class RoundEngine {
   bool applyServerStep(uint32_t completed);
   // x <- optimiser step on the pseudo-gradient g (P values), unless the result is not finite:
   // then model and optimiser state are restored, step_failure_ says so, and false.
-  bool stepModel(const float* g);
+  bool stepModel(const float* g) override;
   // Learns a completed client's speed (adaptive steps) and durations (percentile deadline).
   void learnFromCompletion(ClientState& c, const Participant& p, double now);
   Participant* participantFor(const ClientId& id, uint64_t token, double now);
   // Up to k idle clients that may be sampled at `now`, clients in quarantine left out; when
   // that leaves fewer than min(k, at_least), the draw is made again with them in (a quarantine
   // never keeps a round from its quorum).
-  std::vector<ClientId> sampleIdle(size_t k, double now, size_t at_least);
+  std::vector<ClientId> sampleIdle(size_t k, double now, size_t at_least) override;
   void refreshIdle(const ClientId& id, const ClientState& c);
   ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
-  void refreshModelBytes();
+  void refreshModelBytes() override;
   uint64_t newToken();
   // Whether the next task dispatched asks for a federated evaluation of its model (the round's
   // number and how many of its tasks asked already; fed_eval_every, fed_eval_clients).
@@ -469,15 +478,15 @@ class RoundEngine {
   bool inCurrentBlock(const ClientId& id) const;
   // Records `round`'s failure (event "round_failed" with `detail`) and keeps why, with the
   // round's rejections, for the run's stop after max_failed_rounds in a row.
-  void roundFailed(uint32_t round, const std::string& detail, double now);
+  void roundFailed(uint32_t round, const std::string& detail, double now) override;
   // After a round's row is committed: counts it failed or not, in round order, and ends the run
   // (RunFinished with ok = false) when options_.max_failed_rounds rounds in a row have failed,
   // naming the clients whose updates were clipped or rejected most in those rounds.
-  void countRoundOutcome(uint32_t round, bool failed, double now);
+  void countRoundOutcome(uint32_t round, bool failed, double now) override;
   // The norm bound's verdict on `client`'s update (protocol step 8a; FedBuff at completion):
   // `flagged` (clipped or rejected) is a strike that may start a quarantine (event
   // "client_quarantined"), an update within the bound clears the client's strikes.
-  void noteNormVerdict(const ClientId& client, bool flagged, double now);
+  void noteNormVerdict(const ClientId& client, bool flagged, double now) override;
   // `client`'s update of this round was clipped or rejected (the suspects of a run's stop).
   void noteFlagged(const ClientId& client) { ++round_flagged_[client]; }
   // At the end of round `round`: keeps its flagged clients until the round is counted.
@@ -485,8 +494,8 @@ class RoundEngine {
   // Idle clients that may be sampled at `now` (eligible, in the current block).
   size_t availableIdle(double now) const;
   // The server step of this round, applied to the chain the round trains.
-  bool applyRoundStep(uint32_t completed);
-  bool blocksPending() const { return blocks_ && blocks_->pending(); }
+  bool applyRoundStep(uint32_t completed) override;
+  bool blocksPending() const override { return blocks_ && blocks_->pending(); }
   // Serving (protocol step B6): names the current block's served model in `task` and, when
   // client `c` does not have it and it is not the task's model, returns its bytes to attach.
   std::shared_ptr<const std::string> serve(ClientState& c, Participant& p, wire::Task& task);
@@ -498,11 +507,7 @@ class RoundEngine {
   std::vector<float> params_;
   std::mt19937_64 rng_;  // selection (task tokens come from crypto::randomToken)
 
-  Phase phase_ = Phase::kIdle;
-  uint32_t round_ = 0;
-  uint64_t version_ = 0;
-  double wait_since_ = 0;
-  double round_start_ = 0;
+  RoundState state_;  // phase, round, version, participants, running sum
 
   std::map<ClientId, ClientState> clients_;
   PartitionBook partitions_{options_.num_partitions};  // assigned at Hello, kept over restarts
@@ -512,8 +517,7 @@ class RoundEngine {
   std::unique_ptr<ServerOptimizer> optimizer_;
   std::unique_ptr<Aggregator> aggregator_;
   std::unique_ptr<DeadlinePolicy> deadline_;
-  std::unique_ptr<RoundMode> mode_;             // synchronous or buffered asynchronous rounds
-  ParticipantTable<Participant> participants_;  // by task token, in dispatch order
+  std::unique_ptr<RoundMode> mode_;  // synchronous or buffered asynchronous rounds
   // Tokens of ended tasks (stale), and stale tokens already answered once: of the last
   // kStaleTokenRounds rounds only (engine/recent_tokens.h).
   static constexpr uint32_t kStaleTokenRounds = 32;
@@ -524,10 +528,7 @@ class RoundEngine {
   // that, within its event budget, rather than growing the set).
   static constexpr size_t kUnknownTokensKept = 4096;
   RecentTokens answered_unknown_{1};
-  std::vector<float> sum_;  // running sum of n_k * D_k
-  double sum_weight_ = 0;
   UpdateAssembler assembler_;  // chunk checks and the kept payloads, until settled
-  bool sum_tainted_ = false;   // a kept update failed to fold: the sum is not usable
   UploadCredits credits_;
   WorkSizer work_;  // adaptive steps, partial work
   // options_.codec and options_.slow_link_codec, parsed once (checkEngineOptions refuses

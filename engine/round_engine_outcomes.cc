@@ -227,7 +227,7 @@ void RoundEngine::countRoundOutcome(uint32_t round, bool failed, double now) {
   flagged_by_round_.erase(flagged_by_round_.begin(),
                           flagged_by_round_.lower_bound(next_round_counted_));
   if (reason.empty() || options_.max_failed_rounds == 0 ||
-      failed_in_row_ < options_.max_failed_rounds || phase_ == Phase::kFinished) {
+      failed_in_row_ < options_.max_failed_rounds || state_.phase == Phase::kFinished) {
     return;
   }
   last_failure_ = reason;
@@ -249,9 +249,9 @@ void RoundEngine::countRoundOutcome(uint32_t round, bool failed, double now) {
 }
 
 void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
-  phase_ = Phase::kFinished;
+  state_.phase = Phase::kFinished;
   // Whatever one client's budget still owes is written now: nothing counted is lost.
-  for (auto& e : event_budget_.closeRun(options_.run_id, round_, now)) {
+  for (auto& e : event_budget_.closeRun(options_.run_id, state_.round, now)) {
     emit(RecordEvent{std::move(e)});
   }
   if (options_.bye_on_finish) {
@@ -281,7 +281,7 @@ void RoundEngine::onBlocksEvaluated(uint32_t round, const std::vector<BlockEvalO
   std::optional<RecordBlockMetrics> rec = blocks_->onEvaluated(round, outcomes, options_.run_id);
   if (!rec) return;
   emit(std::move(*rec));
-  if (commits_.drained() && !blocksPending() && phase_ != Phase::kFinished) {
+  if (commits_.drained() && !blocksPending() && state_.phase != Phase::kFinished) {
     finishRun(true, "all rounds done", now);
   }
 }
@@ -293,8 +293,8 @@ const std::vector<float>& RoundEngine::servedModel(uint32_t block) const {
 
 std::shared_ptr<const std::string> RoundEngine::serve(ClientState& c, Participant& p,
                                                       wire::Task& task) {
-  std::shared_ptr<const std::string> attach =
-      blocks_->serve(c.served_sha, task, SharedModel{params_, model_bytes_, model_sha_, version_});
+  std::shared_ptr<const std::string> attach = blocks_->serve(
+      c.served_sha, task, SharedModel{params_, model_bytes_, model_sha_, state_.version});
   if (attach) {
     p.served_bytes = attach->size();
     p.bytes_down += p.served_bytes;

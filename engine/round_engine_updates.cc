@@ -35,10 +35,11 @@ void RoundEngine::noteNormVerdict(const ClientId& client, bool flagged, double n
     return;
   }
   noteFlagged(client);
-  const std::optional<uint32_t> until = quarantine_.flag(client, round_);
+  const std::optional<uint32_t> until = quarantine_.flag(client, state_.round);
   if (!until) return;
   event("client_quarantined", client,
-        "round " + std::to_string(round_) + ": the norm bound clipped or rejected its updates in " +
+        "round " + std::to_string(state_.round) +
+            ": the norm bound clipped or rejected its updates in " +
             std::to_string(quarantine_.strikes(client)) +
             " of its rounds in a row; not sampled before round " + std::to_string(*until) +
             " (aggregation.quarantine_after = " + std::to_string(options_.quarantine_after) +
@@ -65,7 +66,7 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
     refreshIdle(p.client, cit->second);
   }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
-  event("update_rejected", p.client, "round " + std::to_string(round_) + ": " + why, now);
+  event("update_rejected", p.client, "round " + std::to_string(state_.round) + ": " + why, now);
   ++round_rejections_[why];
   noteFlagged(p.client);
   mode_->taskEnded(token, now);  // p may be gone from here on (asynchronous)
@@ -112,9 +113,9 @@ void RoundEngine::onSecAgg(const ClientId& id, const wire::SecAgg& message, uint
   const uint64_t token = message.task_token;
   if (message.step == wire::SecAggStep::kReveal) {
     // After its update completed: the task is finished but still in the round being unmasked.
-    auto it = participants_.find(token);
-    if (it == participants_.end() || it->second.client != id || !secagg_ || !secagg_->unmasking() ||
-        !secagg_->holds(token)) {
+    auto it = state_.participants.find(token);
+    if (it == state_.participants.end() || it->second.client != id || !secagg_ ||
+        !secagg_->unmasking() || !secagg_->holds(token)) {
       event("secagg_refused", id,
             "revealed shares for a task not being unmasked (token " + std::to_string(token) + ")",
             now);
@@ -125,7 +126,8 @@ void RoundEngine::onSecAgg(const ClientId& id, const wire::SecAgg& message, uint
     Status st = secagg_->onMessage(token, message, now, out);
     if (!st.isOk()) {
       // Its update is in the sum already: its shares are left out, not the update.
-      event("secagg_refused", id, "round " + std::to_string(round_) + ": " + st.message(), now);
+      event("secagg_refused", id, "round " + std::to_string(state_.round) + ": " + st.message(),
+            now);
       secagg_->markGone(token);
     }
     return;
@@ -144,16 +146,16 @@ void RoundEngine::onSecAgg(const ClientId& id, const wire::SecAgg& message, uint
 
 void RoundEngine::sendSecAgg(SecureAggregation::Outgoing& out) {
   for (auto& [token, message] : out) {
-    auto it = participants_.find(token);
-    if (it == participants_.end()) continue;
+    auto it = state_.participants.find(token);
+    if (it == state_.participants.end()) continue;
     emit(SendSecAgg{it->second.client, std::move(message)});
   }
   out.clear();
 }
 
 void RoundEngine::secAggStep(double now) {
-  if (!secagg_ || !secagg_->active() || phase_ != Phase::kRunning) return;
-  for (const auto& [token, p] : participants_) {
+  if (!secagg_ || !secagg_->active() || state_.phase != Phase::kRunning) return;
+  for (const auto& [token, p] : state_.participants) {
     if (!secagg_->holds(token)) continue;
     const bool ended = p.state != UpdateState::kPending && p.state != UpdateState::kCompleted;
     auto c = clients_.find(p.client);
@@ -165,8 +167,8 @@ void RoundEngine::secAggStep(double now) {
   secagg_->onTick(now, out, left_out);
   sendSecAgg(out);
   for (uint64_t token : left_out) {
-    auto it = participants_.find(token);
-    if (it != participants_.end() && it->second.state == UpdateState::kPending) {
+    auto it = state_.participants.find(token);
+    if (it != state_.participants.end() && it->second.state == UpdateState::kPending) {
       rejectUpdate(it->second, token,
                    "secure aggregation: its keys or shares were not in by the stage's end "
                    "(secagg.stage_timeout_s), or too few of its neighbours took part",
@@ -238,27 +240,27 @@ std::optional<double> RoundEngine::normBoundScale(double norm, double median,
 bool RoundEngine::applyServerStep(uint32_t completed) {
   const size_t n = params_.size();
   step_failure_.clear();
-  // The pseudo-gradient G, computed in place in the first n values of sum_.
+  // The pseudo-gradient G, computed in place in the first n values of state_.sum.
   RoundTotals totals;
-  totals.round = round_;
-  totals.weight = sum_weight_;
+  totals.round = state_.round;
+  totals.weight = state_.sum_weight;
   totals.completed = completed;
   totals.registered_clients = clients_.size();
   if (dp_ && !options_.dp.local) {
     // G = (sum of clipped updates + N(0, (z_D C)^2 I)) / K (engine/central_dp.h). Central
     // under secure aggregation: the clients clipped, the unmasked sum gets the noise here.
     // Distributed: the clients' noise is in the sum already.
-    if (options_.dp.central) dp_->addNoise(sum_.data(), n, round_);
+    if (options_.dp.central) dp_->addNoise(state_.sum.data(), n, state_.round);
     totals.weight = dp_->denominator();
   }
-  if (!aggregator_->pseudoGradient(sum_.data(), totals, &step_failure_)) return false;
-  if (!kernels::allFinite(sum_.data(), n)) {
+  if (!aggregator_->pseudoGradient(state_.sum.data(), totals, &step_failure_)) return false;
+  if (!kernels::allFinite(state_.sum.data(), n)) {
     step_failure_ = "the aggregate is not finite";
     return false;
   }
-  if (!stepModel(sum_.data())) return false;
+  if (!stepModel(state_.sum.data())) return false;
   aggregator_->stepTaken();
-  if (dp_ && !options_.dp.local) dp_->stepTaken(round_);
+  if (dp_ && !options_.dp.local) dp_->stepTaken(state_.round);
   return true;
 }
 
@@ -303,19 +305,20 @@ void RoundEngine::onUploadRequest(const ClientId& id, uint64_t token, double now
 
 void RoundEngine::settleCredits(double now) {
   auto pending = [&](uint64_t token) {
-    auto it = participants_.find(token);
-    return it != participants_.end() && it->second.state == UpdateState::kPending;
+    auto it = state_.participants.find(token);
+    return it != state_.participants.end() && it->second.state == UpdateState::kPending;
   };
   for (uint64_t token : credits_.settle(pending)) {
-    Participant& p = participants_.at(token);
+    Participant& p = state_.participants.at(token);
     p.granted_at = now;
     emit(SendGrant{p.client, wire::UploadGrant{token}});
   }
 }
 
 std::optional<double> RoundEngine::lastUploadActivity(uint64_t token) const {
-  auto it = participants_.find(token);
-  if (it == participants_.end() || it->second.state != UpdateState::kPending) return std::nullopt;
+  auto it = state_.participants.find(token);
+  if (it == state_.participants.end() || it->second.state != UpdateState::kPending)
+    return std::nullopt;
   return std::max(it->second.granted_at, it->second.last_chunk_at);
 }
 

@@ -7,107 +7,105 @@
 #include "common/check.h"
 #include "common/format.h"
 #include "common/splitmix.h"
-#include "engine/round_engine.h"
+#include "engine/aggregator.h"
+#include "engine/block_coordinator.h"
+#include "engine/central_dp.h"
+#include "engine/commit_pipeline.h"
+#include "engine/deadline_policy.h"
+#include "engine/engine_options.h"
+#include "engine/norm_reference.h"
+#include "engine/server_optimizer.h"
+#include "engine/update_assembler.h"
+#include "engine/update_weights.h"
 #include "kernels/accumulate.h"
 
 namespace fedfleet::engine {
 
-std::unique_ptr<RoundMode> RoundMode::create(RoundEngine& engine, const EngineOptions& options) {
-  if (options.async) return std::make_unique<BufferedAsyncRounds>(engine);
-  return std::make_unique<SynchronousRounds>(engine);
+std::unique_ptr<RoundMode> RoundMode::create(RoundContext& context, const EngineOptions& options) {
+  if (options.async) return std::make_unique<BufferedAsyncRounds>(context);
+  return std::make_unique<SynchronousRounds>(context);
 }
 
 // ---- SynchronousRounds ----------------------------------------------------------------------
 
 void SynchronousRounds::startRound(double now) {
-  const EngineOptions& o = e_.options_;
-  if (e_.blocksOn()) {
-    if (auto started = e_.blocks_->prepareRound(e_.round_ + 1, now, e_.params_)) {
-      e_.event("block_started", "", *started, now);
+  const EngineOptions& o = ctx_.options();
+  if (ctx_.blocks()) {
+    if (auto started = ctx_.blocks()->prepareRound(s_.round + 1, now, ctx_.params())) {
+      ctx_.event("block_started", "", *started, now);
     }
   }
   size_t want = o.clients_per_round;
   if (o.over_selection > 0) {
     want = static_cast<size_t>(std::ceil(o.clients_per_round * (1.0 + o.over_selection) - 1e-9));
   }
-  std::vector<ClientId> idle = e_.sampleIdle(want, now, o.quorum);
+  std::vector<ClientId> idle = ctx_.sampleIdle(want, now, o.quorum);
   if (idle.empty()) return;
   // Secure aggregation: a single client's masked sum would be its update; wait for another.
-  if (e_.secagg_ && idle.size() < 2) return;
+  if (ctx_.secAgg() && idle.size() < 2) return;
   const size_t k = idle.size();
 
   std::vector<uint32_t> partitions;
   if (o.sample_partitions) {
     std::vector<uint32_t> all(o.num_partitions);
     for (uint32_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::shuffle(all.begin(), all.end(), e_.rng_);
+    std::shuffle(all.begin(), all.end(), ctx_.rng());
     partitions.assign(all.begin(), all.begin() + std::min<size_t>(k, all.size()));
   }
 
-  ++e_.round_;
-  e_.phase_ = RoundEngine::Phase::kRunning;
-  e_.round_start_ = now;
-  const double deadline_s = e_.deadline_->startRound();
+  ++s_.round;
+  s_.phase = EnginePhase::kRunning;
+  s_.round_start = now;
+  const double deadline_s = ctx_.deadlines().startRound();
   round_deadline_ = now + deadline_s;
-  e_.participants_.clear();
-  e_.sum_.assign(e_.updateSize(), 0.0f);
-  e_.sum_weight_ = 0;
-  if (e_.secagg_) {
+  s_.participants.clear();
+  s_.sum.assign(ctx_.updateSize(), 0.0f);
+  s_.sum_weight = 0;
+  if (ctx_.secAgg()) {
     // The cohort's largest partition scales every client's weight n_k into (0, 1].
-    // Sizes the engine knows, else what the clients said they hold (bounded like a claim).
-    uint64_t max_samples = 1;
-    for (size_t i = 0; i < k; ++i) {
-      const auto& c = e_.clients_.at(idle[i]);
-      const int32_t part = c.partition;
-      const bool known = part >= 0 && static_cast<size_t>(part) < o.partition_sizes.size();
-      const uint64_t said = c.hello.data_size > 0
-                                ? std::min<uint64_t>(c.hello.data_size, o.max_samples_per_update)
-                                : o.max_samples_per_update;
-      max_samples = std::max(max_samples, known ? o.partition_sizes[part] : said);
-    }
+    const uint64_t max_samples = ctx_.cohortSampleScale(idle);
     // The graph's relabelling from the seed and the round, not the selection generator (whose
     // draws decide the cohorts: a run's cohorts are the same with and without it).
-    const uint64_t graph_seed = splitMix64(o.seed ^ (0x5ec466ull << 32) ^ e_.round_);
-    e_.secagg_->startRound(e_.round_, static_cast<uint32_t>(k), max_samples, graph_seed, now);
+    const uint64_t graph_seed = splitMix64(o.seed ^ (0x5ec466ull << 32) ^ s_.round);
+    ctx_.secAgg()->startRound(s_.round, static_cast<uint32_t>(k), max_samples, graph_seed, now);
   }
 
-  e_.aggregator_->roundStarting(e_.round_, idle);
+  ctx_.aggregator().roundStarting(s_.round, idle);
   for (size_t i = 0; i < k; ++i) {
     const ClientId& id = idle[i];
-    const uint32_t partition = o.sample_partitions
-                                   ? partitions[i % partitions.size()]
-                                   : static_cast<uint32_t>(e_.clients_.at(id).partition);
-    e_.dispatch(id, partition, deadline_s, now);
+    const uint32_t partition = o.sample_partitions ? partitions[i % partitions.size()]
+                                                   : static_cast<uint32_t>(ctx_.partitionOf(id));
+    ctx_.dispatch(id, partition, deadline_s, now);
   }
 }
 
-uint32_t SynchronousRounds::selectionRound() const { return e_.round_ + 1; }
+uint32_t SynchronousRounds::selectionRound() const { return s_.round + 1; }
 
 void SynchronousRounds::finishIfDone(double now) {
-  if (e_.phase_ != RoundEngine::Phase::kRunning) return;
-  if (e_.secagg_ && e_.secagg_->unmasking()) {  // the uploads are over: the shares decide
-    if (e_.secagg_->unmaskingDone(now)) finish(now);
+  if (s_.phase != EnginePhase::kRunning) return;
+  if (ctx_.secAgg() && ctx_.secAgg()->unmasking()) {  // the uploads are over: the shares decide
+    if (ctx_.secAgg()->unmaskingDone(now)) finish(now);
     return;
   }
   uint32_t completed = 0;
   bool pending = false;
-  for (const auto& [token, p] : e_.participants_) {
+  for (const auto& [token, p] : s_.participants) {
     pending |= p.state == UpdateState::kPending;
     completed += p.state == UpdateState::kCompleted;
   }
   // Over-selection: the first K completed updates end the round; the rest are cancelled.
-  const EngineOptions& o = e_.options_;
+  const EngineOptions& o = ctx_.options();
   if (!pending || (o.over_selection > 0 && completed >= o.clients_per_round)) {
     finish(now);
   }
 }
 
 void SynchronousRounds::completed(uint64_t token, double now) {
-  Participant& p = e_.participants_.at(token);
+  Participant& p = s_.participants.at(token);
   p.agg_weight = p.weight;
-  if (e_.aggregator_->buffersUpdates()) {
-    e_.sum_weight_ += p.weight;
-    e_.assembler_.takeBack(token);  // in the aggregator's buffer now
+  if (ctx_.aggregator().buffersUpdates()) {
+    s_.sum_weight += p.weight;
+    ctx_.assembler().takeBack(token);  // in the aggregator's buffer now
   }
   // Linear aggregators keep the payloads in the PartialLog until the round settles.
   p.state = UpdateState::kCompleted;
@@ -115,45 +113,45 @@ void SynchronousRounds::completed(uint64_t token, double now) {
 }
 
 void SynchronousRounds::onTick(double now) {
-  if (e_.secagg_ && e_.secagg_->unmasking()) {
-    if (e_.secagg_->unmaskingDone(now)) finish(now);
+  if (ctx_.secAgg() && ctx_.secAgg()->unmasking()) {
+    if (ctx_.secAgg()->unmaskingDone(now)) finish(now);
     return;
   }
   if (now >= round_deadline_) finish(now);
 }
 
 std::optional<double> SynchronousRounds::nextDeadline() const {
-  if (e_.secagg_ && e_.secagg_->active()) {
-    const std::optional<double> stage = e_.secagg_->nextDeadline();
-    if (e_.secagg_->unmasking()) return stage;
+  if (ctx_.secAgg() && ctx_.secAgg()->active()) {
+    const std::optional<double> stage = ctx_.secAgg()->nextDeadline();
+    if (ctx_.secAgg()->unmasking()) return stage;
     if (stage) return std::min(*stage, round_deadline_);
   }
   return round_deadline_;
 }
 
 void SynchronousRounds::afterStep(double now) {
-  e_.phase_ = RoundEngine::Phase::kWaiting;
-  e_.wait_since_ = now;
-  e_.tryStartRound(now);
+  s_.phase = EnginePhase::kWaiting;
+  s_.wait_since = now;
+  ctx_.tryStartRound(now);
 }
 
 void SynchronousRounds::abort(const std::string& reason, double now) {
-  if (e_.phase_ == RoundEngine::Phase::kRunning) finish(now, &reason);
+  if (s_.phase == EnginePhase::kRunning) finish(now, &reason);
 }
 
 void SynchronousRounds::rejectAtSettlement(Participant& p, uint64_t token, const std::string& why,
                                            double now) {
   p.state = UpdateState::kRejected;
   p.agg_weight = 0;
-  e_.assembler_.takeBack(token);
-  e_.event("update_rejected", p.client, "round " + std::to_string(e_.round_) + ": " + why, now);
-  ++e_.round_rejections_[why];
+  ctx_.assembler().takeBack(token);
+  ctx_.event("update_rejected", p.client, "round " + std::to_string(s_.round) + ": " + why, now);
+  ctx_.countRejection(why);
 }
 
 void SynchronousRounds::settle(double now) {
-  const std::string round = "round " + std::to_string(e_.round_) + ": ";
+  const std::string round = "round " + std::to_string(s_.round) + ": ";
   std::vector<double> norms;
-  for (const auto& [token, p] : e_.participants_) {
+  for (const auto& [token, p] : s_.participants) {
     if (p.state == UpdateState::kCompleted) norms.push_back(std::sqrt(p.sq_norm));
   }
   // The norm bound against the reference norm of the rounds settled before
@@ -161,8 +159,8 @@ void SynchronousRounds::settle(double now) {
   // any before it, against the lower median of its completed updates' delta norms. SCAFFOLD's
   // update is delta and control delta: scaling one with the other's norm is not defined, so an
   // update beyond the bound is rejected there.
-  const EngineOptions& o = e_.options_;
-  const std::optional<double> history = e_.norm_ref_.reference();
+  const EngineOptions& o = ctx_.options();
+  const std::optional<double> history = ctx_.normReference().reference();
   const double reference = history ? *history : lowerMedian(norms);
   const std::string against =
       std::string(history ? " x the reference norm " : " x the median norm ") +
@@ -171,13 +169,13 @@ void SynchronousRounds::settle(double now) {
   std::vector<double> observed;  // each norm at most the bound, for the next rounds' reference
   std::vector<double> scale;     // per completed update that stays, in dispatch order
   std::vector<double> samples;
-  for (auto& [token, p] : e_.participants_) {
+  for (auto& [token, p] : s_.participants) {
     if (p.state != UpdateState::kCompleted) continue;
     const double norm = std::sqrt(p.sq_norm);
     observed.push_back(bounding ? std::min(norm, o.norm_bound * reference) : norm);
     const std::optional<double> bounded =
-        e_.normBoundScale(norm, reference, e_.aggregator_->clippable());
-    e_.noteNormVerdict(p.client, !bounded || *bounded < 1, now);
+        ctx_.normBoundScale(norm, reference, ctx_.aggregator().clippable());
+    ctx_.noteNormVerdict(p.client, !bounded || *bounded < 1, now);
     if (!bounded) {
       rejectAtSettlement(p, token,
                          "update norm " + std::to_string(norm) +
@@ -187,40 +185,42 @@ void SynchronousRounds::settle(double now) {
       continue;
     }
     if (*bounded < 1) {
-      e_.event("update_clipped", p.client,
-               round + "norm " + std::to_string(norm) + " clipped to " +
-                   std::to_string(o.norm_bound * reference) + " (aggregation.norm_bound " +
-                   std::to_string(o.norm_bound) + against + ")",
-               now);
+      ctx_.event("update_clipped", p.client,
+                 round + "norm " + std::to_string(norm) + " clipped to " +
+                     std::to_string(o.norm_bound * reference) + " (aggregation.norm_bound " +
+                     std::to_string(o.norm_bound) + against + ")",
+                 now);
     }
-    const double clip = e_.options_.clip_norm > 0 ? clipScale(norm, e_.options_.clip_norm) : 1.0;
+    const double clip =
+        ctx_.options().clip_norm > 0 ? clipScale(norm, ctx_.options().clip_norm) : 1.0;
     scale.push_back(std::min(*bounded, clip));
     samples.push_back(p.weight);
   }
   // The weight cap against the lower median of the sample counts that stay.
-  const double cap = e_.options_.weight_cap > 0 ? e_.options_.weight_cap * lowerMedian(samples) : 0;
+  const double cap =
+      ctx_.options().weight_cap > 0 ? ctx_.options().weight_cap * lowerMedian(samples) : 0;
   size_t i = 0;
-  for (auto& [token, p] : e_.participants_) {
+  for (auto& [token, p] : s_.participants) {
     if (p.state != UpdateState::kCompleted) continue;
     p.agg_weight = p.weight;
     if (cap > 0 && p.weight > cap) {
       p.agg_weight = cap;
-      e_.event("weight_capped", p.client,
-               round + std::to_string(static_cast<uint64_t>(p.weight)) + " samples weighed as " +
-                   std::to_string(cap) + " (aggregation.weight_cap " +
-                   std::to_string(e_.options_.weight_cap) + " x the median " +
-                   std::to_string(cap / e_.options_.weight_cap) + ")",
-               now);
+      ctx_.event("weight_capped", p.client,
+                 round + std::to_string(static_cast<uint64_t>(p.weight)) + " samples weighed as " +
+                     std::to_string(cap) + " (aggregation.weight_cap " +
+                     std::to_string(ctx_.options().weight_cap) + " x the median " +
+                     std::to_string(cap / ctx_.options().weight_cap) + ")",
+                 now);
     }
-    const double fold = e_.aggregator_->settleFoldWeight(p.agg_weight, p.steps);
+    const double fold = ctx_.aggregator().settleFoldWeight(p.agg_weight, p.steps);
     foldKept(p, token, fold * scale[i++], now);
   }
-  if (o.norm_bound > 0) e_.norm_ref_.observe(observed);
+  if (o.norm_bound > 0) ctx_.normReference().observe(observed);
 }
 
 void SynchronousRounds::settlePrivately(double now) {
-  CentralDp& dp = *e_.dp_;
-  for (auto& [token, p] : e_.participants_) {
+  CentralDp& dp = *ctx_.dp();
+  for (auto& [token, p] : s_.participants) {
     if (p.state != UpdateState::kCompleted) continue;
     const double norm = std::sqrt(p.sq_norm);
     dp.observe(norm);
@@ -230,9 +230,9 @@ void SynchronousRounds::settlePrivately(double now) {
 }
 
 bool SynchronousRounds::settleSecurely(double now, std::string* failure) {
-  const std::vector<uint64_t> survivors = e_.secagg_->survivors();
+  const std::vector<uint64_t> survivors = ctx_.secAgg()->survivors();
   const std::set<uint64_t> in(survivors.begin(), survivors.end());
-  for (auto& [token, p] : e_.participants_) {
+  for (auto& [token, p] : s_.participants) {
     if (p.state != UpdateState::kCompleted) continue;
     if (!in.count(token)) {  // cannot happen: a completed update is in the masked sum
       rejectAtSettlement(p, token, "secure aggregation: not in the masked sum", now);
@@ -243,76 +243,76 @@ bool SynchronousRounds::settleSecurely(double now, std::string* failure) {
     // by K. No norm is observed: the coordinator sees none (adaptive clipping is refused). The
     // aggregator records the update as its fold would (FedNova: n_k and a_k in its totals); the
     // fold weight it returns was applied on the client already (FedNova's 1 / a_k).
-    p.agg_weight = e_.dp_ ? 1.0 : std::min(p.weight, e_.secagg_->weightScale());
-    e_.aggregator_->settleFoldWeight(p.agg_weight, p.steps);
-    e_.sum_weight_ += p.agg_weight;
+    p.agg_weight = ctx_.dp() ? 1.0 : std::min(p.weight, ctx_.secAgg()->weightScale());
+    ctx_.aggregator().settleFoldWeight(p.agg_weight, p.steps);
+    s_.sum_weight += p.agg_weight;
   }
   std::vector<float> sum;
-  Status st = e_.secagg_->finish(sum);
+  Status st = ctx_.secAgg()->finish(sum);
   if (!st.isOk()) {
     *failure = st.message();
     return false;
   }
-  e_.sum_ = std::move(sum);
+  s_.sum = std::move(sum);
   return true;
 }
 
 void SynchronousRounds::foldKept(Participant& p, uint64_t token, double fold, double now) {
   // Folded in dispatch order with its final weight: the sum does not depend on the order in
   // which uploads arrived, and a clipped update enters it already scaled.
-  Status st = e_.assembler_.fold(token, static_cast<float>(fold), e_.sum_.data());
+  Status st = ctx_.assembler().fold(token, static_cast<float>(fold), s_.sum.data());
   if (!st.isOk()) {
-    e_.sum_tainted_ = true;
-    e_.event("aggregation_error", p.client,
-             "round " + std::to_string(e_.round_) + ": folding a kept update: " + st.message(),
-             now);
+    s_.sum_tainted = true;
+    ctx_.event("aggregation_error", p.client,
+               "round " + std::to_string(s_.round) + ": folding a kept update: " + st.message(),
+               now);
   }
-  e_.sum_weight_ += p.agg_weight;
-  e_.assembler_.takeBack(token);
+  s_.sum_weight += p.agg_weight;
+  ctx_.assembler().takeBack(token);
 }
 
 void SynchronousRounds::finish(double now, const std::string* abort_reason) {
-  FEDFLEET_CHECK(e_.phase_ == RoundEngine::Phase::kRunning);
+  FEDFLEET_CHECK(s_.phase == EnginePhase::kRunning);
   CommitRound c;
   auto& r = c.round;
-  r.run_id = e_.options_.run_id;
-  r.round = e_.round_;
-  r.start_time = e_.round_start_;
+  r.run_id = ctx_.options().run_id;
+  r.round = s_.round;
+  r.start_time = s_.round_start;
   r.end_time = now;
-  r.selected = static_cast<uint32_t>(e_.participants_.size());
+  r.selected = static_cast<uint32_t>(s_.participants.size());
 
-  for (auto& [token, p] : e_.participants_) {
+  for (auto& [token, p] : s_.participants) {
     if (p.state == UpdateState::kPending) {
-      e_.expire(p, token, abort_reason ? *abort_reason : "deadline passed", now);
+      ctx_.expire(p, token, abort_reason ? *abort_reason : "deadline passed", now);
     } else if (abort_reason && p.state == UpdateState::kCompleted) {
       rejectAtSettlement(p, token, *abort_reason, now);
     }
   }
-  const bool secure = e_.secagg_ && e_.secagg_->active();
-  if (secure && abort_reason) e_.secagg_->clear();
-  if (secure && !abort_reason && !e_.secagg_->unmasking() && e_.secagg_->keysDone()) {
+  const bool secure = ctx_.secAgg() && ctx_.secAgg()->active();
+  if (secure && abort_reason) ctx_.secAgg()->clear();
+  if (secure && !abort_reason && !ctx_.secAgg()->unmasking() && ctx_.secAgg()->keysDone()) {
     // The uploads are over: ask the survivors for their shares, and finish when they are in.
     SecureAggregation::Outgoing out;
-    e_.secagg_->beginUnmasking(now, out);
-    e_.sendSecAgg(out);
-    if (!e_.secagg_->unmaskingDone(now)) return;
+    ctx_.secAgg()->beginUnmasking(now, out);
+    ctx_.sendSecAgg(out);
+    if (!ctx_.secAgg()->unmaskingDone(now)) return;
   }
   std::string secure_failure;
   if (secure && !abort_reason && !settleSecurely(now, &secure_failure)) {
-    e_.event(
+    ctx_.event(
         "secagg_failed", "",
-        "round " + std::to_string(e_.round_) + ": " + secure_failure + "; the model is unchanged",
+        "round " + std::to_string(s_.round) + ": " + secure_failure + "; the model is unchanged",
         now);
   }
-  if (!e_.aggregator_->buffersUpdates() && !abort_reason && !secure) {
-    if (e_.dp_ && !e_.options_.dp.local) {
+  if (!ctx_.aggregator().buffersUpdates() && !abort_reason && !secure) {
+    if (ctx_.dp() && !ctx_.options().dp.local) {
       settlePrivately(now);
     } else {
       settle(now);
     }
   }
   double loss_sum = 0;
-  for (auto& [token, p] : e_.participants_) {
+  for (auto& [token, p] : s_.participants) {
     switch (p.state) {
       case UpdateState::kCompleted:
         ++r.completed;
@@ -333,93 +333,84 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     r.bytes_up += p.bytes_up;
     r.bytes_down += p.bytes_down;
     // Each update's share of the average (differential privacy: of the fixed K).
-    const double denominator =
-        e_.dp_ && !e_.options_.dp.local ? e_.dp_->denominator() : std::max(e_.sum_weight_, 1.0);
-    c.addUpdate(p.state, e_.updateRecord(p, p.agg_weight / denominator, now));
-    e_.feedback(p, now);
+    const double denominator = ctx_.dp() && !ctx_.options().dp.local ? ctx_.dp()->denominator()
+                                                                     : std::max(s_.sum_weight, 1.0);
+    c.addUpdate(p.state, ctx_.updateRecord(p, p.agg_weight / denominator, now));
+    ctx_.feedback(p, now);
   }
 
-  bool ok = !abort_reason && secure_failure.empty() && r.completed >= e_.options_.quorum &&
-            r.completed > 0 && e_.sum_weight_ > 0;
-  if (ok && (e_.sum_tainted_ || !kernels::allFinite(e_.sum_.data(), e_.sum_.size()))) {
+  bool ok = !abort_reason && secure_failure.empty() && r.completed >= ctx_.options().quorum &&
+            r.completed > 0 && s_.sum_weight > 0;
+  if (ok && (s_.sum_tainted || !kernels::allFinite(s_.sum.data(), s_.sum.size()))) {
     ok = false;  // recorded as failed below; the model is unchanged
-    e_.event("aggregation_error", "",
-             "round " + std::to_string(e_.round_) + ": the running sum is not usable", now);
+    ctx_.event("aggregation_error", "",
+               "round " + std::to_string(s_.round) + ": the running sum is not usable", now);
   }
   std::optional<ModelSnapshot> before;  // kept only for a step whose evaluation is awaited
-  if (ok && e_.commits_.evaluates(e_.round_, e_.round_ >= e_.options_.rounds))
-    before = e_.commits_.snapshotModel();
-  if (e_.dp_) r.dp_clip = e_.dp_->clip();  // the clip this round's updates were clipped to
-  if (ok && !e_.applyRoundStep(r.completed)) {
+  if (ok && ctx_.commits().evaluates(s_.round, s_.round >= ctx_.options().rounds))
+    before = ctx_.snapshotModel();
+  if (ctx_.dp()) r.dp_clip = ctx_.dp()->clip();  // the clip this round's updates were clipped to
+  if (ok && !ctx_.applyRoundStep(r.completed)) {
     ok = false;
-    e_.event("step_refused", "",
-             "round " + std::to_string(e_.round_) + ": " + e_.step_failure_ + " (" +
-                 e_.aggregator_->name() + ", " + e_.optimizer_->name() +
-                 "); the model is unchanged",
-             now);
+    ctx_.event("step_refused", "",
+               "round " + std::to_string(s_.round) + ": " + ctx_.stepFailure() + " (" +
+                   ctx_.aggregator().name() + ", " + ctx_.optimizer().name() +
+                   "); the model is unchanged",
+               now);
   }
-  if (e_.dp_ && e_.options_.dp.local) {
+  if (ctx_.dp() && ctx_.options().dp.local) {
     // Local DP: every update that reached the coordinator, even in part, was a release of its
     // client's, whatever became of it.
-    uint64_t most = 0;
-    for (const auto& [token, p] : e_.participants_) {
-      if (p.first_chunk_at < 0) continue;
-      auto c = e_.clients_.find(p.client);
-      if (c == e_.clients_.end()) continue;
-      ++c->second.dp_releases;
-      most = std::max(most, c->second.dp_releases);
-    }
-    e_.dp_->releasesObserved(e_.dp_release_floor_ + most);
+    ctx_.countLocalDpReleases();
   }
-  if (e_.dp_) {
-    if (!ok) e_.dp_->clearRound();  // nothing released: nothing spent
-    r.dp_epsilon = e_.dp_->epsilon();
+  if (ctx_.dp()) {
+    if (!ok) ctx_.dp()->clearRound();  // nothing released: nothing spent
+    r.dp_epsilon = ctx_.dp()->epsilon();
   }
   if (ok) {
-    ++e_.version_;
-    e_.refreshModelBytes();
-    r.train_loss = loss_sum / e_.sum_weight_;
+    ++s_.version;
+    ctx_.refreshModelBytes();
+    r.train_loss = loss_sum / s_.sum_weight;
   } else {
-    e_.roundFailed(e_.round_,
-                   abort_reason ? *abort_reason
-                                : std::to_string(r.completed) + " updates, quorum " +
-                                      std::to_string(e_.options_.quorum),
-                   now);
+    ctx_.roundFailed(s_.round,
+                     abort_reason ? *abort_reason
+                                  : std::to_string(r.completed) + " updates, quorum " +
+                                        std::to_string(ctx_.options().quorum),
+                     now);
   }
-  e_.round_rejections_.clear();
-  e_.closeFlagged(e_.round_);
-  e_.sum_.clear();
-  e_.sum_.shrink_to_fit();
-  e_.sum_tainted_ = false;
-  e_.aggregator_->clearRound();
-  e_.assembler_.clear();
-  e_.participants_.clear();
-  e_.flushLeftOutEvents(now);
-  if (e_.blocksOn()) {
-    if (auto ev =
-            e_.blocks_->endRound(e_.round_, e_.round_ >= e_.options_.rounds, now, e_.params_)) {
-      e_.emit(std::move(*ev));
+  ctx_.closeRound(s_.round);
+  s_.sum.clear();
+  s_.sum.shrink_to_fit();
+  s_.sum_tainted = false;
+  ctx_.aggregator().clearRound();
+  ctx_.assembler().clear();
+  s_.participants.clear();
+  ctx_.flushLeftOutEvents(now);
+  if (ctx_.blocks()) {
+    if (auto ev = ctx_.blocks()->endRound(s_.round, s_.round >= ctx_.options().rounds, now,
+                                          ctx_.params())) {
+      ctx_.emit(std::move(*ev));
     }
-    e_.blocks_->modelsChanged();  // x, a chain or z_m may have changed
+    ctx_.blocks()->modelsChanged();  // x, a chain or z_m may have changed
   }
-  e_.commits_.endServerStep(std::move(c), ok, e_.round_ >= e_.options_.rounds, std::move(before),
-                            now);
+  ctx_.commits().endServerStep(std::move(c), ok, s_.round >= ctx_.options().rounds,
+                               std::move(before), now);
 }
 
 // ---- BufferedAsyncRounds --------------------------------------------------------------------
 
 void BufferedAsyncRounds::startRound(double now) {
-  ++e_.round_;
-  e_.phase_ = RoundEngine::Phase::kRunning;
-  e_.round_start_ = now;
+  ++s_.round;
+  s_.phase = EnginePhase::kRunning;
+  s_.round_start = now;
   window_start_ = now;
-  e_.sum_.assign(e_.params_.size(), 0.0f);
+  s_.sum.assign(ctx_.params().size(), 0.0f);
   buffered_ = 0;
   window_loss_ = 0;
   refill(now);
 }
 
-uint32_t BufferedAsyncRounds::selectionRound() const { return e_.round_; }
+uint32_t BufferedAsyncRounds::selectionRound() const { return s_.round; }
 
 void BufferedAsyncRounds::noteTaskEnd(const Participant& p, const std::string& how, double now) {
   if (p.state == UpdateState::kCompleted) {
@@ -427,99 +418,99 @@ void BufferedAsyncRounds::noteTaskEnd(const Participant& p, const std::string& h
     return;
   }
   ++unproductive_;
-  const EngineOptions& o = e_.options_;
+  const EngineOptions& o = ctx_.options();
   const uint64_t bound = uint64_t{o.max_failed_rounds} * o.async_buffer;
-  if (bound == 0 || unproductive_ < bound || e_.phase_ == RoundEngine::Phase::kFinished) return;
-  e_.finishRun(false,
-               "asynchronous rounds: " + std::to_string(unproductive_) +
-                   " tasks in a row ended without an update (coordinator.max_failed_rounds x "
-                   "policy.async_buffer = " +
-                   std::to_string(bound) + "); the latest " + how +
-                   ". Fix the cause (coordinator.deadline_s, the clients' data and model) and "
-                   "continue with --resume, or raise coordinator.max_failed_rounds (0: never "
-                   "stop)",
-               now);
+  if (bound == 0 || unproductive_ < bound || s_.phase == EnginePhase::kFinished) return;
+  ctx_.finishRun(false,
+                 "asynchronous rounds: " + std::to_string(unproductive_) +
+                     " tasks in a row ended without an update (coordinator.max_failed_rounds x "
+                     "policy.async_buffer = " +
+                     std::to_string(bound) + "); the latest " + how +
+                     ". Fix the cause (coordinator.deadline_s, the clients' data and model) and "
+                     "continue with --resume, or raise coordinator.max_failed_rounds (0: never "
+                     "stop)",
+                 now);
 }
 
 void BufferedAsyncRounds::taskEnded(uint64_t token, double now) {
-  Participant& p = e_.participants_.at(token);
+  Participant& p = s_.participants.at(token);
   noteTaskEnd(p,
               std::string("was ") +
                   (p.state == UpdateState::kDropped ? "dropped (its client left)" : "rejected"),
               now);
-  window_.addUpdate(p.state, e_.updateRecord(p, 0, now));
-  e_.feedback(p, now);
-  e_.participants_.erase(token);
+  window_.addUpdate(p.state, ctx_.updateRecord(p, 0, now));
+  ctx_.feedback(p, now);
+  s_.participants.erase(token);
 }
 
 void BufferedAsyncRounds::refill(double now) {
-  if (e_.phase_ != RoundEngine::Phase::kRunning) return;
-  const EngineOptions& o = e_.options_;
+  if (s_.phase != EnginePhase::kRunning) return;
+  const EngineOptions& o = ctx_.options();
   size_t pending = 0;
-  for (const auto& [token, p] : e_.participants_) {
+  for (const auto& [token, p] : s_.participants) {
     pending += p.state == UpdateState::kPending;
   }
   if (pending >= o.async_concurrency) return;
   const std::vector<ClientId> ids =
-      e_.sampleIdle(o.async_concurrency - pending, now, pending == 0 ? 1 : 0);
+      ctx_.sampleIdle(o.async_concurrency - pending, now, pending == 0 ? 1 : 0);
   if (pending == 0 && ids.empty()) {
     if (!starved_since_) starved_since_ = now;
   } else {
     starved_since_.reset();
   }
   for (const ClientId& id : ids) {
-    uint32_t partition = static_cast<uint32_t>(std::max(e_.clients_.at(id).partition, 0));
+    uint32_t partition = static_cast<uint32_t>(std::max(ctx_.partitionOf(id), 0));
     if (o.sample_partitions) {
-      partition = std::uniform_int_distribution<uint32_t>(0, o.num_partitions - 1)(e_.rng_);
+      partition = std::uniform_int_distribution<uint32_t>(0, o.num_partitions - 1)(ctx_.rng());
     }
-    e_.dispatch(id, partition, o.deadline_s, now);
+    ctx_.dispatch(id, partition, o.deadline_s, now);
   }
 }
 
 void BufferedAsyncRounds::completed(uint64_t token, double now) {
-  const EngineOptions& o = e_.options_;
-  Participant& p = e_.participants_.at(token);
-  const uint64_t s = e_.version_ - p.start_version;
+  const EngineOptions& o = ctx_.options();
+  Participant& p = s_.participants.at(token);
+  const uint64_t s = s_.version - p.start_version;
   p.staleness = static_cast<uint32_t>(std::min<uint64_t>(s, UINT32_MAX));
   double weight = 0;
   if (s > o.max_staleness) {
     p.state = UpdateState::kRejected;
-    e_.assembler_.takeBack(token);
-    e_.event("stale_update", p.client,
-             "round " + std::to_string(e_.round_) + ": " + std::to_string(s) +
-                 " versions behind (max_staleness " + std::to_string(o.max_staleness) + ")",
-             now);
+    ctx_.assembler().takeBack(token);
+    ctx_.event("stale_update", p.client,
+               "round " + std::to_string(s_.round) + ": " + std::to_string(s) +
+                   " versions behind (max_staleness " + std::to_string(o.max_staleness) + ")",
+               now);
   } else if (std::optional<double> bounded = normBound(token, now); !bounded) {
     p.state = UpdateState::kRejected;
-    e_.assembler_.takeBack(token);
+    ctx_.assembler().takeBack(token);
   } else {
     // w(s) = 1 / sqrt(1 + s) (FedBuff); the step divides the sum by the buffer size K.
     weight = stalenessWeight(s);
     const double norm = std::sqrt(p.sq_norm);
     const double clip = o.clip_norm > 0 ? clipScale(norm, o.clip_norm) : 1.0;
-    Status st = e_.assembler_.fold(token, static_cast<float>(weight * std::min(clip, *bounded)),
-                                   e_.sum_.data());
-    e_.assembler_.takeBack(token);
+    Status st = ctx_.assembler().fold(token, static_cast<float>(weight * std::min(clip, *bounded)),
+                                      s_.sum.data());
+    ctx_.assembler().takeBack(token);
     if (!st.isOk()) {
       // A partly folded update cannot be taken out again reliably: this step is tainted.
-      e_.sum_tainted_ = true;
+      s_.sum_tainted = true;
       p.state = UpdateState::kRejected;
-      e_.event(
+      ctx_.event(
           "aggregation_error", p.client,
-          "round " + std::to_string(e_.round_) + ": folding a buffered update: " + st.message(),
+          "round " + std::to_string(s_.round) + ": folding a buffered update: " + st.message(),
           now);
     } else {
       p.state = UpdateState::kCompleted;
       ++buffered_;
       window_loss_ += weight * p.summary.mean_loss;
-      e_.sum_weight_ += weight;
+      s_.sum_weight += weight;
     }
   }
-  window_.addUpdate(p.state, e_.updateRecord(p, weight / o.async_buffer, now));
-  e_.feedback(p, now);
+  window_.addUpdate(p.state, ctx_.updateRecord(p, weight / o.async_buffer, now));
+  ctx_.feedback(p, now);
   noteTaskEnd(p, "was rejected when it completed (stale, or beyond the norm bound)", now);
-  e_.participants_.erase(token);
-  if (e_.phase_ == RoundEngine::Phase::kFinished) return;
+  s_.participants.erase(token);
+  if (s_.phase == EnginePhase::kFinished) return;
   if (buffered_ >= o.async_buffer) {
     flush(now);
   } else {
@@ -528,45 +519,45 @@ void BufferedAsyncRounds::completed(uint64_t token, double now) {
 }
 
 std::optional<double> BufferedAsyncRounds::normBound(uint64_t token, double now) {
-  const EngineOptions& o = e_.options_;
-  const Participant& p = e_.participants_.at(token);
+  const EngineOptions& o = ctx_.options();
+  const Participant& p = s_.participants.at(token);
   // Updates complete one at a time here, so the median is over the last completed updates
   // (2 x async_buffer of them, this one included) instead of the round's.
   const double norm = std::sqrt(p.sq_norm);
   recent_norms_.push_back(norm);
   while (recent_norms_.size() > 2 * size_t{o.async_buffer}) recent_norms_.pop_front();
   const double median = lowerMedian({recent_norms_.begin(), recent_norms_.end()});
-  const std::optional<double> scale = e_.normBoundScale(norm, median, true);
-  const std::string what = "round " + std::to_string(e_.round_) + ": update norm " +
+  const std::optional<double> scale = ctx_.normBoundScale(norm, median, true);
+  const std::string what = "round " + std::to_string(s_.round) + ": update norm " +
                            std::to_string(norm) + " exceeds aggregation.norm_bound " +
                            std::to_string(o.norm_bound) + " x the median norm " +
                            std::to_string(median) + " of the last updates";
   if (!scale) {
-    e_.event("update_rejected", p.client, what, now);
+    ctx_.event("update_rejected", p.client, what, now);
   } else if (*scale < 1) {
-    e_.event("update_clipped", p.client, what + ": clipped", now);
+    ctx_.event("update_clipped", p.client, what + ": clipped", now);
   }
-  e_.noteNormVerdict(p.client, !scale || *scale < 1, now);
+  ctx_.noteNormVerdict(p.client, !scale || *scale < 1, now);
   return scale;
 }
 
 void BufferedAsyncRounds::flush(double now) {
-  const EngineOptions& o = e_.options_;
-  const bool last = e_.round_ >= o.rounds;
+  const EngineOptions& o = ctx_.options();
+  const bool last = s_.round >= o.rounds;
   if (last) {
     // The run ends with this step: tasks still out are cancelled and recorded with it.
-    for (auto& [token, p] : e_.participants_) {
+    for (auto& [token, p] : s_.participants) {
       if (p.state != UpdateState::kPending) continue;
-      e_.expire(p, token, "run finished", now);
-      window_.addUpdate(p.state, e_.updateRecord(p, 0, now));
-      e_.feedback(p, now);
+      ctx_.expire(p, token, "run finished", now);
+      window_.addUpdate(p.state, ctx_.updateRecord(p, 0, now));
+      ctx_.feedback(p, now);
     }
-    e_.participants_.clear();
+    s_.participants.clear();
   }
   CommitRound c;
   auto& r = c.round;
   r.run_id = o.run_id;
-  r.round = e_.round_;
+  r.round = s_.round;
   r.start_time = window_start_;
   r.end_time = now;
   for (size_t i = 0; i < window_.updates.size(); ++i) {
@@ -582,95 +573,94 @@ void BufferedAsyncRounds::flush(double now) {
   c.updates = std::move(window_.updates);
   c.states = std::move(window_.states);
   window_ = {};
-  std::vector<float>& sum = e_.sum_;
-  bool ok = buffered_ > 0 && !e_.sum_tainted_ && kernels::allFinite(sum.data(), sum.size());
+  std::vector<float>& sum = s_.sum;
+  bool ok = buffered_ > 0 && !s_.sum_tainted && kernels::allFinite(sum.data(), sum.size());
   std::optional<ModelSnapshot> before;
-  if (ok && e_.commits_.evaluates(e_.round_, last)) before = e_.commits_.snapshotModel();
+  if (ok && ctx_.commits().evaluates(s_.round, last)) before = ctx_.snapshotModel();
   if (ok) {
     // G = (1/K) sum_i w(s_i) D_i; the server optimiser applies eta_g.
     kernels::scale(sum.data(), 1.0f / static_cast<float>(o.async_buffer), sum.size());
-    if (!e_.stepModel(sum.data())) {
+    if (!ctx_.stepModel(sum.data())) {
       ok = false;
-      e_.event("step_refused", "",
-               "round " + std::to_string(e_.round_) + ": " + e_.step_failure_ +
-                   "; the model is unchanged",
-               now);
+      ctx_.event("step_refused", "",
+                 "round " + std::to_string(s_.round) + ": " + ctx_.stepFailure() +
+                     "; the model is unchanged",
+                 now);
     }
   }
   if (ok) {
-    ++e_.version_;
-    e_.refreshModelBytes();
-    r.train_loss = window_loss_ / e_.sum_weight_;
+    ++s_.version;
+    ctx_.refreshModelBytes();
+    r.train_loss = window_loss_ / s_.sum_weight;
   } else {
-    e_.roundFailed(e_.round_, "the buffered sum is not usable", now);
+    ctx_.roundFailed(s_.round, "the buffered sum is not usable", now);
   }
-  e_.round_rejections_.clear();
-  e_.closeFlagged(e_.round_);
+  ctx_.closeRound(s_.round);
   std::fill(sum.begin(), sum.end(), 0.0f);
-  e_.sum_weight_ = 0;
-  e_.sum_tainted_ = false;
+  s_.sum_weight = 0;
+  s_.sum_tainted = false;
   buffered_ = 0;
   window_loss_ = 0;
-  e_.flushLeftOutEvents(now);
-  e_.commits_.endServerStep(std::move(c), ok, last, std::move(before), now);
+  ctx_.flushLeftOutEvents(now);
+  ctx_.commits().endServerStep(std::move(c), ok, last, std::move(before), now);
   if (!last) refill(now);
 }
 
 void BufferedAsyncRounds::onTick(double now) {
   std::vector<uint64_t> due;
-  for (const auto& [token, p] : e_.participants_) {
+  for (const auto& [token, p] : s_.participants) {
     if (p.state == UpdateState::kPending && now >= p.deadline) due.push_back(token);
   }
   for (uint64_t token : due) {
-    auto it = e_.participants_.find(token);
-    if (it == e_.participants_.end()) continue;
-    e_.expire(it->second, token, "deadline passed", now);
-    window_.addUpdate(it->second.state, e_.updateRecord(it->second, 0, now));
-    e_.feedback(it->second, now);
+    auto it = s_.participants.find(token);
+    if (it == s_.participants.end()) continue;
+    ctx_.expire(it->second, token, "deadline passed", now);
+    window_.addUpdate(it->second.state, ctx_.updateRecord(it->second, 0, now));
+    ctx_.feedback(it->second, now);
     noteTaskEnd(it->second,
                 "passed its deadline (coordinator.deadline_s = " +
-                    formatDuration(e_.options_.deadline_s) + ")",
+                    formatDuration(ctx_.options().deadline_s) + ")",
                 now);
-    e_.participants_.erase(it);
+    s_.participants.erase(it);
   }
   if (!due.empty()) refill(now);
-  if (starved_since_ && e_.phase_ == RoundEngine::Phase::kRunning) {
+  if (starved_since_ && s_.phase == EnginePhase::kRunning) {
     // (A client that comes back refills at once: clientsAvailable.)
-    if (now >= *starved_since_ + e_.options_.wait_clients_s) {
-      e_.finishRun(false,
-                   "asynchronous rounds: no task in flight and no client to give one for " +
-                       formatDuration(e_.options_.wait_clients_s) +
-                       " (coordinator.wait_clients_s); start more clients, or raise "
-                       "coordinator.wait_clients_s",
-                   now);
+    if (now >= *starved_since_ + ctx_.options().wait_clients_s) {
+      ctx_.finishRun(false,
+                     "asynchronous rounds: no task in flight and no client to give one for " +
+                         formatDuration(ctx_.options().wait_clients_s) +
+                         " (coordinator.wait_clients_s); start more clients, or raise "
+                         "coordinator.wait_clients_s",
+                     now);
     }
   }
 }
 
 std::optional<double> BufferedAsyncRounds::nextDeadline() const {
   std::optional<double> t;
-  if (starved_since_) t = *starved_since_ + e_.options_.wait_clients_s;
-  for (const auto& [token, p] : e_.participants_) {
+  if (starved_since_) t = *starved_since_ + ctx_.options().wait_clients_s;
+  for (const auto& [token, p] : s_.participants) {
     if (p.state == UpdateState::kPending) t = t ? std::min(*t, p.deadline) : p.deadline;
   }
   return t;
 }
 
 void BufferedAsyncRounds::afterStep(double now) {
-  ++e_.round_;
-  e_.round_start_ = now;
+  ++s_.round;
+  s_.round_start = now;
   window_start_ = now;
 }
 
 void BufferedAsyncRounds::abort(const std::string& reason, double now) {
-  if (e_.phase_ != RoundEngine::Phase::kRunning) return;
-  for (auto& [token, p] : e_.participants_) {
+  if (s_.phase != EnginePhase::kRunning) return;
+  for (auto& [token, p] : s_.participants) {
     if (p.state != UpdateState::kPending) continue;
-    e_.expire(p, token, reason, now);
-    window_.addUpdate(p.state, e_.updateRecord(p, 0, now));
-    e_.feedback(p, now);
+    ctx_.expire(p, token, reason, now);
+    window_.addUpdate(p.state, ctx_.updateRecord(p, 0, now));
+    ctx_.feedback(p, now);
   }
-  e_.participants_.clear();
+  s_.participants.clear();
   for (size_t i = 0; i < window_.updates.size(); ++i) {
     if (window_.states[i] == UpdateState::kCompleted) {
       window_.states[i] = UpdateState::kRejected;
@@ -678,8 +668,8 @@ void BufferedAsyncRounds::abort(const std::string& reason, double now) {
     }
     window_.updates[i].weight = 0;
   }
-  std::fill(e_.sum_.begin(), e_.sum_.end(), 0.0f);
-  e_.sum_weight_ = 0;
+  std::fill(s_.sum.begin(), s_.sum.end(), 0.0f);
+  s_.sum_weight = 0;
   buffered_ = 0;
   window_loss_ = 0;
   refill(now);

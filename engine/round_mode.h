@@ -11,8 +11,9 @@
 //                        its staleness and folded at once; every async_buffer updates make one
 //                        server step, recorded as a "round".
 // The engine core keeps the clients, participants, tokens and actions and calls the mode at the
-// points where the two differ. Both modes are part of the engine's implementation (friends of
-// RoundEngine): they work on its participants and running sum rather than copies of them.
+// points where the two differ. A mode reaches the engine through its RoundContext
+// (engine/round_context.h): it works on the round's participants and running sum there
+// (RoundState) rather than on copies of them, and asks the core to dispatch, expire and step.
 // A further mode (several message rounds per training round for secure aggregation, an
 // evaluation-only round) is a further subclass. One owner: not thread-safe.
 #pragma once
@@ -28,16 +29,16 @@
 #include "common/status.h"
 #include "engine/actions.h"
 #include "engine/participant.h"
+#include "engine/round_context.h"
 
 namespace fedfleet::engine {
 
-class RoundEngine;
 struct EngineOptions;
 
 class RoundMode {
  public:
-  // The mode of `options` for `engine` (which outlives it).
-  static std::unique_ptr<RoundMode> create(RoundEngine& engine, const EngineOptions& options);
+  // The mode of `options` for the engine behind `context` (which outlives it).
+  static std::unique_ptr<RoundMode> create(RoundContext& context, const EngineOptions& options);
   virtual ~RoundMode() = default;
 
   // The engine may start a round (it waits, enough clients are idle): starts one at `now`.
@@ -71,7 +72,7 @@ class RoundMode {
 
 class SynchronousRounds : public RoundMode {
  public:
-  explicit SynchronousRounds(RoundEngine& engine) : e_(engine) {}
+  explicit SynchronousRounds(RoundContext& context) : ctx_(context), s_(context.state()) {}
   void startRound(double now) override;
   uint32_t selectionRound() const override;
   void slotFreed(double now) override { finishIfDone(now); }
@@ -105,13 +106,14 @@ class SynchronousRounds : public RoundMode {
   // already.
   void rejectAtSettlement(Participant& p, uint64_t token, const std::string& why, double now);
 
-  RoundEngine& e_;
+  RoundContext& ctx_;
+  RoundState& s_;  // ctx_.state()
   double round_deadline_ = 0;
 };
 
 class BufferedAsyncRounds : public RoundMode {
  public:
-  explicit BufferedAsyncRounds(RoundEngine& engine) : e_(engine) {}
+  explicit BufferedAsyncRounds(RoundContext& context) : ctx_(context), s_(context.state()) {}
   void startRound(double now) override;
   void clientsAvailable(double now) override { refill(now); }
   uint32_t selectionRound() const override;
@@ -133,9 +135,10 @@ class BufferedAsyncRounds : public RoundMode {
   // One server step from the buffer.
   void flush(double now);
 
-  RoundEngine& e_;
-  uint32_t buffered_ = 0;                      // updates folded into the running sum
-  CommitRound window_;  // its updates and states: those that ended during this step
+  RoundContext& ctx_;
+  RoundState& s_;          // ctx_.state()
+  uint32_t buffered_ = 0;  // updates folded into the running sum
+  CommitRound window_;     // its updates and states: those that ended during this step
   double window_start_ = 0;
   double window_loss_ = 0;           // sum of w(s) x mean loss of the buffered
   std::deque<double> recent_norms_;  // norms of the last completed updates
