@@ -19,7 +19,6 @@
 #include "engine/evaluation_backlog.h"
 #include "engine/participant.h"
 #include "engine/participant_table.h"
-#include "engine/secure_aggregation.h"
 
 namespace fedfleet::engine {
 
@@ -77,7 +76,6 @@ class RoundContext {
   virtual RoundMode& mode() = 0;
   virtual CommitPipeline& commits() = 0;
   // Null when the run has no such policy.
-  virtual SecureAggregation* secAgg() = 0;
   virtual CentralDp* dp() = 0;
   virtual BlockCoordinator* blocks() = 0;
   // Values an update holds: the model's P, or 2P with SCAFFOLD (delta, then control delta).
@@ -93,6 +91,8 @@ class RoundContext {
   virtual void finishRun(bool ok, const std::string& message, double now) = 0;
   // Up to k idle clients that may be sampled at `now`, quarantine honoured down to at_least.
   virtual std::vector<ClientId> sampleIdle(size_t k, double now, size_t at_least) = 0;
+  // Whether `id` is known and connected.
+  virtual bool connected(const ClientId& id) const = 0;
   // The partition `id` was assigned (-1: none).
   virtual int32_t partitionOf(const ClientId& id) const = 0;
   // Secure aggregation: the samples that scale the cohort's weights, the largest a client of
@@ -102,6 +102,9 @@ class RoundContext {
   virtual void dispatch(const ClientId& id, uint32_t partition, double deadline_s, double now) = 0;
   // Ends a still-pending participant: late (cancelled) when connected, else dropped.
   virtual void expire(Participant& p, uint64_t token, const std::string& why, double now) = 0;
+  // Rejects pending or completed participant `p`'s update with `why` (recorded, its client told,
+  // its task ended: the mode's taskEnded and slotFreed follow).
+  virtual void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now) = 0;
   // Tells the selector how a finished participant fared.
   virtual void feedback(const Participant& p, double now) = 0;
   // The history row of a finished participant; `weight` is its share of the aggregate.
@@ -115,8 +118,6 @@ class RoundContext {
   // An update of this round was rejected for `why` (a failed round's message names the most
   // frequent reason).
   virtual void countRejection(const std::string& why) = 0;
-  // Secure aggregation's messages to the clients.
-  virtual void sendSecAgg(SecureAggregation::Outgoing& out) = 0;
   // Server steps: on this round's chain (blocks) or on x; `stepModel` on x with the
   // pseudo-gradient g. False when refused (stepFailure() says why); nothing changed then.
   virtual bool applyRoundStep(uint32_t completed) = 0;

@@ -69,10 +69,6 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     blocks_ = std::make_unique<BlockCoordinator>(options_.blocks, options_.block_mode);
   }
   configured_rounds_ = options_.rounds;
-  if (options_.secagg.enabled) {
-    FEDFLEET_CHECK(validateSecAggOptions(options_).isOk());  // checkEngineOptions says why
-    secagg_ = std::make_unique<SecureAggregation>(options_, params_.size());
-  }
   if (options_.dp.on()) {
     FEDFLEET_CHECK(validateDpOptions(options_).isOk());  // checkEngineOptions says why
     dp_ = std::make_unique<CentralDp>(options_);
@@ -117,7 +113,7 @@ size_t RoundEngine::connectedClients() const {
 uint64_t RoundEngine::unstartedTask(const ClientId& id) const {
   auto c = clients_.find(id);
   if (c == clients_.end() || !c->second.connected || c->second.task_token == 0) return 0;
-  if (secagg_ && secagg_->active()) return 0;  // its key stages went to the old connection too
+  if (!mode_->resendsTasks()) return 0;  // secure aggregation: its key stages went there too
   auto p = state_.participants.find(c->second.task_token);
   if (p == state_.participants.end() || p->second.client != id ||
       p->second.state != UpdateState::kPending || p->second.first_chunk_at >= 0 ||
@@ -418,10 +414,7 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   if (options_.dp.local) {
     task.local_dp = {options_.dp.clip_norm, options_.dp.noise_multiplier, options_.dp.delta};
   }
-  if (secagg_ && secagg_->active()) {
-    task.secagg = secagg_->taskFor(task.task_token);
-    task.codec = "none";
-  }
+  mode_->prepareTask(task);
   std::shared_ptr<const std::string> served;
   if (blocksOn()) served = serve(c, p, task);
 

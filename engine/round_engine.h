@@ -9,13 +9,14 @@
 //
 // The engine core keeps clients, phases, task tokens, participants, the running sum and the
 // action queue; each policy is an object chosen once at construction (docs/ARCHITECTURE.md):
-// RoundMode (steps 2, 7, 9: synchronous or FedBuff), DeadlinePolicy (step 3's deadline),
+// RoundMode (steps 2, 7, 9: synchronous, FedBuff, or SecureRounds, synchronous rounds under
+// SecAgg+ around steps 3 to 8a: engine/secure_aggregation.h), DeadlinePolicy (step 3's deadline),
 // WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
 // Aggregator and ServerOptimizer (steps 8a, 8), Selector and IdleClients (step 2), CommitPipeline
 // (steps 9's evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their
 // evaluation), BlockCoordinator (B1-B6), CentralDp (differential privacy at steps 8a and 8:
-// engine/central_dp.h) and SecureAggregation (SecAgg+ around steps 3 to 8a:
-// engine/secure_aggregation.h).
+// engine/central_dp.h). The round mode and the commit pipeline reach the core through
+// RoundContext (engine/round_context.h).
 //
 // The synchronous round protocol, step by step:
 //  1. Waiting. The engine waits until `min_clients` clients are connected and idle. If that has
@@ -359,7 +360,7 @@ class RoundEngine : private RoundContext {
    public:
     SettleCreditsOnExit(RoundEngine* engine, double now) : engine_(engine), now_(now) {}
     ~SettleCreditsOnExit() {
-      engine_->secAggStep(now_);
+      engine_->mode_->afterEvent(now_);
       engine_->settleCredits(now_);
     }
     SettleCreditsOnExit(const SettleCreditsOnExit&) = delete;
@@ -382,7 +383,6 @@ class RoundEngine : private RoundContext {
   NormReference& normReference() override { return norm_ref_; }
   RoundMode& mode() override { return *mode_; }
   CommitPipeline& commits() override { return commits_; }
-  SecureAggregation* secAgg() override { return secagg_.get(); }
   CentralDp* dp() override { return dp_.get(); }
   BlockCoordinator* blocks() override { return blocks_.get(); }
   uint64_t cohortSampleScale(const std::vector<ClientId>& cohort) const override;
@@ -398,11 +398,6 @@ class RoundEngine : private RoundContext {
   void upsertClientsOf(const CommitRound& c) override;
 
   void emit(Action action) override { actions_.push_back(std::move(action)); }
-  // Secure aggregation after every event: tasks that ended are no longer waited for, key stages
-  // close at their deadlines (tasks left out are rejected), and a finished unmasking ends the
-  // round.
-  void secAggStep(double now);
-  void sendSecAgg(SecureAggregation::Outgoing& out) override;
   // Upload credits (engine/upload_credits.h): drops the grants and queued requests of tasks no
   // longer pending, then grants queued requests in order while credits are free.
   void settleCredits(double now);
@@ -421,7 +416,8 @@ class RoundEngine : private RoundContext {
   // it, else never above max_samples_per_update.
   uint64_t dataSizeOf(const ClientState& c) const;
   void finishRun(bool ok, const std::string& message, double now) override;
-  void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now);
+  void rejectUpdate(Participant& p, uint64_t token, const std::string& why, double now) override;
+  bool connected(const ClientId& id) const override;
   // Drops the kept payloads of an update that will not count (nothing of it was folded).
   void takeBack(Participant& p, uint64_t token, double now);
   void loseClient(const ClientId& id, const std::string& why, double now);
@@ -567,10 +563,9 @@ class RoundEngine : private RoundContext {
   wire::Sha256 model_sha_{};
   std::vector<Action> actions_;
 
-  std::unique_ptr<BlockCoordinator> blocks_;   // null: no blocks
-  std::unique_ptr<CentralDp> dp_;              // null: no differential privacy
-  std::unique_ptr<SecureAggregation> secagg_;  // null: updates in the clear
-  uint32_t configured_rounds_ = 0;             // run.rounds before the privacy budget's limit
+  std::unique_ptr<BlockCoordinator> blocks_;  // null: no blocks
+  std::unique_ptr<CentralDp> dp_;             // null: no differential privacy
+  uint32_t configured_rounds_ = 0;            // run.rounds before the privacy budget's limit
   // Local DP after a resume: the most releases of any client before it, counted for every
   // client (their own counts were not kept), so no client's epsilon is under-stated.
   uint64_t dp_release_floor_ = 0;

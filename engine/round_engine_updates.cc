@@ -90,17 +90,10 @@ void RoundEngine::onChunk(const ClientId& id, const wire::Chunk& chunk, uint64_t
   p->bytes_up += frame_bytes;
   if (p->first_chunk_at < 0) p->first_chunk_at = now;
   p->last_chunk_at = now;
-  if (secagg_ && secagg_->holds(token)) {
-    // Masked: checked like any chunk, then only added to the round's masked sum.
-    if (!secagg_->keysDone()) {
-      return rejectUpdate(*p, token,
-                          "secure aggregation: a masked chunk before the key stages "
-                          "ended",
-                          now);
+  if (mode_->masks(token)) {  // secure aggregation: into the round's masked sum
+    if (auto why = mode_->onMaskedChunk(*p, token, chunk)) {
+      return rejectUpdate(*p, token, *why, now);
     }
-    if (auto why = assembler_.addMaskedChunk(*p, chunk)) return rejectUpdate(*p, token, *why, now);
-    Status st = secagg_->onMaskedChunk(token, chunk.offset, chunk.payload, chunk.elements);
-    if (!st.isOk()) return rejectUpdate(*p, token, "secure aggregation: " + st.message(), now);
     return;
   }
   if (auto why = assembler_.addChunk(*p, token, chunk)) return rejectUpdate(*p, token, *why, now);
@@ -110,72 +103,20 @@ void RoundEngine::onSecAgg(const ClientId& id, const wire::SecAgg& message, uint
                            double now) {
   SettleCreditsOnExit settle(this, now);
   onHeartbeat(id, now);
-  const uint64_t token = message.task_token;
   if (message.step == wire::SecAggStep::kReveal) {
     // After its update completed: the task is finished but still in the round being unmasked.
-    auto it = state_.participants.find(token);
-    if (it == state_.participants.end() || it->second.client != id || !secagg_ ||
-        !secagg_->unmasking() || !secagg_->holds(token)) {
-      event("secagg_refused", id,
-            "revealed shares for a task not being unmasked (token " + std::to_string(token) + ")",
-            now);
-      return;
-    }
-    it->second.bytes_up += frame_bytes;
-    SecureAggregation::Outgoing out;
-    Status st = secagg_->onMessage(token, message, now, out);
-    if (!st.isOk()) {
-      // Its update is in the sum already: its shares are left out, not the update.
-      event("secagg_refused", id, "round " + std::to_string(state_.round) + ": " + st.message(),
-            now);
-      secagg_->markGone(token);
-    }
-    return;
+    return mode_->onReveal(id, message, frame_bytes, now);
   }
+  const uint64_t token = message.task_token;
   Participant* p = participantFor(id, token, now);
   if (!p) return;
   p->bytes_up += frame_bytes;
-  if (!secagg_ || !secagg_->holds(token)) {
-    return rejectUpdate(*p, token, "secure aggregation message for a task without it", now);
-  }
-  SecureAggregation::Outgoing out;
-  Status st = secagg_->onMessage(token, message, now, out);
-  if (!st.isOk()) return rejectUpdate(*p, token, "secure aggregation: " + st.message(), now);
-  sendSecAgg(out);
+  if (auto why = mode_->onSecAgg(*p, message, now)) return rejectUpdate(*p, token, *why, now);
 }
 
-void RoundEngine::sendSecAgg(SecureAggregation::Outgoing& out) {
-  for (auto& [token, message] : out) {
-    auto it = state_.participants.find(token);
-    if (it == state_.participants.end()) continue;
-    emit(SendSecAgg{it->second.client, std::move(message)});
-  }
-  out.clear();
-}
-
-void RoundEngine::secAggStep(double now) {
-  if (!secagg_ || !secagg_->active() || state_.phase != Phase::kRunning) return;
-  for (const auto& [token, p] : state_.participants) {
-    if (!secagg_->holds(token)) continue;
-    const bool ended = p.state != UpdateState::kPending && p.state != UpdateState::kCompleted;
-    auto c = clients_.find(p.client);
-    const bool gone = c == clients_.end() || !c->second.connected;
-    if (ended || gone) secagg_->markGone(token);
-  }
-  SecureAggregation::Outgoing out;
-  std::vector<uint64_t> left_out;
-  secagg_->onTick(now, out, left_out);
-  sendSecAgg(out);
-  for (uint64_t token : left_out) {
-    auto it = state_.participants.find(token);
-    if (it != state_.participants.end() && it->second.state == UpdateState::kPending) {
-      rejectUpdate(it->second, token,
-                   "secure aggregation: its keys or shares were not in by the stage's end "
-                   "(secagg.stage_timeout_s), or too few of its neighbours took part",
-                   now);
-    }
-  }
-  if (secagg_->unmasking() && secagg_->unmaskingDone(now)) mode_->finishIfDone(now);
+bool RoundEngine::connected(const ClientId& id) const {
+  auto c = clients_.find(id);
+  return c != clients_.end() && c->second.connected;
 }
 
 void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
@@ -190,10 +131,7 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   if (auto why = assembler_.checkSummary(*p, summary, checked, now)) {
     return rejectUpdate(*p, token, *why, now);
   }
-  if (secagg_ && secagg_->holds(token)) {
-    Status st = secagg_->onCompleted(token);
-    if (!st.isOk()) return rejectUpdate(*p, token, "secure aggregation: " + st.message(), now);
-  }
+  if (auto why = mode_->onSummaryAccepted(token)) return rejectUpdate(*p, token, *why, now);
   p->summary = checked;
   auto& client = clients_.at(id);
   takeServedReport(client, *p, checked, now);

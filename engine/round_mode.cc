@@ -23,7 +23,26 @@ namespace fedfleet::engine {
 
 std::unique_ptr<RoundMode> RoundMode::create(RoundContext& context, const EngineOptions& options) {
   if (options.async) return std::make_unique<BufferedAsyncRounds>(context);
+  if (options.secagg.enabled) return std::make_unique<SecureRounds>(context);
   return std::make_unique<SynchronousRounds>(context);
+}
+
+std::optional<std::string> RoundMode::onMaskedChunk(Participant& /*p*/, uint64_t /*token*/,
+                                                    const wire::Chunk& /*chunk*/) {
+  return "a masked chunk for a task without secure aggregation";
+}
+
+std::optional<std::string> RoundMode::onSecAgg(Participant& /*p*/, const wire::SecAgg& /*message*/,
+                                               double /*now*/) {
+  return "secure aggregation message for a task without it";
+}
+
+void RoundMode::onReveal(const ClientId& id, const wire::SecAgg& message, uint64_t /*frame_bytes*/,
+                         double now) {
+  ctx_.event("secagg_refused", id,
+             "revealed shares for a task not being unmasked (token " +
+                 std::to_string(message.task_token) + ")",
+             now);
 }
 
 // ---- SynchronousRounds ----------------------------------------------------------------------
@@ -41,8 +60,7 @@ void SynchronousRounds::startRound(double now) {
   }
   std::vector<ClientId> idle = ctx_.sampleIdle(want, now, o.quorum);
   if (idle.empty()) return;
-  // Secure aggregation: a single client's masked sum would be its update; wait for another.
-  if (ctx_.secAgg() && idle.size() < 2) return;
+  if (idle.size() < minCohort()) return;
   const size_t k = idle.size();
 
   std::vector<uint32_t> partitions;
@@ -61,14 +79,7 @@ void SynchronousRounds::startRound(double now) {
   s_.participants.clear();
   s_.sum.assign(ctx_.updateSize(), 0.0f);
   s_.sum_weight = 0;
-  if (ctx_.secAgg()) {
-    // The cohort's largest partition scales every client's weight n_k into (0, 1].
-    const uint64_t max_samples = ctx_.cohortSampleScale(idle);
-    // The graph's relabelling from the seed and the round, not the selection generator (whose
-    // draws decide the cohorts: a run's cohorts are the same with and without it).
-    const uint64_t graph_seed = splitMix64(o.seed ^ (0x5ec466ull << 32) ^ s_.round);
-    ctx_.secAgg()->startRound(s_.round, static_cast<uint32_t>(k), max_samples, graph_seed, now);
-  }
+  cohortChosen(idle, now);
 
   ctx_.aggregator().roundStarting(s_.round, idle);
   for (size_t i = 0; i < k; ++i) {
@@ -83,10 +94,6 @@ uint32_t SynchronousRounds::selectionRound() const { return s_.round + 1; }
 
 void SynchronousRounds::finishIfDone(double now) {
   if (s_.phase != EnginePhase::kRunning) return;
-  if (ctx_.secAgg() && ctx_.secAgg()->unmasking()) {  // the uploads are over: the shares decide
-    if (ctx_.secAgg()->unmaskingDone(now)) finish(now);
-    return;
-  }
   uint32_t completed = 0;
   bool pending = false;
   for (const auto& [token, p] : s_.participants) {
@@ -113,21 +120,10 @@ void SynchronousRounds::completed(uint64_t token, double now) {
 }
 
 void SynchronousRounds::onTick(double now) {
-  if (ctx_.secAgg() && ctx_.secAgg()->unmasking()) {
-    if (ctx_.secAgg()->unmaskingDone(now)) finish(now);
-    return;
-  }
   if (now >= round_deadline_) finish(now);
 }
 
-std::optional<double> SynchronousRounds::nextDeadline() const {
-  if (ctx_.secAgg() && ctx_.secAgg()->active()) {
-    const std::optional<double> stage = ctx_.secAgg()->nextDeadline();
-    if (ctx_.secAgg()->unmasking()) return stage;
-    if (stage) return std::min(*stage, round_deadline_);
-  }
-  return round_deadline_;
-}
+std::optional<double> SynchronousRounds::nextDeadline() const { return round_deadline_; }
 
 void SynchronousRounds::afterStep(double now) {
   s_.phase = EnginePhase::kWaiting;
@@ -229,31 +225,15 @@ void SynchronousRounds::settlePrivately(double now) {
   }
 }
 
-bool SynchronousRounds::settleSecurely(double now, std::string* failure) {
-  const std::vector<uint64_t> survivors = ctx_.secAgg()->survivors();
-  const std::set<uint64_t> in(survivors.begin(), survivors.end());
-  for (auto& [token, p] : s_.participants) {
-    if (p.state != UpdateState::kCompleted) continue;
-    if (!in.count(token)) {  // cannot happen: a completed update is in the masked sum
-      rejectAtSettlement(p, token, "secure aggregation: not in the masked sum", now);
-      continue;
+bool SynchronousRounds::settleRound(double now, const std::string* abort_reason,
+                                    std::string* /*failure*/) {
+  if (!ctx_.aggregator().buffersUpdates() && !abort_reason) {
+    if (ctx_.dp() && !ctx_.options().dp.local) {
+      settlePrivately(now);
+    } else {
+      settle(now);
     }
-    // The client weighted its update by min(1, n_k / scale) (client/masked_upload.h); under
-    // DP (central or distributed) by its clip scale alone: each counts 1, the average divides
-    // by K. No norm is observed: the coordinator sees none (adaptive clipping is refused). The
-    // aggregator records the update as its fold would (FedNova: n_k and a_k in its totals); the
-    // fold weight it returns was applied on the client already (FedNova's 1 / a_k).
-    p.agg_weight = ctx_.dp() ? 1.0 : std::min(p.weight, ctx_.secAgg()->weightScale());
-    ctx_.aggregator().settleFoldWeight(p.agg_weight, p.steps);
-    s_.sum_weight += p.agg_weight;
   }
-  std::vector<float> sum;
-  Status st = ctx_.secAgg()->finish(sum);
-  if (!st.isOk()) {
-    *failure = st.message();
-    return false;
-  }
-  s_.sum = std::move(sum);
   return true;
 }
 
@@ -288,29 +268,8 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
       rejectAtSettlement(p, token, *abort_reason, now);
     }
   }
-  const bool secure = ctx_.secAgg() && ctx_.secAgg()->active();
-  if (secure && abort_reason) ctx_.secAgg()->clear();
-  if (secure && !abort_reason && !ctx_.secAgg()->unmasking() && ctx_.secAgg()->keysDone()) {
-    // The uploads are over: ask the survivors for their shares, and finish when they are in.
-    SecureAggregation::Outgoing out;
-    ctx_.secAgg()->beginUnmasking(now, out);
-    ctx_.sendSecAgg(out);
-    if (!ctx_.secAgg()->unmaskingDone(now)) return;
-  }
-  std::string secure_failure;
-  if (secure && !abort_reason && !settleSecurely(now, &secure_failure)) {
-    ctx_.event(
-        "secagg_failed", "",
-        "round " + std::to_string(s_.round) + ": " + secure_failure + "; the model is unchanged",
-        now);
-  }
-  if (!ctx_.aggregator().buffersUpdates() && !abort_reason && !secure) {
-    if (ctx_.dp() && !ctx_.options().dp.local) {
-      settlePrivately(now);
-    } else {
-      settle(now);
-    }
-  }
+  std::string settle_failure;
+  if (!settleRound(now, abort_reason, &settle_failure)) return;
   double loss_sum = 0;
   for (auto& [token, p] : s_.participants) {
     switch (p.state) {
@@ -339,7 +298,7 @@ void SynchronousRounds::finish(double now, const std::string* abort_reason) {
     ctx_.feedback(p, now);
   }
 
-  bool ok = !abort_reason && secure_failure.empty() && r.completed >= ctx_.options().quorum &&
+  bool ok = !abort_reason && settle_failure.empty() && r.completed >= ctx_.options().quorum &&
             r.completed > 0 && s_.sum_weight > 0;
   if (ok && (s_.sum_tainted || !kernels::allFinite(s_.sum.data(), s_.sum.size()))) {
     ok = false;  // recorded as failed below; the model is unchanged
