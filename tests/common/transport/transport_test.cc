@@ -583,8 +583,9 @@ TEST_F(CurveTransportTest, ReceiveTimesOutOnTime) {
 // A short receive queue (the coordinator's with upload credits) makes ZeroMQ stop reading a
 // busy peer's socket, and with it that peer's ZMTP heartbeats. The client sends 24 messages of
 // 512 KiB (a sequence number first); the server, with a queue of 2 messages and a 400 ms
-// heartbeat timeout, waits `pause_ms`, then reads one message every 100 ms. Returns the
-// sequence numbers it received.
+// heartbeat timeout (heartbeats every 100 ms; both x kSlow under a sanitizer: under TSan, with
+// 400 ms, the connection was dropped after the first message), waits `pause_ms`, then reads one
+// message every 100 ms. Returns the sequence numbers it received.
 class ShortReceiveQueueTest : public CurveTransportTest {
  protected:
   std::vector<uint32_t> slowReader(int pause_ms) {
@@ -593,8 +594,8 @@ class ShortReceiveQueueTest : public CurveTransportTest {
     options.endpoint = "tcp://127.0.0.1:*";
     options.server_keys = server_keys_;
     options.allow_dir = allow_dir_;
-    options.heartbeat_ivl_ms = 100;
-    options.heartbeat_timeout_ms = 400;
+    options.heartbeat_ivl_ms = 100 * kSlow;
+    options.heartbeat_timeout_ms = 400 * kSlow;
     options.receive_hwm = 2;
     auto server = createServer(options);
     EXPECT_TRUE(server.isOk()) << server.status().toString();
@@ -605,8 +606,8 @@ class ShortReceiveQueueTest : public CurveTransportTest {
     co.client_keys = keys;
     co.server_public_key = server_keys_.public_key;
     co.routing_id = "busy";
-    co.heartbeat_ivl_ms = 100;
-    co.heartbeat_timeout_ms = 400;
+    co.heartbeat_ivl_ms = 100 * kSlow;
+    co.heartbeat_timeout_ms = 400 * kSlow;
     auto client = createClient(co);
     EXPECT_TRUE(client.isOk()) << client.status().toString();
     if (!client.isOk()) return {};
@@ -643,12 +644,13 @@ TEST_F(ShortReceiveQueueTest, HeartbeatsLiveWhileTheServerKeepsReading) {
 }
 
 // The limit this puts on the server: not reading a full queue for longer than the heartbeat
-// timeout (here 1.5 s against 400 ms) times the connection out, and the frames in flight are
-// lost (the coordinator then rejects that upload for its gap, and the credit comes back).
+// timeout (here 1.5 s against 400 ms, each x kSlow under a sanitizer) times the connection out, and
+// the frames in flight are lost (the coordinator then rejects that upload for its gap, and the
+// credit comes back).
 TEST_F(ShortReceiveQueueTest, AStallLongerThanTheHeartbeatTimeoutDropsTheConnection) {
   std::vector<uint32_t> all(kMessages);
   for (uint32_t i = 0; i < kMessages; ++i) all[i] = i;
-  const std::vector<uint32_t> seen = slowReader(1500);
+  const std::vector<uint32_t> seen = slowReader(1500 * kSlow);
   EXPECT_FALSE(seen.empty());
   EXPECT_NE(seen, all);  // some are missing
 }
