@@ -49,11 +49,12 @@ elapsed() { local s=$(($(date +%s) - $1)); echo "$((s / 60)) min $((s % 60)) s";
 
 # configure DIR FLAGS: an instrumented build directory (the libraries and the tests at -O1 -g1).
 configure() {
+  mkdir -p "$1"
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDFLEET_BUILD_TESTS=ON \
     -DFEDFLEET_USE_CUDA=OFF -DCMAKE_C_FLAGS="$2" -DCMAKE_CXX_FLAGS="$2" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" > "$1.configure.log" 2>&1 ||
-    { tail -20 "$1.configure.log"; echo "sanitize: configuring $1 failed"; exit 1; }
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" > "$1/sanitize-configure.log" 2>&1 ||
+    { tail -20 "$1/sanitize-configure.log"; echo "sanitize: configuring $1 failed"; exit 1; }
 }
 
 # count LOG -> "tests failures" from ctest's summary line (no summary: "0 1").
