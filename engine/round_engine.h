@@ -203,7 +203,6 @@
 #include "engine/robust_aggregator.h"
 #include "engine/round_context.h"
 #include "engine/round_mode.h"
-#include "engine/secure_aggregation.h"
 #include "engine/selector.h"
 #include "engine/server_optimizer.h"
 #include "engine/update_assembler.h"
