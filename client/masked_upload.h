@@ -5,7 +5,9 @@
 // only adds them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "client/upload_pipeline.h"
@@ -28,13 +30,20 @@ double secAggWeight(const wire::SecAggTask& task, uint64_t n_samples, uint64_t s
 double maskedUploadWeight(const wire::SecAggTask& task, double session_weight, const float* delta,
                           size_t n);
 
+// Runs piece(0) .. piece(pieces - 1), possibly several at once on other threads, and returns
+// when every call has returned.
+using RunPieces =
+    std::function<void(size_t pieces, const std::function<void(size_t piece)>& piece)>;
+
 // Encodes values x[0 .. r.elements) (the delta's range `r`) into `payload`: weighted, plus (under
 // distributed DP; central DP's noise is the coordinator's) N(0, dp_noise_stddev^2) from the
 // masker's private stream for this range (keyed by its noise key, which no share reveals:
 // SecAggClient::privateStream), clipped, quantised and masked. kInvalidArgument when a value is not
-// finite (nothing is encoded).
+// finite (nothing is encoded). With `run`, a chunk of more than 65,536 values is encoded in
+// pieces of that many through it (without DP noise, whose stream is drawn in order); the payload
+// is the same to the bit either way.
 Status encodeMaskedChunk(const secagg::SecAggClient& masker, const wire::SecAggTask& task,
                          double weight, uint64_t seed, const ChunkRange& r, const float* x,
-                         std::string* payload);
+                         std::string* payload, const RunPieces& run = nullptr);
 
 }  // namespace fedfleet::client

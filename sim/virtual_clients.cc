@@ -267,6 +267,10 @@ Status Simulator::maskUpload(InFlight& f, const client::SendUploadRequest& ask) 
   const ClientProfile p = fleet_->profile(f.client);
   const double weight =
       client::maskedUploadWeight(ask.secagg, ask.secagg_weight, f.delta.data(), f.delta.size());
+  // The loop thread masks with the workers that are free (the same bytes as on one thread).
+  const client::RunPieces run = [this](size_t pieces, const std::function<void(size_t)>& piece) {
+    pool_->runPieces(pieces, piece);
+  };
   for (size_t j = 0; j < f.plan.size(); ++j) {
     client::EncodedChunk c;
     c.index = j;
@@ -274,7 +278,7 @@ Status Simulator::maskUpload(InFlight& f, const client::SendUploadRequest& ask) 
     c.last = j + 1 == f.plan.size();
     FEDFLEET_RETURN_IF_ERROR(client::encodeMaskedChunk(
         *ask.masker, ask.secagg, weight, client::chunkSeed(f.task_seed, j), f.plan[j],
-        f.delta.data() + f.plan[j].offset, &c.payload));
+        f.delta.data() + f.plan[j].offset, &c.payload, run));
     f.encoded.push_back(std::move(c));
   }
   // Opening the neighbours' shares, then quantising and masking (one stream per partner and

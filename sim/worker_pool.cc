@@ -2,6 +2,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
 namespace fedfleet::sim {
 
 WorkerPool::WorkerPool(size_t threads) {
@@ -16,6 +20,43 @@ WorkerPool::~WorkerPool() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+void WorkerPool::runPieces(size_t pieces, const std::function<void(size_t)>& piece) {
+  if (pieces == 0) return;
+  struct Shared {
+    const std::function<void(size_t)>* piece;  // valid until every taken piece is done
+    size_t pieces;
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t done = 0;  // GUARDED_BY(mu)
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->piece = &piece;
+  shared->pieces = pieces;
+  // Helpers that start after the last piece is taken return at once; they hold `shared`, never
+  // `piece`, past that point.
+  const auto work = [shared] {
+    size_t finished = 0;
+    for (size_t i; (i = shared->next.fetch_add(1)) < shared->pieces; ++finished) {
+      (*shared->piece)(i);
+    }
+    if (finished == 0) return;
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->done += finished;
+    if (shared->done == shared->pieces) shared->cv.notify_all();
+  };
+  const size_t helpers = std::min(threads_.size(), pieces - 1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t h = 0; h < helpers; ++h) queue_.emplace_front(work);
+  }
+  if (helpers == 1) cv_.notify_one();
+  if (helpers > 1) cv_.notify_all();
+  work();
+  std::unique_lock<std::mutex> lock(shared->mu);
+  shared->cv.wait(lock, [&] { return shared->done == shared->pieces; });
 }
 
 void WorkerPool::loop() {

@@ -4,7 +4,8 @@
 // setting, OpenBLAS's) to one when it starts, so N workers use N cores without oversubscribing
 // them, and a job computes exactly the same bits on whichever worker runs it. Jobs run in
 // submission order (FIFO); results come back through std::future. A job must not throw (the
-// simulator's jobs return Result values).
+// simulator's jobs return Result values). runPieces shares one piece of work between the caller
+// and the workers that are free.
 #pragma once
 
 #include <condition_variable>
@@ -27,6 +28,12 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   size_t size() const { return threads_.size(); }
+
+  // Runs piece(0) .. piece(pieces - 1) and returns when every call has returned: the calling
+  // thread takes pieces, and so do workers that pick up the helper jobs this queues ahead of the
+  // others. A worker busy with a job joins only once that job is done, and finds nothing left
+  // when the caller has taken every piece: a busy pool leaves the work to the caller.
+  void runPieces(size_t pieces, const std::function<void(size_t)>& piece);
 
   template <typename F>
   auto submit(F job) -> std::future<decltype(job())> {

@@ -46,16 +46,25 @@ X25519KeyPair x25519KeyPair(std::string_view private_key) {
   return {std::string(private_key), x25519PublicKey(private_key)};
 }
 
-Result<std::string> x25519Agree(std::string_view private_key, std::string_view peer_public) {
+struct X25519Agreement::Key {
+  Pkey own;
+};
+
+X25519Agreement::X25519Agreement(std::string_view private_key)
+    : key_(std::make_unique<Key>(Key{privateKey(private_key)})) {}
+X25519Agreement::~X25519Agreement() = default;
+X25519Agreement::X25519Agreement(X25519Agreement&&) noexcept = default;
+X25519Agreement& X25519Agreement::operator=(X25519Agreement&&) noexcept = default;
+
+Result<std::string> X25519Agreement::with(std::string_view peer_public) const {
   if (peer_public.size() != kX25519KeyBytes) {
     return invalidArgument("an X25519 public key is 32 bytes, got " +
                            std::to_string(peer_public.size()));
   }
-  Pkey own = privateKey(private_key);
   Pkey peer(EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, bytes(peer_public),
                                         peer_public.size()));
   if (peer == nullptr) return invalidArgument("the peer's X25519 public key is not usable");
-  PkeyCtx ctx(EVP_PKEY_CTX_new(own.get(), nullptr));
+  PkeyCtx ctx(EVP_PKEY_CTX_new(key_->own.get(), nullptr));
   FEDFLEET_CHECK(ctx != nullptr);
   FEDFLEET_CHECK(EVP_PKEY_derive_init(ctx.get()) == 1);
   if (EVP_PKEY_derive_set_peer(ctx.get(), peer.get()) != 1) {
@@ -72,6 +81,10 @@ Result<std::string> x25519Agree(std::string_view private_key, std::string_view p
   for (char c : secret) all_zero = all_zero && c == 0;
   if (all_zero) return invalidArgument("the peer's X25519 public key is a low-order point");
   return secret;
+}
+
+Result<std::string> x25519Agree(std::string_view private_key, std::string_view peer_public) {
+  return X25519Agreement(private_key).with(peer_public);
 }
 
 }  // namespace fedfleet::crypto

@@ -5,6 +5,17 @@
 #include <string>
 
 namespace fedfleet::secagg {
+namespace {
+
+// KeyedStream::nextOpenUnit's draw from its 8 stream bytes (read little-endian): (k + 0.5) / 2^53
+// for k the top 53 bits. quantizer_test checks the two agree.
+double openUnit(const unsigned char* b) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | b[i];
+  return (static_cast<double>(v >> 11) + 0.5) * 0x1.0p-53;
+}
+
+}  // namespace
 
 Status validateQuantizer(const QuantizerOptions& o, uint64_t max_clients) {
   if (!(std::isfinite(o.clip_range) && o.clip_range > 0)) {
@@ -27,14 +38,21 @@ void quantize(const QuantizerOptions& o, const float* values, size_t n, crypto::
               uint32_t* out) {
   const double c = o.clip_range, q = o.quant_range;
   const double scale = q / (2 * c);
-  for (size_t i = 0; i < n; ++i) {
-    double v = values[i];
-    if (!(v >= -c)) v = -c;  // also NaN: the caller refuses non-finite updates before this
-    if (v > c) v = c;
-    const double x = std::clamp((v + c) * scale, 0.0, q);
-    const double lo = std::floor(x);
-    const double up = random.nextOpenUnit() < x - lo ? 1 : 0;
-    out[i] = static_cast<uint32_t>(std::min(lo + up, q));
+  // The draws are KeyedStream::nextOpenUnit's, 8 bytes of the stream a value in order, taken a
+  // block at a time rather than one call a value (the same bits, several times faster).
+  unsigned char draws[512 * 8];
+  for (size_t start = 0; start < n; start += 512) {
+    const size_t m = std::min<size_t>(512, n - start);
+    random.fill(draws, m * 8);
+    for (size_t i = 0; i < m; ++i) {
+      double v = values[start + i];
+      if (!(v >= -c)) v = -c;  // also NaN: the caller refuses non-finite updates before this
+      if (v > c) v = c;
+      const double x = std::clamp((v + c) * scale, 0.0, q);
+      const double lo = std::floor(x);
+      const double up = openUnit(draws + 8 * i) < x - lo ? 1 : 0;
+      out[start + i] = static_cast<uint32_t>(std::min(lo + up, q));
+    }
   }
 }
 

@@ -89,12 +89,11 @@ Result<std::vector<SealedShares>> SecAggClient::shareKeys(const std::vector<KeyA
                             splitSecret(mask_private_, params_.threshold, xs, random_));
   std::vector<SealedShares> out;
   std::map<uint32_t, std::string> pair_seeds;
+  const crypto::X25519Agreement encryption(encryption_private_), masking(mask_private_);
   size_t h = 0;
   for (const auto& [j, a] : got) {
-    FEDFLEET_ASSIGN_OR_RETURN(std::string enc_secret,
-                              crypto::x25519Agree(encryption_private_, a.encryption_key));
-    FEDFLEET_ASSIGN_OR_RETURN(std::string mask_secret,
-                              crypto::x25519Agree(mask_private_, a.mask_key));
+    FEDFLEET_ASSIGN_OR_RETURN(std::string enc_secret, encryption.with(a.encryption_key));
+    FEDFLEET_ASSIGN_OR_RETURN(std::string mask_secret, masking.with(a.mask_key));
     pair_seeds[j] = pairwiseMaskSeed(mask_secret, params_.round, index_, j);
     std::string plain;
     putU32(plain, index_);
@@ -118,6 +117,7 @@ Status SecAggClient::receiveShares(const std::vector<SealedShares>& sealed) {
     return Status(StatusCode::kFailedPrecondition, "shares already received this round");
   }
   std::map<uint32_t, Held> held;
+  const crypto::X25519Agreement encryption(encryption_private_);
   for (const SealedShares& s : sealed) {
     auto a = adverts_.find(s.from);
     if (s.to != index_ || a == adverts_.end()) {
@@ -126,8 +126,7 @@ Status SecAggClient::receiveShares(const std::vector<SealedShares>& sealed) {
     }
     if (held.count(s.from) || s.from == index_)
       return corrupt("shares from client " + std::to_string(s.from) + " twice");
-    FEDFLEET_ASSIGN_OR_RETURN(std::string enc_secret,
-                              crypto::x25519Agree(encryption_private_, a->second.encryption_key));
+    FEDFLEET_ASSIGN_OR_RETURN(std::string enc_secret, encryption.with(a->second.encryption_key));
     const std::string key = shareKey(enc_secret, params_.round, s.from, index_);
     FEDFLEET_ASSIGN_OR_RETURN(
         std::string plain, crypto::aesGcmOpen(key, shareNonce(s.from, index_),

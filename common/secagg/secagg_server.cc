@@ -309,9 +309,9 @@ Result<std::vector<uint32_t>> SecAggServer::finish() {
       return corrupt("the shares of " + name(j) +
                      "'s mask key do not reconstruct it (a neighbour sent a false share)");
     }
+    const crypto::X25519Agreement agreement(*key);
     for (uint32_t i : partners) {
-      FEDFLEET_ASSIGN_OR_RETURN(std::string secret,
-                                crypto::x25519Agree(*key, adverts_.at(i).mask_key));
+      FEDFLEET_ASSIGN_OR_RETURN(std::string secret, agreement.with(adverts_.at(i).mask_key));
       // i added +PRG(s_ij) when i < j, -PRG(s_ij) when i > j: take it back.
       addMask(pairwiseMaskSeed(secret, params_.round, i, j), /*pairwise=*/true, i < j ? -1 : +1, 0,
               sum.data(), sum.size());

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/crypto/hkdf.h"
@@ -125,6 +126,76 @@ TEST(MaskedUpload, CentralDpClipsBeforeMaskingAndAddsNoNoise) {
   secagg::dequantizeSum({task.clip_range, task.quant_range}, sum->data(), p.length, 3,
                         decoded.data());
   for (uint64_t v = 0; v < p.length; ++v) EXPECT_NEAR(decoded[v], want[v], 3e-5) << v;
+}
+
+// A chunk encoded in pieces (more than 65,536 values, the simulator's workers taking some) gives
+// the bytes of one pass: weighting, quantising with the chunk's rounding stream from its start,
+// then masking at the chunk's offset, written out here. The chunk starts at value 6, inside both
+// a rounding block and a mask block, and its 150,003 values make three pieces, run here in
+// reverse order on threads of their own.
+TEST(MaskedUpload, PiecesGiveTheBytesOfOnePass) {
+  secagg::RoundParams p;
+  p.round = 3;
+  p.clients = 3;
+  p.neighbours = 2;
+  p.threshold = 2;
+  p.length = 150'009;
+  p.graph_seed = 11;
+  wire::SecAggTask task = taskOf(10);
+  task.clients = 3;
+  secagg::SecAggServer server(p);
+  std::vector<std::unique_ptr<secagg::SecAggClient>> clients;
+  for (uint32_t i = 0; i < p.clients; ++i) {
+    clients.push_back(
+        std::make_unique<secagg::SecAggClient>(p, i, crypto::streamKeyFromSeed("pieces secagg", i),
+                                               crypto::streamKeyFromSeed("pieces noise", i)));
+    ASSERT_TRUE(server.onAdvert(i, clients[i]->advertise()).isOk());
+  }
+  for (auto& [i, adverts] : server.closeAdvertise()) {
+    ASSERT_TRUE(server.onSealedShares(i, clients[i]->shareKeys(adverts).value()).isOk());
+  }
+  for (auto& [i, sealed] : server.closeShareKeys()) {
+    ASSERT_TRUE(clients[i]->receiveShares(sealed).isOk());
+  }
+  ChunkRange range;
+  range.offset = 6;
+  range.elements = 150'003;
+  std::vector<float> x(range.elements);
+  crypto::KeyedStream values(crypto::streamKeyFromSeed("pieces input", 0), 0, 0);
+  for (float& v : x) v = static_cast<float>(24 * values.nextOpenUnit() - 12);  // some clipped
+  const double weight = 0.7;
+  const uint64_t seed = 42;
+
+  std::vector<float> weighted(x.size());
+  for (size_t i = 0; i < x.size(); ++i) weighted[i] = static_cast<float>(weight * x[i]);
+  std::vector<uint32_t> want(x.size());
+  crypto::KeyedStream rounding(crypto::streamKeyFromSeed("fedfleet secagg rounding", seed), 0,
+                               range.offset);
+  secagg::quantize({task.clip_range, task.quant_range}, weighted.data(), weighted.size(), rounding,
+                   want.data());
+  clients[1]->mask(range.offset, want.data(), want.size());
+
+  std::vector<size_t> order;
+  const RunPieces reversed = [&](size_t pieces, const std::function<void(size_t)>& piece) {
+    std::vector<std::thread> threads;
+    for (size_t k = pieces; k-- > 0;) {
+      order.push_back(k);
+      threads.emplace_back([&piece, k] { piece(k); });
+    }
+    for (auto& t : threads) t.join();
+  };
+  std::string one_pass, in_pieces;
+  ASSERT_TRUE(
+      encodeMaskedChunk(*clients[1], task, weight, seed, range, x.data(), &one_pass).isOk());
+  ASSERT_TRUE(
+      encodeMaskedChunk(*clients[1], task, weight, seed, range, x.data(), &in_pieces, reversed)
+          .isOk());
+  EXPECT_EQ(order, (std::vector<size_t>{2, 1, 0}));
+  ASSERT_EQ(one_pass.size(), want.size() * sizeof(uint32_t));
+  EXPECT_EQ(in_pieces, one_pass);
+  std::vector<uint32_t> got(want.size());
+  std::memcpy(got.data(), in_pieces.data(), in_pieces.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
 }
 
 // Distributed DP under SecAgg+: 5 clients, every pair neighbours (k = 4, t = 3); client 4 shares

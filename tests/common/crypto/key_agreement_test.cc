@@ -41,6 +41,34 @@ TEST(X25519, RefusesShortAndLowOrderPeerKeys) {
   EXPECT_EQ(x25519Agree(own, one).status().code(), StatusCode::kInvalidArgument);
 }
 
+// One imported key, several peers: RFC 7748's secret with Bob, and with each other peer the
+// secret both sides compute one agreement at a time; bad peer keys refused after good ones,
+// and good ones agreed after a refusal.
+TEST(X25519, OneImportedKeyAgreesWithEachPeerAsSingleAgreementsDo) {
+  const std::string alice =
+      fromHex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
+  const std::string bob_public =
+      fromHex("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f");
+  const X25519Agreement agreement(alice);
+  auto with_bob = agreement.with(bob_public);
+  ASSERT_TRUE(with_bob.isOk());
+  EXPECT_EQ(toHexString(*with_bob),
+            "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742");
+  for (char c : {'\x01', '\x7f', '\xa5'}) {
+    const std::string peer(32, c);
+    auto ours = agreement.with(x25519PublicKey(peer));
+    auto theirs = x25519Agree(peer, x25519PublicKey(alice));
+    ASSERT_TRUE(ours.isOk() && theirs.isOk());
+    EXPECT_EQ(*ours, *theirs);
+    EXPECT_NE(*ours, *with_bob);
+  }
+  EXPECT_EQ(agreement.with(std::string(31, '\x09')).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(agreement.with(std::string(32, '\0')).status().code(), StatusCode::kInvalidArgument);
+  auto again = agreement.with(bob_public);
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(*again, *with_bob);
+}
+
 TEST(Hkdf, Rfc5869TestCase1) {
   const std::string ikm(22, '\x0b');
   const std::string salt = fromHex("000102030405060708090a0b0c");

@@ -1,7 +1,6 @@
 // The keyed AES-256-CTR stream: NIST's counter-mode vectors, determinism, independence of
 // streams, and uniform doubles that are never 0 or 1.
 #include "common/crypto/keyed_stream.h"
-#include "tests/common/crypto/hex.h"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +8,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "tests/common/crypto/hex.h"
 
 namespace fedfleet::crypto {
 namespace {
@@ -32,11 +33,16 @@ TEST(KeyedStream, MatchesNistCounterModeOutputBlocks) {
 TEST(KeyedStream, SameKeyAndIdSameBytesInAnyPiecesOtherIdsOtherBytes) {
   const std::string key = streamKeyFromSeed("test", 7);
   KeyedStream whole(key, 3, 0);
-  const std::string all = bytesOf(whole, 10000);  // crosses the 4096-byte buffer twice
+  const std::string all = bytesOf(whole, 30000);  // whole 4096-byte buffers written directly
   KeyedStream pieces(key, 3, 0);
   std::string joined;
-  for (size_t n : {1, 4095, 1, 3000, 2903}) joined += bytesOf(pieces, n);
+  // Within the buffer, to its end, whole buffers from its end, across it into whole buffers.
+  for (size_t n : {1, 4095, 8192, 5, 12288, 3000, 2419}) joined += bytesOf(pieces, n);
   EXPECT_EQ(joined, all);
+  KeyedStream small(key, 3, 0);
+  std::string thousands;
+  for (int i = 0; i < 30000; i += 1000) thousands += bytesOf(small, 1000);
+  EXPECT_EQ(thousands, all);
 
   KeyedStream other_id(key, 4, 0);
   KeyedStream other_key(streamKeyFromSeed("test", 8), 3, 0);
