@@ -10,8 +10,15 @@
 # The fixed overhead is measured in the same run: the same coordinator config with 1 client
 # (LibTorch, the test set, evaluation buffers, one model). Peak RSS from /usr/bin/time (VmHWM).
 # Figures: peak_rss_mib (50 clients), model_mib, overhead_mib (1 client), and the ratio
-# (peak - overhead) / model. Goal: peak_rss_mib <= overhead_mib + 3 * model_mib.
-# Environment: BUILD_DIR (build), CLIENTS (50), ROUNDS (3), CREDITS (2: clients uploading at once).
+# (peak - overhead) / model.
+# Goal: peak_rss_mib <= overhead_mib + partial_buffer_mib + 3 * model_mib. The coordinator keeps
+# each round's upload payloads until the round settles (they are folded once every norm and
+# weight is known), in memory up to coordinator.partial_buffer_mib and in a spill file beyond:
+# that buffer is memory the operator budgets, not growth with the clients, so the goal allows it
+# and counts what is left in models (extra_models_over_buffer <= 3). PARTIAL_MIB=0 spills every
+# kept payload, and the same goal is then the bare 3 models.
+# Environment: BUILD_DIR (build), CLIENTS (50), ROUNDS (3), CREDITS (2: clients uploading at once),
+# PARTIAL_MIB (64, the default coordinator.partial_buffer_mib).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -19,6 +26,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 CLIENTS=${CLIENTS:-50}
 CREDITS=${CREDITS:-2}  # coordinator.max_concurrent_uploads (0: unbounded, the default)
 ROUNDS=${ROUNDS:-3}
+PARTIAL_MIB=${PARTIAL_MIB:-64}
 source bench/lib.sh  # FEDFLEET, built when missing
 WORK=$(mktemp -d /tmp/coordinator_memory.XXXXXX)
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -32,7 +40,8 @@ run() {  # clients -> peak RSS of the coordinator in KiB
     --rounds "$ROUNDS" --clients-per-round "$n" --min-clients "$n" --deadline 600 \
     --set coordinator.quorum="$n" --set train.steps=1 --set data.test_subset=2000 \
     --set coordinator.wait_clients_s=600 \
-    --set coordinator.max_concurrent_uploads="$CREDITS" > "$dir/coordinator.log" 2>&1 &
+    --set coordinator.max_concurrent_uploads="$CREDITS" \
+    --set coordinator.partial_buffer_mib="$PARTIAL_MIB" > "$dir/coordinator.log" 2>&1 &
   local coord=$!
   for _ in $(seq 1 200); do [ -s "$dir/endpoint" ] && break; sleep 0.1; done
   local endpoint
@@ -55,10 +64,12 @@ run() {  # clients -> peak RSS of the coordinator in KiB
 
 overhead_kib=$(run 1)
 peak_kib=$(run "$CLIENTS")
-read -r peak_mib overhead_mib model_mib ratio ok < <(awk -v p="$peak_kib" -v o="$overhead_kib" \
+read -r peak_mib overhead_mib model_mib ratio over_buffer ok < <(awk -v p="$peak_kib" \
+  -v o="$overhead_kib" -v b="$PARTIAL_MIB" \
   'BEGIN {m = 1663370 * 4 / 1048576; pm = p / 1024; om = o / 1024;
-          printf "%.1f %.1f %.2f %.2f %d\n", pm, om, m, (pm - om) / m, (pm <= om + 3 * m)}')
+          printf "%.1f %.1f %.2f %.2f %.2f %d\n", pm, om, m, (pm - om) / m, (pm - om - b) / m,
+                 (pm <= om + b + 3 * m)}')
 echo "coordinator peak RSS: $peak_mib MiB with $CLIENTS clients, $overhead_mib MiB with 1" >&2
 echo "RESULT peak_rss_mib=$peak_mib model_mib=$model_mib overhead_mib=$overhead_mib" \
-  "extra_models=$ratio"
+  "partial_buffer_mib=$PARTIAL_MIB extra_models=$ratio extra_models_over_buffer=$over_buffer"
 [ "$ok" = 1 ]
