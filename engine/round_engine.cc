@@ -234,7 +234,16 @@ RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire:
   state.last_seen = now;
   auto& c = clients_.emplace(id, std::move(state)).first->second;
   refreshIdle(id, c);
+  notePartition(id, c);
   return c;
+}
+
+void RoundEngine::notePartition(const ClientId& id, const ClientState& c) {
+  if (c.partition >= 0 && c.hello.requested_partition != c.partition) {
+    assigned_partitions_[id] = c.partition;
+  } else {
+    assigned_partitions_.erase(id);
+  }
 }
 
 void RoundEngine::registerClient(const ClientId& id, const wire::Hello& hello, double now) {
@@ -275,6 +284,7 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
     }
     it->second.served_sha.reset();  // a new process: it may have lost its served model
     it->second.hello = hello;
+    notePartition(id, it->second);
     it->second.connected = true;
     it->second.last_seen = now;
     refreshIdle(id, it->second);

@@ -460,6 +460,8 @@ class RoundEngine : private RoundContext {
   // never keeps a round from its quorum).
   std::vector<ClientId> sampleIdle(size_t k, double now, size_t at_least) override;
   void refreshIdle(const ClientId& id, const ClientState& c);
+  // Keeps assigned_partitions_ in step with `c`'s partition and Hello.
+  void notePartition(const ClientId& id, const ClientState& c);
   ClientState& addClient(const ClientId& id, const wire::Hello& hello, double now);
   void refreshModelBytes() override;
   uint64_t newToken();
@@ -505,6 +507,10 @@ class RoundEngine : private RoundContext {
   RoundState state_;  // phase, round, version, participants, running sum
 
   std::map<ClientId, ClientState> clients_;
+  // The clients of clients_ whose partition the coordinator chose rather than the one their
+  // Hello asked for, with it (notePartition): what a checkpoint keeps of them, without walking
+  // a fleet of millions every round.
+  std::map<ClientId, int32_t> assigned_partitions_;
   PartitionBook partitions_{options_.num_partitions};  // assigned at Hello, kept over restarts
   IdleClients idle_;  // connected clients without a task, and the uniform draw among them
   Eligibility eligible_;

@@ -53,12 +53,8 @@ std::string RoundEngine::saveState() const {
   // Partition section: which partition the coordinator assigned each client, so that a restart
   // keeps every client on its data. A client that asked for its partition asks again; only
   // assigned ones need keeping.
-  std::vector<std::pair<ClientId, int32_t>> assigned;
-  for (const auto& [id, c] : clients_) {
-    if (c.partition >= 0 && c.hello.requested_partition != c.partition) {
-      assigned.emplace_back(id, c.partition);
-    }
-  }
+  std::vector<std::pair<ClientId, int32_t>> assigned(assigned_partitions_.begin(),
+                                                     assigned_partitions_.end());
   for (const auto& [id, partition] : partitions_.reserved()) assigned.emplace_back(id, partition);
   out.section(encodePartitions(assigned));
   // Privacy section (differentially private runs only): the clip and the steps spent.

@@ -66,6 +66,37 @@ TEST(RoundEngineRestart, AssignedPartitionsSurviveARestartWhateverOrderClientsCo
   EXPECT_EQ(third.engine->partitionOf("d"), 3);
 }
 
+// Only assignments are kept: a client that names its partition asks for it again after a
+// restart. a was given partition 0, then came back (a new process) naming 0 itself; b named 1
+// from the start; c was given 2. After the restart only c's is reserved, so a newcomer z takes
+// the lowest free partition, 0.
+TEST(RoundEngineRestart, AClientThatNamesItsPartitionIsNotKeptAsAssigned) {
+  engine::EngineOptions o = baseOptions(2, 3, 1);
+  Fixture first(o);
+  first.engine->start(0);
+  first.engine->onHello("a", hello("a"), 0);
+  first.engine->onHello("b", hello("b", 1), 0);
+  first.engine->onHello("c", hello("c"), 0);
+  wire::Hello again = hello("a", 0);
+  again.session = 7;
+  first.engine->onHello("a", again, 1);
+  first.take();
+  EXPECT_EQ(first.engine->partitionOf("a"), 0);
+  EXPECT_EQ(first.engine->partitionOf("b"), 1);
+  EXPECT_EQ(first.engine->partitionOf("c"), 2);
+
+  engine::EngineOptions resumed = o;
+  resumed.first_round = 2;
+  resumed.evaluate_initial = false;
+  Fixture second(resumed);
+  ASSERT_TRUE(second.engine->loadState(first.engine->saveState()).isOk());
+  second.engine->start(10);
+  second.engine->onHello("z", hello("z"), 10);
+  second.engine->onHello("c", hello("c"), 10);
+  EXPECT_EQ(second.engine->partitionOf("z"), 0);
+  EXPECT_EQ(second.engine->partitionOf("c"), 2);
+}
+
 TEST(RoundEngineRestart, AStateWhosePartitionsDoNotFitTheRunIsRefused) {
   engine::EngineOptions o = baseOptions(1, 1, 1);
   Fixture first(o);
