@@ -554,8 +554,11 @@ TEST(Integration, SecAggPlusRoundSurvivesClientsKilledAtTwoStages) {
   auto clients = testing::startClients(dir, config, endpoint, 8);
   // Client 8: stopped right after key sharing, while it trains; silent from then on, it holds
   // the round's uploads open until its liveness runs out (10 s), so the unmasking cannot start
-  // before client 7 below is gone.
+  // before client 7 below is gone. It is stopped once the share stage has closed (client 1 has
+  // its neighbours' shares): its log line says the shares were sealed, not that the frame had
+  // left the process, and under a sanitizer a stop right after that line caught it unsent.
   ASSERT_TRUE(clients[7]->waitForLog("shares sealed for", 90)) << clients[7]->log();
+  ASSERT_TRUE(clients[0]->waitForLog("neighbours' shares received", 90)) << clients[0]->log();
   clients[7]->kill(SIGSTOP);
   // Client 7: killed after its masked upload and summary went out (a moment for the frames to
   // pass localhost), before the unmasking.
