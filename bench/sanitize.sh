@@ -77,6 +77,18 @@ report() {
     "$1" || true
 }
 
+# asan_alone TEST LOG [VAR=VALUE...]: the ctest test TEST of the ASan build on its own, with
+# those variables set, its counts added to the ASan part's.
+asan_alone() {
+  local test=$1 log=$2 tests failures
+  shift 2
+  env "$@" ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -R "^$test\$" > "$log" 2>&1 ||
+    status=1
+  read -r tests failures < <(count "$log")
+  ((failures == 0)) || { report "$log"; status=1; }
+  asan_tests=$((asan_tests + tests)) asan_failures=$((asan_failures + failures))
+}
+
 asan_tests=0 asan_failures=0 tsan_tests=0 tsan_failures=0
 status=0
 if [[ " $PARTS " == *" asan "* ]]; then
@@ -101,25 +113,15 @@ if [[ " $PARTS " == *" asan "* ]]; then
   read -r asan_tests asan_failures < <(count "$log")
   ((asan_failures == 0)) || { report "$log"; status=1; }
   if [ -z "${ASAN_CTEST_ARGS:-}" ]; then
-    mpi_log="$ASAN_BUILD_DIR/sanitize-ctest-mpi.log"
-    ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" \
-      ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -R "^$mpi_test\$" \
-      > "$mpi_log" 2>&1 || status=1
-    read -r mpi_tests mpi_failures < <(count "$mpi_log")
-    ((mpi_failures == 0)) || { report "$mpi_log"; status=1; }
-    asan_tests=$((asan_tests + mpi_tests)) asan_failures=$((asan_failures + mpi_failures))
+    asan_alone "$mpi_test" "$ASAN_BUILD_DIR/sanitize-ctest-mpi.log" \
+      ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
     # The Python package's tests load the instrumented extension into /usr/bin/python3, which
     # is not instrumented: ASan's runtime has to come first in the process (LD_PRELOAD, UBSan's
     # with it), and leak detection is off there, since the interpreter keeps much of what it
     # allocated until exit and every such block would read as a leak.
-    py_log="$ASAN_BUILD_DIR/sanitize-ctest-python.log"
-    LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
-    ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" \
-      ctest --test-dir "$ASAN_BUILD_DIR" --output-on-failure -R "^python_package\$" \
-      > "$py_log" 2>&1 || status=1
-    read -r py_tests py_failures < <(count "$py_log")
-    ((py_failures == 0)) || { report "$py_log"; status=1; }
-    asan_tests=$((asan_tests + py_tests)) asan_failures=$((asan_failures + py_failures))
+    asan_alone python_package "$ASAN_BUILD_DIR/sanitize-ctest-python.log" \
+      LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
+      ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
   fi
   echo "sanitize: asan: tests ran in $(elapsed "$t1")"
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
