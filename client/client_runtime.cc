@@ -226,6 +226,7 @@ void ZmqClient::sayHello(double now) {
   h.data_size = data_->trainingSize();
   h.requested_partition = options_.partition;
   h.session = session_id_;
+  h.last_coordinator_session = session_->coordinatorSession();
   send(h);
 }
 

@@ -254,6 +254,8 @@ class ClientSession {
   // waiting for its grant asks again (the coordinator answers a grant it gave again, and a task
   // it no longer knows with an Error, which abandons it).
   void onReconnected(double now);
+  // Task::coordinator_session of the last task taken (0: none yet), for the next Hello.
+  uint64_t coordinatorSession() const { return coordinator_session_; }
   // The driver stops (or its connection failed): everything in progress is abandoned.
   void abandonAll(const std::string& why);
 

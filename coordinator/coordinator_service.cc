@@ -138,6 +138,7 @@ Status ZmqCoordinator::init(const config::Config& config,
   // leaves no run behind (the history file is not even created).
   engine::EngineOptions eo = driver::engineOptionsFromConfig(config_, /*run_id=*/0);
   eo.max_evaluations_behind = kMaxEvaluationsBehind;
+  eo.coordinator_session = session_;
   // Differential-privacy noise no client can predict (the config's seed may be known to them).
   eo.dp.noise_key = crypto::randomStreamKey();
   // What each partition holds bounds what an update may claim (the clients cut the same split).

@@ -40,6 +40,11 @@ struct EngineOptions {
   double deadline_s = 60;
   double liveness_s = 6;  // <= 0: no liveness tracking (the simulator reports losses itself)
   double wait_clients_s = 300;
+  // The coordinator process's session, stamped on its tasks (Task::coordinator_session; 0: none,
+  // the simulator). A client whose Hello names another one worked for an earlier process of the
+  // run: until a frame of one of this engine's tasks comes from it, tokens this engine does not
+  // know are answered but not recorded (its upload of the earlier task was on its way).
+  uint64_t coordinator_session = 0;
   // The run ends (not ok) when this many rounds in a row have failed, with the latest one's
   // reason: a diverged model or a persistent fault fails every later round the same way
   // (0: never).

@@ -438,8 +438,10 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
                                                       double now) {
   auto it = state_.participants.find(token);
+  auto known = clients_.find(id);
   if (it != state_.participants.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
+    if (known != clients_.end()) known->second.sent_frames = true;
     return &it->second;
   }
   // Unknown, finished, or someone else's token: answer once per token and record it.
@@ -453,9 +455,16 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   }
   // A client this engine has sent no task yet can only hold a token of an earlier session of
   // the run (the coordinator restarted while its upload was on its way, and it said Hello
-  // again first) or invent one. Expected after every restart: answered, not recorded.
-  auto known = clients_.find(id);
-  const bool earlier_session = !stale && known != clients_.end() && !known->second.sent_task;
+  // again first) or invent one; so can one whose Hello names an earlier coordinator process
+  // and that has sent nothing of this engine's tasks yet (the rest of that upload may come
+  // after its new task went out). Expected after every restart: answered, not recorded.
+  bool earlier_session = false;
+  if (!stale && known != clients_.end()) {
+    const ClientState& c = known->second;
+    const uint64_t before = c.hello.last_coordinator_session;
+    earlier_session =
+        !c.sent_task || (before != 0 && before != options_.coordinator_session && !c.sent_frames);
+  }
   if (first) {
     std::string what = stale             ? "update for a finished or cancelled task"
                        : earlier_session ? "unknown task token (this coordinator has sent you none)"

@@ -345,6 +345,7 @@ class RoundEngine : private RoundContext {
     bool connected = false;
     uint64_t task_token = 0;        // 0: idle
     bool sent_task = false;         // this engine has sent it a task
+    bool sent_frames = false;       // a frame of one of this engine's tasks has come from it
     double uplink_bytes_per_s = 0;  // measured from its last completed upload (0: unknown)
     double steps_per_s = 0;  // local steps per compute second, last completed task (0: unknown)
     double overhead_s = -1;  // its task duration less compute (download, upload; -1: unknown)

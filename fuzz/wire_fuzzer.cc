@@ -112,18 +112,20 @@ void checkSimJobs(std::string_view bytes, const DecodeLimits& limits) {
   }
 }
 
-// decodePeerMessage: kCorrupt, kResourceExhausted or kInvalidArgument, or a message that
-// passes its own checks and round-trips to the same bytes.
+// The refusals a peer decoder may give: kCorrupt, kResourceExhausted or kInvalidArgument.
+void refusedAsAPeerMessage(const Status& st) {
+  const StatusCode code = st.code();
+  FUZZ_CHECK(code == StatusCode::kCorrupt || code == StatusCode::kResourceExhausted ||
+                 code == StatusCode::kInvalidArgument,
+             st.toString().c_str());
+}
+
+// decodePeerMessage: one of those refusals, or a message that passes its own checks and
+// round-trips to the same bytes.
 void checkPeerMessages(std::string_view bytes, const DecodeLimits& limits) {
   const PeerMessageLimits peer_limits{16, 4096};
   Result<PeerMessage> m = decodePeerMessage(bytes, peer_limits, limits);
-  if (!m.isOk()) {
-    const StatusCode code = m.status().code();
-    FUZZ_CHECK(code == StatusCode::kCorrupt || code == StatusCode::kResourceExhausted ||
-                   code == StatusCode::kInvalidArgument,
-               m.status().toString().c_str());
-    return;
-  }
+  if (!m.isOk()) return refusedAsAPeerMessage(m.status());
   FUZZ_CHECK(checkPeerMessage(*m, peer_limits).isOk(), "a decoded peer message fails its checks");
   const std::string once = encodePeerMessage(*m);
   Result<PeerMessage> again = decodePeerMessage(once, peer_limits);
@@ -135,13 +137,7 @@ void checkPeerMessages(std::string_view bytes, const DecodeLimits& limits) {
 void checkPeerControl(std::string_view bytes, const DecodeLimits& limits) {
   const PeerControlLimits control_limits{16, 4096};
   Result<PeerControl> m = decodePeerControl(bytes, control_limits, limits);
-  if (!m.isOk()) {
-    const StatusCode code = m.status().code();
-    FUZZ_CHECK(code == StatusCode::kCorrupt || code == StatusCode::kResourceExhausted ||
-                   code == StatusCode::kInvalidArgument,
-               m.status().toString().c_str());
-    return;
-  }
+  if (!m.isOk()) return refusedAsAPeerMessage(m.status());
   const std::string once = encodePeerControl(*m);
   Result<PeerControl> again = decodePeerControl(once, control_limits);
   FUZZ_CHECK(again.isOk(), again.status().toString().c_str());

@@ -235,9 +235,12 @@ void qsgdQuantize(const float* x, size_t n, uint32_t bits, uint32_t bucket, uint
   }
 }
 
-FEDFLEET_KERNEL_CLONES
-void qsgdDequantize(const void* scales, const void* levels, size_t n, uint32_t bits,
-                    uint32_t bucket, float* out) {
+namespace {
+
+// Every bucket's levels times its scale: written to `out` (accumulate false) or added to it
+// times `w`. Inlined into each clone of the two kernels below.
+FEDFLEET_INLINE void dequantizeBuckets(float* out, const void* scales, const void* levels, size_t n,
+                                       uint32_t bits, uint32_t bucket, float w, bool accumulate) {
   checkShape(bucket);
   require(bits == 8 || bits == 4, "QSGD bits must be 8 or 4");
   const auto* sc = static_cast<const unsigned char*>(scales);
@@ -246,29 +249,25 @@ void qsgdDequantize(const void* scales, const void* levels, size_t n, uint32_t b
     const size_t len = (n - start < bucket) ? n - start : bucket;
     if (bits == 8) {
       dequantize8(out + start, reinterpret_cast<const signed char*>(lv + start), len,
-                  loadScale(sc, b), 0.0f, false);
+                  loadScale(sc, b), w, accumulate);
     } else {
-      dequantize4(out + start, lv + start / 2, len, loadScale(sc, b), 0.0f, false);
+      dequantize4(out + start, lv + start / 2, len, loadScale(sc, b), w, accumulate);
     }
   }
+}
+
+}  // namespace
+
+FEDFLEET_KERNEL_CLONES
+void qsgdDequantize(const void* scales, const void* levels, size_t n, uint32_t bits,
+                    uint32_t bucket, float* out) {
+  dequantizeBuckets(out, scales, levels, n, bits, bucket, 0.0f, false);
 }
 
 FEDFLEET_KERNEL_CLONES
 void qsgdDequantizeAccumulate(float* acc, const void* scales, const void* levels, size_t n,
                               uint32_t bits, uint32_t bucket, float w) {
-  checkShape(bucket);
-  require(bits == 8 || bits == 4, "QSGD bits must be 8 or 4");
-  const auto* sc = static_cast<const unsigned char*>(scales);
-  const auto* lv = static_cast<const unsigned char*>(levels);
-  for (size_t b = 0, start = 0; start < n; ++b, start += bucket) {
-    const size_t len = (n - start < bucket) ? n - start : bucket;
-    if (bits == 8) {
-      dequantize8(acc + start, reinterpret_cast<const signed char*>(lv + start), len,
-                  loadScale(sc, b), w, true);
-    } else {
-      dequantize4(acc + start, lv + start / 2, len, loadScale(sc, b), w, true);
-    }
-  }
+  dequantizeBuckets(acc, scales, levels, n, bits, bucket, w, true);
 }
 
 FEDFLEET_KERNEL_CLONES

@@ -49,6 +49,7 @@ struct Hello {
   protocolVersion @7 :UInt32;
   requestedPartition @8 :Int32 = -1;
   session @9 :UInt64;  # random per client process start: tells a restart from a repeated Hello
+  lastCoordinatorSession @10 :UInt64;  # of the last task it took (0: none)
 }
 
 struct HyperParams {

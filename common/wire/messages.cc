@@ -146,6 +146,7 @@ void fill(schema::Hello::Builder b, const Hello& m) {
   b.setProtocolVersion(m.protocol_version);
   b.setRequestedPartition(m.requested_partition);
   b.setSession(m.session);
+  b.setLastCoordinatorSession(m.last_coordinator_session);
 }
 
 void fill(schema::Task::Builder b, const Task& m) {
@@ -378,6 +379,7 @@ Result<Message> read(schema::Hello::Reader r) {
   m.protocol_version = r.getProtocolVersion();
   m.requested_partition = r.getRequestedPartition();
   m.session = r.getSession();
+  m.last_coordinator_session = r.getLastCoordinatorSession();
   return Message(std::move(m));
 }
 

@@ -72,6 +72,9 @@ struct Hello {
   int32_t requested_partition = -1;  // -1: let the coordinator assign one
   uint64_t session = 0;  // random per client process start; a repeated Hello keeps it, so the
                          // coordinator can tell a restarted client from a repeated greeting
+  // Task::coordinator_session of the last task it took (0: none yet): a client greeting a
+  // restarted coordinator may still have frames of the earlier process's task on their way.
+  uint64_t last_coordinator_session = 0;
 };
 
 // Local training hyper-parameters.

@@ -592,6 +592,23 @@ TEST_F(ClientRuntimeTest, ATaskOfANewCoordinatorSessionDropsTheOldSessionsUpload
   EXPECT_FALSE(next(0.5));
 }
 
+// A Hello names the coordinator session of the last task the client took (0 before any), so a
+// restarted coordinator can tell the rest of an upload to its predecessor from an invented token.
+TEST_F(ClientRuntimeTest, AHelloAfterATaskNamesThatTasksCoordinatorSession) {
+  startClient({});
+  wire::Task t = task(1, "none", 4 << 10);
+  t.coordinator_session = 111;
+  send(t);
+  const Upload u = collect(1);
+  ASSERT_TRUE(u.summary);
+  // The client answers "unknown client" with a Hello, at most one a second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  send(wire::Error{wire::ErrorCode::kUnknownClient, "unknown client", 0});
+  auto hello = next(10);
+  ASSERT_TRUE(hello && std::holds_alternative<wire::Hello>(hello->message));
+  EXPECT_EQ(std::get<wire::Hello>(hello->message).last_coordinator_session, 111u);
+}
+
 // A Cancel while the upload waits for its grant drops it; the next task's upload asks anew.
 TEST_F(ClientRuntimeTest, CancelWhileWaitingForTheGrantDropsTheUpload) {
   startClient({});

@@ -361,6 +361,54 @@ TEST(RoundEngine, ATokenFromAClientSentNoTaskYetIsAnsweredButNotRecorded) {
   EXPECT_EQ(events[0].event.client_id, "a");
 }
 
+// After a coordinator restart a client says Hello to the new process naming the session it last
+// worked for, is sent a new task, and only then does the rest of its upload of the earlier
+// process's task arrive: answered as stale, not an event. Once a frame of this engine's task has
+// come from it, an unknown token is recorded again; a client naming this process's own session
+// (a reconnect, not a restart) gets no such allowance.
+TEST(RoundEngine, TheRestOfAnEarlierProcesssUploadAfterTheNewTaskIsAnsweredButNotRecorded) {
+  EngineOptions o = baseOptions(2, 2, 2);
+  o.coordinator_session = 1001;
+  Fixture f(o);
+  f.engine->start(0);
+  wire::Hello ha = hello("a");
+  ha.last_coordinator_session = 1000;  // worked for the process before this one
+  wire::Hello hb = hello("b");
+  hb.last_coordinator_session = 1001;  // this process's session: a reconnect
+  f.engine->onHello("a", ha, 0);
+  f.engine->onHello("b", hb, 0);
+  std::map<std::string, uint64_t> token;
+  for (const auto& t : actionsOf<SendTask>(f.take())) token[t.client] = t.task.task_token;
+  ASSERT_EQ(token.size(), 2u);
+
+  const uint64_t earlier = token["a"] ^ 0x5a5a5a5a5a5a5a5aULL;
+  f.engine->onChunk("a", chunkOf(earlier, 0, {1}, false), 4, 1);
+  f.engine->onChunk("a", chunkOf(earlier, 1, {1}, false), 4, 1.1);
+  auto actions = f.take();
+  auto errors = actionsOf<SendError>(actions);
+  ASSERT_EQ(errors.size(), 1u);  // answered once
+  EXPECT_EQ(errors[0].error.code, wire::ErrorCode::kStaleTask);
+  EXPECT_EQ(errors[0].error.task_token, earlier);
+  EXPECT_TRUE(actionsOf<RecordEvent>(actions).empty());
+
+  // "b" said it had worked for this very process: its unknown token is an event.
+  f.engine->onChunk("b", chunkOf(token["b"] ^ 0x77, 0, {1}, true), 4, 1.2);
+  actions = f.take();
+  auto events = actionsOf<RecordEvent>(actions);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.kind, "unknown_token");
+  EXPECT_EQ(events[0].event.client_id, "b");
+
+  // "a" starts its upload of this engine's task; another token it was not given is an event.
+  f.engine->onChunk("a", chunkOf(token["a"], 0, {1}, false), 4, 1.3);
+  f.engine->onChunk("a", chunkOf(earlier ^ 0x1, 0, {1}, true), 4, 1.4);
+  actions = f.take();
+  events = actionsOf<RecordEvent>(actions);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event.kind, "unknown_token");
+  EXPECT_EQ(events[0].event.client_id, "a");
+}
+
 // unstartedTask names a task its driver may send again (to a connection that replaced the one
 // the task went to): only while nothing of its upload has come, and only to that client.
 TEST(RoundEngine, ATaskIsUnstartedUntilItsUploadAsksOrItsFirstChunkComes) {

@@ -31,6 +31,8 @@ Hello sampleHello() {
   m.data_size = 60000;
   m.protocol_version = 7;
   m.requested_partition = 13;
+  m.session = 0xfedcba9876543210ULL;
+  m.last_coordinator_session = 0x0badc0ffee0ddf00ULL;
   return m;
 }
 
@@ -138,6 +140,8 @@ void expectEqual(const Hello& a, const Hello& b) {
   EXPECT_EQ(a.data_size, b.data_size);
   EXPECT_EQ(a.protocol_version, b.protocol_version);
   EXPECT_EQ(a.requested_partition, b.requested_partition);
+  EXPECT_EQ(a.session, b.session);
+  EXPECT_EQ(a.last_coordinator_session, b.last_coordinator_session);
 }
 
 void expectEqual(const Task& a, const Task& b) {
