@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 
+#include <malloc.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -380,7 +381,21 @@ int runPeerSim(const config::Config& config, bool mpi) {
                       [](const sim::PeerSimSummary& s) { return sim::formatPeerSummary(s); });
 }
 
+// The simulator allocates and frees blocks of hundreds of KiB every round (model copies, the
+// virtual clients' deltas and masked payloads). glibc serves blocks above its mmap threshold
+// (128 KiB at first, raised as such blocks are freed) from fresh pages, and trims freed memory
+// off the heap's top: each round then faults its buffers in again, 4 KiB at a time (a fifth of
+// a SecAgg+ round's host time with 100 clients, docs/BENCHMARKS.md). Blocks up to 4 MiB come
+// from the heap and up to 256 MiB of free heap is kept; larger blocks (a big model, the tables
+// of a large fleet) are still mapped and unmapped whole, so a growing table leaves no resident
+// copies behind.
+void keepRoundBuffersInTheHeap() {
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
+  keepRoundBuffersInTheHeap();
   // Started by mpirun / srun as one of several ranks: rank 0 runs the simulation with the
   // others as its workers (sim/mpi_workers.h); only rank 0 prints.
   std::unique_ptr<sim::MpiSession> mpi;

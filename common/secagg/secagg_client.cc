@@ -88,7 +88,7 @@ Result<std::vector<SealedShares>> SecAggClient::shareKeys(const std::vector<KeyA
   FEDFLEET_ASSIGN_OR_RETURN(auto key_shares,
                             splitSecret(mask_private_, params_.threshold, xs, random_));
   std::vector<SealedShares> out;
-  std::map<uint32_t, std::string> pair_seeds;
+  std::map<uint32_t, std::string> pair_seeds, open_keys;
   const crypto::X25519Agreement encryption(encryption_private_), masking(mask_private_);
   size_t h = 0;
   for (const auto& [j, a] : got) {
@@ -102,6 +102,7 @@ Result<std::vector<SealedShares>> SecAggClient::shareKeys(const std::vector<KeyA
     plain += key_shares[h].toBytes();
     ++h;
     const std::string key = shareKey(enc_secret, params_.round, index_, j);
+    open_keys[j] = shareKey(enc_secret, params_.round, j, index_);
     out.push_back({index_, j,
                    crypto::aesGcmSeal(key, shareNonce(index_, j),
                                       shareAad(params_.round, index_, j), plain)});
@@ -109,6 +110,7 @@ Result<std::vector<SealedShares>> SecAggClient::shareKeys(const std::vector<KeyA
   own_ = {seed_shares[h], key_shares[h]};
   adverts_ = std::move(got);
   pair_seeds_ = std::move(pair_seeds);
+  open_keys_ = std::move(open_keys);
   return out;
 }
 
@@ -117,7 +119,6 @@ Status SecAggClient::receiveShares(const std::vector<SealedShares>& sealed) {
     return Status(StatusCode::kFailedPrecondition, "shares already received this round");
   }
   std::map<uint32_t, Held> held;
-  const crypto::X25519Agreement encryption(encryption_private_);
   for (const SealedShares& s : sealed) {
     auto a = adverts_.find(s.from);
     if (s.to != index_ || a == adverts_.end()) {
@@ -126,8 +127,7 @@ Status SecAggClient::receiveShares(const std::vector<SealedShares>& sealed) {
     }
     if (held.count(s.from) || s.from == index_)
       return corrupt("shares from client " + std::to_string(s.from) + " twice");
-    FEDFLEET_ASSIGN_OR_RETURN(std::string enc_secret, encryption.with(a->second.encryption_key));
-    const std::string key = shareKey(enc_secret, params_.round, s.from, index_);
+    const std::string& key = open_keys_.at(s.from);  // every advertiser has one
     FEDFLEET_ASSIGN_OR_RETURN(
         std::string plain, crypto::aesGcmOpen(key, shareNonce(s.from, index_),
                                               shareAad(params_.round, s.from, index_), s.sealed));

@@ -76,6 +76,9 @@ class SecAggClient {
 
   std::map<uint32_t, KeyAdvert> adverts_;       // neighbours that advertised
   std::map<uint32_t, std::string> pair_seeds_;  // mask partner -> pairwise mask seed
+  // Neighbour -> the key its shares for this client are sealed under, derived in shareKeys from
+  // the same agreement as the key this client seals its own under (one X25519 a neighbour).
+  std::map<uint32_t, std::string> open_keys_;
   std::map<uint32_t, Held> held_;  // neighbour (and this client) -> its shares held here
   Held own_;                       // this client's own shares, from shareKeys
   bool shares_received_ = false;
