@@ -381,17 +381,19 @@ int runPeerSim(const config::Config& config, bool mpi) {
                       [](const sim::PeerSimSummary& s) { return sim::formatPeerSummary(s); });
 }
 
-// The simulator allocates and frees blocks of hundreds of KiB every round (model copies, the
-// virtual clients' deltas and masked payloads). glibc serves blocks above its mmap threshold
-// (128 KiB at first, raised as such blocks are freed) from fresh pages, and trims freed memory
-// off the heap's top: each round then faults its buffers in again, 4 KiB at a time (a fifth of
-// a SecAgg+ round's host time with 100 clients, docs/BENCHMARKS.md). Blocks up to 4 MiB come
-// from the heap and up to 256 MiB of free heap is kept; larger blocks (a big model, the tables
-// of a large fleet) are still mapped and unmapped whole, so a growing table leaves no resident
-// copies behind.
+// The simulator allocates and frees blocks of hundreds of KiB to tens of MiB every round (model
+// copies, the virtual clients' deltas and masked payloads, LibTorch's buffers). glibc serves
+// blocks above its mmap threshold from fresh pages and trims freed memory off the heap's top,
+// so a round faults its buffers in again, 4 KiB at a time (a fifth of a SecAgg+ round's host
+// time with 100 clients, docs/BENCHMARKS.md). Setting either threshold turns off glibc's own
+// raising of the mmap threshold (from 128 KiB up to 32 MiB as large blocks are freed), so both
+// are set, above it: blocks up to 64 MiB come from the heap (with 4 MiB, a CNN round's
+// convolution buffers were mapped afresh every step, and took 2.5 times as long) and up to
+// 512 MiB of free heap is kept. Larger blocks (the tables of a large fleet) are still mapped
+// and unmapped whole.
 void keepRoundBuffersInTheHeap() {
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
 int runSim(const ConfigFlags& f, const std::vector<std::string>& overrides) {
