@@ -1011,7 +1011,11 @@ double finalAccuracy(const std::string& dir,
       hello.requested_partition = 3;
       rogue.send(hello);
       int round = 0;
+      uint64_t beats = 0;
       while (!done.load()) {
+        // Alive while it waits (the coordinator drops a client silent for liveness_s: on a
+        // loaded machine the honest clients may take longer than that to join).
+        rogue.send(wire::Heartbeat{++beats});
         auto task = rogue.nextTask(0.5);
         if (task) attack(rogue, *task, ++round);
       }
