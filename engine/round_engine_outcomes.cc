@@ -14,6 +14,7 @@
 #include "common/crypto/random.h"
 #include "common/crypto/sha256.h"
 #include "common/format.h"
+#include "engine/client_record.h"
 #include "engine/round_engine.h"
 #include "kernels/accumulate.h"
 
@@ -165,21 +166,12 @@ uint64_t RoundEngine::dataSizeOf(const ClientState& c) const {
 
 history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const ClientState& c,
                                                 double now) const {
-  history::ClientRecord rec;
-  rec.client_id = id;
-  rec.public_key = c.hello.public_key;
-  rec.device_kind = wire::deviceKindName(c.hello.device_kind);
-  rec.device_name = c.hello.device_name;
-  rec.cores = c.hello.cores;
-  rec.memory_bytes = c.hello.memory_bytes;
   // What it trains on: its partition's size where the coordinator knows it, else its claim.
-  rec.data_size = dataSizeOf(c);
+  uint64_t data_size = dataSizeOf(c);
   if (c.partition >= 0 && static_cast<size_t>(c.partition) < options_.partition_sizes.size()) {
-    rec.data_size = options_.partition_sizes[c.partition];
+    data_size = options_.partition_sizes[c.partition];
   }
-  rec.first_seen = now;  // the store keeps the first one
-  rec.last_seen = now;
-  return rec;
+  return clientRecordOf(id, c.hello, data_size, now);
 }
 
 void RoundEngine::roundFailed(uint32_t round, const std::string& detail, double now) {

@@ -127,7 +127,7 @@ void Simulator::collectEvaluations(bool block) {
         ok = false;
         continue;
       }
-      for (const wire::SimEvalPiece& piece : *r) total.add(EvalPiece::from(piece));
+      for (const wire::SimEvalPiece& piece : *r) total.add(piece);
     }
     if (ok && total.n > 0) {
       const auto n = static_cast<double>(total.n);

@@ -110,26 +110,12 @@ class PerClient {
 };
 using Residuals = PerClient<compress::ErrorFeedback>;
 
-struct EvalPiece {
-  double loss_sum = 0;
-  uint64_t correct = 0;  // accuracy * n, rounded (exact: accuracy is correct / n)
-  bool has_accuracy = false;
-  uint64_t n = 0;
-  std::vector<std::pair<std::string, double>> metric_sums;  // each metric * n, in order
-
+// The running sums of one model's evaluation: the pieces a worker job reports
+// (sim/sim_jobs.h), added up.
+struct EvalPiece : wire::SimEvalPiece {
   // Adds one evaluation's figures (pieces of one model's evaluation: the same metrics).
-  void add(const model::EvalResult& r) { add(from(pieceOf(r))); }
-  // One piece's sums as a worker job reports them (sim/sim_jobs.h).
-  static EvalPiece from(const wire::SimEvalPiece& p) {
-    EvalPiece e;
-    e.n = p.n;
-    e.loss_sum = p.loss_sum;
-    e.correct = p.correct;
-    e.has_accuracy = p.has_accuracy;
-    e.metric_sums = p.metric_sums;
-    return e;
-  }
-  void add(const EvalPiece& o) {
+  void add(const model::EvalResult& r) { add(pieceOf(r)); }
+  void add(const wire::SimEvalPiece& o) {
     n += o.n;
     loss_sum += o.loss_sum;
     correct += o.correct;

@@ -1,6 +1,7 @@
 // The fleet simulator's virtual clients: a task's way to a client (download, compute and
 // upload times from its profile, stragglers, drop-outs), the client's session and what it asks
 // for, uploads, secure-aggregation messages, grants, cancels and refusals.
+#include "engine/client_record.h"
 #include "sim/simulator_impl.h"
 
 namespace fedfleet::sim::internal {
@@ -31,16 +32,7 @@ void Simulator::dispatch(engine::SendTask& st) {
   participants_.insert(k);
   if (recorded_clients_.insert(k).second) {
     const wire::Hello h = helloFor(k, p, 1);
-    history::ClientRecord rec;
-    rec.client_id = st.client;
-    rec.device_kind = wire::deviceKindName(h.device_kind);
-    rec.device_name = h.device_name;
-    rec.cores = h.cores;
-    rec.memory_bytes = h.memory_bytes;
-    rec.data_size = h.data_size;
-    rec.first_seen = now_;
-    rec.last_seen = now_;
-    driver_->upsertClient(rec);
+    driver_->upsertClient(engine::clientRecordOf(st.client, h, h.data_size, now_));
   }
 
   InFlight f;

@@ -21,17 +21,6 @@
 namespace fedfleet::python {
 namespace {
 
-// What Python is told of a committed round while the run goes on.
-struct RoundProgress {
-  uint32_t round = 0;
-  std::string status;
-  std::optional<double> test_accuracy;
-  std::optional<double> test_loss;
-  double train_loss = 0;
-  double end_time = 0;
-  uint32_t completed = 0, late = 0, dropped = 0, rejected = 0;
-};
-
 // A run (a simulation or a coordinator) on a thread of its own. Python starts it, waits for it
 // in short slices with the GIL released (so that KeyboardInterrupt and other Python threads get
 // through), stops it, and reads the rounds committed meanwhile.
@@ -68,9 +57,9 @@ class Job {
   // committed in the history.
   void stop() { requestStop(); }
 
-  std::vector<RoundProgress> takeRounds() {
+  std::vector<history::RoundRecord> takeRounds() {
     std::lock_guard lock(mu_);
-    std::vector<RoundProgress> out(queue_.begin(), queue_.end());
+    std::vector<history::RoundRecord> out(queue_.begin(), queue_.end());
     queue_.clear();
     return out;
   }
@@ -98,19 +87,8 @@ class Job {
   virtual void release() = 0;
 
   void pushRound(const history::RoundRecord& r) {
-    RoundProgress p;
-    p.round = r.round;
-    p.status = r.status;
-    p.test_accuracy = r.test_accuracy;
-    p.test_loss = r.test_loss;
-    p.train_loss = r.train_loss;
-    p.end_time = r.end_time;
-    p.completed = r.completed;
-    p.late = r.late;
-    p.dropped = r.dropped;
-    p.rejected = r.rejected;
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(p));
+    queue_.push_back(r);
   }
 
  private:
@@ -119,7 +97,7 @@ class Job {
   std::condition_variable cv_;
   bool done_ = false;
   Status status_;
-  std::deque<RoundProgress> queue_;
+  std::deque<history::RoundRecord> queue_;
 };
 
 py::object optionalFloat(const std::optional<double>& v) {
@@ -289,17 +267,19 @@ class Client : public Job {
 }  // namespace
 
 void bindJobs(py::module_& m) {
-  py::class_<RoundProgress>(m, "RoundProgress", "A round the run committed, as it happened.")
-      .def_readonly("round", &RoundProgress::round)
-      .def_readonly("status", &RoundProgress::status)
-      .def_readonly("test_accuracy", &RoundProgress::test_accuracy)
-      .def_readonly("test_loss", &RoundProgress::test_loss)
-      .def_readonly("train_loss", &RoundProgress::train_loss)
-      .def_readonly("end_time", &RoundProgress::end_time)
-      .def_readonly("completed", &RoundProgress::completed)
-      .def_readonly("late", &RoundProgress::late)
-      .def_readonly("dropped", &RoundProgress::dropped)
-      .def_readonly("rejected", &RoundProgress::rejected);
+  // What Python is told of a committed round while the run goes on: the history's own record,
+  // of which Python sees these fields.
+  py::class_<history::RoundRecord>(m, "RoundProgress", "A round the run committed, as it happened.")
+      .def_readonly("round", &history::RoundRecord::round)
+      .def_readonly("status", &history::RoundRecord::status)
+      .def_readonly("test_accuracy", &history::RoundRecord::test_accuracy)
+      .def_readonly("test_loss", &history::RoundRecord::test_loss)
+      .def_readonly("train_loss", &history::RoundRecord::train_loss)
+      .def_readonly("end_time", &history::RoundRecord::end_time)
+      .def_readonly("completed", &history::RoundRecord::completed)
+      .def_readonly("late", &history::RoundRecord::late)
+      .def_readonly("dropped", &history::RoundRecord::dropped)
+      .def_readonly("rejected", &history::RoundRecord::rejected);
 
   const auto release = py::call_guard<py::gil_scoped_release>();
   py::class_<Job>(m, "Job", "A run on a thread of its own.")
