@@ -39,7 +39,7 @@ fi
 skip_reason() {
   case "$1" in
     kernels_gpu)
-      nvidia-smi -L 2> /dev/null | grep -q '^GPU' || echo "no GPU (nvidia-smi lists none)" ;;
+      nvidia-smi -L 2> /dev/null | grep '^GPU' > /dev/null || echo "no GPU (nvidia-smi lists none)" ;;
     docker_build)
       timeout 20 docker info > /dev/null 2>&1 ||
         echo "no Docker engine (start it: dockerd --bridge=none --iptables=false)" ;;

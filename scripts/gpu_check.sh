@@ -17,7 +17,7 @@ PREFIX=${PREFIX:-/tmp/fedfleet-gpu-deps}
 LOGS=${OUT:-$BUILD_DIR}
 mkdir -p "$PREFIX" "$BUILD_DIR" "$LOGS"
 
-if ! nvidia-smi -L 2> /dev/null | grep -q '^GPU'; then
+if ! nvidia-smi -L 2> /dev/null | grep '^GPU' > /dev/null; then
   echo "gpu_check: no GPU (nvidia-smi lists no device)"
   exit 1
 fi
