@@ -237,12 +237,7 @@ void ClientSession::onTrainingDone(uint64_t token, TrainingOutcome outcome, doub
     return;
   }
   Upload u;
-  u.token = token;
-  u.round = t.round;
-  u.received_at = t.received_at;
-  u.deadline_s = t.deadline_s;
-  u.serves = t.serves;
-  u.local_dp = t.local_dp;
+  static_cast<TaskInHand&>(u) = t;
   u.outcome = std::move(outcome);
   uploads_.push_back(std::move(u));
   startUpload();

@@ -283,24 +283,21 @@ class ClientSession {
   const ControlVariate* controlVariate() const { return control_ ? &*control_ : nullptr; }
 
  private:
-  struct Training {
+  // What a task in hand, training or uploading, keeps of its Task.
+  struct TaskInHand {
     uint64_t token = 0;
     uint32_t round = 0;
     double received_at = 0;
     double deadline_s = 0;
-    double stop_after_s = 0;
-    bool partial = false;       // stopped by stop_after_s: the work done is uploaded
-    bool serves = false;        // the task named a served model
-    wire::Sha256 evaluating{};  // the served model its training evaluates (request's)
+    bool serves = false;  // the task named a served model
     wire::LocalDpTask local_dp;
   };
-  struct Upload {
-    uint64_t token = 0;
-    uint32_t round = 0;
-    double received_at = 0;
-    double deadline_s = 0;
-    bool serves = false;
-    wire::LocalDpTask local_dp;
+  struct Training : TaskInHand {
+    double stop_after_s = 0;
+    bool partial = false;       // stopped by stop_after_s: the work done is uploaded
+    wire::Sha256 evaluating{};  // the served model its training evaluates (request's)
+  };
+  struct Upload : TaskInHand {
     bool released = false;    // local DP: its first chunk went out (counted)
     TrainingOutcome outcome;  // control_delta moved out once the Summary is sent
     bool asked = false;       // SendUploadRequest emitted

@@ -485,15 +485,7 @@ Result<TrainResult> Trainer::train(model::Model& model, const std::vector<float>
 
 TrainOptions trainOptionsFrom(const wire::HyperParams& hp) {
   TrainOptions o;
-  o.epochs = hp.epochs;
-  o.max_steps = hp.max_steps;
-  o.batch_size = hp.batch_size;
-  o.lr = hp.lr;
-  o.momentum = hp.momentum;
-  o.weight_decay = hp.weight_decay;
-  o.optimizer = hp.optimizer;
-  o.seed = hp.seed;
-  o.prox_mu = hp.prox_mu;
+  static_cast<wire::LocalSgd&>(o) = hp;
   return o;
 }
 

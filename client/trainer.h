@@ -56,19 +56,11 @@ struct ScaffoldControls {
   const std::vector<float>* ck = nullptr;  // this client's control variate c_k
 };
 
-struct TrainOptions {
-  uint32_t epochs = 1;
-  uint32_t max_steps = 0;  // > 0: exactly this many steps (passes repeat as needed); epochs unused
-  uint32_t batch_size = 32;
-  float lr = 0.05f;
-  float momentum = 0;
-  float weight_decay = 0;
-  // SGD, or Adam / AdamW (lr, weight_decay; betas 0.9, 0.999; fresh moments every task). Adam
-  // trains through autograd (the manual-gradient path is SGD's).
-  wire::Optimizer optimizer = wire::Optimizer::kSgd;
-  uint64_t seed = 0;  // seeds the per-epoch shuffle (std::mt19937_64)
-  // FedProx: every gradient g becomes g + prox_mu (w - start) (>= 0; 0: off).
-  float prox_mu = 0;
+// The task's local SGD settings (wire::LocalSgd): max_steps > 0 is exactly this many steps
+// (passes repeat as needed; epochs unused); seed seeds the per-epoch shuffle
+// (std::mt19937_64); FedProx makes every gradient g into g + prox_mu (w - start) (>= 0; 0:
+// off); Adam and AdamW train through autograd (the manual-gradient path is SGD's).
+struct TrainOptions : wire::LocalSgd {
   // SCAFFOLD (option II) when both are set: every gradient g becomes g - c_k + c, and the result
   // carries control_delta. Both null: off. (Corrections apply before weight decay and momentum.)
   ScaffoldControls scaffold;

@@ -15,10 +15,7 @@ bool RateLimit::take(double now) {
 }
 
 ConnectionLimits::ConnectionLimits(const ConnectionLimitOptions& o)
-    : options_(o),
-      limits_{RateLimit(o.bad_frames_per_s, o.bad_frames_burst),
-              RateLimit(o.hellos_per_s, o.hellos_burst),
-              RateLimit(o.heartbeats_per_s, o.heartbeats_burst)} {}
+    : options_(o), limits_{RateLimit(o.bad_frames), RateLimit(o.hellos), RateLimit(o.heartbeats)} {}
 
 bool ConnectionLimits::admit(Kind kind, double now) {
   if (!over_ && limits_[kind].take(now)) return true;
@@ -29,14 +26,13 @@ bool ConnectionLimits::admit(Kind kind, double now) {
 
 std::string ConnectionLimits::refusedSummary() const {
   const auto& o = options_;
-  auto formatNumber = [](double x) { return fmt::format("{:g}", x); };
-  return std::to_string(refused_[kBadFrame]) + " bad frames, " + std::to_string(refused_[kHello]) +
-         " Hellos, " + std::to_string(refused_[kHeartbeat]) +
-         " heartbeats refused (limits a connection: bad frames " +
-         formatNumber(o.bad_frames_per_s) + "/s burst " + formatNumber(o.bad_frames_burst) +
-         ", Hellos " + formatNumber(o.hellos_per_s) + "/s burst " + formatNumber(o.hellos_burst) +
-         ", heartbeats " + formatNumber(o.heartbeats_per_s) + "/s burst " +
-         formatNumber(o.heartbeats_burst) + ")";
+  auto rate = [](const char* what, Rate r) {
+    return fmt::format("{} {:g}/s burst {:g}", what, r.per_second, r.burst);
+  };
+  return fmt::format(
+      "{} bad frames, {} Hellos, {} heartbeats refused (limits a connection: {}, {}, {})",
+      refused_[kBadFrame], refused_[kHello], refused_[kHeartbeat], rate("bad frames", o.bad_frames),
+      rate("Hellos", o.hellos), rate("heartbeats", o.heartbeats));
 }
 
 bool EventBudget::take(double now) {

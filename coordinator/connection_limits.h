@@ -16,9 +16,16 @@
 
 namespace fedfleet::coordinator {
 
+// A RateLimit's two numbers.
+struct Rate {
+  double per_second = 0;
+  double burst = 0;
+};
+
 class RateLimit {
  public:
   RateLimit(double per_second, double burst) : rate_(per_second), burst_(burst), level_(burst) {}
+  explicit RateLimit(Rate r) : RateLimit(r.per_second, r.burst) {}
   // Takes one token at `now` (times must not decrease); false when the bucket is empty.
   bool take(double now);
 
@@ -30,12 +37,9 @@ class RateLimit {
 };
 
 struct ConnectionLimitOptions {
-  double bad_frames_per_s = 5;
-  double bad_frames_burst = 20;
-  double hellos_per_s = 0.2;
-  double hellos_burst = 5;
-  double heartbeats_per_s = 10;
-  double heartbeats_burst = 50;
+  Rate bad_frames{5, 20};
+  Rate hellos{0.2, 5};
+  Rate heartbeats{10, 50};
 };
 
 class ConnectionLimits {

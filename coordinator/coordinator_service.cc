@@ -210,7 +210,7 @@ Status ZmqCoordinator::init(const config::Config& config,
     if (!st.isOk()) return st.withContext("--resume: checkpoint of run " + std::to_string(run_id_));
     spdlog::info("restored the engine state (selector {}, server optimiser {})",
                  engine::selectorName(eo.selector.kind),
-                 engine::serverOptimizerName(eo.server_optimizer));
+                 engine::serverOptimizerName(eo.server.kind));
   }
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(model), std::move(test_set));
   metrics_snapshot_.run_id = run_id_;

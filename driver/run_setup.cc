@@ -113,7 +113,7 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.max_failed_rounds = cc.max_failed_rounds;
   eo.sample_partitions = cc.sample_from == config::SampleFrom::kPartitions;
   eo.num_partitions = config.partitions();
-  eo.server_lr = cc.server_lr;
+  eo.server.lr = cc.server_lr;
   eo.checkpoint_every = cc.checkpoint_every;
   eo.seed = config.run.seed;
   eo.model_name = config.model.name;
@@ -151,11 +151,11 @@ engine::EngineOptions engineOptionsFromConfig(const config::Config& config, int6
   eo.hparams.scaffold = a.method == config::AggregationMethod::kScaffold;
   eo.trim_fraction = a.trim_fraction;
   eo.clip_norm = a.clip_norm;
-  eo.server_optimizer = serverOptimizerOf(a.server_optimizer);
-  eo.server_momentum = a.server_momentum;
-  eo.beta1 = a.beta1;
-  eo.beta2 = a.beta2;
-  eo.tau = a.tau;
+  eo.server.kind = serverOptimizerOf(a.server_optimizer);
+  eo.server.momentum = a.server_momentum;
+  eo.server.beta1 = a.beta1;
+  eo.server.beta2 = a.beta2;
+  eo.server.tau = a.tau;
   eo.robust_buffer_bytes = uint64_t{a.buffer_mib} << 20;
   eo.norm_bound = a.norm_bound;
   eo.norm_bound_action = normBoundActionOf(a.norm_bound_action);

@@ -142,23 +142,19 @@ Status validateDpOptions(const EngineOptions& o) {
 }
 
 CentralDp::CentralDp(const EngineOptions& o)
-    : key_(o.dp.noise_key),
+    : dp_(o.dp),
       // Local DP: each release is a client's own, with no sampling to amplify it.
       q_(o.dp.local
              ? 1.0
              : sampledPerRound(o) / static_cast<double>(std::max<uint64_t>(populationOf(o), 1))),
-      z_(o.dp.noise_multiplier),
-      delta_(o.dp.delta),
       denominator_(o.clients_per_round),
-      adaptive_(o.dp.adaptive_clip),
-      quantile_(o.dp.target_quantile),
-      clip_lr_(o.dp.clip_lr),
       clip_(o.dp.clip_norm) {
-  FEDFLEET_CHECK(key_.size() == crypto::kStreamKeyBytes);
-  z_update_ = z_;
-  if (adaptive_) {
+  FEDFLEET_CHECK(dp_.noise_key.size() == crypto::kStreamKeyBytes);
+  const double z = dp_.noise_multiplier;
+  z_update_ = z;
+  if (dp_.adaptive_clip) {
     count_stddev_ = countStddevOf(o);
-    const double rest = 1.0 / (z_ * z_) - 1.0 / (4.0 * count_stddev_ * count_stddev_);
+    const double rest = 1.0 / (z * z) - 1.0 / (4.0 * count_stddev_ * count_stddev_);
     FEDFLEET_CHECK(rest > 0);  // validateDpOptions
     z_update_ = 1.0 / std::sqrt(rest);
   }
@@ -172,23 +168,23 @@ double CentralDp::clipScale(double norm) const {
 void CentralDp::observe(double norm) { unclipped_ += norm <= clip_ ? 1 : 0; }
 
 void CentralDp::addNoise(float* sum, size_t n, uint32_t round) const {
-  privacy::GaussianStream noise(crypto::KeyedStream(key_, round, kUpdateNoise));
+  privacy::GaussianStream noise(crypto::KeyedStream(dp_.noise_key, round, kUpdateNoise));
   noise.addTo(sum, n, z_update_ * clip_);
 }
 
 void CentralDp::stepTaken(uint32_t round) {
   ++steps_;
-  if (adaptive_) {
-    privacy::GaussianStream noise(crypto::KeyedStream(key_, round, kCountNoise));
+  if (dp_.adaptive_clip) {
+    privacy::GaussianStream noise(crypto::KeyedStream(dp_.noise_key, round, kCountNoise));
     const double b = (unclipped_ + count_stddev_ * noise.next()) / denominator_;
-    clip_ *= std::exp(-clip_lr_ * (b - quantile_));
+    clip_ *= std::exp(-dp_.clip_lr * (b - dp_.target_quantile));
   }
   unclipped_ = 0;
 }
 
 double CentralDp::epsilonAfter(uint64_t steps) const {
   if (steps == 0) return 0;
-  auto spent = privacy::epsilonOf(q_, z_, steps, delta_);
+  auto spent = privacy::epsilonOf(q_, dp_.noise_multiplier, steps, dp_.delta);
   FEDFLEET_CHECK(spent.isOk());  // q, z and delta validated
   return spent->epsilon;
 }

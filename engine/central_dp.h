@@ -61,7 +61,7 @@ class CentralDp {
 
   // The sampling rate q = ceil(K (1 + over_selection)) / N the accountant assumes.
   double samplingRate() const { return q_; }
-  double noiseMultiplier() const { return z_; }
+  double noiseMultiplier() const { return dp_.noise_multiplier; }
   // z_D: the update noise's multiplier (z without adaptive clipping).
   double updateNoiseMultiplier() const { return z_update_; }
   double countStddev() const { return count_stddev_; }
@@ -96,16 +96,11 @@ class CentralDp {
   Status loadState(std::string_view blob);
 
  private:
-  std::string key_;
+  DpOptions dp_;  // the run's: noise key, z, delta, adaptive clipping's gamma and eta
   double q_ = 0;
-  double z_ = 0;
   double z_update_ = 0;
   double count_stddev_ = 0;
-  double delta_ = 0;
   double denominator_ = 1;
-  bool adaptive_ = false;
-  double quantile_ = 0.5;
-  double clip_lr_ = 0;
   double clip_ = 0;
   uint64_t steps_ = 0;
   uint32_t unclipped_ = 0;

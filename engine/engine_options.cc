@@ -10,17 +10,6 @@ Result<NormBoundAction> parseNormBoundAction(const std::string& name) {
   return invalidArgument("norm bound action '" + name + "': expected \"clip\" or \"reject\"");
 }
 
-ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& o) {
-  ServerOptimizerOptions so;
-  so.kind = o.server_optimizer;
-  so.lr = o.server_lr;
-  so.beta1 = o.beta1;
-  so.beta2 = o.beta2;
-  so.tau = o.tau;
-  so.momentum = o.server_momentum;
-  return so;
-}
-
 Status checkEngineOptions(const EngineOptions& options) {
   if (options.max_samples_per_update == 0 && options.partition_sizes.empty()) {
     return invalidArgument(
@@ -37,7 +26,7 @@ Status checkEngineOptions(const EngineOptions& options) {
   }
   Status st = validateSelectorOptions(options.selector);
   if (!st.isOk()) return st.withContext("config [selection]");
-  auto opt = ServerOptimizer::create(serverOptimizerOptions(options));
+  auto opt = ServerOptimizer::create(options.server);
   if (!opt.isOk()) return opt.status().withContext("config [aggregation]");
   st = validateAggregatorOptions(options);
   if (!st.isOk()) return st.withContext("config [aggregation]");
@@ -74,7 +63,7 @@ Status checkEngineOptions(const EngineOptions& options) {
     }
     if (options.block_mode == BlockMode::kMultichain &&
         (options.aggregator == AggregatorKind::kScaffold ||
-         options.server_optimizer != ServerOptimizerKind::kFedAvg)) {
+         options.server.kind != ServerOptimizerKind::kFedAvg)) {
       return invalidArgument(
           "config [blocks]: multichain needs aggregation without state across rounds (no "
           "scaffold, server_optimizer fedavg)");

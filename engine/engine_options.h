@@ -51,7 +51,6 @@ struct EngineOptions {
   uint32_t max_failed_rounds = 0;
   bool sample_partitions = false;
   uint32_t num_partitions = 1;
-  double server_lr = 1.0;
   uint32_t checkpoint_every = 1;
   uint64_t seed = 0;
   std::string model_name = "mlp";
@@ -132,13 +131,9 @@ struct EngineOptions {
   // Weight cap (step 8a): no update weighs more than weight_cap x the median sample count of
   // the round's completed updates; a larger claim is capped to it (0: off).
   double weight_cap = 10;
-  // Server optimiser on the pseudo-gradient G (engine/server_optimizer.h); its learning
-  // rate is server_lr.
-  ServerOptimizerKind server_optimizer = ServerOptimizerKind::kFedAvg;
-  double server_momentum = 0.9;
-  double beta1 = 0.9;
-  double beta2 = 0.99;
-  double tau = 1e-3;
+  // Server optimiser on the pseudo-gradient G (engine/server_optimizer.h): its kind, learning
+  // rate eta_g (server.lr, coordinator.server_lr), moment decays, adaptivity and momentum.
+  ServerOptimizerOptions server;
   uint64_t robust_buffer_bytes = 256ull << 20;
 
   // ---- Client selection ----
@@ -199,8 +194,5 @@ struct EngineOptions {
 // aggregator, deadline and block options it cannot build (kInvalidArgument naming the config
 // section). Drivers call it before constructing the engine.
 Status checkEngineOptions(const EngineOptions& options);
-
-// The server optimiser `options` ask for.
-ServerOptimizerOptions serverOptimizerOptions(const EngineOptions& options);
 
 }  // namespace fedfleet::engine

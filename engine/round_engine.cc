@@ -59,7 +59,7 @@ RoundEngine::RoundEngine(EngineOptions options, std::vector<float> initial_param
     FEDFLEET_CHECK(sel.isOk());  // checkEngineOptions() at start-up says why
     selector_ = std::move(*sel);
   }
-  auto opt = ServerOptimizer::create(serverOptimizerOptions(options_));
+  auto opt = ServerOptimizer::create(options_.server);
   FEDFLEET_CHECK(opt.isOk());
   optimizer_ = std::move(*opt);
   deadline_ = DeadlinePolicy::create(options_);

@@ -14,9 +14,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/fedfleet_binary.sh
 
-OUT=${OUT:-"$ROOT/out/demo-$(date +%Y%m%d-%H%M%S)"}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+output_folder demo
 echo "demo: simulating 1,000 mobile-mix clients; output in $OUT"
 "$FEDFLEET" sim --config "$ROOT/examples/configs/sim_mobile_mix.toml" \
   --db "$OUT/history.db" --rounds "${ROUNDS:-30}" 2> >(tee "$OUT/sim.log" >&2)

@@ -11,9 +11,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 source scripts/fedfleet_binary.sh
 
-OUT=${OUT:-"$ROOT/out/demo-processes-$(date +%Y%m%d-%H%M%S)"}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+output_folder demo-processes
 cd "$OUT"
 PORT=${PORT:-$((20000 + RANDOM % 20000))}
 CLIENTS=4

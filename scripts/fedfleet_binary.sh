@@ -40,3 +40,11 @@ else
     fi
   fi
 fi
+
+# output_folder NAME: OUT, unless set, becomes out/NAME-<date-time> in the repository; the
+# folder is created and OUT made absolute.
+output_folder() {
+  OUT=${OUT:-"$ROOT/out/$1-$(date +%Y%m%d-%H%M%S)"}
+  mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+}

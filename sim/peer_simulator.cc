@@ -133,14 +133,6 @@ class Simulator final : public PeerSimulator {
       return a.t != b.t ? a.t > b.t : a.seq > b.seq;
     }
   };
-  // What a peer did since its last iteration ended (for its PeerIterationRecord).
-  struct Tally {
-    double t_start = 0;
-    double compute_s = 0;
-    double comm_s = 0;
-    uint64_t bytes_sent = 0;
-    uint64_t bytes_received = 0;
-  };
   struct Link {
     double up = 0, down = 0, latency = 0;  // bytes/s, bytes/s, s
   };
@@ -179,7 +171,10 @@ class Simulator final : public PeerSimulator {
   uint64_t seq_ = 0;
   double now_ = 0;
   std::vector<double> uplink_free_;
-  std::vector<Tally> tally_;
+  // Each peer's iteration row in the making: what it did since its last iteration ended (its
+  // start, compute and transfer time, bytes sent and received); the rest is filled in when the
+  // iteration is done.
+  std::vector<history::PeerIterationRecord> tally_;
   std::vector<bool> done_;
   std::vector<bool> gone_;  // left: no compute, no sends, nothing delivered to it
   std::vector<bool> down_;  // declared down to the others (coordinator.liveness_s after leaving)
@@ -334,24 +329,19 @@ Status Simulator::handle(uint32_t p, std::vector<peer::PeerAction> actions) {
     } else if (auto* s = std::get_if<peer::Send>(&a)) {
       send(p, std::move(s->message));
     } else if (auto* d = std::get_if<peer::IterationDone>(&a)) {
-      Tally& t = tally_[p];
-      history::PeerIterationRecord r;
+      history::PeerIterationRecord& r = tally_[p];
       r.run_id = run_id_;
       r.peer = p;
       r.iteration = d->iteration;
-      r.t_start = t.t_start;
       r.t_end = now_;
-      r.compute_s = d->skipped ? 0 : t.compute_s;
-      r.comm_s = t.comm_s;
+      if (d->skipped) r.compute_s = 0;
       r.wait_s = std::max(0.0, (r.t_end - r.t_start) - r.compute_s - r.comm_s);
-      r.bytes_sent = t.bytes_sent;
-      r.bytes_received = t.bytes_received;
       r.exchanges = d->exchanges;
       r.staleness = d->staleness;
       r.skipped = d->skipped;
       pending_rows_.push_back(r);
-      t = Tally{};
-      t.t_start = now_;
+      r = history::PeerIterationRecord{};
+      r.t_start = now_;
       ++iterations_;
       if (pending_rows_.size() >= 4096) FEDFLEET_RETURN_IF_ERROR(flushIterations());
     } else if (std::holds_alternative<peer::Finished>(a)) {
@@ -485,7 +475,7 @@ Result<PeerSimSummary> Simulator::run() {
                                                         options_.group_buffer, options_.seed);
   }
   uplink_free_.assign(p, 0);
-  tally_.assign(p, Tally{});
+  tally_.assign(p, history::PeerIterationRecord{});
   done_.assign(p, false);
   gone_.assign(p, false);
   down_.assign(p, false);

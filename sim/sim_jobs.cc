@@ -103,15 +103,7 @@ Status prepare(const wire::SimTrainJob& job, const FleetData& data, PreparedJob&
   if (job.fed_eval)
     p.out.fed_evaluation = evaluateHeldOut(*p.model, data, job.client, p.start, p.device, true);
   client::TrainOptions& opts = p.opts;
-  opts.epochs = job.epochs;
-  opts.max_steps = job.max_steps;
-  opts.batch_size = job.batch_size;
-  opts.lr = job.lr;
-  opts.momentum = job.momentum;
-  opts.weight_decay = job.weight_decay;
-  opts.optimizer = job.optimizer;
-  opts.seed = job.seed;
-  opts.prox_mu = job.prox_mu;
+  static_cast<wire::LocalSgd&>(opts) = job;
   opts.precision = job.precision;
   if (job.scaffold) {
     if (!job.control_c) return invalidArgument("SCAFFOLD simulator job without the server's c");

@@ -29,16 +29,8 @@ void Simulator::submitTraining(uint64_t token, InFlight& f, const client::Traini
   job->client = k;
   job->recipe = modelRecipe();
   const client::TrainOptions& o = f.options;
-  job->epochs = o.epochs;
-  job->max_steps = o.max_steps;
-  job->batch_size = o.batch_size;
-  job->lr = o.lr;
-  job->momentum = o.momentum;
-  job->weight_decay = o.weight_decay;
-  job->prox_mu = o.prox_mu;
-  job->optimizer = o.optimizer;
+  static_cast<wire::LocalSgd&>(*job) = o;
   job->precision = o.precision;
-  job->seed = o.seed;
   if (local != nullptr) {  // the task's model with the client's own local part
     std::vector<float> start = client::floatsOf(*r.model_bytes);
     local->applyTo(start);

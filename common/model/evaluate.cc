@@ -52,14 +52,8 @@ Result<EvalResult> evaluateSamples(Model& model, const data::Dataset& ds, const 
       auto [x, y] = builder.build(indices + pos, b);
       sums.add(model.forward(x), y);
     }
-    const MetricSums::Totals t = sums.totals();
-    EvalResult r;
+    EvalResult r = sums.totals();
     r.n = n;
-    r.loss = t.loss;
-    r.accuracy = t.accuracy;
-    r.mse = t.mse;
-    r.mae = t.mae;
-    r.custom = t.custom;
     return r;
   } catch (const c10::Error& e) {
     return internalError(std::string("evaluate: ") + e.what_without_backtrace());

@@ -12,21 +12,11 @@
 
 #include "common/data/dataset.h"
 #include "common/model/batch.h"
+#include "common/model/loss.h"
 #include "common/model/model.h"
 #include "common/status.h"
 
 namespace fedfleet::model {
-
-struct EvalResult {
-  double loss = 0;  // mean per-sample loss (the model's loss(), common/model/loss.h)
-  // Fraction predicted correctly: argmax of [n, C] logits against class labels; for bce, the
-  // outputs whose sign matches the 0/1 target. None for a regression by mse.
-  std::optional<double> accuracy;
-  std::optional<double> mse, mae;  // float targets: mean squared and absolute error per output
-  // The module's metrics(output, target): each its batch sums added up, over n.
-  std::vector<std::pair<std::string, double>> custom;
-  uint64_t n = 0;  // samples evaluated
-};
 
 // The metrics of `r` beside loss and accuracy, by name: "mse" and "mae" when set, then r.custom.
 std::vector<std::pair<std::string, double>> namedMetrics(const EvalResult& r);

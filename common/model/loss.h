@@ -45,6 +45,18 @@ at::Tensor perSampleLoss(LossKind loss, Model& model, const at::Tensor& output,
 bool validMetricName(std::string_view name);
 inline constexpr size_t kMaxCustomMetrics = 16;
 
+// What an evaluation found: MetricSums' totals, and evaluate()'s result.
+struct EvalResult {
+  double loss = 0;  // mean per-sample loss (the model's loss())
+  // Fraction predicted correctly: argmax of [n, C] logits against class labels; for bce, the
+  // outputs whose sign matches the 0/1 target. None for a regression by mse.
+  std::optional<double> accuracy;
+  std::optional<double> mse, mae;  // float targets: mean squared and absolute error per output
+  // The module's metrics(output, target): each its batch sums added up, over n.
+  std::vector<std::pair<std::string, double>> custom;
+  uint64_t n = 0;  // samples evaluated
+};
+
 // Running sums of the evaluation metrics over batches, on the device (read once, at the end).
 class MetricSums {
  public:
@@ -55,13 +67,7 @@ class MetricSums {
   // metrics have names validMetricName refuses, are too many, or change between batches.
   void add(const at::Tensor& output, const at::Tensor& target);
 
-  struct Totals {
-    double loss = 0;                 // mean per-sample loss
-    std::optional<double> accuracy;  // classification, and bce (outputs predicted right)
-    std::optional<double> mse, mae;  // float targets, over all outputs
-    std::vector<std::pair<std::string, double>> custom;  // the module's sums over samples / n
-    uint64_t n = 0;
-  };
+  using Totals = EvalResult;
   // Reads the device once. Precondition: at least one add().
   Totals totals() const;
 

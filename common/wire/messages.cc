@@ -33,6 +33,7 @@
 #include "common/fednova.h"
 #include "common/wire/fedfleet.capnp.h"
 #include "common/wire/flat_message.h"
+#include "common/wire/local_sgd_fields.h"
 
 namespace fedfleet::wire {
 namespace {
@@ -161,14 +162,7 @@ void fill(schema::Task::Builder b, const Task& m) {
   }
   b.setModelSha256(capnp::Data::Reader(m.model_sha256.data(), m.model_sha256.size()));
   auto h = b.initHparams();
-  h.setEpochs(m.hparams.epochs);
-  h.setMaxSteps(m.hparams.max_steps);
-  h.setBatchSize(m.hparams.batch_size);
-  h.setLr(m.hparams.lr);
-  h.setMomentum(m.hparams.momentum);
-  h.setWeightDecay(m.hparams.weight_decay);
-  h.setSeed(m.hparams.seed);
-  h.setProxMu(m.hparams.prox_mu);
+  setLocalSgdNumbers(h, m.hparams);
   h.setScaffold(m.hparams.scaffold);
   h.setStopAfterS(m.hparams.stop_after_s);
   h.setOptimizer(static_cast<schema::Optimizer>(static_cast<uint16_t>(m.hparams.optimizer)));
@@ -393,14 +387,7 @@ Result<Message> read(schema::Task::Reader r) {
   m.model_bytes = toString(r.getModelBytes());
   m.control_bytes = toString(r.getControlBytes());  // its length is checked by checkTask
   auto h = r.getHparams();
-  m.hparams.epochs = h.getEpochs();
-  m.hparams.max_steps = h.getMaxSteps();
-  m.hparams.batch_size = h.getBatchSize();
-  m.hparams.lr = h.getLr();
-  m.hparams.momentum = h.getMomentum();
-  m.hparams.weight_decay = h.getWeightDecay();
-  m.hparams.seed = h.getSeed();
-  m.hparams.prox_mu = h.getProxMu();
+  getLocalSgdNumbers(h, m.hparams);
   m.hparams.scaffold = h.getScaffold();
   m.hparams.stop_after_s = h.getStopAfterS();
   const auto optimizer = static_cast<uint16_t>(h.getOptimizer());

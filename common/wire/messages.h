@@ -77,8 +77,9 @@ struct Hello {
   uint64_t last_coordinator_session = 0;
 };
 
-// Local training hyper-parameters.
-struct HyperParams {
+// Local SGD's settings, the part of a task's hyper-parameters that the trainer
+// (client::TrainOptions) and a simulator job (SimTrainJob) carry too.
+struct LocalSgd {
   uint32_t epochs = 1;
   uint32_t max_steps = 0;  // 0: run `epochs` full passes; otherwise stop after this many steps
   uint32_t batch_size = 32;
@@ -89,6 +90,14 @@ struct HyperParams {
   // FedProx: mu of the proximal term mu/2 ||w - x_t||^2, i.e. mu (w - x_t) added to every
   // gradient (0: off).
   float prox_mu = 0.0f;
+  // The local optimiser: SGD (with momentum and weight_decay), Adam (weight_decay as L2 added
+  // to the gradient) or AdamW (decoupled weight decay); Adam's betas are (0.9, 0.999), eps 1e-8,
+  // and its moments start from zero at every task.
+  Optimizer optimizer = Optimizer::kSgd;
+};
+
+// Local training hyper-parameters.
+struct HyperParams : LocalSgd {
   // SCAFFOLD (option II): every step is corrected by c - c_k (Task::control_bytes holds c, the
   // client keeps c_k), and the update the client uploads is 2P values long (see Task).
   bool scaffold = false;
@@ -96,10 +105,6 @@ struct HyperParams {
   // task and uploads what it did, with its true step count and samples (0: off; train all the
   // planned steps). Unlike deadline_s, which abandons the task, this yields an update.
   double stop_after_s = 0;
-  // The local optimiser: SGD (with momentum and weight_decay), Adam (weight_decay as L2 added
-  // to the gradient) or AdamW (decoupled weight decay); Adam's betas are (0.9, 0.999), eps 1e-8,
-  // and its moments start from zero at every task.
-  Optimizer optimizer = Optimizer::kSgd;
   Loss loss = Loss::kCrossEntropy;  // what local training minimises
 };
 

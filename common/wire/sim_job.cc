@@ -12,6 +12,7 @@
 
 #include "common/check.h"
 #include "common/wire/flat_message.h"
+#include "common/wire/local_sgd_fields.h"
 #include "common/wire/sim_job.capnp.h"
 
 namespace fedfleet::wire {
@@ -81,15 +82,8 @@ void fillEvaluation(schema::SimEvaluation::Builder b, const SimEvaluation& e) {
 void fillTrainJob(schema::SimTrainJob::Builder b, const SimTrainJob& j) {
   b.setClient(j.client);
   fillRecipe(b.initRecipe(), j.recipe);
-  b.setEpochs(j.epochs);
-  b.setMaxSteps(j.max_steps);
-  b.setBatchSize(j.batch_size);
-  b.setLr(j.lr);
-  b.setMomentum(j.momentum);
-  b.setWeightDecay(j.weight_decay);
-  b.setProxMu(j.prox_mu);
+  setLocalSgdNumbers(b, j);
   b.setOptimizer(static_cast<uint8_t>(j.optimizer));
-  b.setSeed(j.seed);
   b.setStart(asData(orEmpty(j.start)));
   b.setScaffold(j.scaffold);
   b.setControlC(asData(orEmpty(j.control_c)));
@@ -228,18 +222,11 @@ Result<SimTrainJob> readTrainJob(schema::SimTrainJob::Reader r, ListBudget& boun
   SimTrainJob j;
   j.client = r.getClient();
   FEDFLEET_ASSIGN_OR_RETURN(j.recipe, readRecipe(r.getRecipe(), bound));
-  j.epochs = r.getEpochs();
-  j.max_steps = r.getMaxSteps();
-  j.batch_size = r.getBatchSize();
-  j.lr = r.getLr();
-  j.momentum = r.getMomentum();
-  j.weight_decay = r.getWeightDecay();
-  j.prox_mu = r.getProxMu();
+  getLocalSgdNumbers(r, j);
   if (r.getOptimizer() > static_cast<uint8_t>(Optimizer::kAdamW)) {
     return corrupt("simulator job: unknown optimizer " + std::to_string(r.getOptimizer()));
   }
   j.optimizer = static_cast<Optimizer>(r.getOptimizer());
-  j.seed = r.getSeed();
   j.start = sharedBytesOf(r.getStart());
   FEDFLEET_RETURN_IF_ERROR(checkFloatBytes("start model", j.start->size()));
   j.scaffold = r.getScaffold();

@@ -35,19 +35,11 @@ struct SimModelRecipe {
 };
 
 // One virtual client's training (client::Trainer::train) and its client-side evaluations.
-struct SimTrainJob {
+// Its LocalSgd part is client::TrainOptions', which also has SCAFFOLD's pointers (below) and
+// the device-delta switch.
+struct SimTrainJob : LocalSgd {
   uint64_t client = 0;  // the shard trained: FleetData::shard(client)
   SimModelRecipe recipe;
-  // client::TrainOptions, less SCAFFOLD's pointers (below) and the device-delta switch.
-  uint32_t epochs = 1;
-  uint32_t max_steps = 0;
-  uint32_t batch_size = 32;
-  float lr = 0.05f;
-  float momentum = 0;
-  float weight_decay = 0;
-  float prox_mu = 0;
-  Optimizer optimizer = Optimizer::kSgd;
-  uint64_t seed = 0;
   // Flat fp32 parameters it starts from (the task's model, with the client's model.local part).
   std::shared_ptr<const std::string> start;
   // SCAFFOLD: the server's c (fp32 bytes, as long as start) and the client's c_k.

@@ -43,6 +43,7 @@ import torch
 
 from . import _core
 from ._jobs import run_job
+from .config import absolute_path
 
 
 @dataclass
@@ -301,16 +302,12 @@ def run_client(client: Client, config: Any = None, *, coordinator: Optional[str]
     bad config, fedfleet.Error when the coordinator goes silent past client.exit_idle_s."""
     from .simulate import as_config
 
-    cfg = as_config(config).update(more)
-    if coordinator is not None:
-        cfg["client.coordinator"] = coordinator
-    if keys is not None:
-        cfg["client.keys_dir"] = os.path.abspath(os.fspath(keys))
-    if id is not None:
-        cfg["client.id"] = id
-    if model_path is not None:
-        cfg["model.name"] = "torchscript"
-        cfg["model.path"] = os.path.abspath(os.fspath(model_path))
+    cfg = as_config(config).update(more).update_given({
+        "client.coordinator": coordinator,
+        "client.keys_dir": absolute_path(keys),
+        "client.id": id,
+        "model.name": None if model_path is None else "torchscript",
+        "model.path": absolute_path(model_path)})
     job = _core.Client(cfg._c, client, insecure)
     try:
         run_job(job, False, 0, "client")

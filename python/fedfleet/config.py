@@ -32,6 +32,11 @@ def _toml_value(value: Any) -> str:
                       "number, string or list)")
 
 
+def absolute_path(path: Any) -> Optional[str]:
+    """A path given as str or os.PathLike, made absolute; None stays None."""
+    return None if path is None else os.path.abspath(os.fspath(path))
+
+
 class Config:
     """Every key of a fedfleet TOML file, as `fedfleet sim --config FILE --set KEY=VALUE` reads
     them: unknown keys, wrong types and bad values raise fedfleet.ConfigError with fedfleet's
@@ -114,6 +119,11 @@ class Config:
         for key, value in values.items():
             self[key] = value
         return self
+
+    def update_given(self, values: Dict[str, Any]) -> "Config":
+        """Sets the keys whose value is not None (arguments a caller left out are None);
+        returns self."""
+        return self.update({k: v for k, v in values.items() if v is not None})
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._c.set(f"{self.resolve(key)}={_toml_value(value)}")

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _core, _inputs
 from ._jobs import run_job
-from .config import Config
+from .config import Config, absolute_path
 from .history import Run, _run_command
 from .simulate import as_config, files_folder
 
@@ -110,15 +110,13 @@ def serve(config: Union[Config, str, os.PathLike, dict, None] = None, *, model: 
     cfg = as_config(config).update(more)
     if db is None:
         db = cfg["history.db"]
-    db = os.path.abspath(os.fspath(db))
+    db = absolute_path(db)
     cfg["history.db"] = db
     _inputs.apply_inputs(cfg, files_folder(db), model, None, test)
-    if keys is not None:
-        cfg["coordinator.keys_dir"] = os.path.abspath(os.fspath(keys))
-    if bind is not None:
-        cfg["coordinator.bind"] = bind
-    if strategy is not None:
-        cfg["aggregation.method"] = "custom"
+    cfg.update_given({
+        "coordinator.keys_dir": absolute_path(keys),
+        "coordinator.bind": bind,
+        "aggregation.method": None if strategy is None else "custom"})
     cfg.validate()
     job = _core.Coordinator(cfg._c, strategy)
     if not wait:

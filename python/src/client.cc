@@ -14,9 +14,8 @@ namespace fedfleet::python {
 namespace {
 
 // The keys of fedfleet.client.Task: `h` a task's wire::HyperParams or a simulator job's
-// client::TrainOptions (the same fields).
-template <class H>
-py::dict taskDict(uint64_t round, const H& h) {
+// client::TrainOptions, both local SGD settings.
+py::dict taskDict(uint64_t round, const wire::LocalSgd& h) {
   py::dict d;
   d["round"] = round;
   d["epochs"] = h.epochs;

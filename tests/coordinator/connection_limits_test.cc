@@ -22,8 +22,7 @@ TEST(RateLimit, ABurstThenTheRate) {
 
 TEST(ConnectionLimits, OverOneRateRefusesEverythingAfterAndCounts) {
   ConnectionLimitOptions o;
-  o.bad_frames_per_s = 1;
-  o.bad_frames_burst = 2;
+  o.bad_frames = {1, 2};
   ConnectionLimits limits(o);
   EXPECT_TRUE(limits.admit(ConnectionLimits::kBadFrame, 0));
   EXPECT_TRUE(limits.admit(ConnectionLimits::kHeartbeat, 0));

@@ -40,8 +40,8 @@ TEST(MomentumAggregation, FedNovaNormalisesByTheClientsMomentum) {
 // round 2: G2 = (1, 1, 1); m = 0.9 m + G2 = (2.8, 1.9, -0.35); x = (4.8, 2.9, -1.85)
 TEST(MomentumAggregation, FedAvgMAccumulatesThePseudoGradients) {
   EngineOptions o = baseOptions(2, 2, 2);
-  o.server_optimizer = ServerOptimizerKind::kFedAvgM;
-  o.server_momentum = 0.9;
+  o.server.kind = ServerOptimizerKind::kFedAvgM;
+  o.server.momentum = 0.9;
   o.rounds = 2;
   Fixture f(o, {0, 0, 0});
   oneRound(f, {"a", "b"}, {{"a", {1, 2, -3}, 1}, {"b", {3, 0, 0}, 1}});
@@ -64,11 +64,11 @@ TEST(MomentumAggregation, FedAvgMAccumulatesThePseudoGradients) {
 // m = v = 0: m = 0.1 G, v = 0.01 G^2, x += 0.1 m / (sqrt(v) + tau) = 0.01 G / (0.1 |G| + 1e-3).
 TEST(MomentumAggregation, FedAdamStepsOnThePseudoGradient) {
   EngineOptions o = baseOptions(2, 2, 2);
-  o.server_optimizer = ServerOptimizerKind::kFedAdam;
-  o.server_lr = 0.1;
-  o.beta1 = 0.9;
-  o.beta2 = 0.99;
-  o.tau = 1e-3;
+  o.server.kind = ServerOptimizerKind::kFedAdam;
+  o.server.lr = 0.1;
+  o.server.beta1 = 0.9;
+  o.server.beta2 = 0.99;
+  o.server.tau = 1e-3;
   Fixture f(o, {0, 0, 0});
   oneRound(f, {"a", "b"}, {{"a", {1, 2, -3}, 1}, {"b", {3, 0, 0}, 1}});
   const double g[3] = {2, 1, -1.5};

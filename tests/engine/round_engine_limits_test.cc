@@ -321,7 +321,7 @@ TEST(RoundEngineRobust, FedBuffBoundsNormsAgainstTheLastUpdates) {
 TEST(RoundEngineRefusal, ANonFiniteStepIsRefusedAndTheModelKept) {
   EngineOptions o = baseOptions(1, 1, 1);
   o.rounds = 1;
-  o.server_lr = 1e38;  // finite aggregate, but x + lr G overflows fp32
+  o.server.lr = 1e38;  // finite aggregate, but x + lr G overflows fp32
   Fixture f(o, {1, 2, 3});
   const uint64_t token = soleTask(f).task.task_token;
   f.upload("a", token, {10, 10, 10}, 1, 1);
@@ -342,9 +342,9 @@ TEST(RoundEngineRefusal, ANonFiniteStepIsRefusedAndTheModelKept) {
 TEST(RoundEngineRefusal, ANonFiniteStepLeavesTheServerMomentumAsItWas) {
   EngineOptions o = baseOptions(1, 1, 1);
   o.rounds = 2;
-  o.server_optimizer = ServerOptimizerKind::kFedAvgM;
-  o.server_momentum = 0.5;
-  o.server_lr = 1e30;
+  o.server.kind = ServerOptimizerKind::kFedAvgM;
+  o.server.momentum = 0.5;
+  o.server.lr = 1e30;
   // Round 2's update is 5e9 times round 1's, which the norm bound (judged against the rounds
   // before) would clip: off, so that the step is what refuses it.
   o.norm_bound = 0;

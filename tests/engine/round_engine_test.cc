@@ -1479,8 +1479,8 @@ TEST(RoundEngineAggregation, ScaffoldAveragesDeltasAndUpdatesTheServerControlVar
 
 TEST(RoundEngineAggregation, ServerMomentumCarriesAcrossRounds) {
   EngineOptions o = baseOptions(1, 1, 1);
-  o.server_optimizer = ServerOptimizerKind::kFedAvgM;
-  o.server_momentum = 0.5;
+  o.server.kind = ServerOptimizerKind::kFedAvgM;
+  o.server.momentum = 0.5;
   o.rounds = 2;
   Fixture f(o, {0, 0, 0});
   f.engine->start(0);
@@ -1880,8 +1880,8 @@ TEST(RoundEngineSelection, BadSelectorAndOptimiserOptionsAreStartUpErrors) {
   ASSERT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("explore_min"), std::string::npos) << st.message();
   o = baseOptions(1, 1, 1);
-  o.server_optimizer = ServerOptimizerKind::kFedAdam;
-  o.tau = 0;
+  o.server.kind = ServerOptimizerKind::kFedAdam;
+  o.server.tau = 0;
   st = checkEngineOptions(o);
   ASSERT_FALSE(st.isOk());
   EXPECT_NE(st.message().find("tau"), std::string::npos) << st.message();
