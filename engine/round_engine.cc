@@ -106,15 +106,15 @@ void RoundEngine::feedback(const Participant& p, double now) {
 
 size_t RoundEngine::connectedClients() const {
   size_t n = 0;
-  for (const auto& [id, c] : clients_) n += c.connected;
+  clients_.forEach([&n](const ClientId&, const ClientState& c) { n += c.connected; });
   return n;
 }
 
 uint64_t RoundEngine::unstartedTask(const ClientId& id) const {
-  auto c = clients_.find(id);
-  if (c == clients_.end() || !c->second.connected || c->second.task_token == 0) return 0;
+  const ClientState* c = clients_.find(id);
+  if (!c || !c->connected || c->task_token == 0) return 0;
   if (!mode_->resendsTasks()) return 0;  // secure aggregation: its key stages went there too
-  auto p = state_.participants.find(c->second.task_token);
+  auto p = state_.participants.find(c->task_token);
   if (p == state_.participants.end() || p->second.client != id ||
       p->second.state != UpdateState::kPending || p->second.first_chunk_at >= 0 ||
       p->second.upload_asked_at >= 0) {
@@ -124,30 +124,30 @@ uint64_t RoundEngine::unstartedTask(const ClientId& id) const {
 }
 
 size_t RoundEngine::availableIdle(double now) const {
-  if (!eligible_ && !blocksOn()) return idle_.size();
+  if (!eligible_ && !blocksOn()) return clients_.idleCount();
   size_t n = 0;
-  for (const ClientId& id : idle_) {
+  clients_.forEachIdle([&](const ClientId& id) {
     n += (!eligible_ || eligible_(id, now)) && (!blocksOn() || inCurrentBlock(id));
-  }
+  });
   return n;
 }
 
 RoundEngine::WaitingStatus RoundEngine::waitingStatus(std::optional<double> now) const {
   WaitingStatus w;
   w.waiting = state_.phase == Phase::kWaiting;
-  w.idle = idle_.size();
-  w.available = now ? availableIdle(*now) : idle_.size();
+  w.idle = clients_.idleCount();
+  w.available = now ? availableIdle(*now) : clients_.idleCount();
   w.needed = options_.min_clients;
   w.since = state_.wait_since;
-  for (const auto& [id, c] : clients_) {
+  clients_.forEach([&w](const ClientId& id, const ClientState& c) {
     if (c.connected) w.connected.push_back(id);
-  }
+  });
   return w;
 }
 
 int32_t RoundEngine::partitionOf(const ClientId& id) const {
-  auto it = clients_.find(id);
-  return it == clients_.end() ? -1 : it->second.partition;
+  const ClientState* c = clients_.find(id);
+  return c ? c->partition : -1;
 }
 
 void RoundEngine::refreshModelBytes() {
@@ -221,18 +221,19 @@ void RoundEngine::start(double now) {
 RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire::Hello& hello,
                                                  double now) {
   ClientState state;
-  state.hello = hello;
+  state.hello = clients_.compact(hello);
   if (!options_.sample_partitions) {
     state.partition = partitions_.join(id, hello.requested_partition, [this] {
       std::vector<int32_t> held;
       held.reserve(clients_.size());
-      for (const auto& [other, known] : clients_) held.push_back(known.partition);
+      clients_.forEach(
+          [&held](const ClientId&, const ClientState& known) { held.push_back(known.partition); });
       return held;
     });
   }
   state.connected = true;
   state.last_seen = now;
-  auto& c = clients_.emplace(id, std::move(state)).first->second;
+  ClientState& c = clients_.add(id, state);
   refreshIdle(id, c);
   notePartition(id, c);
   return c;
@@ -247,12 +248,12 @@ void RoundEngine::notePartition(const ClientId& id, const ClientState& c) {
 }
 
 void RoundEngine::registerClient(const ClientId& id, const wire::Hello& hello, double now) {
-  if (clients_.count(id) > 0) return;
+  if (clients_.contains(id)) return;
   addClient(id, hello, now);
 }
 
 void RoundEngine::refreshIdle(const ClientId& id, const ClientState& c) {
-  idle_.set(id, c.connected && c.task_token == 0);
+  clients_.setIdle(id, c.connected && c.task_token == 0);
 }
 
 void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double now) {
@@ -271,24 +272,23 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
     event("bad_version", id, err.message, now);
     return;
   }
-  auto it = clients_.find(id);
-  if (it != clients_.end()) {
-    if (it->second.connected && it->second.hello.session == hello.session) {
+  if (ClientState* c = clients_.find(id)) {
+    if (c->connected && c->hello.session == hello.session) {
       // The same client process greeting again (for example after an Error it took for a
       // restart of ours): nothing changes, its task in flight stays valid.
-      it->second.last_seen = now;
+      c->last_seen = now;
       return;
     }
-    if (it->second.task_token != 0) {
+    if (c->task_token != 0) {
       loseClient(id, "restarted while its task was in flight", now);
     }
-    it->second.served_sha.reset();  // a new process: it may have lost its served model
-    it->second.hello = hello;
-    notePartition(id, it->second);
-    it->second.connected = true;
-    it->second.last_seen = now;
-    refreshIdle(id, it->second);
-    event("client_rejoined", id, "partition " + std::to_string(it->second.partition), now);
+    served_sha_.erase(id);  // a new process: it may have lost its served model
+    c->hello = clients_.compact(hello);
+    notePartition(id, *c);
+    c->connected = true;
+    c->last_seen = now;
+    refreshIdle(id, *c);
+    event("client_rejoined", id, "partition " + std::to_string(c->partition), now);
   } else {
     const ClientState& state = addClient(id, hello, now);
     event("client_joined", id,
@@ -304,21 +304,21 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
 }
 
 void RoundEngine::onHeartbeat(const ClientId& id, double now) {
-  auto it = clients_.find(id);
-  if (it != clients_.end() && it->second.connected) it->second.last_seen = now;
+  ClientState* c = clients_.find(id);
+  if (c && c->connected) c->last_seen = now;
 }
 
 void RoundEngine::onBye(const ClientId& id, double now) {
   SettleCreditsOnExit settle(this, now);
-  auto it = clients_.find(id);
-  if (it == clients_.end() || !it->second.connected) return;
+  const ClientState* c = clients_.find(id);
+  if (!c || !c->connected) return;
   loseClient(id, "client said goodbye", now);
 }
 
 void RoundEngine::loseClient(const ClientId& id, const std::string& why, double now) {
   auto& c = clients_.at(id);
   c.connected = false;
-  idle_.erase(id);
+  clients_.setIdle(id, false);
   if (c.task_token != 0) {
     auto pit = state_.participants.find(c.task_token);
     if (pit != state_.participants.end() && pit->second.state == UpdateState::kPending) {
@@ -345,12 +345,12 @@ std::vector<ClientId> RoundEngine::sampleIdle(size_t k, double now, size_t at_le
     };
     if (selector_) {
       std::vector<ClientId> candidates;
-      for (const ClientId& id : idle_) {
+      clients_.forEachIdle([&](const ClientId& id) {
         if (ok(id)) candidates.push_back(id);
-      }
+      });
       return selector_->select(candidates, k, round, now, rng_);
     }
-    return idle_.sample(k, ok, rng_);
+    return clients_.sample(k, ok, rng_);
   };
   // Nobody in quarantine (every run without a flagged update): the one draw as ever.
   if (!quarantine_.anyHeld(round)) return draw(false);
@@ -363,7 +363,7 @@ void RoundEngine::tryStartRound(double now) {
   if (state_.phase != Phase::kWaiting) return;
   if (blocks_) blocks_->noteWaiting(now);
   if (commits_.evaluationsBehind()) return;  // onEvaluated tries again (protocol step 9)
-  if (idle_.size() >= options_.min_clients) startRound(now);
+  if (clients_.idleCount() >= options_.min_clients) startRound(now);
 }
 
 void RoundEngine::startRound(double now) { mode_->startRound(now); }
@@ -426,11 +426,11 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
   }
   mode_->prepareTask(task);
   std::shared_ptr<const std::string> served;
-  if (blocksOn()) served = serve(c, p, task);
+  if (blocksOn()) served = serve(p, task);
 
   c.task_token = task.task_token;
   c.sent_task = true;
-  idle_.erase(id);
+  clients_.setIdle(id, false);
   state_.participants.emplace(task.task_token, std::move(p));
   emit(SendTask{id, std::move(task), std::move(bytes), std::move(served)});
 }
@@ -438,10 +438,10 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
 RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64_t token,
                                                       double now) {
   auto it = state_.participants.find(token);
-  auto known = clients_.find(id);
+  ClientState* known = clients_.find(id);
   if (it != state_.participants.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
-    if (known != clients_.end()) known->second.sent_frames = true;
+    if (known) known->sent_frames = true;
     return &it->second;
   }
   // Unknown, finished, or someone else's token: answer once per token and record it.
@@ -459,8 +459,8 @@ RoundEngine::Participant* RoundEngine::participantFor(const ClientId& id, uint64
   // and that has sent nothing of this engine's tasks yet (the rest of that upload may come
   // after its new task went out). Expected after every restart: answered, not recorded.
   bool earlier_session = false;
-  if (!stale && known != clients_.end()) {
-    const ClientState& c = known->second;
+  if (!stale && known) {
+    const ClientState& c = *known;
     const uint64_t before = c.hello.last_coordinator_session;
     earlier_session =
         !c.sent_task || (before != 0 && before != options_.coordinator_session && !c.sent_frames);
@@ -485,7 +485,7 @@ void RoundEngine::onClientError(const ClientId& id, const wire::Error& error, do
   onHeartbeat(id, now);
   event("client_error", id, error.message, now);
   // It may have refused the task before taking its served model: send it again next time.
-  if (auto c = clients_.find(id); c != clients_.end()) c->second.served_sha.reset();
+  served_sha_.erase(id);
   auto it = state_.participants.find(error.task_token);
   if (it != state_.participants.end() && it->second.client == id &&
       it->second.state == UpdateState::kPending) {
@@ -499,9 +499,9 @@ void RoundEngine::onTick(double now) {
   // Liveness: a connected client silent for liveness_s is gone.
   std::vector<ClientId> lost;
   if (options_.liveness_s > 0) {
-    for (const auto& [id, c] : clients_) {
+    clients_.forEach([&](const ClientId& id, const ClientState& c) {
       if (c.connected && now >= c.last_seen + options_.liveness_s) lost.push_back(id);
-    }
+    });
   }
   for (const auto& id : lost) {
     if (state_.phase == Phase::kFinished) return;
@@ -525,8 +525,8 @@ void RoundEngine::onTick(double now) {
     if (state_.phase == Phase::kWaiting && !commits_.evaluationsBehind() &&
         now >= state_.wait_since + options_.wait_clients_s) {  // exactly when nextWakeup() says
       const size_t available = availableIdle(now);
-      const std::string away = available < idle_.size()
-                                   ? " (" + std::to_string(idle_.size() - available) +
+      const std::string away = available < clients_.idleCount()
+                                   ? " (" + std::to_string(clients_.idleCount() - available) +
                                          " more connected but not available now)"
                                    : "";
       finishRun(false,
@@ -544,9 +544,9 @@ std::optional<double> RoundEngine::nextWakeup() const {
   std::optional<double> t;
   auto consider = [&t](double v) { t = t ? std::min(*t, v) : v; };
   if (options_.liveness_s > 0) {
-    for (const auto& [id, c] : clients_) {
+    clients_.forEach([&](const ClientId&, const ClientState& c) {
       if (c.connected) consider(c.last_seen + options_.liveness_s);
-    }
+    });
   }
   if (state_.phase == Phase::kRunning) {
     if (auto deadline = mode_->nextDeadline()) consider(*deadline);
@@ -564,14 +564,14 @@ std::optional<double> RoundEngine::nextWakeup() const {
 }
 
 void RoundEngine::expire(Participant& p, uint64_t token, const std::string& why, double now) {
-  auto cit = clients_.find(p.client);
-  const bool alive = cit != clients_.end() && cit->second.connected;
+  ClientState* c = clients_.find(p.client);
+  const bool alive = c && c->connected;
   p.state = alive ? UpdateState::kLate : UpdateState::kDropped;
   p.finished_at = now;
   if (alive) {
     emit(SendCancel{p.client, wire::Cancel{token, why}});
-    cit->second.task_token = 0;
-    refreshIdle(p.client, cit->second);
+    c->task_token = 0;
+    refreshIdle(p.client, *c);
   }
   takeBack(p, token, now);
   finished_tokens_.insert(token);

@@ -12,7 +12,7 @@
 // RoundMode (steps 2, 7, 9: synchronous, FedBuff, or SecureRounds, synchronous rounds under
 // SecAgg+ around steps 3 to 8a: engine/secure_aggregation.h), DeadlinePolicy (step 3's deadline),
 // WorkSizer (the task's work), UploadCredits (step 4), UpdateAssembler (steps 5, 5a, 6),
-// Aggregator and ServerOptimizer (steps 8a, 8), Selector and IdleClients (step 2), CommitPipeline
+// Aggregator and ServerOptimizer (steps 8a, 8), Selector and ClientTable (step 2), CommitPipeline
 // (steps 9's evaluation, 10 and 10a, with the EvaluationBacklog of rounds awaiting their
 // evaluation), BlockCoordinator (B1-B6), CentralDp (differential privacy at steps 8a and 8:
 // engine/central_dp.h). The round mode and the commit pipeline reach the core through
@@ -187,12 +187,12 @@
 #include "engine/aggregator.h"
 #include "engine/block_coordinator.h"
 #include "engine/block_models.h"
+#include "engine/client_table.h"
 #include "engine/commit_pipeline.h"
 #include "engine/deadline_policy.h"
 #include "engine/engine_options.h"
 #include "engine/engine_state.h"
 #include "engine/event_budget.h"
-#include "engine/idle_clients.h"
 #include "engine/norm_reference.h"
 #include "engine/partial_log.h"
 #include "engine/participant.h"
@@ -293,7 +293,7 @@ class RoundEngine : private RoundContext {
   std::vector<Action> takeActions();
 
   bool finished() const { return state_.phase == Phase::kFinished; }
-  bool isKnown(const ClientId& id) const { return clients_.count(id) > 0; }
+  bool isKnown(const ClientId& id) const { return clients_.contains(id); }
   // The token of the task `id` holds while nothing of its upload has come (no chunk, no upload
   // request) and no secure aggregation runs: a task its driver may send again, unchanged, to a
   // connection that replaced the one the task went to (the client may never have received it).
@@ -338,21 +338,7 @@ class RoundEngine : private RoundContext {
   using Phase = EnginePhase;
   using UpdateState = engine::UpdateState;
 
-  struct ClientState {
-    wire::Hello hello;
-    int32_t partition = -1;
-    double last_seen = 0;
-    bool connected = false;
-    uint64_t task_token = 0;        // 0: idle
-    bool sent_task = false;         // this engine has sent it a task
-    bool sent_frames = false;       // a frame of one of this engine's tasks has come from it
-    double uplink_bytes_per_s = 0;  // measured from its last completed upload (0: unknown)
-    double steps_per_s = 0;  // local steps per compute second, last completed task (0: unknown)
-    double overhead_s = -1;  // its task duration less compute (download, upload; -1: unknown)
-    std::optional<wire::Sha256> served_sha;  // blocks: the served model it was last sent
-    uint64_t dp_releases = 0;  // local DP: its updates the coordinator received, this process
-  };
-
+  using ClientState = engine::ClientState;
   using Participant = engine::Participant;
 
   // Runs settleCredits() when an entry point returns, whichever way it returns.
@@ -496,10 +482,10 @@ class RoundEngine : private RoundContext {
   bool blocksPending() const override { return blocks_ && blocks_->pending(); }
   // Serving (protocol step B6): names the current block's served model in `task` and, when
   // client `c` does not have it and it is not the task's model, returns its bytes to attach.
-  std::shared_ptr<const std::string> serve(ClientState& c, Participant& p, wire::Task& task);
+  std::shared_ptr<const std::string> serve(Participant& p, wire::Task& task);
   // A summary's report on the served model: into the participant's summary, or, when the
   // client holds another one, forget what it was sent (it gets it again next time).
-  void takeServedReport(ClientState& c, Participant& p, const wire::Summary& summary, double now);
+  void takeServedReport(Participant& p, const wire::Summary& summary, double now);
 
   EngineOptions options_;
   std::vector<float> params_;
@@ -507,13 +493,14 @@ class RoundEngine : private RoundContext {
 
   RoundState state_;  // phase, round, version, participants, running sum
 
-  std::map<ClientId, ClientState> clients_;
+  ClientTable clients_;  // every client known, and the uniform draw among the idle ones
+  // Blocks: the served model each client was last sent (erased when it may have lost it).
+  std::map<ClientId, std::optional<wire::Sha256>> served_sha_;
   // The clients of clients_ whose partition the coordinator chose rather than the one their
   // Hello asked for, with it (notePartition): what a checkpoint keeps of them, without walking
   // a fleet of millions every round.
   std::map<ClientId, int32_t> assigned_partitions_;
   PartitionBook partitions_{options_.num_partitions};  // assigned at Hello, kept over restarts
-  IdleClients idle_;  // connected clients without a task, and the uniform draw among them
   Eligibility eligible_;
   std::unique_ptr<Selector> selector_;  // null: uniform rank sampling
   std::unique_ptr<ServerOptimizer> optimizer_;

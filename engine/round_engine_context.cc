@@ -33,10 +33,10 @@ void RoundEngine::countLocalDpReleases() {
   uint64_t most = 0;
   for (const auto& [token, p] : state_.participants) {
     if (p.first_chunk_at < 0) continue;
-    auto c = clients_.find(p.client);
-    if (c == clients_.end()) continue;
-    ++c->second.dp_releases;
-    most = std::max(most, c->second.dp_releases);
+    ClientState* c = clients_.find(p.client);
+    if (!c) continue;
+    ++c->dp_releases;
+    most = std::max(most, c->dp_releases);
   }
   dp_->releasesObserved(dp_release_floor_ + most);
 }
@@ -78,11 +78,11 @@ void RoundEngine::cancelPending(const std::string& reason) {
   for (auto& [token, p] : state_.participants) {
     if (p.state != UpdateState::kPending) continue;
     finished_tokens_.insert(token);
-    auto cit = clients_.find(p.client);
-    if (cit != clients_.end() && cit->second.connected) {
+    ClientState* c = clients_.find(p.client);
+    if (c && c->connected) {
       emit(SendCancel{p.client, wire::Cancel{token, reason}});
-      cit->second.task_token = 0;
-      refreshIdle(p.client, cit->second);
+      c->task_token = 0;
+      refreshIdle(p.client, *c);
     }
   }
   state_.participants.clear();
@@ -96,11 +96,11 @@ void RoundEngine::upsertClientsOf(const CommitRound& c) {
   std::map<ClientId, double> seen;
   for (size_t i = 0; i < c.updates.size(); ++i) {
     const history::UpdateRecord& u = c.updates[i];
-    auto it = clients_.find(u.client_id);
-    if (it == clients_.end()) continue;
+    const ClientState* known = clients_.find(u.client_id);
+    if (!known) continue;
     const bool sent =
         c.states[i] == UpdateState::kCompleted || c.states[i] == UpdateState::kRejected;
-    const double at = std::max(it->second.last_seen, sent ? u.end_time : 0.0);
+    const double at = std::max(known->last_seen, sent ? u.end_time : 0.0);
     double& last = seen[u.client_id];
     last = std::max(last, at);
   }

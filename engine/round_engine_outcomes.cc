@@ -145,7 +145,7 @@ Status RoundEngine::loadState(std::string_view blob) {
   if (norm_ref) norm_ref_ = std::move(*norm_ref);
   if (quarantine) quarantine_ = std::move(*quarantine);
   for (auto& [id, partition] : partitions) {
-    if (!clients_.count(id)) partitions_.reserve(id, partition);
+    if (!clients_.contains(id)) partitions_.reserve(id, partition);
   }
   return Status::ok();
 }
@@ -171,7 +171,7 @@ history::ClientRecord RoundEngine::clientRecord(const ClientId& id, const Client
   if (c.partition >= 0 && static_cast<size_t>(c.partition) < options_.partition_sizes.size()) {
     data_size = options_.partition_sizes[c.partition];
   }
-  return clientRecordOf(id, c.hello, data_size, now);
+  return clientRecordOf(id, clients_.hello(id, c.hello), data_size, now);
 }
 
 void RoundEngine::roundFailed(uint32_t round, const std::string& detail, double now) {
@@ -243,9 +243,9 @@ void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
     emit(RecordEvent{std::move(e)});
   }
   if (options_.bye_on_finish) {
-    for (auto& [id, c] : clients_) {
+    clients_.forEach([&](const ClientId& id, const ClientState& c) {
       if (c.connected) emit(SendBye{id, message});
-    }
+    });
   }
   event(ok ? "run_finished" : "run_failed", "", message, now);
   emit(RunFinished{ok, message});
@@ -254,8 +254,8 @@ void RoundEngine::finishRun(bool ok, const std::string& message, double now) {
 // ---- Blocks (block-cyclic training; protocol steps B1-B6 in round_engine.h) ----
 
 bool RoundEngine::inCurrentBlock(const ClientId& id) const {
-  auto it = clients_.find(id);
-  return it != clients_.end() && blocks_->available(it->second.partition);
+  const ClientState* c = clients_.find(id);
+  return c && blocks_->available(c->partition);
 }
 
 bool RoundEngine::applyRoundStep(uint32_t completed) {
@@ -279,10 +279,9 @@ const std::vector<float>& RoundEngine::servedModel(uint32_t block) const {
   return blocks_->servedModel(block, params_);
 }
 
-std::shared_ptr<const std::string> RoundEngine::serve(ClientState& c, Participant& p,
-                                                      wire::Task& task) {
+std::shared_ptr<const std::string> RoundEngine::serve(Participant& p, wire::Task& task) {
   std::shared_ptr<const std::string> attach = blocks_->serve(
-      c.served_sha, task, SharedModel{params_, model_bytes_, model_sha_, state_.version});
+      served_sha_[p.client], task, SharedModel{params_, model_bytes_, model_sha_, state_.version});
   if (attach) {
     p.served_bytes = attach->size();
     p.bytes_down += p.served_bytes;
@@ -291,13 +290,12 @@ std::shared_ptr<const std::string> RoundEngine::serve(ClientState& c, Participan
   return attach;
 }
 
-void RoundEngine::takeServedReport(ClientState& c, Participant& p, const wire::Summary& summary,
-                                   double now) {
+void RoundEngine::takeServedReport(Participant& p, const wire::Summary& summary, double now) {
   std::optional<std::string> mismatch =
       BlockCoordinator::servedMismatch(p.served, summary.served_sha256);
   if (!mismatch) return;
   event("served_mismatch", p.client, *mismatch, now);
-  c.served_sha.reset();
+  served_sha_.erase(p.client);
   p.summary.served_samples = 0;
 }
 

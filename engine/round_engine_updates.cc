@@ -60,10 +60,10 @@ void RoundEngine::rejectUpdate(Participant& p, uint64_t token, const std::string
   takeBack(p, token, now);
   finished_tokens_.insert(token);
   answered_stale_.insert(token);  // the client is told here; later frames stay quiet
-  auto cit = clients_.find(p.client);
-  if (cit != clients_.end() && cit->second.task_token == token) {
-    cit->second.task_token = 0;
-    refreshIdle(p.client, cit->second);
+  ClientState* c = clients_.find(p.client);
+  if (c && c->task_token == token) {
+    c->task_token = 0;
+    refreshIdle(p.client, *c);
   }
   emit(SendError{p.client, wire::Error{wire::ErrorCode::kRejected, why, token}});
   event("update_rejected", p.client, "round " + std::to_string(state_.round) + ": " + why, now);
@@ -115,8 +115,8 @@ void RoundEngine::onSecAgg(const ClientId& id, const wire::SecAgg& message, uint
 }
 
 bool RoundEngine::connected(const ClientId& id) const {
-  auto c = clients_.find(id);
-  return c != clients_.end() && c->second.connected;
+  const ClientState* c = clients_.find(id);
+  return c && c->connected;
 }
 
 void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, uint64_t frame_bytes,
@@ -134,7 +134,7 @@ void RoundEngine::onSummary(const ClientId& id, const wire::Summary& summary, ui
   if (auto why = mode_->onSummaryAccepted(token)) return rejectUpdate(*p, token, *why, now);
   p->summary = checked;
   auto& client = clients_.at(id);
-  takeServedReport(client, *p, checked, now);
+  takeServedReport(*p, checked, now);
   if (mode_->buffersCompleted() && aggregator_->buffersUpdates()) {
     Status counted = bufferComplete(*p, token);
     if (!counted.isOk()) return rejectUpdate(*p, token, "coordinator: " + counted.message(), now);

@@ -59,12 +59,10 @@ Result<Loss> parseLoss(std::string_view name);
 
 using Sha256 = std::array<uint8_t, 32>;
 
-// Client -> coordinator, first message on a connection (and again after a coordinator restart).
-struct Hello {
-  std::string client_id;
-  std::string public_key;  // Z85 CURVE public key; empty when insecure
+// What a Hello says besides its strings: the part the coordinator keeps of every client it
+// knows (engine::ClientHello adds the strings, interned).
+struct HelloNumbers {
   DeviceKind device_kind = DeviceKind::kCpu;
-  std::string device_name;
   uint32_t cores = 0;
   uint64_t memory_bytes = 0;
   uint64_t data_size = 0;  // samples the client can train on (0: uses the partition it is given)
@@ -75,6 +73,13 @@ struct Hello {
   // Task::coordinator_session of the last task it took (0: none yet): a client greeting a
   // restarted coordinator may still have frames of the earlier process's task on their way.
   uint64_t last_coordinator_session = 0;
+};
+
+// Client -> coordinator, first message on a connection (and again after a coordinator restart).
+struct Hello : HelloNumbers {
+  std::string client_id;
+  std::string public_key;  // Z85 CURVE public key; empty when insecure
+  std::string device_name;
 };
 
 // Local SGD's settings, the part of a task's hyper-parameters that the trainer
