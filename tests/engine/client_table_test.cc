@@ -1,6 +1,7 @@
 #include "engine/client_table.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -194,6 +195,36 @@ TEST(ClientTable, DrawMatchesTheRankDrawOverASortedListThroughArrivalsAndTasks) 
     const auto got = table.sample(10, odd, rng);
     EXPECT_EQ(got, referenceSample(sorted, 10, odd, ref)) << "step " << step;
     ASSERT_EQ(idleIds(table), sorted);
+  }
+}
+
+// What a registered client costs is what a simulated fleet of ten million costs: its id (a
+// short string, 32 bytes), its state, its slot in the id order, its idle mark, and the
+// containers' slack. About 410 bytes each in the map-and-tree table this replaced.
+TEST(ClientTable, ARegisteredClientCostsUnder180BytesOfHeap) {
+  constexpr int kClients = 200000;
+  wire::Hello h;
+  h.device_name = "phone-mid";
+  std::vector<ClientId> ids;
+  ids.reserve(kClients);
+  for (int i = 0; i < kClients; ++i)
+    ids.push_back("v" + name(i));  // 8 characters, as the simulator's
+  const size_t before = mallinfo2().uordblks;
+  {
+    ClientTable table;
+    for (const ClientId& id : ids) {
+      ClientState s;
+      s.hello = table.compact(h);
+      s.connected = true;
+      table.add(id, s);
+      table.setIdle(id, true);
+    }
+    std::mt19937_64 rng(1);
+    EXPECT_EQ(table.sample(1000, kAll, rng).size(), 1000u);  // builds the counting tree
+    const double per_client =
+        static_cast<double>(mallinfo2().uordblks - before) / static_cast<double>(kClients);
+    EXPECT_LT(per_client, 180.0);
+    EXPECT_GT(per_client, 32.0 + sizeof(ClientState));  // the measure sees the rows
   }
 }
 
