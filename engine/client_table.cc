@@ -16,7 +16,7 @@ size_t lowBit(size_t i) { return i & (~i + 1); }
 
 ClientTable::ClientTable() {
   strings_.emplace_back();
-  string_index_.emplace("", 0);
+  string_uses_.push_back(0);
   counts_.push_back(0);  // the Fenwick tree is 1-based
 }
 
@@ -55,13 +55,16 @@ const ClientState& ClientTable::at(const ClientId& id) const {
   return *c;
 }
 
-ClientState& ClientTable::add(const ClientId& id, const ClientState& state) {
+ClientState& ClientTable::add(const ClientId& id, const ClientState& state,
+                              const wire::Hello& hello) {
   FEDFLEET_CHECK(ids_.size() < std::numeric_limits<uint32_t>::max());
   const size_t p = lowerBound(id);
   FEDFLEET_CHECK(p == order_.size() || ids_[order_[p]] != id);
   const auto slot = static_cast<uint32_t>(ids_.size());
   ids_.push_back(id);
   states_.push_back(state);
+  states_.back().hello = ClientHello{};
+  setHello(states_.back(), hello);
   // The counting tree is rebuilt when a draw next needs it: a fleet registering at once pays
   // for one rebuild.
   order_.insert(order_.begin() + static_cast<std::ptrdiff_t>(p), slot);
@@ -70,18 +73,41 @@ ClientState& ClientTable::add(const ClientId& id, const ClientState& state) {
   return states_.back();
 }
 
-uint32_t ClientTable::intern(const std::string& s) {
-  auto [it, added] = string_index_.emplace(s, static_cast<uint32_t>(strings_.size()));
-  if (added) strings_.push_back(s);
+uint32_t ClientTable::acquire(const std::string& s) {
+  if (s.empty()) return 0;
+  auto it = string_index_.find(s);
+  if (it == string_index_.end()) {
+    uint32_t index = 0;
+    if (free_strings_.empty()) {
+      index = static_cast<uint32_t>(strings_.size());
+      strings_.push_back(s);
+      string_uses_.push_back(0);
+    } else {
+      index = free_strings_.back();
+      free_strings_.pop_back();
+      strings_[index] = s;
+    }
+    it = string_index_.emplace(s, index).first;
+  }
+  ++string_uses_[it->second];
   return it->second;
 }
 
-ClientHello ClientTable::compact(const wire::Hello& hello) {
+void ClientTable::release(uint32_t index) {
+  if (index == 0 || --string_uses_[index] > 0) return;
+  string_index_.erase(strings_[index]);
+  std::string().swap(strings_[index]);
+  free_strings_.push_back(index);
+}
+
+void ClientTable::setHello(ClientState& c, const wire::Hello& hello) {
   ClientHello kept;
   static_cast<wire::HelloNumbers&>(kept) = hello;
-  kept.public_key = intern(hello.public_key);
-  kept.device_name = intern(hello.device_name);
-  return kept;
+  kept.public_key = acquire(hello.public_key);  // before the old ones go: a name kept stays
+  kept.device_name = acquire(hello.device_name);
+  release(c.hello.public_key);
+  release(c.hello.device_name);
+  c.hello = kept;
 }
 
 wire::Hello ClientTable::hello(const ClientId& id, const ClientHello& kept) const {

@@ -60,12 +60,16 @@ class ClientTable {
   bool contains(const ClientId& id) const { return find(id) != nullptr; }
   size_t size() const { return ids_.size(); }
 
-  // Adds `id` (not known yet) with `state`, not idle.
-  ClientState& add(const ClientId& id, const ClientState& state);
-
-  // `hello` as the table keeps it, and back (with `id` as its client id).
-  ClientHello compact(const wire::Hello& hello);
+  // Adds `id` (not known yet) with `state` and what `hello` says, not idle.
+  ClientState& add(const ClientId& id, const ClientState& state, const wire::Hello& hello);
+  // `c` (a client of this table) said `hello`: its kept Hello becomes that one. Strings no
+  // client names any more are let go, so a client that greets again and again with new strings
+  // costs nothing that stays.
+  void setHello(ClientState& c, const wire::Hello& hello);
+  // The Hello kept in `c`, with `id` as its client id.
   wire::Hello hello(const ClientId& id, const ClientHello& kept) const;
+  // Distinct non-empty strings the kept Hellos name.
+  size_t internedStrings() const { return string_index_.size(); }
 
   // Every client, in id order: f(id, state).
   template <class F>
@@ -96,7 +100,9 @@ class ClientTable {
   size_t lowerBound(const ClientId& id) const;
   // Its position in the id order, or size() when not known.
   size_t positionOf(const ClientId& id) const;
-  uint32_t intern(const std::string& s);
+  // The index of `s` among the interned strings, counted once more (0: "", never counted).
+  uint32_t acquire(const std::string& s);
+  void release(uint32_t index);
   // The idle client of rank r (0-based) in the id order; r < idleCount().
   const ClientId& idleOfRank(size_t r) const;
   // The counting tree, rebuilt from idle_ (O(n)) after insertions.
@@ -111,8 +117,10 @@ class ClientTable {
   // next draw needs it.
   mutable std::vector<uint32_t> counts_;
   mutable bool counts_dirty_ = false;
-  std::vector<std::string> strings_;  // interned Hello strings; 0 is ""
-  std::unordered_map<std::string, uint32_t> string_index_;
+  std::vector<std::string> strings_;                        // interned Hello strings; 0 is ""
+  std::vector<uint32_t> string_uses_;                       // how many kept Hello fields name each
+  std::vector<uint32_t> free_strings_;                      // indices let go, to be used again
+  std::unordered_map<std::string, uint32_t> string_index_;  // non-empty strings only
 };
 
 }  // namespace fedfleet::engine

@@ -221,7 +221,6 @@ void RoundEngine::start(double now) {
 RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire::Hello& hello,
                                                  double now) {
   ClientState state;
-  state.hello = clients_.compact(hello);
   if (!options_.sample_partitions) {
     state.partition = partitions_.join(id, hello.requested_partition, [this] {
       std::vector<int32_t> held;
@@ -233,7 +232,7 @@ RoundEngine::ClientState& RoundEngine::addClient(const ClientId& id, const wire:
   }
   state.connected = true;
   state.last_seen = now;
-  ClientState& c = clients_.add(id, state);
+  ClientState& c = clients_.add(id, state, hello);
   refreshIdle(id, c);
   notePartition(id, c);
   return c;
@@ -283,7 +282,7 @@ void RoundEngine::onHello(const ClientId& id, const wire::Hello& hello, double n
       loseClient(id, "restarted while its task was in flight", now);
     }
     served_sha_.erase(id);  // a new process: it may have lost its served model
-    c->hello = clients_.compact(hello);
+    clients_.setHello(*c, hello);
     notePartition(id, *c);
     c->connected = true;
     c->last_seen = now;

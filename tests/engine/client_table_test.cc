@@ -31,7 +31,7 @@ ClientState withPartition(int32_t partition) {
 ClientTable fleet(int n) {
   ClientTable table;
   for (int i = n - 1; i >= 0; --i) {
-    table.add(name(i), withPartition(i));
+    table.add(name(i), withPartition(i), wire::Hello{});
     table.setIdle(name(i), true);
   }
   return table;
@@ -50,7 +50,7 @@ TEST(ClientTable, FindsEveryClientAndVisitsThemInIdOrder) {
   std::vector<int> ids(300);
   for (int i = 0; i < 300; ++i) ids[i] = i;
   std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
-  for (int i : ids) table.add(name(i), withPartition(i));
+  for (int i : ids) table.add(name(i), withPartition(i), wire::Hello{});
   EXPECT_EQ(table.size(), 300u);
   for (int i = 0; i < 300; ++i) {
     ASSERT_NE(table.find(name(i)), nullptr) << name(i);
@@ -70,8 +70,9 @@ TEST(ClientTable, FindsEveryClientAndVisitsThemInIdOrder) {
 
 TEST(ClientTable, RowsStayWhereTheyAreWhenOthersArrive) {
   ClientTable table;
-  ClientState& first = table.add("m", withPartition(7));
-  for (int i = 0; i < 2000; ++i) table.add(name(i), withPartition(i));  // before "m" in id order
+  ClientState& first = table.add("m", withPartition(7), wire::Hello{});
+  for (int i = 0; i < 2000; ++i)
+    table.add(name(i), withPartition(i), wire::Hello{});  // before "m" in id order
   first.task_token = 42;
   EXPECT_EQ(table.at("m").task_token, 42u);
   EXPECT_EQ(table.at("m").partition, 7);
@@ -79,7 +80,7 @@ TEST(ClientTable, RowsStayWhereTheyAreWhenOthersArrive) {
 
 TEST(ClientTable, SetIdleKeepsTheIdOrderAndCountsOnce) {
   ClientTable table;
-  for (const char* id : {"b", "a", "c"}) table.add(id, ClientState{});
+  for (const char* id : {"b", "a", "c"}) table.add(id, ClientState{}, wire::Hello{});
   EXPECT_EQ(table.idleCount(), 0u);  // added: not idle until said so
   table.setIdle("b", true);
   table.setIdle("a", true);
@@ -104,8 +105,8 @@ TEST(ClientTable, KeepsTheHelloAndSharesItsStrings) {
   h.requested_partition = 17;
   h.session = 99;
   h.last_coordinator_session = 5;
-  const ClientHello kept = table.compact(h);
-  const wire::Hello back = table.hello("a", kept);
+  const ClientState& a = table.add("a", ClientState{}, h);
+  const wire::Hello back = table.hello("a", a.hello);
   EXPECT_EQ(back.client_id, "a");
   EXPECT_EQ(back.public_key, "key-of-a");
   EXPECT_EQ(back.device_kind, wire::DeviceKind::kCuda);
@@ -118,11 +119,43 @@ TEST(ClientTable, KeepsTheHelloAndSharesItsStrings) {
   EXPECT_EQ(back.last_coordinator_session, 5u);
   wire::Hello other = h;
   other.public_key = "key-of-b";
-  const ClientHello kept_other = table.compact(other);
-  EXPECT_EQ(kept_other.device_name, kept.device_name);  // one copy of "phone-high"
-  EXPECT_NE(kept_other.public_key, kept.public_key);
-  EXPECT_EQ(table.hello("b", kept_other).public_key, "key-of-b");
-  EXPECT_EQ(table.hello("c", table.compact(wire::Hello{})).device_name, "");
+  const ClientState& b = table.add("b", ClientState{}, other);
+  EXPECT_EQ(b.hello.device_name, a.hello.device_name);  // one copy of "phone-high"
+  EXPECT_NE(b.hello.public_key, a.hello.public_key);
+  EXPECT_EQ(table.hello("b", b.hello).public_key, "key-of-b");
+  EXPECT_EQ(table.internedStrings(), 3u);
+  EXPECT_EQ(table.hello("c", table.add("c", ClientState{}, wire::Hello{}).hello).device_name, "");
+  EXPECT_EQ(table.internedStrings(), 3u);
+}
+
+TEST(ClientTable, AClientGreetingWithNewStringsLeavesNothingBehind) {
+  // A client with a valid key may say Hello again and again, naming a new device each time:
+  // the strings it no longer names are let go, and those another client names stay.
+  ClientTable table;
+  wire::Hello h;
+  h.public_key = "key-of-a";
+  h.device_name = "shared-name";
+  ClientState& a = table.add("a", ClientState{}, h);
+  const ClientState& b = table.add("b", ClientState{}, h);
+  ASSERT_EQ(table.internedStrings(), 2u);
+  for (int i = 0; i < 10000; ++i) {
+    h.device_name = "device-" + std::to_string(i);
+    table.setHello(a, h);
+    ASSERT_EQ(table.hello("a", a.hello).device_name, h.device_name);
+  }
+  EXPECT_EQ(table.internedStrings(), 3u);  // the key, the name "b" still has, a's last name
+  EXPECT_EQ(table.hello("b", b.hello).device_name, "shared-name");
+  EXPECT_EQ(table.hello("b", b.hello).public_key, "key-of-a");
+  h.device_name = "shared-name";
+  table.setHello(a, h);  // the same strings again: nothing new
+  table.setHello(a, h);
+  EXPECT_EQ(table.internedStrings(), 2u);
+  EXPECT_EQ(table.hello("a", a.hello).device_name, "shared-name");
+  h.public_key.clear();
+  h.device_name.clear();
+  table.setHello(a, h);
+  EXPECT_EQ(table.internedStrings(), 2u);  // "b" still names both
+  EXPECT_EQ(table.hello("a", a.hello).public_key, "");
 }
 
 // The draw as it was specified, over a plain sorted list of the idle ids: the table's rank
@@ -174,7 +207,7 @@ TEST(ClientTable, DrawMatchesTheRankDrawOverASortedListThroughArrivalsAndTasks) 
     const int arrivals = step % 7 == 0 ? 400 : static_cast<int>(ops() % 5);
     for (int a = 0; a < arrivals; ++a) {
       const ClientId id = name(static_cast<int>((next++ * 7919) % 1000003));
-      table.add(id, ClientState{});
+      table.add(id, ClientState{}, wire::Hello{});
       table.setIdle(id, true);
       idle.insert(id);
       known.push_back(id);
@@ -214,9 +247,8 @@ TEST(ClientTable, ARegisteredClientCostsUnder180BytesOfHeap) {
     ClientTable table;
     for (const ClientId& id : ids) {
       ClientState s;
-      s.hello = table.compact(h);
       s.connected = true;
-      table.add(id, s);
+      table.add(id, s, h);
       table.setIdle(id, true);
     }
     std::mt19937_64 rng(1);
