@@ -104,10 +104,13 @@ dev=$(docker run --rm --network none --entrypoint sh "$image" -c \
 # ---- 4. the fleet ------------------------------------------------------------------------------
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null ||
   echo $((20000 + RANDOM % 20000)))
-# The shipped env file with this test's port, and 8 local epochs instead of 2 so that a slow
-# client (a quarter of a core) trains for several seconds and can be killed mid-round.
+# The shipped env file with this test's port, and 32 local epochs instead of 2 so that a client
+# trains for seconds and can be killed mid-round. (With 8, rounds 2 and 3 each gave the slow
+# client 0.7 to 1.2 s between its task and its upload on a 2-core machine, shorter than a few
+# turns of the loop below: a fresh-clone run missed both. A quarter of a core does not slow a
+# client down when nine containers share two cores anyway.)
 sed -e "s/^FEDFLEET_COORDINATOR_PORT=.*/FEDFLEET_COORDINATOR_PORT=$port/" \
-  -e "s/^FEDFLEET_SET=.*/FEDFLEET_SET=train.epochs=8/" "$root/docker/fedfleet.env" > "$work/test.env"
+  -e "s/^FEDFLEET_SET=.*/FEDFLEET_SET=train.epochs=32/" "$root/docker/fedfleet.env" > "$work/test.env"
 grep -q "^FEDFLEET_CLIENTS=8$" "$work/test.env" || fail "docker/fedfleet.env no longer has FEDFLEET_CLIENTS=8"
 export FEDFLEET_IMAGE=$image FEDFLEET_ENV_FILE=$work/test.env
 dc() { (cd "$root/docker" && $compose -p "$project" -f compose.yml "$@"); }
@@ -223,7 +226,7 @@ q "SELECT client_id, \"partition\", status FROM updates WHERE run_id = $run AND 
         AND \"partition\" != CAST(substr(client_id, 8) AS INTEGER) - 1;")" = 0 ] ||
   fail "a client trained another partition than its identity's"
 # Accuracy rising: every round above the initial model, the last one at least 20 points above
-# it, and round 2 or 3 above round 1 (one round may dip: clients train 8 local epochs on skewed
+# it, and round 2 or 3 above round 1 (one round may dip: clients train 32 local epochs on skewed
 # partitions, and which clients a round gets depends on timing).
 acc=$(q "SELECT group_concat(test_accuracy, ' ') FROM (SELECT test_accuracy FROM rounds
          WHERE run_id = $run ORDER BY round);")
