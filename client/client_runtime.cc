@@ -348,8 +348,10 @@ void ZmqClient::train(TrainingJob& job) {
       control_c = floatsOf(*req.control_c);
       o.scaffold = {&control_c, &req.control_ck};
     }
-    // The trainer ignores it for SCAFFOLD; a local part is taken out of the delta on the host.
-    o.delta_on_device = gpu_ != nullptr && (!local_ || local_->part.empty());
+    // The trainer ignores it for SCAFFOLD; a local part is taken out of the delta on the host;
+    // lowrank is encoded on the host (compress::encodesOnDevice).
+    o.delta_on_device = gpu_ != nullptr && (!local_ || local_->part.empty()) &&
+                        compress::encodesOnDevice(req.codec->spec());
     Trainer trainer(device_);
     auto result = trainer.train(*mit->second, start, data_->trainingSet(), *indices, o, &job.stop);
     if (result.isOk() && local_) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/check.h"
+#include "common/compress/lowrank.h"
 #include "common/splitmix.h"
 
 namespace fedfleet::client {
@@ -68,9 +69,64 @@ model::Layout flatLayout(size_t n) {
   return layout;
 }
 
+std::vector<ChunkRange> planMatrixChunks(const model::Layout& layout, size_t chunk_bytes,
+                                         uint32_t rank) {
+  const uint64_t budget = std::max<size_t>(chunk_bytes, 4);
+  // Body bytes of a block of b rows of `cols` columns.
+  const auto body = [rank](uint64_t b, uint64_t cols) {
+    return compress::lowrankPayloadBytes(compress::lowrankEffectiveRank(rank, b, cols), b, cols) -
+           compress::kPayloadHeaderBytes;
+  };
+  std::vector<ChunkRange> plan;
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const auto& t = layout.tensors[i];
+    if (t.numel == 0) continue;
+    const uint64_t rows =
+        t.shape.size() >= 2 && t.shape[0] > 0 ? static_cast<uint64_t>(t.shape[0]) : 1;
+    const uint64_t cols = t.numel / rows;
+    const uint64_t fit_rows = std::min<uint64_t>(compress::kMaxPayloadElements / cols, rows);
+    // The most whole rows whose body fits (body grows with b).
+    uint64_t lo = 0, hi = fit_rows;
+    while (lo < hi) {
+      const uint64_t mid = lo + (hi - lo + 1) / 2;
+      if (body(mid, cols) <= budget) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    uint64_t offset = t.offset;
+    if (lo >= 1) {
+      const uint64_t pieces = (rows + lo - 1) / lo;
+      const uint64_t base = rows / pieces, longer = rows % pieces;
+      for (uint64_t p = 0; p < pieces; ++p) {
+        const uint64_t b = base + (p < longer ? 1 : 0);
+        plan.push_back(
+            {static_cast<uint32_t>(i), offset, b * cols, false, static_cast<uint32_t>(b)});
+        offset += b * cols;
+      }
+      continue;
+    }
+    // Not one row fits: one-row pieces of at most m values (a body of 4 + 4 + 2 (1 + m) bytes).
+    const uint64_t m = std::max<uint64_t>(1, budget >= 10 ? (budget - 10) / 2 : 1);
+    const uint64_t pieces = (t.numel + m - 1) / m;
+    const uint64_t base = t.numel / pieces, longer = t.numel % pieces;
+    for (uint64_t p = 0; p < pieces; ++p) {
+      const uint64_t n = base + (p < longer ? 1 : 0);
+      plan.push_back({static_cast<uint32_t>(i), offset, n, false, 1});
+      offset += n;
+    }
+  }
+  if (plan.empty()) plan.push_back({0, 0, 0});
+  return plan;
+}
+
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
                                          bool scaffold, const compress::CodecSpec& codec) {
-  std::vector<ChunkRange> plan = planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec));
+  std::vector<ChunkRange> plan =
+      compress::factorsMatrices(codec)
+          ? planMatrixChunks(layout, chunk_bytes, codec.rank)
+          : planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec));
   for (ChunkRange& c : plan) {
     if (c.tensor_index < layout.tensors.size()) {
       c.dense = compress::denseBelow(codec, layout.tensors[c.tensor_index].numel);
@@ -106,9 +162,10 @@ const compress::Codec& chunkCodec(const compress::Codec& codec, const ChunkRange
 Status encodeUploadChunk(const compress::Codec& codec, const ChunkRange& r, const float* x,
                          compress::ErrorFeedback* residual, uint64_t seed, std::string* out) {
   const compress::Codec& c = chunkCodec(codec, r);
-  if (residual != nullptr) return residual->encode(c, r.offset, x, r.elements, seed, out);
+  const size_t rows = r.rows > 0 ? r.rows : 1;
+  if (residual != nullptr) return residual->encode(c, r.offset, x, r.elements, seed, out, rows);
   out->reserve(out->size() + c.maxEncodedBytes(r.elements));
-  c.encode(x, r.elements, seed, out);
+  c.encodeRows(x, r.elements, rows, seed, out);
   return Status::ok();
 }
 

@@ -62,6 +62,9 @@ struct ChunkRange {
   uint64_t offset = 0;        // first element
   uint64_t elements = 0;
   bool dense = false;  // sent as fp16, not through the task's codec (compress::denseBelow)
+  // lowrank (compress::factorsMatrices): the range is this many whole rows of a matrix of
+  // elements / rows columns (Codec::encodeRows); 0 for the other codecs.
+  uint32_t rows = 0;
 
   bool operator==(const ChunkRange&) const = default;
 };
@@ -74,17 +77,27 @@ std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_byt
 // A layout of one tensor of n elements, for a delta whose model layout is unknown.
 model::Layout flatLayout(size_t n);
 
+// The chunks of a delta for lowrank of rank `rank`: every tensor read as a matrix of shape[0]
+// rows (a tensor of one dimension as one row), one chunk a tensor where its payload's body
+// (compress::lowrankPayloadBytes less the header) fits in chunk_bytes, else blocks of whole rows
+// as large as fit, cut evenly; a tensor not even one of whose rows fits is cut into pieces of
+// a row (each a one-row matrix) that do. `rows` is set on every chunk.
+std::vector<ChunkRange> planMatrixChunks(const model::Layout& layout, size_t chunk_bytes,
+                                         uint32_t rank);
+
 // The chunks of an update of a model laid out as `layout` (wire::Task) for the task's codec:
 // planChunks(layout, chunk_bytes, compress::selectsPerTensor(codec)) for a delta alone, with
 // `dense` set on the chunks of the tensors compress::denseBelow(codec, numel) names; for a
 // SCAFFOLD update (the delta, then the control delta: 2 * layout.total values) those chunks,
 // then the same again shifted by layout.total elements and by layout.tensors.size() tensors, so
-// both halves are cut alike (dense marks included) and no chunk holds values of both.
+// both halves are cut alike (dense marks included) and no chunk holds values of both. For
+// lowrank (compress::factorsMatrices) the delta's chunks are planMatrixChunks'.
 std::vector<ChunkRange> planUploadChunks(const model::Layout& layout, size_t chunk_bytes,
                                          bool scaffold, const compress::CodecSpec& codec = {});
 
 // Appends to *out the payload of chunk r of an upload (x points at its first element): fp16
-// when r.dense, else `codec`; through `residual` (error feedback) when given. Errors as
+// when r.dense, else `codec` (encodeRows with r.rows when set); through `residual` (error
+// feedback) when given. Errors as
 // compress::ErrorFeedback::encode (a non-finite value with a residual).
 Status encodeUploadChunk(const compress::Codec& codec, const ChunkRange& r, const float* x,
                          compress::ErrorFeedback* residual, uint64_t seed, std::string* out);

@@ -323,7 +323,9 @@ void writePayload(CorpusWriter& w) {
                          "topk:0.25,ef=off",
                          "sign",
                          "sign,bucket=8",
-                         "topk:0.01,warmup=4,dense_below=100"};
+                         "topk:0.01,warmup=4,dense_below=100",
+                         "lowrank:4",
+                         "lowrank:2,ef=off"};
   const uint32_t sizes[] = {37, 300};
   for (const char* text : specs) {
     Result<compress::CodecSpec> spec = compress::parseCodecSpec(text);
@@ -337,7 +339,8 @@ void writePayload(CorpusWriter& w) {
         if (i % 29 == 0) x[i] *= 40.0f;
       }
       std::string payload;
-      (*codec)->encode(x.data(), n, 17 + n, &payload);
+      // lowrank as a matrix of 3 rows where 3 divides n (300), else as one row.
+      (*codec)->encodeRows(x.data(), n, n % 3 == 0 ? 3 : 1, 17 + n, &payload);
       std::string name = std::string(text) + "_" + std::to_string(n);
       for (char& c : name) {
         if (c == ':' || c == ',' || c == '=') c = '_';

@@ -10,7 +10,8 @@
 //   - a Codec decodes exactly the payloads of its own kind that decodePayload decodes;
 //   - a spec that parses is valid, and parseCodecSpec(toString(spec)) == spec;
 //   - re-encoding decoded values of moderate magnitude (|x| <= 1e30, far from overflow) with the
-//     spec's codec yields a payload that decodes, within maxEncodedBytes.
+//     spec's codec, as a vector and as whole rows of a matrix (encodeRows), yields a payload
+//     that decodes, within maxEncodedBytes.
 //
 // Input layout: byte 0 control (bit 0: n is the header's element count when the header reads;
 // otherwise bytes 1-4), bytes 1-4 n (little endian), bytes 5-8 w (a float; a non-finite one is
@@ -132,6 +133,15 @@ void checkCodec(const CodecSpec& spec, std::string_view payload, size_t n, float
   std::vector<float> again(n);
   const Status re = codec.decode(encoded, n, again.data());
   FUZZ_CHECK(re.isOk() || (!moderate && re.code() == StatusCode::kCorrupt), re.toString().c_str());
+  // The same values as whole rows of a matrix (lowrank factors it; the others ignore rows).
+  size_t rows = 1 + seed % 8;
+  while (n % rows != 0) --rows;
+  encoded.clear();
+  codec.encodeRows(values.data(), n, rows, seed, &encoded);
+  FUZZ_CHECK(encoded.size() <= codec.maxEncodedBytes(n), "encodeRows wrote past maxEncodedBytes");
+  const Status rows_re = codec.decode(encoded, n, again.data());
+  FUZZ_CHECK(rows_re.isOk() || (!moderate && rows_re.code() == StatusCode::kCorrupt),
+             rows_re.toString().c_str());
 }
 
 void checkSpec(const std::string& text, std::string_view payload, size_t n, float w, bool decodes,
@@ -152,6 +162,8 @@ void checkSpec(const std::string& text, std::string_view payload, size_t n, floa
   (void)usesErrorFeedback(*spec);
   (void)selectsPerTensor(*spec);
   (void)denseBelow(*spec, n);
+  (void)factorsMatrices(*spec);
+  (void)encodesOnDevice(*spec);
   checkCodec(*spec, payload, n, w, decodes, values, seed);
 }
 

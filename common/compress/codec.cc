@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "common/check.h"
+#include "common/compress/lowrank.h"
 #include "kernels/convert.h"
 #include "kernels/quantize.h"
 #include "kernels/sparse.h"
@@ -20,6 +21,7 @@ CodecKind kindOf(const std::string& name) {
   if (name == "qsgd") return CodecKind::kQsgd;
   if (name == "topk") return CodecKind::kTopk;
   if (name == "sign") return CodecKind::kSign;
+  if (name == "lowrank") return CodecKind::kLowrank;
   return CodecKind::kNone;
 }
 
@@ -63,8 +65,19 @@ class BuiltinCodec final : public Codec {
         return kPayloadHeaderBytes + 4 * buckets + kernels::signBytes(n);
       case CodecKind::kTopk:
         return kPayloadHeaderBytes + 7 * topkCount(n, spec_.ratio);  // fp16 + <= 5-byte varint
+      case CodecKind::kLowrank:
+        // r' (rows + cols) <= min(rows, cols) (rows + cols) <= 2n when rows * cols = n.
+        return kPayloadHeaderBytes + 4 + 4 * std::min<size_t>(spec_.rank, n) + 4 * n;
     }
     return 0;
+  }
+
+  void encodeRows(const float* x, size_t n, size_t rows, uint64_t seed,
+                  std::string* out) const override {
+    if (kind_ != CodecKind::kLowrank) return encode(x, n, seed, out);
+    FEDFLEET_CHECK_MSG(n <= kMaxPayloadElements, "encode more than 2^32 - 1 elements in chunks");
+    FEDFLEET_CHECK_MSG(rows >= 1 && n % rows == 0, "lowrank rows must divide the chunk");
+    lowrankEncode(x, rows, n / rows, spec_.rank, seed, out);
   }
 
   void encode(const float* x, size_t n, uint64_t seed, std::string* out) const override {
@@ -113,6 +126,9 @@ class BuiltinCodec final : public Codec {
         appendTopkIndices(idx.data(), k, out);
         return;
       }
+      case CodecKind::kLowrank:
+        lowrankEncode(x, 1, n, spec_.rank, seed, out);
+        return;
     }
   }
 

@@ -7,11 +7,13 @@
 //   qsgd   QSGD 8 or 4 bits in buckets (stochastic, unbiased, seeded)   8 or 4 bits + 32/bucket
 //   topk   the k = ratio * n largest magnitudes, indices delta-varint, values fp16
 //   sign   scaled sign, 1 bit a value, scale = mean |x| of each bucket  1 bit + 32/bucket
+//   lowrank  a rows x cols chunk as a rank-r product, fp16 factors   16 r (rows + cols) bits
 //
 // The payload format and what decoding checks are in common/compress/payload.h; the numeric
 // definitions (QSGD levels and their random numbers, sign scales, rounding) in
-// kernels/quantize.h and kernels/convert.h, whose kernels the codecs call. Biased codecs (topk,
-// sign) are meant to be used with common/compress/error_feedback.h.
+// kernels/quantize.h and kernels/convert.h, whose kernels the codecs call; lowrank's in
+// common/compress/lowrank.h. Biased codecs (topk, sign, lowrank) are meant to be used with
+// common/compress/error_feedback.h.
 //
 // Usage, client side (one chunk of a delta):
 //   FEDFLEET_ASSIGN_OR_RETURN(CodecSpec spec, parseCodecSpec("qsgd8"));
@@ -51,6 +53,15 @@ class Codec {
   // a crash. n must not exceed kMaxPayloadElements (checked: a violation aborts).
   virtual void encode(const float* x, size_t n, uint64_t seed, std::string* out) const = 0;
 
+  // encode for a chunk that is `rows` whole rows of a matrix (rows >= 1 divides n): lowrank
+  // factors it as rows x (n / rows); the other codecs ignore rows. encode itself is
+  // encodeRows(x, n, 1, ...) for lowrank (a 1 x n matrix: the values as fp16 and one scale).
+  virtual void encodeRows(const float* x, size_t n, size_t rows, uint64_t seed,
+                          std::string* out) const {
+    (void)rows;
+    encode(x, n, seed, out);
+  }
+
   // Decodes a payload of this codec holding exactly n elements into out[0, n). CORRUPT (out
   // untouched) for a payload of another codec, of another n, or malformed in any way
   // (payload.h). The payload's own parameters (bits, bucket, k) are used, not the spec's.
@@ -62,11 +73,12 @@ class Codec {
   virtual Status decodeAccumulate(std::string_view payload, size_t n, float w,
                                   float* acc) const = 0;
 
-  // True for topk and sign: decode(encode(x)) differs from x even in expectation, so senders
-  // keep an ErrorFeedback residual (when spec().error_feedback).
+  // True for topk, sign and lowrank: decode(encode(x)) differs from x even in expectation, so
+  // senders keep an ErrorFeedback residual (when spec().error_feedback).
   virtual bool biased() const = 0;
 
-  // An upper bound on the bytes encode appends for n elements (exact for all but topk).
+  // An upper bound on the bytes encode or encodeRows appends for n elements (exact for all but
+  // topk and lowrank).
   virtual size_t maxEncodedBytes(size_t n) const = 0;
 };
 

@@ -6,10 +6,13 @@
 #include <string_view>
 #include <vector>
 
+#include "common/compress/lowrank.h"
+
 namespace fedfleet::compress {
 namespace {
 
-constexpr const char* kNames = "none, fp32, fp16, bf16, qsgd8, qsgd4, topk[:ratio], sign";
+constexpr const char* kNames =
+    "none, fp32, fp16, bf16, qsgd8, qsgd4, topk[:ratio], sign, lowrank[:rank]";
 
 Status bad(const std::string& text, const std::string& why) {
   return invalidArgument("codec \"" + text + "\": " + why);
@@ -47,7 +50,9 @@ std::string shortest(double v) {
 
 }  // namespace
 
-bool isBiased(const CodecSpec& spec) { return spec.name == "topk" || spec.name == "sign"; }
+bool isBiased(const CodecSpec& spec) {
+  return spec.name == "topk" || spec.name == "sign" || spec.name == "lowrank";
+}
 
 bool usesErrorFeedback(const CodecSpec& spec) { return isBiased(spec) && spec.error_feedback; }
 
@@ -66,10 +71,17 @@ std::string residualKey(const CodecSpec& spec) {
   s.ratio = CodecSpec().ratio;
   s.warmup = CodecSpec().warmup;
   s.dense_below = CodecSpec().dense_below;
+  s.rank = CodecSpec().rank;
   return toString(s);
 }
 
-bool selectsPerTensor(const CodecSpec& spec) { return spec.name == "topk"; }
+bool selectsPerTensor(const CodecSpec& spec) {
+  return spec.name == "topk" || factorsMatrices(spec);
+}
+
+bool factorsMatrices(const CodecSpec& spec) { return spec.name == "lowrank"; }
+
+bool encodesOnDevice(const CodecSpec& spec) { return spec.name != "lowrank"; }
 
 bool denseBelow(const CodecSpec& spec, uint64_t numel) {
   return spec.name == "topk" && numel < spec.dense_below;
@@ -77,9 +89,14 @@ bool denseBelow(const CodecSpec& spec, uint64_t numel) {
 
 Status validate(const CodecSpec& spec) {
   const std::string& n = spec.name;
-  if (n != "none" && n != "fp16" && n != "bf16" && n != "qsgd" && n != "topk" && n != "sign") {
+  if (n != "none" && n != "fp16" && n != "bf16" && n != "qsgd" && n != "topk" && n != "sign" &&
+      n != "lowrank") {
     return invalidArgument("unknown codec name \"" + n +
-                           "\" (expected none, fp16, bf16, qsgd, topk or sign)");
+                           "\" (expected none, fp16, bf16, qsgd, topk, sign or lowrank)");
+  }
+  if (n == "lowrank" && (spec.rank < 1 || spec.rank > kMaxRank)) {
+    return invalidArgument("lowrank rank must be in [1, " + std::to_string(kMaxRank) + "], not " +
+                           std::to_string(spec.rank));
   }
   if (n == "qsgd" && spec.bits != 8 && spec.bits != 4) {
     return invalidArgument("qsgd bits must be 8 or 4, not " + std::to_string(spec.bits));
@@ -92,12 +109,15 @@ Status validate(const CodecSpec& spec) {
     return invalidArgument("topk ratio must be in (0, 1], not " + shortest(spec.ratio));
   }
   if (n == "topk" && spec.warmup > kMaxWarmup) {
-    return invalidArgument("topk warmup must be in [0, " + std::to_string(kMaxWarmup) +
-                           "], not " + std::to_string(spec.warmup));
+    return invalidArgument("topk warmup must be in [0, " + std::to_string(kMaxWarmup) + "], not " +
+                           std::to_string(spec.warmup));
   }
   if (n == "topk" && spec.dense_below > kMaxDenseBelow) {
     return invalidArgument("topk dense_below must be in [0, " + std::to_string(kMaxDenseBelow) +
                            "], not " + std::to_string(spec.dense_below));
+  }
+  if (n != "lowrank" && spec.rank != CodecSpec().rank) {
+    return invalidArgument("rank applies to lowrank only");
   }
   if (n != "topk" && spec.dense_below != 0) {
     return invalidArgument("dense_below applies to topk only");
@@ -113,7 +133,8 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
   CodecSpec spec;
   if (name == "none" || name == "fp32") {
     spec.name = "none";
-  } else if (name == "fp16" || name == "bf16" || name == "topk" || name == "sign") {
+  } else if (name == "fp16" || name == "bf16" || name == "topk" || name == "sign" ||
+             name == "lowrank") {
     spec.name = std::string(name);
   } else if (name == "qsgd8" || name == "qsgd4") {
     spec.name = "qsgd";
@@ -121,8 +142,15 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
   } else {
     return bad(text, "unknown codec \"" + std::string(name) + "\" (expected " + kNames + ")");
   }
-  if (head.size() == 2) {
-    if (spec.name != "topk") return bad(text, "only topk takes a ':' argument (the ratio)");
+  if (head.size() == 2 && spec.name == "lowrank") {
+    if (!parseUint32(head[1], &spec.rank) || spec.rank < 1 || spec.rank > kMaxRank) {
+      return bad(text, "lowrank rank \"" + std::string(head[1]) +
+                           "\" is not a whole number in [1, " + std::to_string(kMaxRank) + "]");
+    }
+  } else if (head.size() == 2) {
+    if (spec.name != "topk") {
+      return bad(text, "only topk and lowrank take a ':' argument (the ratio, the rank)");
+    }
     if (!parseDouble(head[1], &spec.ratio) || !(spec.ratio > 0.0 && spec.ratio <= 1.0)) {
       return bad(text, "topk ratio \"" + std::string(head[1]) + "\" is not a number in (0, 1]");
     }
@@ -146,7 +174,8 @@ Result<CodecSpec> parseCodecSpec(const std::string& text) {
       }
     } else if (key == "ef") {
       if (!isBiased(spec)) {
-        return bad(text, "ef (error feedback) applies to the biased codecs topk and sign only");
+        return bad(text,
+                   "ef (error feedback) applies to the biased codecs topk, sign and lowrank only");
       }
       if (seen_ef) return bad(text, "ef given twice");
       seen_ef = true;
@@ -189,6 +218,8 @@ std::string toString(const CodecSpec& spec) {
   } else if (spec.name == "topk") {
     s += ':';
     s += shortest(spec.ratio);
+  } else if (spec.name == "lowrank") {
+    s += ':' + std::to_string(spec.rank);
   }
   if (hasBucket(spec.name) && spec.bucket != CodecSpec().bucket) {
     s += ",bucket=" + std::to_string(spec.bucket);

@@ -11,14 +11,16 @@
 //                     dense_below=N (tensors of fewer than N elements go as fp16, not
 //                     sparsified; default 0: none; see denseBelow)
 //   sign              scaled sign, 1 bit a value, a scale per bucket; keys bucket=N, ef=on|off
+//   lowrank[:rank]    each tensor (rows = its first dimension) as a rank-r product of two fp16
+//                     factors (default rank 4, at most kMaxRank = 64); key ef=on|off;
+//                     common/compress/lowrank.h
 //
 // e.g. "none", "fp16", "qsgd8", "qsgd4,bucket=256", "topk:0.01", "topk:0.001,ef=off",
-// "topk:0.01,warmup=4", "topk:0.01,dense_below=10000", "sign". bucket is a multiple of 8 in
-// [8, 2^24] (default 512); ratio is in (0, 1]; warmup is in [0, kMaxWarmup]; dense_below is in
-// [0, 2^24]. ef (error feedback, default on) applies to the biased codecs only: it is refused
-// for the others.
-// toString writes the canonical text (defaults left out), and parseCodecSpec(toString(s)) == s
-// for every valid spec.
+// "topk:0.01,warmup=4", "topk:0.01,dense_below=10000", "sign", "lowrank:10". bucket is a multiple
+// of 8 in [8, 2^24] (default 512); ratio is in (0, 1]; warmup is in [0, kMaxWarmup]; dense_below is
+// in [0, 2^24]; rank is in [1, 64]. ef (error feedback, default on) applies to the biased codecs
+// only: it is refused for the others. toString writes the canonical text (defaults left out), and
+// parseCodecSpec(toString(s)) == s for every valid spec.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +31,14 @@
 namespace fedfleet::compress {
 
 struct CodecSpec {
-  std::string name = "none";   // none | fp16 | bf16 | qsgd | topk | sign
+  std::string name = "none";   // none | fp16 | bf16 | qsgd | topk | sign | lowrank
   uint32_t bits = 8;           // qsgd: 8 or 4
   uint32_t bucket = 512;       // qsgd and sign: elements per scale
   double ratio = 0.01;         // topk: fraction of the elements kept
   bool error_feedback = true;  // topk and sign: keep a residual per client (ErrorFeedback)
   uint32_t warmup = 0;         // topk: rounds of sparsity warm-up (codecForRound); 0: off
   uint32_t dense_below = 0;    // topk: tensors of fewer elements are sent as fp16; 0: none
+  uint32_t rank = 4;           // lowrank: rank of each tensor's approximation
 
   bool operator==(const CodecSpec&) const = default;
 };
@@ -61,7 +64,8 @@ std::string toString(const CodecSpec& spec);
 // OK when `spec` names a codec with valid parameters, else INVALID_ARGUMENT saying which field.
 Status validate(const CodecSpec& spec);
 
-// True for the biased codecs (topk, sign): decode(encode(x)) is not x even in expectation.
+// True for the biased codecs (topk, sign, lowrank): decode(encode(x)) is not x even in
+// expectation.
 bool isBiased(const CodecSpec& spec);
 
 // True when the sender should keep an ErrorFeedback residual: a biased codec with
@@ -79,14 +83,23 @@ bool usesErrorFeedback(const CodecSpec& spec);
 CodecSpec codecForRound(const CodecSpec& spec, uint64_t round);
 
 // What an error-feedback residual belongs to: the spec's text without the parameters that do
-// not change what the residual means (topk's ratio, warmup and dense_below), so a client keeps
+// not change what the residual means (topk's ratio, warmup and dense_below, lowrank's rank), so
+// a client keeps
 // its residual when the coordinator only changes the ratio from one round to the next.
 std::string residualKey(const CodecSpec& spec);
 
 // True when the codec selects elements (topk): its upload is then cut one tensor a chunk (see
 // client::planChunks), so the selection is per tensor and no small tensor (a bias) competes
-// with a larger one for the k slots of a shared chunk.
+// with a larger one for the k slots of a shared chunk. Also true for lowrank (factorsMatrices).
 bool selectsPerTensor(const CodecSpec& spec);
+
+// True when the codec reads each chunk as a matrix (lowrank): its chunks are whole tensors, or
+// blocks of whole rows of one (client::planUploadChunks), and carry their row count.
+bool factorsMatrices(const CodecSpec& spec);
+
+// True when compress::DeviceCompressor encodes the codec on a GPU (all but lowrank, whose
+// updates are compressed on the host).
+bool encodesOnDevice(const CodecSpec& spec);
 
 // True when a tensor of `numel` elements is sent dense, as fp16, instead of through the spec's
 // codec: topk with dense_below > numel. A tensor of a few hundred or thousand elements (a bias,

@@ -187,6 +187,10 @@ Status DeviceCompressor::selectTopK(const float* x, size_t n, size_t k, std::vec
 Status DeviceCompressor::encode(const Codec& codec, const float* x, size_t n, uint64_t seed,
                                 std::string* out) {
   FEDFLEET_CHECK_MSG(n <= kMaxPayloadElements, "encode more than 2^32 - 1 elements in chunks");
+  if (!encodesOnDevice(codec.spec())) {
+    return invalidArgument("codec " + toString(codec.spec()) +
+                           " is not encoded on a GPU: compress the update on the host");
+  }
   FEDFLEET_CUDA_CALL(cuda::setDevice, device_);
   const CodecSpec& spec = codec.spec();
   const size_t before = out->size();
@@ -265,6 +269,10 @@ Status DeviceCompressor::encode(const Codec& codec, DeviceResidual* residual, si
                                 const float* x, size_t len, uint64_t seed, std::string* out) {
   FEDFLEET_CHECK(residual != nullptr && residual->device() == device_);
   FEDFLEET_CHECK(offset <= residual->size() && len <= residual->size() - offset);
+  if (!encodesOnDevice(codec.spec())) {
+    return invalidArgument("codec " + toString(codec.spec()) +
+                           " is not encoded on a GPU: compress the update on the host");
+  }
   FEDFLEET_CUDA_CALL(cuda::setDevice, device_);
   FEDFLEET_RETURN_IF_ERROR(residual->allocate(stream_));
   const size_t eb = residualElementBytes(residual->storage());

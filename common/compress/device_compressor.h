@@ -93,7 +93,8 @@ class DeviceCompressor {
   Result<uint64_t> countNonFinite(const float* x, size_t n);
 
   // Appends to *out codec.encode(x[0, n)) for device memory x (see the header's comment).
-  // x must be finite, as for Codec::encode. INTERNAL on a CUDA error (*out then as before).
+  // x must be finite, as for Codec::encode. INTERNAL on a CUDA error (*out then as before);
+  // INVALID_ARGUMENT for a codec not encoded on a GPU (encodesOnDevice false: lowrank).
   Status encode(const Codec& codec, const float* x, size_t n, uint64_t seed, std::string* out);
 
   // ErrorFeedback::encode with the residual on the device: appends the payload of

@@ -56,7 +56,7 @@ void ErrorFeedback::allocate() {
 }
 
 Status ErrorFeedback::encode(const Codec& codec, size_t offset, const float* x, size_t len,
-                             uint64_t seed, std::string* out) {
+                             uint64_t seed, std::string* out, size_t rows) {
   FEDFLEET_CHECK(offset <= n_ && len <= n_ - offset);
   allocate();
   Scratch& s = scratch();
@@ -75,7 +75,7 @@ Status ErrorFeedback::encode(const Codec& codec, size_t offset, const float* x, 
       break;
   }
   const size_t before = out->size();
-  codec.encode(p, len, seed, out);
+  codec.encodeRows(p, len, rows, seed, out);
   const Status st = codec.decode(std::string_view(*out).substr(before), len, s.decoded.data());
   if (!st.isOk()) {
     out->resize(before);

@@ -54,9 +54,9 @@ class ErrorFeedback {
   // (x points at element `offset`'s value) and sets their residual to (x + r) - decoded.
   // INVALID_ARGUMENT when x + r is not finite (the codec's payload does not decode): then *out
   // and the residual are left as they were. offset + len must not exceed size() (checked: a
-  // violation aborts).
+  // violation aborts). `rows`: the range is that many whole rows of a matrix (Codec::encodeRows).
   Status encode(const Codec& codec, size_t offset, const float* x, size_t len, uint64_t seed,
-                std::string* out);
+                std::string* out, size_t rows = 1);
 
   // Copies the residual of [offset, offset + len) into out (as fp32).
   void residual(size_t offset, size_t len, float* out) const;

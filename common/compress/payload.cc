@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/compress/codec_spec.h"
+#include "common/compress/lowrank.h"
 #include "kernels/convert.h"
 #include "kernels/quantize.h"
 #include "kernels/sparse.h"
@@ -166,8 +167,7 @@ Status decodeImpl(std::string_view payload, size_t n, float w, float* out, bool 
       std::vector<uint32_t>& idx = scratch.indices;
       // Decoding the indices also requests the accumulator lines they name, so the scatter
       // below finds them in cache (kernels/sparse.h).
-      FEDFLEET_RETURN_IF_ERROR(
-          decodeTopkIndices(body + 2 * k, body + body_bytes, k, n, &idx, out));
+      FEDFLEET_RETURN_IF_ERROR(decodeTopkIndices(body + 2 * k, body + body_bytes, k, n, &idx, out));
       if (!kernels::allFiniteFp16(values, k)) return corrupt("topk payload holds NaN or infinity");
       if (accumulate) {
         // Converting the values in one vectorised pass and scattering floats costs less than
@@ -181,6 +181,8 @@ Status decodeImpl(std::string_view payload, size_t n, float w, float* out, bool 
       }
       return Status::ok();
     }
+    case CodecKind::kLowrank:
+      return lowrankDecode(h, body, body_bytes, n, w, out, accumulate);
   }
   return corrupt("unknown codec");  // unreachable: readPayloadHeader checked the kind
 }
@@ -201,6 +203,8 @@ const char* codecKindName(CodecKind kind) {
       return "topk";
     case CodecKind::kSign:
       return "sign";
+    case CodecKind::kLowrank:
+      return "lowrank";
   }
   return "unknown";
 }
@@ -226,7 +230,7 @@ Result<PayloadHeader> readPayloadHeader(std::string_view payload) {
   }
   const auto* p = reinterpret_cast<const unsigned char*>(payload.data());
   if (p[0] != kPayloadMagic) return corrupt("payload does not start with the codec magic byte");
-  if (p[1] > static_cast<unsigned char>(CodecKind::kSign)) {
+  if (p[1] > static_cast<unsigned char>(CodecKind::kLowrank)) {
     return corrupt("payload names unknown codec " + std::to_string(p[1]));
   }
   PayloadHeader h;
@@ -247,7 +251,12 @@ Result<PayloadHeader> readPayloadHeader(std::string_view payload) {
     return corrupt("topk payload keeps " + std::to_string(h.param) + " of " + std::to_string(h.n) +
                    " elements");
   }
-  if (!bucketed && h.kind != CodecKind::kTopk && h.param != 0) {
+  if (h.kind == CodecKind::kLowrank && (h.param > h.n || h.param > kMaxRank)) {
+    return corrupt("lowrank payload has rank " + std::to_string(h.param) + " for " +
+                   std::to_string(h.n) + " elements (at most " + std::to_string(kMaxRank) + ")");
+  }
+  const bool has_param = bucketed || h.kind == CodecKind::kTopk || h.kind == CodecKind::kLowrank;
+  if (!has_param && h.param != 0) {
     return corrupt(name + " payload has param " + std::to_string(h.param));
   }
   return h;

@@ -9,10 +9,10 @@
 //
 //   offset size  field
 //   0      1     magic 0xf1 (fedfleet payload, format 1)
-//   1      1     codec: 0 none, 1 fp16, 2 bf16, 3 qsgd, 4 topk, 5 sign
+//   1      1     codec: 0 none, 1 fp16, 2 bf16, 3 qsgd, 4 topk, 5 sign, 6 lowrank
 //   2      1     bits: 8 or 4 for qsgd, 0 otherwise
 //   3      1     0 (reserved)
-//   4      4     param: bucket for qsgd and sign, k for topk, 0 otherwise
+//   4      4     param: bucket for qsgd and sign, k for topk, the rank for lowrank, 0 otherwise
 //   8      4     n, the number of elements
 //   12     ...   body:
 //     none  n fp32
@@ -23,12 +23,14 @@
 //           then each gap minus one (index[j] - index[j-1] - 1); the varints end the payload
 //     sign  ceil(n / bucket) fp32 scales, then ceil(n / 8) bytes of sign bits (bit i of the
 //           stream set when element i is negative, LSB first); kernels/quantize.h
+//     lowrank  the row count, r fp32 scales, then two fp16 factors; common/compress/lowrank.h
 //
 // Decoding checks everything before it writes anything: magic, codec, parameters, that the
 // header's n equals the n the caller expects, the exact byte length, every topk index (in
 // range, increasing, each varint at most 5 bytes and fitting 32 bits, none missing or extra),
 // and that no decoded value can be NaN or infinite (fp32/fp16/bf16 values; qsgd and sign scales
-// finite, non-negative and small enough that scale * level cannot overflow). A payload that
+// finite, non-negative and small enough that scale * level cannot overflow; lowrank's shape,
+// rank, scales and factor values, lowrank.h). A payload that
 // fails is CORRUPT and the output (or accumulator) is left untouched, so the caller can reject
 // the update without having folded part of it. A decoded value is therefore always finite.
 #pragma once
@@ -42,9 +44,10 @@
 
 namespace fedfleet::compress {
 
-enum class CodecKind : uint8_t { kNone = 0, kFp16 = 1, kBf16 = 2, kQsgd = 3, kTopk = 4, kSign = 5 };
+// The codec byte of the header: 0 none, 1 fp16, 2 bf16, 3 qsgd, 4 topk, 5 sign, 6 lowrank.
+enum class CodecKind : uint8_t { kNone, kFp16, kBf16, kQsgd, kTopk, kSign, kLowrank };
 
-// "none", "fp16", "bf16", "qsgd", "topk", "sign" (the CodecSpec names).
+// "none", "fp16", "bf16", "qsgd", "topk", "sign", "lowrank" (the CodecSpec names).
 const char* codecKindName(CodecKind kind);
 
 constexpr size_t kPayloadHeaderBytes = 12;
@@ -55,7 +58,7 @@ constexpr size_t kMaxPayloadElements = 0xffffffffu;
 struct PayloadHeader {
   CodecKind kind = CodecKind::kNone;
   uint32_t bits = 0;   // qsgd: 8 or 4
-  uint32_t param = 0;  // bucket (qsgd, sign) or k (topk)
+  uint32_t param = 0;  // bucket (qsgd, sign), k (topk) or rank (lowrank)
   uint32_t n = 0;
 };
 
@@ -67,7 +70,8 @@ void appendTopkIndices(const uint32_t* idx, size_t k, std::string* out);
 
 // Reads and checks a header: CORRUPT when the payload is shorter than a header, the magic or
 // the codec byte is unknown, or the parameters are impossible (qsgd bits not 8 or 4; bucket
-// not a multiple of 8 in [8, 2^24]; topk k > n). Does not look at the body.
+// not a multiple of 8 in [8, 2^24]; topk k > n; lowrank rank > n or > kMaxRank). Does not look
+// at the body.
 Result<PayloadHeader> readPayloadHeader(std::string_view payload);
 
 // Decodes a payload of any codec holding exactly n elements into out[0, n) (dense; elements a

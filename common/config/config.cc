@@ -1091,6 +1091,10 @@ Status Config::validateDecentralized() const {
   }
   if (auto spec = compress::parseCodecSpec(d.codec); !spec.isOk()) {
     return bad("decentralized.codec", spec.status().message());
+  } else if (compress::factorsMatrices(*spec)) {
+    return bad("decentralized.codec",
+               "lowrank factors whole tensors, and the all-reduce sends segments of the flat "
+               "model; use none, fp16, bf16, qsgd8, qsgd4, topk or sign");
   }
   // The degree is the random topology's alone (a ring or a torus fixes its own).
   if (d.topology == "random" && (d.degree < 1 || d.degree >= d.peers)) {

@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "common/compress/codec.h"
+#include "common/compress/lowrank.h"
 #include "common/compress/payload.h"
 #include "tests/client/pipeline_helpers.h"
 
@@ -221,6 +222,93 @@ TEST(ChunkPlanRule, ScaffoldUpdatesRepeatTheDeltaPlanOverTheSecondHalf) {
   // One chunk would hold the whole model: still two, one a half.
   EXPECT_EQ(planUploadChunks(l, 1 << 20, true),
             (std::vector<ChunkRange>{{0, 0, 7850}, {2, 7850, 7850}}));
+}
+
+// lowrank: a chunk is a whole tensor read as shape[0] rows, or blocks of whole rows when the
+// factors of the whole would not fit in a chunk, or one-row pieces when not even one row fits.
+TEST(ChunkPlanRule, LowrankCutsTensorsAsMatricesOfWholeRows) {
+  model::Layout cnn;
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
+           {32, 1, 5, 5}, {32}, {64, 32, 5, 5}, {64}, {512, 3136}, {512}, {10, 512}, {10}}) {
+    size_t numel = 1;
+    for (int64_t d : shape) numel *= static_cast<size_t>(d);
+    cnn.tensors.push_back({"t", shape, numel, cnn.total});
+    cnn.total += numel;
+  }
+  const auto spec = compress::parseCodecSpec("lowrank:10").value();
+  const auto whole = planUploadChunks(cnn, 1 << 20, false, spec);
+  const std::vector<uint32_t> rows = {32, 1, 64, 1, 512, 1, 10, 1};
+  ASSERT_EQ(whole.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(whole[i], (ChunkRange{static_cast<uint32_t>(i), cnn.tensors[i].offset,
+                                    cnn.tensors[i].numel, false, rows[i]}))
+        << i;
+  }
+  // 70,000 bytes: fc1's body for b rows is 4 + 40 + 20 (b + 3136) bytes, so at most 361 rows
+  // fit: two blocks of 256.
+  const auto blocks = planUploadChunks(cnn, 70000, false, spec);
+  ASSERT_EQ(blocks.size(), 9u);
+  EXPECT_EQ(blocks[4], (ChunkRange{4, 52096, 256 * 3136, false, 256}));
+  EXPECT_EQ(blocks[5], (ChunkRange{4, 52096 + 256 * 3136, 256 * 3136, false, 256}));
+  EXPECT_EQ(blocks[2], whole[2]);
+  // 20,000 bytes: a block of b < 10 rows has rank b, a body of 4 + 4b + 2b (b + 3136) bytes:
+  // 3 rows fit (18,850 bytes), so 171 blocks, 170 of 3 rows and one of 2.
+  const auto thin = planUploadChunks(cnn, 20000, false, spec);
+  size_t fc1 = 0;
+  for (const ChunkRange& c : thin) {
+    if (c.tensor_index != 4) continue;
+    ++fc1;
+    EXPECT_EQ(c.elements, c.rows * 3136u);
+    EXPECT_EQ(c.rows, fc1 <= 170 ? 3u : 2u) << fc1;
+  }
+  EXPECT_EQ(fc1, 171u);
+  // 4,000 bytes: not one row of fc1 fits (4 + 4 + 2 * 3137 bytes); one-row pieces of at most
+  // (4000 - 10) / 2 = 1,995 values, 805 of them, cut evenly (462 of 1,995 and 343 of 1,994).
+  const auto pieces = planUploadChunks(cnn, 4000, false, spec);
+  fc1 = 0;
+  uint64_t next = 0;
+  for (const ChunkRange& c : pieces) {
+    EXPECT_EQ(c.offset, next);
+    next += c.elements;
+    EXPECT_LE(compress::lowrankPayloadBytes(
+                  compress::lowrankEffectiveRank(10, c.rows, c.elements / c.rows), c.rows,
+                  c.elements / c.rows) -
+                  compress::kPayloadHeaderBytes,
+              4000u);
+    if (c.tensor_index != 4) continue;
+    ++fc1;
+    EXPECT_EQ(c.rows, 1u);
+    EXPECT_EQ(c.elements, fc1 <= 462 ? 1995u : 1994u) << fc1;
+  }
+  EXPECT_EQ(fc1, 805u);
+  EXPECT_EQ(next, cnn.total);
+  // A chunk's payload carries its rows and decodes to the tensor's rank-2 approximation.
+  model::Layout small;
+  small.tensors.push_back({"w", {6, 8}, 48, 0});
+  small.tensors.push_back({"b", {8}, 8, 48});
+  small.total = 56;
+  const auto two = compress::parseCodecSpec("lowrank:2").value();
+  const auto plan = planUploadChunks(small, 1 << 20, false, two);
+  ASSERT_EQ(plan, (std::vector<ChunkRange>{{0, 0, 48, false, 6}, {1, 48, 8, false, 1}}));
+  // Rank 2 exactly: the outer products of two pairs of vectors.
+  std::vector<float> delta(56);
+  for (size_t i = 0; i < 6; ++i) {
+    for (size_t c = 0; c < 8; ++c) delta[i * 8 + c] = float(i + 1) * float(c) - float(c * c) * 0.1f;
+  }
+  for (size_t c = 0; c < 8; ++c) delta[48 + c] = 0.5f - float(c);
+  const auto codec = compress::makeCodec(two).value();
+  std::vector<float> back(56);
+  for (const ChunkRange& r : plan) {
+    std::string payload;
+    ASSERT_TRUE(encodeUploadChunk(*codec, r, delta.data() + r.offset, nullptr, 1, &payload).isOk());
+    uint32_t payload_rows;
+    std::memcpy(&payload_rows, payload.data() + compress::kPayloadHeaderBytes, 4);
+    EXPECT_EQ(payload_rows, r.rows);
+    ASSERT_TRUE(compress::decodePayload(payload, r.elements, back.data() + r.offset).isOk());
+  }
+  for (size_t i = 0; i < 56; ++i) {
+    EXPECT_NEAR(back[i], delta[i], 2e-3 * (std::fabs(delta[i]) + 1)) << i;
+  }
 }
 
 TEST(ChunkSeed, DiffersByChunkAndByTaskSeed) {

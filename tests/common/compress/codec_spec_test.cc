@@ -83,7 +83,7 @@ TEST(CodecSpec, RefusesMistakesWithClearMessages) {
       {"topk:abc", "not a number"},
       {"topk:nan", "not a number"},
       {"topk:0.1:2", "more than one ':'"},
-      {"fp16:0.5", "only topk takes"},
+      {"fp16:0.5", "only topk and lowrank take"},
       {"qsgd8,bucket=100", "multiple of 8"},
       {"qsgd8,bucket=0", "multiple of 8"},
       {"qsgd8,bucket=33554432", "multiple of 8"},
@@ -169,8 +169,7 @@ TEST(CodecSpec, DenseBelowParsesRoundTripsAndNamesSmallTensors) {
   }
   EXPECT_THAT(parseCodecSpec("topk,dense_below=16777217").status().message(),
               HasSubstr("[0, 16777216]"));
-  EXPECT_THAT(parseCodecSpec("topk,dense_below=1e4").status().message(),
-              HasSubstr("whole number"));
+  EXPECT_THAT(parseCodecSpec("topk,dense_below=1e4").status().message(), HasSubstr("whole number"));
   EXPECT_THAT(parseCodecSpec("topk,dense_below=1,dense_below=2").status().message(),
               HasSubstr("twice"));
   CodecSpec s = parsed("qsgd8");

@@ -133,6 +133,7 @@ TEST(Config, DecentralizedSectionIsReadAndChecked) {
   refused("decentralized.peers=1", "decentralized.peers");
   refused("decentralized.pipeline=3", "decentralized.pipeline");
   refused("decentralized.codec=zip", "decentralized.codec");
+  refused("decentralized.codec=lowrank:4", "decentralized.codec");
   {
     Config r;  // the degree of a random regular graph is below the peer count
     ASSERT_TRUE(r.set("policy.mode=decentralized").isOk());
