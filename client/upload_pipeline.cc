@@ -25,6 +25,15 @@ bool allFinite(const std::vector<float>& x) {
   return bad == 0;
 }
 
+// Cuts `total` units into the fewest pieces of at most `most` (>= 1) units each, as even as can
+// be (the first total % pieces of them one unit longer), and calls emit(units) for each in turn.
+template <typename Emit>
+void evenPieces(uint64_t total, uint64_t most, Emit emit) {
+  const uint64_t pieces = (total + most - 1) / most;
+  const uint64_t base = total / pieces, longer = total % pieces;
+  for (uint64_t p = 0; p < pieces; ++p) emit(base + (p < longer ? 1 : 0));
+}
+
 }  // namespace
 
 std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_bytes,
@@ -43,14 +52,11 @@ std::vector<ChunkRange> planChunks(const model::Layout& layout, size_t chunk_byt
     if (numel == 0) continue;  // holds nothing: in no chunk's count, never a chunk's start
     if (numel > max_elems) {
       flush();
-      const uint64_t pieces = (numel + max_elems - 1) / max_elems;
-      const uint64_t base = numel / pieces, longer = numel % pieces;
       uint64_t offset = t.offset;
-      for (uint64_t p = 0; p < pieces; ++p) {
-        const uint64_t n = base + (p < longer ? 1 : 0);
+      evenPieces(numel, max_elems, [&](uint64_t n) {
         plan.push_back({static_cast<uint32_t>(i), offset, n});
         offset += n;
-      }
+      });
       continue;
     }
     if (group && (per_tensor || group->elements + numel > max_elems)) flush();
@@ -97,25 +103,19 @@ std::vector<ChunkRange> planMatrixChunks(const model::Layout& layout, size_t chu
     }
     uint64_t offset = t.offset;
     if (lo >= 1) {
-      const uint64_t pieces = (rows + lo - 1) / lo;
-      const uint64_t base = rows / pieces, longer = rows % pieces;
-      for (uint64_t p = 0; p < pieces; ++p) {
-        const uint64_t b = base + (p < longer ? 1 : 0);
+      evenPieces(rows, lo, [&](uint64_t b) {
         plan.push_back(
             {static_cast<uint32_t>(i), offset, b * cols, false, static_cast<uint32_t>(b)});
         offset += b * cols;
-      }
+      });
       continue;
     }
     // Not one row fits: one-row pieces of at most m values (a body of 4 + 4 + 2 (1 + m) bytes).
     const uint64_t m = std::max<uint64_t>(1, budget >= 10 ? (budget - 10) / 2 : 1);
-    const uint64_t pieces = (t.numel + m - 1) / m;
-    const uint64_t base = t.numel / pieces, longer = t.numel % pieces;
-    for (uint64_t p = 0; p < pieces; ++p) {
-      const uint64_t n = base + (p < longer ? 1 : 0);
+    evenPieces(t.numel, m, [&](uint64_t n) {
       plan.push_back({static_cast<uint32_t>(i), offset, n, false, 1});
       offset += n;
-    }
+    });
   }
   if (plan.empty()) plan.push_back({0, 0, 0});
   return plan;
