@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/compress/codec_spec.h"
 #include "common/history/records.h"
 #include "common/wire/messages.h"
 
@@ -38,6 +39,7 @@ struct Participant {
   double agg_weight = 0;       // n_k as aggregated: capped at settlement (step 8a)
   uint64_t max_steps = 0;      // the most local steps its task planned (0: not known yet)
   wire::HyperParams planned;   // the hyper-parameters its task carried
+  compress::CodecSpec asked;   // the codec its task asked for (its chunks' payloads must match)
   double fold_weight = 0;      // what its chunks are folded into the running sum with
   uint64_t start_version = 0;  // model version the task carried
   double sent_at = 0;

@@ -401,8 +401,8 @@ void RoundEngine::dispatch(const ClientId& id, uint32_t partition, double deadli
                          c.uplink_bytes_per_s * 8 / 1e6 < options_.slow_link_mbps;
   // The codec of this round: topk's sparsity warm-up asks for denser updates in the first
   // rounds (compress::codecForRound).
-  task.codec = compress::toString(
-      compress::codecForRound(slow_link ? *slow_link_codec_spec_ : codec_spec_, state_.round));
+  p.asked = compress::codecForRound(slow_link ? *slow_link_codec_spec_ : codec_spec_, state_.round);
+  task.codec = compress::toString(p.asked);
   work_.size(task.hparams, ClientSpeed{c.steps_per_s, c.overhead_s, dataSizeOf(c)}, deadline_s);
   aggregator_->prepareTask(task);
   // The steps this task can run at most (step 5a); with the partition's size unknown, the

@@ -55,7 +55,8 @@
 //     the round settles (step 8a): nothing is folded into the running sum before its weight and
 //     scale are final. Chunks with an unknown or finished token are
 //     answered with an Error (once per token) and recorded as an event; they never touch the
-//     model. A chunk out of order or past the model's size, a payload that does not decode (bad
+//     model. A chunk out of order or past the model's size, a payload of another codec than
+//     its task asked for (compress::acceptsPayload), a payload that does not decode (bad
 //     header, wrong length, a non-finite value), values so large the sum could overflow, a
 //     weight that changes between chunks or disagrees with the summary, or a summary before the
 //     last chunk rejects that client's update (recorded, not aggregated).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/compress/codec_spec.h"
 #include "common/compress/payload.h"
 #include "engine/engine_options.h"
 #include "engine/update_weights.h"
@@ -70,6 +71,10 @@ std::optional<std::string> UpdateAssembler::addChunk(Participant& p, uint64_t to
   const uint64_t n = chunk.elements;
   auto header = compress::readPayloadHeader(chunk.payload);
   if (!header.isOk()) return "chunk payload: " + header.status().message();
+  if (!compress::acceptsPayload(p.asked, header->kind)) {
+    return std::string("chunk payload made by codec ") + compress::codecKindName(header->kind) +
+           ", the task asked for " + compress::toString(p.asked);
+  }
   scratch_.resize(n);
   Status st = compress::decodePayload(chunk.payload, n, scratch_.data());
   if (!st.isOk()) return "chunk payload: " + st.message();

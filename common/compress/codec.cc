@@ -15,16 +15,6 @@
 namespace fedfleet::compress {
 namespace {
 
-CodecKind kindOf(const std::string& name) {
-  if (name == "fp16") return CodecKind::kFp16;
-  if (name == "bf16") return CodecKind::kBf16;
-  if (name == "qsgd") return CodecKind::kQsgd;
-  if (name == "topk") return CodecKind::kTopk;
-  if (name == "sign") return CodecKind::kSign;
-  if (name == "lowrank") return CodecKind::kLowrank;
-  return CodecKind::kNone;
-}
-
 // Appends `bytes` bytes to *out and returns where they start.
 unsigned char* grow(std::string* out, size_t bytes) {
   const size_t at = out->size();
@@ -45,7 +35,7 @@ TopkScratch& topkScratch() {
 
 class BuiltinCodec final : public Codec {
  public:
-  explicit BuiltinCodec(const CodecSpec& spec) : spec_(spec), kind_(kindOf(spec.name)) {}
+  explicit BuiltinCodec(const CodecSpec& spec) : spec_(spec), kind_(payloadKind(spec)) {}
 
   const CodecSpec& spec() const override { return spec_; }
 

@@ -87,6 +87,22 @@ bool denseBelow(const CodecSpec& spec, uint64_t numel) {
   return spec.name == "topk" && numel < spec.dense_below;
 }
 
+CodecKind payloadKind(const CodecSpec& spec) {
+  const std::string& n = spec.name;
+  if (n == "fp16") return CodecKind::kFp16;
+  if (n == "bf16") return CodecKind::kBf16;
+  if (n == "qsgd") return CodecKind::kQsgd;
+  if (n == "topk") return CodecKind::kTopk;
+  if (n == "sign") return CodecKind::kSign;
+  if (n == "lowrank") return CodecKind::kLowrank;
+  return CodecKind::kNone;
+}
+
+bool acceptsPayload(const CodecSpec& spec, CodecKind kind) {
+  if (kind == payloadKind(spec)) return true;
+  return kind == CodecKind::kFp16 && spec.name == "topk" && spec.dense_below > 0;
+}
+
 Status validate(const CodecSpec& spec) {
   const std::string& n = spec.name;
   if (n != "none" && n != "fp16" && n != "bf16" && n != "qsgd" && n != "topk" && n != "sign" &&

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/compress/payload.h"
 #include "common/status.h"
 
 namespace fedfleet::compress {
@@ -109,5 +110,14 @@ bool encodesOnDevice(const CodecSpec& spec);
 // payloads (client::ChunkRange::dense); with error feedback the residual then keeps only fp16's
 // rounding error.
 bool denseBelow(const CodecSpec& spec, uint64_t numel);
+
+// The payload kind the spec's encoder writes (common/compress/payload.h).
+CodecKind payloadKind(const CodecSpec& spec);
+
+// True when an update for a task that asked for `spec` may hold a payload of `kind`: the
+// spec's own kind, or fp16 for a topk spec with dense_below (its small tensors, denseBelow).
+// The coordinator refuses any other kind, so a client cannot choose for itself which decoder
+// (and what decoding cost) the coordinator runs on its bytes.
+bool acceptsPayload(const CodecSpec& spec, CodecKind kind);
 
 }  // namespace fedfleet::compress

@@ -226,6 +226,14 @@ TEST(RoundEngine, QuorumNotMetFailsTheRoundAndKeepsTheModel) {
   EXPECT_EQ(f.engine->params(), (std::vector<float>{5, 5, 5}));
 }
 
+// A payload of `v` made by the codec `spec` names.
+std::string encodeWith(const std::string& spec, const std::vector<float>& v, uint64_t seed) {
+  auto codec = compress::makeCodec(compress::parseCodecSpec(spec).value()).value();
+  std::string out;
+  codec->encode(v.data(), v.size(), seed, &out);
+  return out;
+}
+
 TEST(RoundEngine, RejectsBadUploads) {
   struct Case {
     const char* name;
@@ -257,6 +265,12 @@ TEST(RoundEngine, RejectsBadUploads) {
          s.n_samples = 10;
          s.steps = 3;
          e.onSummary("a", s, 4, 1);
+       }},
+      {"another codec than the task's",
+       [](RoundEngine& e, uint64_t t) {
+         wire::Chunk c = chunkOf(t, 0, {1, 2, 3}, true);
+         c.payload = encodeWith("qsgd8", {1, 2, 3}, 1);
+         e.onChunk("a", c, 4, 1);
        }},
       {"non-finite",
        [](RoundEngine& e, uint64_t t) {
@@ -589,13 +603,6 @@ TEST(RoundEngine, RunsAllRoundsThenSaysBye) {
   EXPECT_EQ(f.engine->modelVersion(), 2u);
 }
 
-std::string encodeWith(const std::string& spec, const std::vector<float>& v, uint64_t seed) {
-  auto codec = compress::makeCodec(compress::parseCodecSpec(spec).value()).value();
-  std::string out;
-  codec->encode(v.data(), v.size(), seed, &out);
-  return out;
-}
-
 // Compressed chunks are decoded and folded as they arrive; the aggregate is the weighted mean
 // of what the payloads decode to.
 TEST(RoundEngine, FoldsCompressedChunksAsTheyArrive) {
@@ -672,6 +679,41 @@ TEST(RoundEngine, MixedFp16AndTopkChunksFoldAndAreNamedTopk) {
   EXPECT_EQ(commits[0].updates[0].codec, "topk");
   const std::vector<float> want = {0.5f, -0.25f, 0, 4.0f, 0, 0, -2.0f, 0, 0, 0};
   for (size_t i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(f.engine->params()[i], want[i]) << i;
+}
+
+// The coordinator decodes only the payload kinds the task asked for: a client cannot pick a
+// costlier decoder, or send fp16 where a topk task without dense_below asked for sparse values.
+// The refusal names both codecs, and the model is untouched.
+TEST(RoundEngine, RefusesPayloadsOfAnotherCodecThanTheTasks) {
+  for (const auto& [asked, sent, named] :
+       {std::tuple{"topk:0.25", "fp16", "fp16, the task asked for topk:0.25"},
+        std::tuple{"qsgd8", "lowrank:2", "lowrank, the task asked for qsgd8"},
+        std::tuple{"none", "topk:0.5", "topk, the task asked for none"}}) {
+    SCOPED_TRACE(std::string(asked) + " <- " + sent);
+    EngineOptions o = baseOptions(1, 1, 1);
+    o.codec = asked;
+    Fixture f(o, std::vector<float>(4, 0.0f));
+    f.engine->start(0);
+    f.engine->onHello("a", hello("a"), 0);
+    const auto tasks = actionsOf<SendTask>(f.take());
+    ASSERT_EQ(tasks.size(), 1u);
+    EXPECT_EQ(tasks[0].task.codec, asked);
+    const std::vector<float> v = {1, -2, 3, -4};
+    wire::Chunk c = chunkOf(tasks[0].task.task_token, 0, v, true);
+    c.payload = encodeWith(sent, v, 5);
+    f.engine->onChunk("a", c, 40, 1);
+    const auto actions = f.take();
+    const auto errors = actionsOf<SendError>(actions);
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0].error.code, wire::ErrorCode::kRejected);
+    EXPECT_NE(errors[0].error.message.find(std::string("chunk payload made by codec ") + named),
+              std::string::npos)
+        << errors[0].error.message;
+    const auto commits = actionsOf<CommitRound>(actions);
+    ASSERT_EQ(commits.size(), 1u);
+    EXPECT_EQ(commits[0].round.rejected, 1u);
+    EXPECT_EQ(f.engine->params(), std::vector<float>(4, 0.0f));
+  }
 }
 
 // A straggler's chunks were folded before the deadline; at the deadline they are taken back out,
@@ -752,7 +794,9 @@ TEST(RoundEngine, SlowLinksGetTheSlowLinkCodec) {
   }
   // a uploads 100 + 100 bytes in 0.1 ms (16 Mbit/s); b the same in 1 s (1.6 kbit/s).
   for (const auto& [id, secs] : {std::pair{"a", 1e-4}, std::pair{"b", 1.0}}) {
-    f.engine->onChunk(id, chunkOf(token[id], 0, {1, 1}, true, 5), 100, 1);
+    wire::Chunk c = chunkOf(token[id], 0, {1, 1}, true, 5);
+    c.payload = encodeWith("fp16", {1, 1}, 0);  // the codec both tasks asked for
+    f.engine->onChunk(id, c, 100, 1);
     wire::Summary s;
     s.task_token = token[id];
     s.n_samples = 5;
@@ -786,7 +830,9 @@ TEST(RoundEngine, TopkTasksFollowTheWarmupSchedule) {
       ASSERT_EQ(tasks.size(), 1u) << configured << " round " << r + 1;
       EXPECT_EQ(tasks[0].task.codec, want[r]) << configured << " round " << r + 1;
       const double t = static_cast<double>(r + 1);
-      f.engine->onChunk("a", chunkOf(tasks[0].task.task_token, 0, {1, 1}, true, 5), 100, t);
+      wire::Chunk c = chunkOf(tasks[0].task.task_token, 0, {1, 1}, true, 5);
+      c.payload = encodeWith(want[r], {1, 1}, r);
+      f.engine->onChunk("a", c, 100, t);
       wire::Summary s;
       s.task_token = tasks[0].task.task_token;
       s.n_samples = 5;

@@ -215,6 +215,30 @@ TEST(CodecSpec, CodecForRoundWarmsUpTopk) {
   EXPECT_DOUBLE_EQ(codecForRound(topk, 0).ratio, 0.01);
 }
 
+// What a task's codec lets its update carry: the kind each spec's encoder writes, and fp16
+// besides only for a topk spec with dense_below.
+TEST(CodecSpec, AcceptsOnlyTheTasksPayloadKind) {
+  const std::vector<std::pair<std::string, CodecKind>> own = {
+      {"none", CodecKind::kNone},       {"fp32", CodecKind::kNone},
+      {"fp16", CodecKind::kFp16},       {"bf16", CodecKind::kBf16},
+      {"qsgd4", CodecKind::kQsgd},      {"qsgd8", CodecKind::kQsgd},
+      {"topk", CodecKind::kTopk},       {"sign", CodecKind::kSign},
+      {"lowrank", CodecKind::kLowrank}, {"topk:0.01,dense_below=100", CodecKind::kTopk}};
+  const std::vector<CodecKind> kinds = {CodecKind::kNone,   CodecKind::kFp16, CodecKind::kBf16,
+                                        CodecKind::kQsgd,   CodecKind::kTopk, CodecKind::kSign,
+                                        CodecKind::kLowrank};
+  for (const auto& [text, kind] : own) {
+    SCOPED_TRACE(text);
+    const CodecSpec spec = parseCodecSpec(text).value();
+    EXPECT_EQ(payloadKind(spec), kind);
+    const bool dense = text.find("dense_below") != std::string::npos;
+    for (CodecKind k : kinds) {
+      const bool want = k == kind || (dense && k == CodecKind::kFp16);
+      EXPECT_EQ(acceptsPayload(spec, k), want) << codecKindName(k);
+    }
+  }
+}
+
 TEST(CodecSpec, ResidualKeyIgnoresRatioAndWarmup) {
   EXPECT_EQ(residualKey(parsed("topk:0.16")), residualKey(parsed("topk:0.01,warmup=4")));
   EXPECT_EQ(residualKey(parsed("topk:0.5")), "topk:0.01");
