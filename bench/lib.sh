@@ -9,6 +9,14 @@ if [ ! -x "$FEDFLEET" ]; then
   cmake --build "$BUILD_DIR" -j2 --target fedfleet
 fi
 
+# The Python baselines multiply on the OpenBLAS kernels fedfleet's training runs on: fedfleet
+# corrects OpenBLAS's choice on a CPU OpenBLAS does not recognise (docs/ARCHITECTURE.md), and a
+# ratio against a loop left on the slower kernels would measure that, not the two programs.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  blas_core=$("$FEDFLEET" --blas-core 2> /dev/null || true)
+  if [ -n "$blas_core" ]; then export OPENBLAS_CORETYPE="$blas_core"; fi
+fi
+
 # The Python package in $BUILD_DIR/python (PYTHONPATH), built (after installing its Debian
 # packages) when it is not there yet.
 ensure_python_package() {

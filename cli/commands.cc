@@ -7,7 +7,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +22,7 @@
 #include "common/compress/error_feedback.h"
 #include "common/config/config.h"
 #include "common/history/history.h"
+#include "common/model/blas_core.h"
 #include "common/transport/transport.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/peer_coordinator.h"
@@ -567,10 +570,36 @@ int runKeygen(const std::string& dir, std::vector<std::string> names, uint32_t c
 
 }  // namespace
 
+void runAgainWithBetterBlas(int argc, char** argv) {
+  // The subcommands that train or evaluate models; the rest read files or write keys.
+  const std::string sub = argc >= 2 ? argv[1] : "";
+  if (sub != "sim" && sub != "coordinator" && sub != "client" && sub != "peer") return;
+  // OPENBLAS_CORETYPE is read only when OpenBLAS loads, before main: set it and start again.
+  // At most once, as the new process finds it set; set it yourself to keep any choice.
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::string loaded = model::openblasCoreName();
+  const auto better = model::betterBlasCore(loaded, model::cpuFlags());
+  if (!better) return;
+  ::setenv("OPENBLAS_CORETYPE", better->c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OPENBLAS_CORETYPE");
+  spdlog::warn("could not run again with OPENBLAS_CORETYPE={} ({}): fp32 products stay on "
+               "OpenBLAS's {} kernels; set OPENBLAS_CORETYPE={} before starting fedfleet",
+               *better, std::strerror(errno), loaded, *better);
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"fedfleet: federated training on heterogeneous fleets"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fedfleet 0.1.0");
+  app.add_flag_callback(
+      "--blas-core",
+      [] {
+        std::cout << model::fedfleetBlasCore() << "\n";
+        std::exit(0);
+      },
+      "Print the OpenBLAS kernels the training subcommands' fp32 products run on (empty "
+      "without OpenBLAS), and exit");
 
   // coordinator
   ConfigFlags coord_flags;

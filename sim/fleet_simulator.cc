@@ -3,6 +3,7 @@
 // virtual_clients.cc, sim_training.cc and sim_evaluation.cc (sim/simulator_impl.h).
 #include "sim/fleet_simulator.h"
 
+#include "common/model/blas_core.h"
 #include "sim/simulator_impl.h"
 
 namespace fedfleet::sim {
@@ -159,12 +160,14 @@ Status Simulator::init(const config::Config& config, Extensions extensions) {
   progress_ = std::make_unique<ProgressDisplay>(sc.progress, config_.run.rounds);
   const std::string workers =
       remote_ ? remote_->describe() : std::to_string(pool_->size()) + " workers";
+  // The kernels of the CPU's fp32 products (model/blas_core.h), where OpenBLAS does them.
+  const std::string blas = model::openblasCoreName();
   spdlog::info(
       "sim: run {}: {} clients ({} fleet, {} availability), {} a round, {} rounds, model {} "
-      "({} parameters), {} on {}; reference device {:.0f} samples/s",
+      "({} parameters), {} on {}{}; reference device {:.0f} samples/s",
       run_id_, sc.clients, sc.fleet, sc.availability.name(), config_.coordinator.clients_per_round,
       config_.run.rounds, config_.model.name, num_params_, workers, config_.sim.device.name(),
-      ref_samples_per_s_);
+      blas.empty() ? "" : " (OpenBLAS " + blas + " kernels)", ref_samples_per_s_);
   return Status::ok();
 }
 

@@ -3,12 +3,14 @@
 #include <pybind11/stl.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/model/blas_core.h"
 #include "python/src/bindings.h"
 
 namespace fedfleet::python {
@@ -71,11 +73,25 @@ void setLogLevel(const std::string& level) {
   cli::setupLogging(level);
 }
 
+// (the OpenBLAS core loaded, the better one) where OpenBLAS took this CPU for one without AVX2
+// and OPENBLAS_CORETYPE is not set (model::betterBlasCore); None otherwise. This process loaded
+// OpenBLAS before fedfleet: only a new Python started with the variable set can change it.
+py::object blasCoreAdvice() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return py::none();
+  const std::string loaded = model::openblasCoreName();
+  const auto better = model::betterBlasCore(loaded, model::cpuFlags());
+  if (!better) return py::none();
+  return py::make_tuple(loaded, *better);
+}
+
 }  // namespace
 
 void bindCommands(py::module_& m) {
   m.def("set_log_level", &setLogLevel, py::arg("level"),
         "The level of fedfleet's own log lines on stderr: trace, debug, info, warn, error, off.");
+  m.def("blas_core_advice", &blasCoreAdvice,
+        "(OpenBLAS's core, a better one) where OpenBLAS took this CPU for one without AVX2 "
+        "and OPENBLAS_CORETYPE is not set; None otherwise.");
   m.def("command", &command, py::arg("args"),
         "Runs `fedfleet ARGS...` (history, report, model or keygen) in this process: "
         "(exit status, stdout as bytes, stderr as text).");
