@@ -576,16 +576,15 @@ void runAgainWithBetterBlas(int argc, char** argv) {
   if (sub != "sim" && sub != "coordinator" && sub != "client" && sub != "peer") return;
   // OPENBLAS_CORETYPE is read only when OpenBLAS loads, before main: set it and start again.
   // At most once, as the new process finds it set; set it yourself to keep any choice.
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  const std::string loaded = model::openblasCoreName();
-  const auto better = model::betterBlasCore(loaded, model::cpuFlags());
+  const auto better = model::blasCoreToAsk();
   if (!better) return;
   ::setenv("OPENBLAS_CORETYPE", better->c_str(), 1);
   ::execv("/proc/self/exe", argv);
   ::unsetenv("OPENBLAS_CORETYPE");
-  spdlog::warn("could not run again with OPENBLAS_CORETYPE={} ({}): fp32 products stay on "
-               "OpenBLAS's {} kernels; set OPENBLAS_CORETYPE={} before starting fedfleet",
-               *better, std::strerror(errno), loaded, *better);
+  spdlog::warn(
+      "could not run again with OPENBLAS_CORETYPE={} ({}): fp32 products stay on "
+      "OpenBLAS's {} kernels; set OPENBLAS_CORETYPE={} before starting fedfleet",
+      *better, std::strerror(errno), model::openblasCoreName(), *better);
 }
 
 int main(int argc, char** argv) {

@@ -52,11 +52,11 @@ std::optional<std::string> betterBlasCore(std::string_view detected, std::string
   return std::nullopt;
 }
 
-std::string fedfleetBlasCore() {
-  const std::string loaded = openblasCoreName();
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  if (set != nullptr && *set != '\0') return loaded;  // OpenBLAS chose from the variable
-  return betterBlasCore(loaded, cpuFlags()).value_or(loaded);
+std::optional<std::string> blasCoreToAsk() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return std::nullopt;
+  return betterBlasCore(openblasCoreName(), cpuFlags());
 }
+
+std::string fedfleetBlasCore() { return blasCoreToAsk().value_or(openblasCoreName()); }
 
 }  // namespace fedfleet::model

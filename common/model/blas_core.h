@@ -31,9 +31,13 @@ std::string cpuFlags();
 // (Haswell, Zen, SkylakeX, Cooperlake, SapphireRapids, Excavator), or the flags offer no better.
 std::optional<std::string> betterBlasCore(std::string_view detected, std::string_view flags);
 
-// The kernels the fedfleet program's fp32 products run on: the loaded core when
-// OPENBLAS_CORETYPE is set (OpenBLAS chose from it), else betterBlasCore of the loaded core,
-// else the loaded core ("" without OpenBLAS).
+// The core to ask OpenBLAS for in this process: betterBlasCore of the loaded core and this
+// CPU's flags, nullopt when OPENBLAS_CORETYPE is set (OpenBLAS chose from it; a user's choice
+// is kept).
+std::optional<std::string> blasCoreToAsk();
+
+// The kernels the fedfleet program's fp32 products run on: blasCoreToAsk, else the loaded core
+// ("" without OpenBLAS).
 std::string fedfleetBlasCore();
 
 }  // namespace fedfleet::model

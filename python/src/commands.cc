@@ -3,7 +3,6 @@
 #include <pybind11/stl.h>
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -77,11 +76,9 @@ void setLogLevel(const std::string& level) {
 // and OPENBLAS_CORETYPE is not set (model::betterBlasCore); None otherwise. This process loaded
 // OpenBLAS before fedfleet: only a new Python started with the variable set can change it.
 py::object blasCoreAdvice() {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return py::none();
-  const std::string loaded = model::openblasCoreName();
-  const auto better = model::betterBlasCore(loaded, model::cpuFlags());
+  const auto better = model::blasCoreToAsk();
   if (!better) return py::none();
-  return py::make_tuple(loaded, *better);
+  return py::make_tuple(model::openblasCoreName(), *better);
 }
 
 }  // namespace
